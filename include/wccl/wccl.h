@@ -1,0 +1,122 @@
+/*
+ * wccl: the WAN Collective Communications Library. Public C API.
+ *
+ * Plain C99, no C++ or CUDA types. Every function that can fail returns a wccl_result_t; WCCL_OK (0)
+ * means it did everything it says, any other value means it did nothing else: no handle is
+ * created, no argument is modified except where the contract says so. The detail of the calling
+ * thread's most recent failure is in wccl_last_error().
+ *
+ * What this header holds today: result codes, version, configuration. The coordinator,
+ * communicator and collectives are not part of this release; see docs/ for the roadmap.
+ */
+#ifndef WCCL_WCCL_H_
+#define WCCL_WCCL_H_
+
+#include <stddef.h>
+
+#include "wccl/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(WCCL_BUILDING_LIBRARY)
+#define WCCL_API __attribute__((visibility("default")))
+#else
+#define WCCL_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Result codes.
+ *
+ * One table generates the enum, wccl_result_name() and wccl_strerror(). Codes are only ever
+ * appended; a value never changes meaning.
+ *   X(name, value, message)
+ */
+#define WCCL_RESULT_TABLE(X)                                                                      \
+  X(WCCL_OK, 0, "success")                                                                        \
+  X(WCCL_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                             \
+  X(WCCL_ERR_INVALID_USAGE, 2, "invalid usage: the call is not allowed in this state")           \
+  X(WCCL_ERR_NO_MEMORY, 3, "out of memory")                                                       \
+  X(WCCL_ERR_IO, 4, "I/O error: a connection failed or was closed by the peer")                   \
+  X(WCCL_ERR_TIMEOUT, 5, "timed out")                                                             \
+  X(WCCL_ERR_PEER_LOST, 6, "a peer of this epoch was lost; buffers are intact, update and retry") \
+  X(WCCL_ERR_TOO_FEW_PEERS, 7, "too few peers")                                                   \
+  X(WCCL_ERR_COORDINATOR_UNREACHABLE, 8, "the coordinator cannot be reached")                     \
+  X(WCCL_ERR_AUTH, 9, "authentication failed")                                                    \
+  X(WCCL_ERR_PROTOCOL, 10, "protocol error: the peer sent something this library rejects")       \
+  X(WCCL_ERR_ABORTED, 11, "aborted")                                                              \
+  X(WCCL_ERR_UNSUPPORTED, 12, "unsupported: the feature is not compiled into this library")       \
+  X(WCCL_ERR_CUDA, 13, "CUDA error")                                                              \
+  X(WCCL_ERR_NCCL, 14, "NCCL error")                                                              \
+  X(WCCL_ERR_IN_PROGRESS, 15, "in progress")                                                      \
+  X(WCCL_ERR_INTERNAL, 16, "internal error (a bug in wccl)")
+
+typedef enum wccl_result_t {
+#define WCCL_RESULT_ENUM_(name, value, message) name = value,
+  WCCL_RESULT_TABLE(WCCL_RESULT_ENUM_)
+#undef WCCL_RESULT_ENUM_
+} wccl_result_t;
+
+/* The enumerator's name ("WCCL_ERR_TIMEOUT"), or "WCCL_ERR_UNKNOWN" for a value not in the table.
+ * The string is static. Thread-safe. */
+WCCL_API const char *wccl_result_name(wccl_result_t result);
+
+/* A one-line description of the code, static, thread-safe; "unknown result code" for a value not
+ * in the table. */
+WCCL_API const char *wccl_strerror(wccl_result_t result);
+
+/* Detail of the most recent call on this thread that returned an error: the cause, naming the
+ * key, peer, file or OpenSSL reason involved, and the source location that raised it. Successful
+ * calls do not clear it. Empty string ("") when no call on this thread has failed. The pointer is
+ * valid until the next wccl call on this thread. */
+WCCL_API const char *wccl_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Version.
+ */
+
+/* The library's version, "MAJOR.MINOR.PATCH". Static string. Compare with WCCL_VERSION_STRING to
+ * detect a header/library mismatch; the soname changes with MAJOR. */
+WCCL_API const char *wccl_version(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration.
+ *
+ * A configuration is a set of string keys with string values. Each key starts from its built-in
+ * default, overridden by the environment variable WCCL_<KEY> (the key in upper case) read when
+ * the configuration is created. wccl_config_keys() lists every key. A configuration is not
+ * thread-safe: do not set it from two threads at once; objects created from it take a copy.
+ */
+typedef struct wccl_config wccl_config_t;
+
+/* Creates a configuration holding the defaults and the WCCL_<KEY> environment variables.
+ * Returns INVALID_ARGUMENT (naming the variable and the expected form) if an environment variable
+ * holds a value the key does not accept, NO_MEMORY if allocation fails. On error *config is set
+ * to NULL. */
+WCCL_API wccl_result_t wccl_config_create(wccl_config_t **config);
+
+/* Destroys a configuration. NULL is accepted and ignored. */
+WCCL_API void wccl_config_destroy(wccl_config_t *config);
+
+/* Sets key to value after checking it. Returns INVALID_ARGUMENT, naming the key and the form it
+ * expects, for an unknown key or a value the key does not accept; the configuration is then
+ * unchanged. */
+WCCL_API wccl_result_t wccl_config_set(wccl_config_t *config, const char *key, const char *value);
+
+/* Copies the current value of key, NUL-terminated, into buf of buf_size bytes. If needed is not
+ * NULL it receives the value's length plus one (the size buf must have), also on INVALID_ARGUMENT
+ * for a buffer too small; buf may then be NULL with buf_size 0 to query the size. Returns
+ * INVALID_ARGUMENT for an unknown key or a buffer too small (buf is then left unchanged). */
+WCCL_API wccl_result_t wccl_config_get(const wccl_config_t *config, const char *key, char *buf,
+                                       size_t buf_size, size_t *needed);
+
+/* Every key, one line each, as "key<TAB>default<TAB>accepted form<TAB>description<LF>", in a static
+ * NUL-terminated string. The defaults shown are the built-in ones, before the environment. */
+WCCL_API const char *wccl_config_keys(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* WCCL_WCCL_H_ */

@@ -1,0 +1,91 @@
+// Exported C functions for results, version and configuration: validate, then dispatch.
+#include <cstring>
+#include <string>
+
+#include "api/guard.h"
+#include "core/config.h"
+#include "wccl/wccl.h"
+
+struct wccl_config {
+  wccl::Config impl;
+};
+
+namespace wccl {
+namespace {
+thread_local std::string t_last_error;
+}  // namespace
+
+void set_last_error(const Status &status) { t_last_error = status.to_string(); }
+
+}  // namespace wccl
+
+extern "C" {
+
+const char *wccl_result_name(wccl_result_t result) {
+  switch (result) {
+#define WCCL_RESULT_NAME_(name, value, message) \
+  case name:                                    \
+    return #name;
+    WCCL_RESULT_TABLE(WCCL_RESULT_NAME_)
+#undef WCCL_RESULT_NAME_
+  }
+  return "WCCL_ERR_UNKNOWN";
+}
+
+const char *wccl_strerror(wccl_result_t result) {
+  switch (result) {
+#define WCCL_RESULT_MESSAGE_(name, value, message) \
+  case name:                                       \
+    return message;
+    WCCL_RESULT_TABLE(WCCL_RESULT_MESSAGE_)
+#undef WCCL_RESULT_MESSAGE_
+  }
+  return "unknown result code";
+}
+
+const char *wccl_last_error(void) { return wccl::t_last_error.c_str(); }
+
+const char *wccl_version(void) { return WCCL_VERSION_STRING; }
+
+wccl_result_t wccl_config_create(wccl_config_t **config) {
+  if (config != nullptr) *config = nullptr;
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(config != nullptr, "wccl_config_create: config (the out-handle) is NULL");
+    wccl::Result<wccl::Config> cfg = wccl::Config::from_env();
+    if (!cfg.ok()) return cfg.status();
+    *config = new wccl_config{std::move(cfg).value()};
+    return wccl::Status();
+  });
+}
+
+void wccl_config_destroy(wccl_config_t *config) { delete config; }
+
+wccl_result_t wccl_config_set(wccl_config_t *config, const char *key, const char *value) {
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(config != nullptr, "wccl_config_set: config is NULL");
+    WCCL_CHECK_ARG(key != nullptr, "wccl_config_set: key is NULL");
+    WCCL_CHECK_ARG(value != nullptr, "wccl_config_set: value for key \"%s\" is NULL", key);
+    return config->impl.set(key, value);
+  });
+}
+
+wccl_result_t wccl_config_get(const wccl_config_t *config, const char *key, char *buf,
+                              size_t buf_size, size_t *needed) {
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(config != nullptr, "wccl_config_get: config is NULL");
+    WCCL_CHECK_ARG(key != nullptr, "wccl_config_get: key is NULL");
+    wccl::Result<std::string> value = config->impl.get(key);
+    if (!value.ok()) return value.status();
+    const size_t size = value->size() + 1;
+    if (needed != nullptr) *needed = size;
+    WCCL_CHECK_ARG(buf != nullptr && buf_size >= size,
+                   "wccl_config_get: buffer of %zu bytes is too small for key \"%s\", need %zu",
+                   buf_size, key, size);
+    std::memcpy(buf, value->c_str(), size);
+    return wccl::Status();
+  });
+}
+
+const char *wccl_config_keys(void) { return wccl::Config::describe_keys().c_str(); }
+
+}  // extern "C"

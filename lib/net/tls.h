@@ -1,0 +1,77 @@
+// TLS 1.3 as a decorator that does no I/O: ciphertext goes in and out through memory BIOs and
+// the caller (a Stream, which owns the libuv socket) moves it. Mutual authentication: both ends
+// present a certificate that must chain to the configured CA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/config.h"
+#include "core/status.h"
+
+using SSL_CTX = struct ssl_ctx_st;
+using SSL = struct ssl_st;
+using BIO = struct bio_st;
+
+namespace wccl::net {
+
+// The certificate, key and CA of one node (an SSL_CTX). Immutable after creation; shared by all
+// streams of a transport.
+class TlsContext {
+ public:
+  // Loads tls_cert, tls_key and tls_ca from cfg. INVALID_ARGUMENT names the key and file that is
+  // missing or unreadable, with OpenSSL's reason.
+  static Result<std::shared_ptr<TlsContext>> create(const Config &cfg);
+  ~TlsContext();
+  TlsContext(const TlsContext &) = delete;
+  TlsContext &operator=(const TlsContext &) = delete;
+
+  SSL_CTX *ctx() const { return ctx_; }
+
+ private:
+  explicit TlsContext(SSL_CTX *ctx) : ctx_(ctx) {}
+  SSL_CTX *ctx_;
+};
+
+// One TLS session. Not thread-safe: used only on its stream's loop thread.
+class TlsEngine {
+ public:
+  // NO_MEMORY if OpenSSL cannot allocate the session.
+  static Result<std::unique_ptr<TlsEngine>> create(const TlsContext &context, bool is_server);
+  ~TlsEngine();
+  TlsEngine(const TlsEngine &) = delete;
+  TlsEngine &operator=(const TlsEngine &) = delete;
+
+  // Hands ciphertext read from the socket to the engine.
+  Status feed(const uint8_t *data, size_t n);
+  // Advances the handshake. Returns true once it is complete, false while it needs more
+  // ciphertext, AUTH with OpenSSL's reason (and the certificate verdict) when it fails.
+  Result<bool> handshake();
+  bool handshake_done() const { return handshake_done_; }
+  // Decrypts up to max bytes into dst. Returns the count, 0 when more ciphertext is needed, IO
+  // when the peer closed the session, PROTOCOL (with OpenSSL's reason) for a bad record or alert.
+  Result<size_t> read(uint8_t *dst, size_t max);
+  // Encrypts all n bytes (buffered as ciphertext).
+  Status write(const uint8_t *src, size_t n);
+  // Ciphertext waiting to be sent, and taking it.
+  size_t pending() const;
+  size_t take(uint8_t *out, size_t max);
+  // The peer certificate's subject, for logs ("" before the handshake).
+  std::string peer_subject() const;
+
+ private:
+  TlsEngine() = default;
+  Status error_status(wccl_result_t code, const char *what, int ret);
+
+  SSL *ssl_ = nullptr;
+  BIO *rbio_ = nullptr;  // ciphertext in (owned by ssl_)
+  BIO *wbio_ = nullptr;  // ciphertext out (owned by ssl_)
+  bool handshake_done_ = false;
+};
+
+// Drains OpenSSL's thread-local error queue into one "reason; reason" string.
+std::string openssl_errors();
+
+}  // namespace wccl::net
