@@ -84,6 +84,12 @@ class Core : public std::enable_shared_from_this<Core> {
   };
   std::vector<Listener *> listeners;
 
+  // User callbacks wait here until the loop callback that produced them has finished changing
+  // state; every entry point from libuv or post() ends with run_deferred().
+  std::vector<std::function<void()>> deferred;
+  bool running_deferred = false;
+  void run_deferred();
+
   void on_connection(Listener *l, int status);
   void on_hello(Stream *s, const Hello &hello);
   void sweep_timeouts();
@@ -215,6 +221,7 @@ void Stream::on_alloc(uv_handle_t *h, size_t, uv_buf_t *buf) {
 
 void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
   auto *s = static_cast<Stream *>(h->data);
+  Core *core = s->core_;
   std::shared_ptr<Link> keep = s->link_ != nullptr ? s->link_->shared_from_this() : nullptr;
   if (nread < 0) {
     const bool mid_frame = s->mid_frame();
@@ -242,7 +249,7 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
       s->process();
     }
   }
-  if (keep) keep->run_deferred();
+  core->run_deferred();
 }
 
 std::pair<uint8_t *, size_t> Stream::rx_target() {
@@ -455,7 +462,7 @@ void Stream::on_write(uv_write_t *r, int status) {
   } else if (req->op != nullptr) {
     link->frame_sent(req->op, req->frame_len);
   }
-  keep->run_deferred();
+  s->core_->run_deferred();
 }
 
 void Stream::fail(Status why) {
@@ -463,7 +470,7 @@ void Stream::fail(Status why) {
   if (link_ != nullptr) {
     // During set-up a TLS session that breaks, or a peer that hangs up, is a refusal to
     // authenticate us (TLS 1.3 clients learn of a rejected certificate only after the handshake).
-    if (phase_ != Phase::kOpen && link_->state_ == Link::State::kSetup &&
+    if (phase_ != Phase::kConnecting && phase_ != Phase::kOpen && link_->state_ == Link::State::kSetup &&
         (why.code() == WCCL_ERR_IO || (tls_ && why.code() == WCCL_ERR_PROTOCOL))) {
       why = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up: the peer rejected this side's "
                        "certificate, or tls=on/off differs between the two sides)", why.message().c_str());
@@ -506,7 +513,7 @@ Status Link::send(const MessageKey &key, const void *data, size_t len, Completio
   SendOp op{key, static_cast<const uint8_t *>(data), len, 0, false, 0, std::move(done), {}};
   return core_->loop->post([self = shared_from_this(), op = std::move(op)]() mutable {
     self->do_send(std::move(op));
-    self->run_deferred();
+    self->core_->run_deferred();
   });
 }
 
@@ -515,7 +522,7 @@ Status Link::recv(const MessageKey &key, void *data, size_t len, Completion done
   RecvOp op{static_cast<uint8_t *>(data), len, 0, std::move(done)};
   return core_->loop->post([self = shared_from_this(), key, op = std::move(op)]() mutable {
     self->do_recv(key, std::move(op));
-    self->run_deferred();
+    self->core_->run_deferred();
   });
 }
 
@@ -523,7 +530,7 @@ void Link::close(Status why) {
   if (why.ok()) why = WCCL_ERROR(WCCL_ERR_ABORTED, "link closed locally");
   Status st = core_->loop->post([self = shared_from_this(), why] {
     self->fail(why);
-    self->run_deferred();
+    self->core_->run_deferred();
   });
   (void)st;  // a stopped loop has already failed every link
 }
@@ -709,15 +716,17 @@ void Link::check_timeouts(Clock::time_point now) {
                   static_cast<long long>(core_->opt.io_timeout.count())));
 }
 
-void Link::run_deferred() {
-  if (running_deferred_) return;  // the outer call drains what this one would
-  running_deferred_ = true;
-  while (!deferred_.empty()) {
+void Link::defer(std::function<void()> fn) { core_->deferred.push_back(std::move(fn)); }
+
+void Core::run_deferred() {
+  if (running_deferred) return;  // the outer call drains what this one would
+  running_deferred = true;
+  while (!deferred.empty()) {
     std::vector<std::function<void()>> batch;
-    batch.swap(deferred_);
+    batch.swap(deferred);
     for (auto &fn : batch) fn();
   }
-  running_deferred_ = false;
+  running_deferred = false;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -817,16 +826,16 @@ void Core::sweep_timeouts() {
   std::vector<std::shared_ptr<Link>> all(links.begin(), links.end());
   for (auto &link : all) {
     link->check_timeouts(now);
-    link->run_deferred();
   }
+  run_deferred();
 }
 
 void Core::shutdown() {
   std::vector<std::shared_ptr<Link>> all(links.begin(), links.end());
   for (auto &link : all) {
     link->fail(WCCL_ERROR(WCCL_ERR_ABORTED, "the transport is shutting down"));
-    link->run_deferred();
   }
+  run_deferred();
   std::vector<Stream *> streams(pending.begin(), pending.end());
   for (Stream *s : streams) s->close();
   for (Listener *l : listeners) {
@@ -967,6 +976,7 @@ Result<int> Transport::listen(const std::string &address,
       rc = uv_listen(reinterpret_cast<uv_stream_t *>(&l->tcp), 512, [](uv_stream_t *server, int status) {
         auto *lis = static_cast<Core::Listener *>(server->data);
         lis->core->on_connection(lis, status);
+        lis->core->run_deferred();
       });
     }
     if (rc != 0) {
@@ -997,7 +1007,7 @@ Status Transport::connect(const std::string &address,
     core->links.insert(link);
     if (RAND_bytes(link->link_id_, sizeof(link->link_id_)) != 1) {
       link->fail(WCCL_ERROR(WCCL_ERR_INTERNAL, "no random bytes for a link id: %s", openssl_errors().c_str()));
-      link->run_deferred();
+      core->run_deferred();
       return;
     }
     // Host names resolve on libuv's thread pool; the link's set-up deadline covers the lookup.
@@ -1020,13 +1030,13 @@ Status Transport::connect(const std::string &address,
         l->link->fail(resolve_error(l->link->peer_address_, l->host, status));
       }
       uv_freeaddrinfo(res);
-      l->link->run_deferred();
+      l->link->core_->run_deferred();
     }, hp.host.c_str(), port.c_str(), &hints);
     if (rc != 0) {
       delete lookup;
       link->fail(resolve_error(address, hp.host, rc));
     }
-    link->run_deferred();
+    core->run_deferred();
   });
 }
 
@@ -1057,7 +1067,7 @@ void Link::open_streams(const ::sockaddr *sa) {
       } else {
         st->start_after_connect();
       }
-      keep->run_deferred();
+      st->core_->run_deferred();
     });
     if (rc != 0) {
       delete req;

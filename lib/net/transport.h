@@ -114,8 +114,7 @@ class Link : public std::enable_shared_from_this<Link> {
   Result<RxBegin> rx_begin(Stream *stream, const FrameHeader &h, uint8_t **dst);
   void rx_done(const FrameHeader &h);
   void check_timeouts(Clock::time_point now);
-  void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
-  void run_deferred();
+  void defer(std::function<void()> fn);
 
   std::shared_ptr<Core> core_;
   const bool is_client_;
@@ -137,8 +136,6 @@ class Link : public std::enable_shared_from_this<Link> {
   std::map<MessageKey, RecvOp> recvs_;
   std::map<MessageKey, std::vector<Stream *>> parked_;  // streams waiting for a recv of the key
 
-  std::vector<std::function<void()>> deferred_;  // user callbacks, run once state is consistent
-  bool running_deferred_ = false;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
 };

@@ -1,0 +1,136 @@
+#include "support.h"
+
+#include <cstring>
+
+namespace wccl::test {
+
+namespace {
+uint64_t splitmix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+void fill_pattern(uint8_t *buf, size_t n, uint64_t seed) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t v = splitmix(seed * 0x1000000000ULL + i / 8);
+    std::memcpy(buf + i, &v, 8);
+  }
+  const uint64_t tail = splitmix(seed * 0x1000000000ULL + i / 8);
+  for (size_t k = 0; i < n; ++i, ++k) buf[i] = static_cast<uint8_t>(tail >> (8 * k));
+}
+
+size_t check_pattern(const uint8_t *buf, size_t n, uint64_t seed) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t v = splitmix(seed * 0x1000000000ULL + i / 8);
+    if (std::memcmp(buf + i, &v, 8) != 0) {
+      for (size_t k = 0; k < 8; ++k) {
+        if (buf[i + k] != static_cast<uint8_t>(v >> (8 * k))) return i + k;
+      }
+    }
+  }
+  const uint64_t tail = splitmix(seed * 0x1000000000ULL + i / 8);
+  for (size_t k = 0; i < n; ++i, ++k) {
+    if (buf[i] != static_cast<uint8_t>(tail >> (8 * k))) return i;
+  }
+  return n;
+}
+
+Pki::Pki() {
+  auto dir = certgen::TempDir::create("wccl-test-pki");
+  EXPECT_TRUE(dir.ok()) << dir.status().to_string();
+  dir_ = std::move(dir).value();
+  auto ca = certgen::Authority::create(dir_->path(), "testca");
+  EXPECT_TRUE(ca.ok()) << ca.status().to_string();
+  ca_ = std::move(ca).value();
+  auto other = certgen::Authority::create(dir_->path(), "otherca");
+  EXPECT_TRUE(other.ok()) << other.status().to_string();
+  other_ca_ = std::move(other).value();
+}
+
+certgen::NodeFiles Pki::node(const std::string &name, int not_before_days, int not_after_days) {
+  auto files = ca_->issue(name, not_before_days, not_after_days);
+  EXPECT_TRUE(files.ok()) << files.status().to_string();
+  return files.ok() ? files.value() : certgen::NodeFiles{};
+}
+
+certgen::NodeFiles Pki::foreign_node(const std::string &name) {
+  auto files = other_ca_->issue(name);
+  EXPECT_TRUE(files.ok()) << files.status().to_string();
+  return files.ok() ? files.value() : certgen::NodeFiles{};
+}
+
+Config make_config(const std::string &name, const certgen::NodeFiles *tls) {
+  Result<Config> env = Config::from_env();  // honours WCCL_LOG_LEVEL while debugging
+  Config cfg = env.ok() ? env.value() : Config::defaults();
+  EXPECT_TRUE(cfg.set("name", name).ok());
+  EXPECT_TRUE(cfg.set("connect_timeout_ms", "5000").ok());
+  EXPECT_TRUE(cfg.set("io_timeout_ms", "5000").ok());
+  if (tls != nullptr) {
+    EXPECT_TRUE(cfg.set("tls", "on").ok());
+    EXPECT_TRUE(cfg.set("tls_cert", tls->cert).ok());
+    EXPECT_TRUE(cfg.set("tls_key", tls->key).ok());
+    EXPECT_TRUE(cfg.set("tls_ca", tls->ca).ok());
+  } else {
+    EXPECT_TRUE(cfg.set("tls", "off").ok());
+  }
+  return cfg;
+}
+
+std::function<void(std::shared_ptr<net::Link>)> Acceptor::callback() {
+  return [this](std::shared_ptr<net::Link> link) {
+    std::lock_guard<std::mutex> lock(mu_);
+    links_.push_back(std::move(link));
+    cv_.notify_all();
+  };
+}
+
+std::shared_ptr<net::Link> Acceptor::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return links_.size() > taken_; })) return nullptr;
+  return links_[taken_++];
+}
+
+size_t Acceptor::count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return links_.size();
+}
+
+void open_pair(LinkPair &pair, const Config &server_cfg, const Config &client_cfg) {
+  auto server = net::Transport::create(server_cfg);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  pair.server = std::move(server).value();
+  auto client = net::Transport::create(client_cfg);
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  pair.client = std::move(client).value();
+  auto port = pair.server->listen("127.0.0.1:0", pair.acceptor.callback());
+  ASSERT_TRUE(port.ok()) << port.status().to_string();
+  auto link = pair.client->connect_sync("127.0.0.1:" + std::to_string(port.value()));
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  pair.client_link = link.value();
+  pair.server_link = pair.acceptor.wait();
+  ASSERT_NE(pair.server_link, nullptr) << "the server did not report the link";
+}
+
+net::Completion Done::callback() {
+  return [s = state_](Status st) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->status = std::move(st);
+    s->done = true;
+    s->cv.notify_all();
+  };
+}
+
+Status Done::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+    return WCCL_ERROR(WCCL_ERR_TIMEOUT, "test wait of %lld ms expired", static_cast<long long>(timeout.count()));
+  }
+  return state_->status;
+}
+
+}  // namespace wccl::test

@@ -1,0 +1,87 @@
+// Helpers shared by the transport tests, the benchmarks and the peer helper process.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "certgen.h"
+#include "core/config.h"
+#include "net/transport.h"
+
+namespace wccl::test {
+
+using namespace std::chrono_literals;
+
+// Fills / checks buf with a pattern that depends on seed and on each byte's offset, so a byte
+// landing at the wrong offset or from the wrong message is caught.
+void fill_pattern(uint8_t *buf, size_t n, uint64_t seed);
+// Index of the first byte that differs from the pattern, or n when all match.
+size_t check_pattern(const uint8_t *buf, size_t n, uint64_t seed);
+
+// A CA and certificates for a few node names, in a temporary directory.
+class Pki {
+ public:
+  Pki();
+  certgen::NodeFiles node(const std::string &name, int not_before_days = -1, int not_after_days = 30);
+  // A second, unrelated CA's node certificate (for wrong-CA tests).
+  certgen::NodeFiles foreign_node(const std::string &name);
+  const std::string &dir() const { return dir_->path(); }
+
+ private:
+  std::unique_ptr<certgen::TempDir> dir_;
+  std::unique_ptr<certgen::Authority> ca_, other_ca_;
+};
+
+// A configuration for tests: short timeouts, the given name, TLS files when given.
+Config make_config(const std::string &name, const certgen::NodeFiles *tls);
+
+// Collects the links a listener accepts.
+class Acceptor {
+ public:
+  std::function<void(std::shared_ptr<net::Link>)> callback();
+  // The next accepted link, or null after timeout.
+  std::shared_ptr<net::Link> wait(std::chrono::milliseconds timeout = 10s);
+  size_t count();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<net::Link>> links_;
+  size_t taken_ = 0;
+};
+
+// Two transports in this process with a link between them.
+struct LinkPair {
+  std::unique_ptr<net::Transport> server, client;
+  Acceptor acceptor;
+  std::shared_ptr<net::Link> server_link, client_link;
+};
+// Fails the calling test (ASSERT-style, via ADD_FAILURE + null links) when the link cannot open.
+void open_pair(LinkPair &pair, const Config &server_cfg, const Config &client_cfg);
+
+struct DoneState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+// Completion a test thread can wait on.
+class Done {
+ public:
+  net::Completion callback();
+  // The status, or TIMEOUT if it did not complete in time.
+  Status wait(std::chrono::milliseconds timeout = 30s);
+
+ private:
+  std::shared_ptr<DoneState> state_ = std::make_shared<DoneState>();
+};
+
+}  // namespace wccl::test

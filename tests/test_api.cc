@@ -1,0 +1,168 @@
+// The C API of results, version and configuration, as a C caller sees it.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <thread>
+
+#include "wccl/wccl.h"
+
+namespace {
+
+std::string get(wccl_config_t *cfg, const char *key) {
+  char buf[256];
+  EXPECT_EQ(wccl_config_get(cfg, key, buf, sizeof(buf), nullptr), WCCL_OK) << wccl_last_error();
+  return buf;
+}
+
+TEST(Results, EveryCodeHasANameAndAMessage) {
+#define CHECK_CODE(name, value, message)                       \
+  EXPECT_STREQ(wccl_result_name(name), #name);                 \
+  EXPECT_STREQ(wccl_strerror(name), message);                  \
+  EXPECT_EQ(static_cast<int>(name), value);
+  WCCL_RESULT_TABLE(CHECK_CODE)
+#undef CHECK_CODE
+  EXPECT_STREQ(wccl_result_name(static_cast<wccl_result_t>(9999)), "WCCL_ERR_UNKNOWN");
+  EXPECT_STREQ(wccl_strerror(static_cast<wccl_result_t>(-1)), "unknown result code");
+  // Codes users match on keep their values forever.
+  EXPECT_EQ(WCCL_OK, 0);
+  EXPECT_EQ(WCCL_ERR_PEER_LOST, 6);
+  EXPECT_EQ(WCCL_ERR_AUTH, 9);
+}
+
+TEST(Version, MatchesTheHeader) {
+  EXPECT_STREQ(wccl_version(), WCCL_VERSION_STRING);
+  const std::string v = wccl_version();
+  EXPECT_EQ(v.substr(0, v.find('.')), std::to_string(WCCL_VERSION_MAJOR));
+}
+
+TEST(Config, DefaultsComeFromTheKeyTable) {
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK) << wccl_last_error();
+  EXPECT_EQ(get(cfg, "streams"), "4");
+  EXPECT_EQ(get(cfg, "tls"), "on");
+  EXPECT_EQ(get(cfg, "log_level"), "warn");
+  const std::string keys = wccl_config_keys();
+  EXPECT_NE(keys.find("streams\t4\tinteger 1..64\t"), std::string::npos) << keys;
+  EXPECT_NE(keys.find("tls\ton\ton|off\t"), std::string::npos) << keys;
+  // Every listed key can be read back.
+  size_t start = 0;
+  while (start < keys.size()) {
+    const size_t tab = keys.find('\t', start);
+    ASSERT_NE(tab, std::string::npos);
+    const std::string key = keys.substr(start, tab - start);
+    size_t needed = 0;
+    EXPECT_EQ(wccl_config_get(cfg, key.c_str(), nullptr, 0, &needed), WCCL_ERR_INVALID_ARGUMENT);
+    EXPECT_GE(needed, 1u) << key;
+    start = keys.find('\n', tab) + 1;
+  }
+  wccl_config_destroy(cfg);
+  wccl_config_destroy(nullptr);  // accepted
+}
+
+TEST(Config, EnvironmentOverridesDefaults) {
+  setenv("WCCL_STREAMS", "8", 1);
+  setenv("WCCL_LOG_LEVEL", "debug", 1);
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK) << wccl_last_error();
+  EXPECT_EQ(get(cfg, "streams"), "8");
+  EXPECT_EQ(get(cfg, "log_level"), "debug");
+  // set() wins over the environment.
+  EXPECT_EQ(wccl_config_set(cfg, "streams", "2"), WCCL_OK);
+  EXPECT_EQ(get(cfg, "streams"), "2");
+  wccl_config_destroy(cfg);
+  unsetenv("WCCL_STREAMS");
+  unsetenv("WCCL_LOG_LEVEL");
+}
+
+TEST(Config, BadEnvironmentValueFailsCreateNamingTheVariable) {
+  setenv("WCCL_STREAMS", "lots", 1);
+  wccl_config_t *cfg = reinterpret_cast<wccl_config_t *>(0x1);
+  EXPECT_EQ(wccl_config_create(&cfg), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(cfg, nullptr);
+  const std::string err = wccl_last_error();
+  EXPECT_NE(err.find("WCCL_STREAMS"), std::string::npos) << err;
+  EXPECT_NE(err.find("integer 1..64"), std::string::npos) << err;
+  unsetenv("WCCL_STREAMS");
+}
+
+TEST(Config, BadValuesAreRejectedAndLeaveTheValue) {
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  const struct {
+    const char *key, *value, *expect;
+  } cases[] = {
+      {"streams", "0", "integer 1..64"},
+      {"streams", "65", "integer 1..64"},
+      {"streams", "4x", "integer 1..64"},
+      {"streams", "", "integer 1..64"},
+      {"streams", "-1", "integer 1..64"},
+      {"tls", "yes", "on|off"},
+      {"log_level", "verbose", "error|warn|info|debug|trace"},
+      {"frame_bytes", "1k", "bytes 4096.."},
+      {"frame_bytes", "17M", "bytes 4096.."},
+      {"frame_bytes", "1T", "bytes 4096.."},
+      {"connect_timeout_ms", "99999999999999999999", "integer 1..3600000"},
+      {"name", "has space", "without spaces"},
+  };
+  for (const auto &c : cases) {
+    EXPECT_EQ(wccl_config_set(cfg, c.key, c.value), WCCL_ERR_INVALID_ARGUMENT) << c.key << "=" << c.value;
+    const std::string err = wccl_last_error();
+    EXPECT_NE(err.find(std::string("config key ") + c.key), std::string::npos) << err;
+    EXPECT_NE(err.find(c.expect), std::string::npos) << err;
+  }
+  EXPECT_EQ(get(cfg, "streams"), "4");
+  EXPECT_EQ(wccl_config_set(cfg, "frame_bytes", "2M"), WCCL_OK);
+  EXPECT_EQ(get(cfg, "frame_bytes"), "2M");
+  wccl_config_destroy(cfg);
+}
+
+TEST(Config, UnknownKeysAndNullArguments) {
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  EXPECT_EQ(wccl_config_set(cfg, "stream", "4"), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("unknown config key \"stream\""), std::string::npos);
+  char buf[8] = "keep";
+  EXPECT_EQ(wccl_config_get(cfg, "nope", buf, sizeof(buf), nullptr), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(buf, "keep");
+  EXPECT_EQ(wccl_config_set(nullptr, "streams", "4"), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wccl_config_set(cfg, nullptr, "4"), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wccl_config_set(cfg, "streams", nullptr), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("streams"), std::string::npos);
+  EXPECT_EQ(wccl_config_create(nullptr), WCCL_ERR_INVALID_ARGUMENT);
+  wccl_config_destroy(cfg);
+}
+
+TEST(Config, GetReportsTheSizeItNeeds) {
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "name", "node-abc"), WCCL_OK);
+  size_t needed = 0;
+  char small[4] = "xyz";
+  EXPECT_EQ(wccl_config_get(cfg, "name", small, sizeof(small), &needed), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(needed, 9u);
+  EXPECT_STREQ(small, "xyz");  // untouched on error
+  EXPECT_NE(std::string(wccl_last_error()).find("need 9"), std::string::npos);
+  char exact[9];
+  EXPECT_EQ(wccl_config_get(cfg, "name", exact, sizeof(exact), &needed), WCCL_OK);
+  EXPECT_STREQ(exact, "node-abc");
+  wccl_config_destroy(cfg);
+}
+
+TEST(LastError, IsPerThreadAndNamesTheSource) {
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  EXPECT_EQ(wccl_config_set(cfg, "tls", "maybe"), WCCL_ERR_INVALID_ARGUMENT);
+  const std::string mine = wccl_last_error();
+  EXPECT_EQ(mine.rfind("WCCL_ERR_INVALID_ARGUMENT: ", 0), 0u) << mine;
+  EXPECT_NE(mine.find("lib/core/config.cc:"), std::string::npos) << mine;
+  std::string other = "unset";
+  std::thread([&] { other = wccl_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  // A later success does not clear it.
+  EXPECT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
+  EXPECT_EQ(std::string(wccl_last_error()), mine);
+  wccl_config_destroy(cfg);
+}
+
+}  // namespace

@@ -1,0 +1,234 @@
+// TLS 1.3 with mutual certificates, with certificates made at run time: the good pair works;
+// wrong CA, expired certificates, a missing client certificate, plaintext/TLS mismatch and garbage
+// are rejected with AUTH, and an unauthenticated peer never reaches the data path.
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "net/frame.h"
+#include "support.h"
+
+namespace wccl::test {
+namespace {
+
+// A server with the good certificate and an Acceptor, plus one good link to prove members carry on.
+class TlsTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    server_files_ = pki_.node("server");
+    auto server = net::Transport::create(make_config("server", &server_files_));
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    server_ = std::move(server).value();
+    auto port = server_->listen("127.0.0.1:0", acceptor_.callback());
+    ASSERT_TRUE(port.ok());
+    address_ = "127.0.0.1:" + std::to_string(port.value());
+    port_ = port.value();
+  }
+
+  // Connects with config cfg; returns the set-up status.
+  Status connect_with(const Config &cfg) {
+    auto client = net::Transport::create(cfg);
+    if (!client.ok()) return client.status();
+    auto link = client.value()->connect_sync(address_);
+    return link.status();
+  }
+
+  // The server still serves good peers, and accepted exactly `expected` links so far.
+  void expect_server_healthy(size_t expected_before) {
+    EXPECT_EQ(acceptor_.count(), expected_before) << "an unauthenticated peer reached the data path";
+    auto good = pki_.node("good-client");
+    auto client = net::Transport::create(make_config("good-client", &good));
+    ASSERT_TRUE(client.ok());
+    auto link = client.value()->connect_sync(address_);
+    ASSERT_TRUE(link.ok()) << link.status().to_string();
+    auto accepted = acceptor_.wait();
+    ASSERT_NE(accepted, nullptr);
+    std::vector<uint8_t> src(70000), dst(70000);
+    fill_pattern(src.data(), src.size(), 9);
+    Done sent;
+    ASSERT_TRUE(link.value()->send({0, 0, 1}, src.data(), src.size(), sent.callback()).ok());
+    ASSERT_TRUE(net::recv_sync(*accepted, {0, 0, 1}, dst.data(), dst.size(), 10s).ok());
+    EXPECT_EQ(check_pattern(dst.data(), dst.size(), 9), dst.size());
+    ASSERT_TRUE(sent.wait().ok());
+  }
+
+  int raw_connect() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+    return fd;
+  }
+
+  Pki pki_;
+  certgen::NodeFiles server_files_;
+  std::unique_ptr<net::Transport> server_;
+  Acceptor acceptor_;
+  std::string address_;
+  int port_ = 0;
+};
+
+TEST_F(TlsTest, GoodPairAuthenticatesBothWays) {
+  auto cf = pki_.node("client-a");
+  auto client = net::Transport::create(make_config("client-a", &cf));
+  ASSERT_TRUE(client.ok());
+  auto link = client.value()->connect_sync(address_);
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto accepted = acceptor_.wait();
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_NE(link.value()->peer_subject().find("CN=server"), std::string::npos) << link.value()->peer_subject();
+  EXPECT_NE(accepted->peer_subject().find("CN=client-a"), std::string::npos) << accepted->peer_subject();
+  expect_server_healthy(1);
+}
+
+void expect_auth(const Status &st, const std::string &reason) {
+  EXPECT_EQ(st.code(), WCCL_ERR_AUTH) << st.to_string();
+  EXPECT_NE(st.message().find(reason), std::string::npos) << st.message();
+}
+
+TEST_F(TlsTest, ClientFromAnotherCaIsRejected) {
+  auto foreign = pki_.foreign_node("intruder");
+  foreign.ca = server_files_.ca;  // it trusts our CA, but its own certificate is not ours
+  expect_auth(connect_with(make_config("intruder", &foreign)), "during link set-up");
+  expect_server_healthy(0);
+}
+
+TEST_F(TlsTest, ServerFromAnotherCaIsRejectedByTheClient) {
+  auto cf = pki_.node("client-b");
+  cf.ca = pki_.foreign_node("x").ca;  // the client trusts a different CA than the server's
+  expect_auth(connect_with(make_config("client-b", &cf)), "certificate verify failed");
+  expect_server_healthy(0);
+}
+
+TEST_F(TlsTest, ExpiredClientCertificateIsRejected) {
+  auto expired = pki_.node("expired-client", -10, -1);
+  expect_auth(connect_with(make_config("expired-client", &expired)), "during link set-up");
+  expect_server_healthy(0);
+}
+
+TEST(TlsExpiry, ExpiredServerCertificateIsNamedInTheError) {
+  Pki pki;
+  auto sf = pki.node("old-server", -10, -1), cf = pki.node("client");
+  LinkPair p;
+  auto server = net::Transport::create(make_config("old-server", &sf));
+  ASSERT_TRUE(server.ok());
+  Acceptor acceptor;
+  auto port = server.value()->listen("127.0.0.1:0", acceptor.callback());
+  ASSERT_TRUE(port.ok());
+  auto client = net::Transport::create(make_config("client", &cf));
+  ASSERT_TRUE(client.ok());
+  auto link = client.value()->connect_sync("127.0.0.1:" + std::to_string(port.value()));
+  expect_auth(link.status(), "certificate has expired");
+  EXPECT_EQ(acceptor.count(), 0u);
+}
+
+TEST_F(TlsTest, ClientWithoutCertificateNeverReachesTheDataPath) {
+  // A hand-made TLS client that trusts our CA but presents no certificate, then writes a valid
+  // hello and a data frame as if it had been admitted.
+  SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+  ASSERT_NE(ctx, nullptr);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  ASSERT_EQ(SSL_CTX_load_verify_locations(ctx, server_files_.ca.c_str(), nullptr), 1);
+  SSL *ssl = SSL_new(ctx);
+  const int fd = raw_connect();
+  SSL_set_fd(ssl, fd);
+  const int hs = SSL_connect(ssl);  // TLS 1.3: the client finishes before the server judges it
+  if (hs == 1) {
+    net::Hello hello;
+    hello.link_id[0] = 1;
+    hello.stream_count = 1;
+    hello.name = "nocert";
+    uint8_t buf[net::kFrameHeaderBytes + net::kMaxHelloBytes];
+    const size_t n = net::encode_hello(hello, buf + net::kFrameHeaderBytes);
+    net::FrameHeader h;
+    h.type = net::FrameType::kHello;
+    h.length = static_cast<uint32_t>(n);
+    h.msg_len = n;
+    net::encode_header(h, buf);
+    SSL_write(ssl, buf, static_cast<int>(net::kFrameHeaderBytes + n));
+    uint8_t data[net::kFrameHeaderBytes + 4] = {};
+    net::FrameHeader d;
+    d.length = 4;
+    d.msg_len = 4;
+    net::encode_header(d, data);
+    SSL_write(ssl, data, sizeof(data));
+    uint8_t reply[64];
+    // The server's only answer is an alert and a close, never a hello.
+    EXPECT_LE(SSL_read(ssl, reply, sizeof(reply)), 0);
+    const unsigned long err = ERR_peek_last_error();
+    EXPECT_NE(err, 0u) << "expected an alert from the server";
+  }
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  close(fd);
+  expect_server_healthy(0);
+}
+
+TEST_F(TlsTest, PlaintextClientToTlsServerIsAuth) {
+  Status st = connect_with(make_config("plain-client", nullptr));
+  EXPECT_EQ(st.code(), WCCL_ERR_AUTH) << st.to_string();
+  expect_server_healthy(0);
+}
+
+TEST(TlsMismatch, TlsClientToPlaintextServerIsAuth) {
+  Pki pki;
+  auto cf = pki.node("client");
+  auto server = net::Transport::create(make_config("plain-server", nullptr));
+  ASSERT_TRUE(server.ok());
+  Acceptor acceptor;
+  auto port = server.value()->listen("127.0.0.1:0", acceptor.callback());
+  ASSERT_TRUE(port.ok());
+  auto client = net::Transport::create(make_config("client", &cf));
+  ASSERT_TRUE(client.ok());
+  auto link = client.value()->connect_sync("127.0.0.1:" + std::to_string(port.value()));
+  EXPECT_EQ(link.status().code(), WCCL_ERR_AUTH) << link.status().to_string();
+  EXPECT_EQ(acceptor.count(), 0u);
+}
+
+TEST_F(TlsTest, GarbageSpeakerIsDroppedAndOthersCarryOn) {
+  const int fd = raw_connect();
+  std::vector<uint8_t> junk(4096);
+  fill_pattern(junk.data(), junk.size(), 77);
+  EXPECT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+  uint8_t reply[256];
+  ssize_t n;
+  do {
+    n = read(fd, reply, sizeof(reply));  // until the server closes (an alert may come first)
+  } while (n > 0);
+  EXPECT_EQ(n, 0) << "the server should close the connection, not leave it hanging";
+  close(fd);
+  expect_server_healthy(0);
+}
+
+TEST(TlsConfig, MissingOrBadFilesAreNamed) {
+  Pki pki;
+  auto nf = pki.node("n");
+  Config cfg = make_config("n", &nf);
+  ASSERT_TRUE(cfg.set("tls_key", "").ok());
+  auto t = net::Transport::create(cfg);
+  EXPECT_EQ(t.status().code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(t.status().message().find("tls_key"), std::string::npos) << t.status().message();
+
+  ASSERT_TRUE(cfg.set("tls_key", pki.dir() + "/missing.key").ok());
+  t = net::Transport::create(cfg);
+  EXPECT_EQ(t.status().code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(t.status().message().find("missing.key"), std::string::npos) << t.status().message();
+
+  auto other = pki.node("other");
+  ASSERT_TRUE(cfg.set("tls_key", other.key).ok());  // a key that is not the certificate's
+  t = net::Transport::create(cfg);
+  EXPECT_EQ(t.status().code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(t.status().message().find("match"), std::string::npos) << t.status().message();
+}
+
+}  // namespace
+}  // namespace wccl::test

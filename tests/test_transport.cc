@@ -1,0 +1,399 @@
+// Links over 127.0.0.1: messages, striping, parking, backpressure, failures and timeouts.
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "support.h"
+
+extern char **environ;
+
+namespace wccl::test {
+namespace {
+
+using net::Clock;
+using net::Link;
+using net::MessageKey;
+
+struct Variant {
+  bool tls;
+  int streams;
+};
+
+std::string variant_name(const testing::TestParamInfo<Variant> &info) {
+  return std::string(info.param.tls ? "tls" : "plain") + "_" + std::to_string(info.param.streams) + "streams";
+}
+
+class TransportTest : public testing::TestWithParam<Variant> {
+ protected:
+  Config config(const std::string &name) {
+    Config cfg = make_config(name, GetParam().tls ? &(name == "server" ? server_files_ : client_files_) : nullptr);
+    EXPECT_TRUE(cfg.set("streams", std::to_string(GetParam().streams)).ok());
+    return cfg;
+  }
+  void SetUp() override {
+    if (GetParam().tls) {
+      server_files_ = pki_.node("server");
+      client_files_ = pki_.node("client");
+    }
+  }
+  Pki pki_;
+  certgen::NodeFiles server_files_, client_files_;
+};
+
+// Sends `n` bytes with `seed` from a to b under key and checks what arrives.
+void exchange(Link &from, Link &to, const MessageKey &key, size_t n, uint64_t seed) {
+  std::vector<uint8_t> src(n), dst(n);
+  fill_pattern(src.data(), n, seed);
+  Done sent, got;
+  ASSERT_TRUE(to.recv(key, dst.data(), n, got.callback()).ok());
+  ASSERT_TRUE(from.send(key, src.data(), n, sent.callback()).ok());
+  Status s = sent.wait(), r = got.wait();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_TRUE(r.ok()) << r.to_string();
+  EXPECT_EQ(check_pattern(dst.data(), n, seed), n) << "message " << key.to_string() << " of " << n;
+}
+
+TEST_P(TransportTest, MessagesOfEverySizeBothWays) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  EXPECT_EQ(p.client_link->stream_count(), GetParam().streams);
+  EXPECT_EQ(p.server_link->stream_count(), GetParam().streams);
+  EXPECT_EQ(p.server_link->peer_name(), "client");
+  EXPECT_EQ(p.client_link->peer_name(), "server");
+  uint32_t tag = 0;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{47}, size_t{48}, size_t{16385}, size_t{(1 << 20) + 3},
+                   size_t{5 << 20}}) {
+    exchange(*p.client_link, *p.server_link, {1, 2, ++tag}, n, tag);
+    exchange(*p.server_link, *p.client_link, {1, 2, ++tag}, n, tag);
+  }
+  EXPECT_GE(p.client_link->stats().bytes_sent, (1u << 20) + 3 + (5u << 20));
+  EXPECT_EQ(p.client_link->stats().bytes_sent, p.server_link->stats().bytes_received);
+}
+
+TEST_P(TransportTest, ReceivesPostedLateOrOutOfOrderAllComplete) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  constexpr int kMessages = 48;
+  std::vector<std::vector<uint8_t>> src(kMessages), dst(kMessages);
+  std::vector<Done> sent(kMessages), got(kMessages);
+  std::mt19937 rng(42);
+  for (int i = 0; i < kMessages; ++i) {
+    const size_t n = (i % 3 == 0) ? (3 << 20) + i : static_cast<size_t>(rng() % 100000);
+    src[i].resize(n);
+    dst[i].resize(n);
+    fill_pattern(src[i].data(), n, 100 + i);
+    ASSERT_TRUE(p.client_link->send({3, static_cast<uint64_t>(i), 9}, src[i].data(), n, sent[i].callback()).ok());
+  }
+  // Frames for keys nobody asked for yet park their streams; receives posted in a shuffled order
+  // (the last message first) must release them all.
+  std::vector<int> order(kMessages);
+  for (int i = 0; i < kMessages; ++i) order[i] = kMessages - 1 - i;
+  std::shuffle(order.begin() + 1, order.end(), rng);
+  for (int i : order) {
+    ASSERT_TRUE(p.server_link->recv({3, static_cast<uint64_t>(i), 9}, dst[i].data(), dst[i].size(), got[i].callback()).ok());
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    Status r = got[i].wait();
+    ASSERT_TRUE(r.ok()) << i << ": " << r.to_string();
+    ASSERT_TRUE(sent[i].wait().ok());
+    EXPECT_EQ(check_pattern(dst[i].data(), dst[i].size(), 100 + i), dst[i].size()) << "message " << i;
+  }
+}
+
+TEST_P(TransportTest, SlowReceiverSlowsTheSenderAndMemoryStaysBounded) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  const size_t n = 512u << 20;
+  std::vector<uint8_t> src(n), dst(n);
+  fill_pattern(src.data(), n, 7);
+  // Touch the destination now so that its pages do not count as growth below.
+  std::fill(dst.begin(), dst.end(), 0);
+  auto rss_kib = [] {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    }
+    return 0L;
+  };
+  const long before = rss_kib();
+  Done sent, got;
+  ASSERT_TRUE(p.client_link->send({0, 0, 1}, src.data(), n, sent.callback()).ok());
+  // Nobody receives yet: the send cannot finish, and nothing buffers the message in memory.
+  EXPECT_EQ(sent.wait(std::chrono::milliseconds(700)).code(), WCCL_ERR_TIMEOUT);
+  const long grown_mib = (rss_kib() - before) / 1024;
+  EXPECT_LT(grown_mib, 64) << "the transport buffered " << grown_mib << " MiB of an unreceived message";
+  ASSERT_TRUE(p.server_link->recv({0, 0, 1}, dst.data(), n, got.callback()).ok());
+  ASSERT_TRUE(got.wait().ok());
+  ASSERT_TRUE(sent.wait().ok());
+  EXPECT_EQ(check_pattern(dst.data(), n, 7), n);
+}
+
+TEST_P(TransportTest, ClosedLinkFailsPendingAndLaterOperations) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  std::vector<uint8_t> buf(1000);
+  Done pending;
+  ASSERT_TRUE(p.server_link->recv({0, 0, 5}, buf.data(), buf.size(), pending.callback()).ok());
+  p.server_link->close();
+  EXPECT_EQ(pending.wait().code(), WCCL_ERR_ABORTED);
+  Done later;
+  ASSERT_TRUE(p.server_link->send({0, 0, 6}, buf.data(), buf.size(), later.callback()).ok());
+  EXPECT_EQ(later.wait().code(), WCCL_ERR_ABORTED);
+  // The peer sees the connection go: its pending receive fails with IO.
+  Done peer;
+  ASSERT_TRUE(p.client_link->recv({0, 0, 7}, buf.data(), buf.size(), peer.callback()).ok());
+  Status st = peer.wait(5s);
+  EXPECT_EQ(st.code(), WCCL_ERR_IO) << st.to_string();
+}
+
+TEST_P(TransportTest, LengthMismatchFailsTheLinkWithProtocol) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  std::vector<uint8_t> src(5000), dst(4000);
+  Done sent, got;
+  ASSERT_TRUE(p.server_link->recv({0, 0, 1}, dst.data(), dst.size(), got.callback()).ok());
+  ASSERT_TRUE(p.client_link->send({0, 0, 1}, src.data(), src.size(), sent.callback()).ok());
+  Status st = got.wait();
+  EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << st.to_string();
+  EXPECT_NE(st.message().find("5000 bytes but its receive expects 4000"), std::string::npos) << st.message();
+}
+
+TEST_P(TransportTest, SecondReceiveOfTheSameKeyIsInvalidUsage) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  std::vector<uint8_t> a(100), b(100), src(100);
+  fill_pattern(src.data(), src.size(), 3);
+  Done first, second, sent;
+  ASSERT_TRUE(p.server_link->recv({0, 0, 1}, a.data(), a.size(), first.callback()).ok());
+  ASSERT_TRUE(p.server_link->recv({0, 0, 1}, b.data(), b.size(), second.callback()).ok());
+  EXPECT_EQ(second.wait().code(), WCCL_ERR_INVALID_USAGE);
+  ASSERT_TRUE(p.client_link->send({0, 0, 1}, src.data(), src.size(), sent.callback()).ok());
+  ASSERT_TRUE(first.wait().ok());
+  EXPECT_EQ(check_pattern(a.data(), a.size(), 3), a.size());
+}
+
+TEST_P(TransportTest, TransportShutdownAbortsPendingOperations) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  std::vector<uint8_t> buf(100);
+  Done pending;
+  ASSERT_TRUE(p.server_link->recv({0, 0, 1}, buf.data(), buf.size(), pending.callback()).ok());
+  p.server.reset();
+  EXPECT_EQ(pending.wait().code(), WCCL_ERR_ABORTED);
+  // The handle outlives its transport: calls fail at once instead of crashing.
+  Done after;
+  EXPECT_EQ(p.server_link->send({0, 0, 2}, buf.data(), buf.size(), after.callback()).code(), WCCL_ERR_ABORTED);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, TransportTest,
+                         testing::Values(Variant{false, 1}, Variant{false, 4}, Variant{true, 1}, Variant{true, 4}),
+                         variant_name);
+
+// --- a gigabyte, verified ------------------------------------------------------------------------
+
+void gigabyte(const Config &server, const Config &client) {
+  LinkPair p;
+  open_pair(p, server, client);
+  ASSERT_NE(p.server_link, nullptr);
+  const size_t n = 1ull << 30;
+  exchange(*p.client_link, *p.server_link, {1, 1, 1}, n, 1234);
+  EXPECT_EQ(p.server_link->stats().bytes_received, n);
+}
+
+TEST(Gigabyte, PlaintextOverFourStreams) {
+  Config s = make_config("server", nullptr), c = make_config("client", nullptr);
+  gigabyte(s, c);
+}
+
+TEST(Gigabyte, TlsOverFourStreams) {
+  Pki pki;
+  auto sf = pki.node("server"), cf = pki.node("client");
+  gigabyte(make_config("server", &sf), make_config("client", &cf));
+}
+
+TEST(Gigabyte, TinySocketBuffersForcePartialReadsAndWrites) {
+  Pki pki;
+  auto sf = pki.node("server"), cf = pki.node("client");
+  Config s = make_config("server", &sf), c = make_config("client", &cf);
+  for (Config *cfg : {&s, &c}) {
+    ASSERT_TRUE(cfg->set("sock_buf_bytes", "4096").ok());
+    ASSERT_TRUE(cfg->set("frame_bytes", "100000").ok());  // frames that straddle every read
+  }
+  gigabyte(s, c);
+}
+
+// --- failures of the other process ----------------------------------------------------------------
+
+class PeerProcess {
+ public:
+  // Starts the helper connecting to address with env overrides ("WCCL_X=y").
+  PeerProcess(const std::string &address, size_t first, size_t second, std::vector<std::string> env) {
+    const char *helper = std::getenv("WCCL_TEST_PEER");
+    if (helper == nullptr) {
+      ADD_FAILURE() << "WCCL_TEST_PEER (the helper binary) is not set; run through meson test";
+      return;
+    }
+    for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    std::vector<char *> envp;
+    for (auto &s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string a1 = address, a2 = std::to_string(first), a3 = std::to_string(second);
+    char *argv[] = {const_cast<char *>(helper), a1.data(), a2.data(), a3.data(), nullptr};
+    EXPECT_EQ(posix_spawn(&pid_, helper, nullptr, nullptr, argv, envp.data()), 0);
+  }
+  ~PeerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  void signal(int sig) { kill(pid_, sig); }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+enum class Fault { kKill, kStop };
+
+void peer_fault(bool tls, Fault fault) {
+  Pki pki;
+  auto sf = pki.node("server"), cf = pki.node("client");
+  Config cfg = make_config("server", tls ? &sf : nullptr);
+  ASSERT_TRUE(cfg.set("io_timeout_ms", "1000").ok());
+  auto server = net::Transport::create(cfg);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  Acceptor acceptor;
+  auto port = server.value()->listen("127.0.0.1:0", acceptor.callback());
+  ASSERT_TRUE(port.ok());
+  std::vector<std::string> env = {"WCCL_NAME=victim", "WCCL_TLS=" + std::string(tls ? "on" : "off"),
+                                  "WCCL_TLS_CERT=" + cf.cert, "WCCL_TLS_KEY=" + cf.key, "WCCL_TLS_CA=" + cf.ca};
+  const size_t first = 32u << 20, second = 1u << 30;
+  PeerProcess peer("127.0.0.1:" + std::to_string(port.value()), first, second, env);
+  auto link = acceptor.wait(10s);
+  ASSERT_NE(link, nullptr) << "the helper did not connect";
+  std::vector<uint8_t> a(first), b(second);
+  ASSERT_TRUE(net::recv_sync(*link, {0, 0, 1}, a.data(), a.size(), 30s).ok());
+  EXPECT_EQ(check_pattern(a.data(), a.size(), 1), a.size());
+  Done got;
+  ASSERT_TRUE(link->recv({0, 0, 2}, b.data(), b.size(), got.callback()).ok());
+  // Let part of the second message arrive so that the fault lands in the middle of it.
+  const auto deadline = Clock::now() + 10s;
+  while (link->stats().bytes_received < first + (8u << 20) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GT(link->stats().bytes_received, first) << "the second message never started";
+  ASSERT_LT(link->stats().bytes_received, first + second) << "the second message finished too soon";
+  const auto t0 = Clock::now();
+  peer.signal(fault == Fault::kKill ? SIGKILL : SIGSTOP);
+  Status st = got.wait(10s);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  if (fault == Fault::kKill) {
+    EXPECT_EQ(st.code(), WCCL_ERR_IO) << st.to_string();
+    EXPECT_LT(ms, 1000) << "a killed peer's closed connection must be seen at once";
+  } else {
+    EXPECT_EQ(st.code(), WCCL_ERR_TIMEOUT) << st.to_string();
+    EXPECT_GE(ms, 900);
+    EXPECT_LT(ms, 2500) << "a silent peer must be detected within io_timeout_ms plus one sweep";
+  }
+}
+
+TEST(PeerFailure, KilledMidTransferGivesIoPlaintext) { peer_fault(false, Fault::kKill); }
+TEST(PeerFailure, KilledMidTransferGivesIoTls) { peer_fault(true, Fault::kKill); }
+TEST(PeerFailure, StoppedMidTransferGivesTimeout) { peer_fault(true, Fault::kStop); }
+
+// --- set-up failures --------------------------------------------------------------------------------
+
+TEST(Connect, SilentListenerTimesOut) {
+  // A socket that listens but never accepts: TCP connects through the backlog, then nothing.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
+  for (bool tls : {false, true}) {
+    Pki pki;
+    auto cf = pki.node("client");
+    Config cfg = make_config("client", tls ? &cf : nullptr);
+    ASSERT_TRUE(cfg.set("connect_timeout_ms", "400").ok());
+    auto t = net::Transport::create(cfg);
+    ASSERT_TRUE(t.ok());
+    const auto t0 = Clock::now();
+    auto link = t.value()->connect_sync("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    EXPECT_EQ(link.status().code(), WCCL_ERR_TIMEOUT) << link.status().to_string();
+    EXPECT_NE(link.status().message().find("not established within 400 ms"), std::string::npos);
+    EXPECT_GE(ms, 390);
+    EXPECT_LT(ms, 1500);
+  }
+  close(fd);
+}
+
+TEST(Connect, RefusedIsIo) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
+  close(fd);  // the port is now closed
+  auto t = net::Transport::create(make_config("client", nullptr));
+  ASSERT_TRUE(t.ok());
+  auto link = t.value()->connect_sync("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  EXPECT_EQ(link.status().code(), WCCL_ERR_IO) << link.status().to_string();
+  EXPECT_NE(link.status().message().find("connect to 127.0.0.1"), std::string::npos);
+}
+
+TEST(Connect, BadAddressesAreInvalidArguments) {
+  auto t = net::Transport::create(make_config("client", nullptr));
+  ASSERT_TRUE(t.ok());
+  for (const char *bad : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", ":80", "::1:80", "[::1]80", "[::1:80", "h:p"}) {
+    auto link = t.value()->connect_sync(bad);
+    EXPECT_EQ(link.status().code(), WCCL_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(link.status().message().find(bad), std::string::npos) << link.status().message();
+  }
+  auto port = t.value()->listen("not an address", nullptr);
+  EXPECT_EQ(port.status().code(), WCCL_ERR_INVALID_ARGUMENT);
+}
+
+TEST(Connect, Ipv6AndHostNames) {
+  auto server = net::Transport::create(make_config("server", nullptr));
+  auto client = net::Transport::create(make_config("client", nullptr));
+  ASSERT_TRUE(server.ok() && client.ok());
+  Acceptor acceptor;
+  auto port6 = server.value()->listen("[::1]:0", acceptor.callback());
+  if (!port6.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << port6.status().to_string();
+  auto link = client.value()->connect_sync("[::1]:" + std::to_string(port6.value()));
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto accepted = acceptor.wait();
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_EQ(accepted->peer_address().rfind("[::1]:", 0), 0u) << accepted->peer_address();
+  exchange(*link.value(), *accepted, {0, 0, 1}, 100000, 5);
+  auto port4 = server.value()->listen("localhost:0", acceptor.callback());
+  ASSERT_TRUE(port4.ok()) << port4.status().to_string();
+  auto by_name = client.value()->connect_sync("localhost:" + std::to_string(port4.value()));
+  ASSERT_TRUE(by_name.ok()) << by_name.status().to_string();
+  ASSERT_NE(acceptor.wait(), nullptr);
+}
+
+}  // namespace
+}  // namespace wccl::test
