@@ -4,67 +4,31 @@
 
 namespace wccl::test {
 
-namespace {
-uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
-void fill_pattern(uint8_t *buf, size_t n, uint64_t seed) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t v = splitmix(seed * 0x1000000000ULL + i / 8);
-    std::memcpy(buf + i, &v, 8);
-  }
-  const uint64_t tail = splitmix(seed * 0x1000000000ULL + i / 8);
-  for (size_t k = 0; i < n; ++i, ++k) buf[i] = static_cast<uint8_t>(tail >> (8 * k));
-}
-
-size_t check_pattern(const uint8_t *buf, size_t n, uint64_t seed) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t v = splitmix(seed * 0x1000000000ULL + i / 8);
-    if (std::memcmp(buf + i, &v, 8) != 0) {
-      for (size_t k = 0; k < 8; ++k) {
-        if (buf[i + k] != static_cast<uint8_t>(v >> (8 * k))) return i + k;
-      }
-    }
-  }
-  const uint64_t tail = splitmix(seed * 0x1000000000ULL + i / 8);
-  for (size_t k = 0; i < n; ++i, ++k) {
-    if (buf[i] != static_cast<uint8_t>(tail >> (8 * k))) return i;
-  }
-  return n;
-}
-
 Pki::Pki() {
-  auto dir = certgen::TempDir::create("wccl-test-pki");
+  auto dir = devkit::TempDir::create("wccl-test-pki");
   EXPECT_TRUE(dir.ok()) << dir.status().to_string();
   dir_ = std::move(dir).value();
-  auto ca = certgen::Authority::create(dir_->path(), "testca");
+  auto ca = devkit::Authority::create(dir_->path(), "testca");
   EXPECT_TRUE(ca.ok()) << ca.status().to_string();
   ca_ = std::move(ca).value();
-  auto other = certgen::Authority::create(dir_->path(), "otherca");
+  auto other = devkit::Authority::create(dir_->path(), "otherca");
   EXPECT_TRUE(other.ok()) << other.status().to_string();
   other_ca_ = std::move(other).value();
 }
 
-certgen::NodeFiles Pki::node(const std::string &name, int not_before_days, int not_after_days) {
+devkit::NodeFiles Pki::node(const std::string &name, int not_before_days, int not_after_days) {
   auto files = ca_->issue(name, not_before_days, not_after_days);
   EXPECT_TRUE(files.ok()) << files.status().to_string();
-  return files.ok() ? files.value() : certgen::NodeFiles{};
+  return files.ok() ? files.value() : devkit::NodeFiles{};
 }
 
-certgen::NodeFiles Pki::foreign_node(const std::string &name) {
+devkit::NodeFiles Pki::foreign_node(const std::string &name) {
   auto files = other_ca_->issue(name);
   EXPECT_TRUE(files.ok()) << files.status().to_string();
-  return files.ok() ? files.value() : certgen::NodeFiles{};
+  return files.ok() ? files.value() : devkit::NodeFiles{};
 }
 
-Config make_config(const std::string &name, const certgen::NodeFiles *tls) {
+Config make_config(const std::string &name, const devkit::NodeFiles *tls) {
   Result<Config> env = Config::from_env();  // honours WCCL_LOG_LEVEL while debugging
   Config cfg = env.ok() ? env.value() : Config::defaults();
   EXPECT_TRUE(cfg.set("name", name).ok());

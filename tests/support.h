@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "certgen.h"
+#include "pattern.h"
 #include "core/config.h"
 #include "net/transport.h"
 
@@ -19,28 +20,25 @@ namespace wccl::test {
 
 using namespace std::chrono_literals;
 
-// Fills / checks buf with a pattern that depends on seed and on each byte's offset, so a byte
-// landing at the wrong offset or from the wrong message is caught.
-void fill_pattern(uint8_t *buf, size_t n, uint64_t seed);
-// Index of the first byte that differs from the pattern, or n when all match.
-size_t check_pattern(const uint8_t *buf, size_t n, uint64_t seed);
+using devkit::check_pattern;
+using devkit::fill_pattern;
 
 // A CA and certificates for a few node names, in a temporary directory.
 class Pki {
  public:
   Pki();
-  certgen::NodeFiles node(const std::string &name, int not_before_days = -1, int not_after_days = 30);
+  devkit::NodeFiles node(const std::string &name, int not_before_days = -1, int not_after_days = 30);
   // A second, unrelated CA's node certificate (for wrong-CA tests).
-  certgen::NodeFiles foreign_node(const std::string &name);
+  devkit::NodeFiles foreign_node(const std::string &name);
   const std::string &dir() const { return dir_->path(); }
 
  private:
-  std::unique_ptr<certgen::TempDir> dir_;
-  std::unique_ptr<certgen::Authority> ca_, other_ca_;
+  std::unique_ptr<devkit::TempDir> dir_;
+  std::unique_ptr<devkit::Authority> ca_, other_ca_;
 };
 
 // A configuration for tests: short timeouts, the given name, TLS files when given.
-Config make_config(const std::string &name, const certgen::NodeFiles *tls);
+Config make_config(const std::string &name, const devkit::NodeFiles *tls);
 
 // Collects the links a listener accepts.
 class Acceptor {

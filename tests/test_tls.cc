@@ -70,7 +70,7 @@ class TlsTest : public testing::Test {
   }
 
   Pki pki_;
-  certgen::NodeFiles server_files_;
+  devkit::NodeFiles server_files_;
   std::unique_ptr<net::Transport> server_;
   Acceptor acceptor_;
   std::string address_;

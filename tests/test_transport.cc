@@ -45,7 +45,7 @@ class TransportTest : public testing::TestWithParam<Variant> {
     }
   }
   Pki pki_;
-  certgen::NodeFiles server_files_, client_files_;
+  devkit::NodeFiles server_files_, client_files_;
 };
 
 // Sends `n` bytes with `seed` from a to b under key and checks what arrives.
@@ -72,8 +72,10 @@ TEST_P(TransportTest, MessagesOfEverySizeBothWays) {
   uint32_t tag = 0;
   for (size_t n : {size_t{0}, size_t{1}, size_t{47}, size_t{48}, size_t{16385}, size_t{(1 << 20) + 3},
                    size_t{5 << 20}}) {
-    exchange(*p.client_link, *p.server_link, {1, 2, ++tag}, n, tag);
-    exchange(*p.server_link, *p.client_link, {1, 2, ++tag}, n, tag);
+    ++tag;
+    exchange(*p.client_link, *p.server_link, {1, 2, tag}, n, tag);
+    ++tag;
+    exchange(*p.server_link, *p.client_link, {1, 2, tag}, n, tag);
   }
   EXPECT_GE(p.client_link->stats().bytes_sent, (1u << 20) + 3 + (5u << 20));
   EXPECT_EQ(p.client_link->stats().bytes_sent, p.server_link->stats().bytes_received);

@@ -53,7 +53,7 @@ extern "C" {
   X(WCCL_ERR_INTERNAL, 16, "internal error (a bug in wccl)")
 
 typedef enum wccl_result_t {
-#define WCCL_RESULT_ENUM_(name, value, message) name = value,
+#define WCCL_RESULT_ENUM_(name, value, message) name = (value),
   WCCL_RESULT_TABLE(WCCL_RESULT_ENUM_)
 #undef WCCL_RESULT_ENUM_
 } wccl_result_t;

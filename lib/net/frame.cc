@@ -1,5 +1,6 @@
 #include "net/frame.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace wccl::net {
@@ -117,7 +118,7 @@ size_t encode_hello(const Hello &hello, uint8_t *out) {
   put<uint16_t>(out + 18, hello.stream_count);
   put<uint16_t>(out + 20, static_cast<uint16_t>(name_len));
   put<uint16_t>(out + 22, 0);
-  std::memcpy(out + kHelloFixedBytes, hello.name.data(), name_len);
+  std::copy_n(hello.name.data(), name_len, out + kHelloFixedBytes);
   return kHelloFixedBytes + name_len;
 }
 

@@ -552,14 +552,14 @@ void Link::do_recv(const MessageKey &key, RecvOp op) {
     defer([done = std::move(op.done), err = error_] { done(err); });
     return;
   }
-  auto [it, inserted] = recvs_.emplace(key, std::move(op));
-  if (!inserted) {
+  if (recvs_.count(key) != 0) {
     defer([done = std::move(op.done), k = key] {
       done(WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "a receive of message %s is already waiting",
                       k.to_string().c_str()));
     });
     return;
   }
+  recvs_.emplace(key, std::move(op));
   auto parked = parked_.find(key);
   if (parked == parked_.end()) return;
   std::vector<Stream *> streams = std::move(parked->second);
@@ -665,7 +665,7 @@ void Link::stream_ready() {
   pump();
 }
 
-void Link::fail(Status why) {
+void Link::fail(const Status &why) {
   if (state_ == State::kClosed) return;
   std::shared_ptr<Link> keep = shared_from_this();
   const bool was_setup = state_ == State::kSetup;

@@ -105,7 +105,7 @@ class Link : public std::enable_shared_from_this<Link> {
   // All below run on the loop thread.
   void do_send(SendOp op);
   void do_recv(const MessageKey &key, RecvOp op);
-  void fail(Status why);
+  void fail(const Status &why);
   void open_streams(const ::sockaddr *sa);
   void attach(Stream *stream, int index);
   void stream_ready();

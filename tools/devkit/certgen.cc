@@ -13,7 +13,7 @@
 
 #include "net/tls.h"
 
-namespace wccl::certgen {
+namespace wccl::devkit {
 namespace {
 
 struct PkeyFree {
@@ -128,4 +128,4 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-}  // namespace wccl::certgen
+}  // namespace wccl::devkit

@@ -8,7 +8,7 @@
 
 #include "core/status.h"
 
-namespace wccl::certgen {
+namespace wccl::devkit {
 
 struct NodeFiles {
   std::string cert;  // PEM certificate
@@ -49,4 +49,4 @@ class TempDir {
   std::string path_;
 };
 
-}  // namespace wccl::certgen
+}  // namespace wccl::devkit
