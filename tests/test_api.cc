@@ -22,8 +22,7 @@ TEST(Results, EveryCodeHasANameAndAMessage) {
   EXPECT_EQ(static_cast<int>(name), value);
   WCCL_RESULT_TABLE(CHECK_CODE)
 #undef CHECK_CODE
-  EXPECT_STREQ(wccl_result_name(static_cast<wccl_result_t>(9999)), "WCCL_ERR_UNKNOWN");
-  EXPECT_STREQ(wccl_strerror(static_cast<wccl_result_t>(-1)), "unknown result code");
+  // Values outside the table are checked from C (tests/c/c99_header.c), where they are legal.
   // Codes users match on keep their values forever.
   EXPECT_EQ(WCCL_OK, 0);
   EXPECT_EQ(WCCL_ERR_PEER_LOST, 6);

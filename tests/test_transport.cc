@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -395,6 +397,109 @@ TEST(Connect, Ipv6AndHostNames) {
   auto by_name = client.value()->connect_sync("localhost:" + std::to_string(port4.value()));
   ASSERT_TRUE(by_name.ok()) << by_name.status().to_string();
   ASSERT_NE(acceptor.wait(), nullptr);
+}
+
+}  // namespace
+}  // namespace wccl::test
+
+namespace wccl::test {
+namespace {
+
+// A hand-made plaintext peer: says hello as stream 0 of 1, then writes whatever frames a test gives.
+class RawPeer {
+ public:
+  explicit RawPeer(int port, uint16_t version = net::kProtocolVersion) {
+    signal(SIGPIPE, SIG_IGN);
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    timeval tv{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+    net::Hello hello;
+    hello.link_id[0] = 42;
+    hello.stream_count = 1;
+    hello.name = "raw";
+    uint8_t payload[net::kMaxHelloBytes];
+    const size_t n = net::encode_hello(hello, payload);
+    net::FrameHeader h;
+    h.type = net::FrameType::kHello;
+    h.length = static_cast<uint32_t>(n);
+    h.msg_len = n;
+    uint8_t hdr[net::kFrameHeaderBytes];
+    net::encode_header(h, hdr);
+    hdr[4] = static_cast<uint8_t>(version);  // the version field (little-endian, < 256 here)
+    send_bytes(hdr, sizeof(hdr));
+    send_bytes(payload, n);
+  }
+  ~RawPeer() { close(fd_); }
+  void write_frame(const net::FrameHeader &h, const uint8_t *payload) {
+    uint8_t hdr[net::kFrameHeaderBytes];
+    net::encode_header(h, hdr);
+    send_bytes(hdr, sizeof(hdr));
+    if (h.length > 0) send_bytes(payload, h.length);
+  }
+  void send_bytes(const uint8_t *p, size_t n) { (void)!write(fd_, p, n); }
+  // Reads until the server closes the connection; true if it did within the timeout.
+  bool closed_by_server() {
+    uint8_t buf[4096];
+    ssize_t n;
+    do {
+      n = read(fd_, buf, sizeof(buf));
+    } while (n > 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+TEST(BadFrames, RepeatedFrameFailsOnlyThatLinkWithProtocol) {
+  auto server = net::Transport::create(make_config("server", nullptr));
+  ASSERT_TRUE(server.ok());
+  Acceptor acceptor;
+  auto port = server.value()->listen("127.0.0.1:0", acceptor.callback());
+  ASSERT_TRUE(port.ok());
+  // A good link that must survive.
+  auto client = net::Transport::create(make_config("client", nullptr));
+  ASSERT_TRUE(client.ok());
+  auto good = client.value()->connect_sync("127.0.0.1:" + std::to_string(port.value()));
+  ASSERT_TRUE(good.ok());
+  auto good_accepted = acceptor.wait();
+  ASSERT_NE(good_accepted, nullptr);
+
+  RawPeer raw(port.value());
+  auto link = acceptor.wait();
+  ASSERT_NE(link, nullptr);
+  std::vector<uint8_t> dst(150, 0xee);
+  Done got;
+  ASSERT_TRUE(link->recv({0, 0, 1}, dst.data(), dst.size(), got.callback()).ok());
+  uint8_t payload[100];
+  std::memset(payload, 0x11, sizeof(payload));
+  net::FrameHeader h;
+  h.key = {0, 0, 1};
+  h.length = 100;
+  h.msg_len = 150;
+  raw.write_frame(h, payload);
+  raw.write_frame(h, payload);  // the same 100 bytes again: 200 > 150
+  Status st = got.wait(10s);
+  EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << st.to_string();
+  EXPECT_NE(st.message().find("more bytes than its length"), std::string::npos) << st.message();
+  EXPECT_TRUE(raw.closed_by_server());
+  exchange(*good.value(), *good_accepted, {0, 0, 2}, 70000, 3);
+}
+
+TEST(BadFrames, OtherProtocolVersionIsRejectedAtHello) {
+  auto server = net::Transport::create(make_config("server", nullptr));
+  ASSERT_TRUE(server.ok());
+  Acceptor acceptor;
+  auto port = server.value()->listen("127.0.0.1:0", acceptor.callback());
+  ASSERT_TRUE(port.ok());
+  RawPeer raw(port.value(), /*version=*/2);
+  EXPECT_TRUE(raw.closed_by_server());
+  EXPECT_EQ(acceptor.wait(200ms), nullptr) << "a peer of another protocol version was admitted";
 }
 
 }  // namespace

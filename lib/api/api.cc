@@ -21,10 +21,18 @@ void set_last_error(const Status &status) { t_last_error = status.to_string(); }
 
 extern "C" {
 
+// A C caller may pass any int; in C++ loading an enum outside its enumerators' range is undefined,
+// so the value is read as the int it is.
+static int result_code(const wccl_result_t &result) {
+  int code;
+  std::memcpy(&code, &result, sizeof(code));
+  return code;
+}
+
 const char *wccl_result_name(wccl_result_t result) {
-  switch (result) {
+  switch (result_code(result)) {
 #define WCCL_RESULT_NAME_(name, value, message) \
-  case name:                                    \
+  case value:                                   \
     return #name;
     WCCL_RESULT_TABLE(WCCL_RESULT_NAME_)
 #undef WCCL_RESULT_NAME_
@@ -33,9 +41,9 @@ const char *wccl_result_name(wccl_result_t result) {
 }
 
 const char *wccl_strerror(wccl_result_t result) {
-  switch (result) {
+  switch (result_code(result)) {
 #define WCCL_RESULT_MESSAGE_(name, value, message) \
-  case name:                                       \
+  case value:                                      \
     return message;
     WCCL_RESULT_TABLE(WCCL_RESULT_MESSAGE_)
 #undef WCCL_RESULT_MESSAGE_

@@ -1,5 +1,11 @@
 #include "net/loop.h"
 
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+
 namespace wccl::net {
 
 Result<std::unique_ptr<Loop>> Loop::start(Logger log) {
@@ -14,8 +20,15 @@ Result<std::unique_ptr<Loop>> Loop::start(Logger log) {
   loop->async_.data = loop.get();
   Loop *self = loop.get();
   loop->thread_ = std::thread([self] {
+    // A write to a connection the peer has closed must fail with EPIPE, not kill the process:
+    // SIGPIPE is thread-directed, so blocking it here covers every socket this loop writes.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     uv_run(&self->loop_, UV_RUN_DEFAULT);
   });
+  loop->thread_id_ = loop->thread_.get_id();
   return loop;
 }
 
@@ -56,12 +69,18 @@ Status Loop::post(std::function<void()> fn, std::chrono::milliseconds wait) {
                         kQueueCapacity, static_cast<long long>(wait.count()));
     }
     queue_.push_back(std::move(fn));
+    // Under the mutex: stop() cannot close the loop between the push and the wake-up.
+    uv_async_send(&async_);
   }
-  uv_async_send(&async_);
   return Status();
 }
 
 void Loop::stop(std::function<void()> stop_hook) {
+  if (in_loop_thread()) {
+    std::fprintf(stderr, "wccl: a transport was destroyed from its own I/O thread (a completion "
+                         "callback); destroy it from another thread\n");
+    std::abort();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;

@@ -30,7 +30,7 @@ class Loop {
   ~Loop();  // stops with an empty hook if stop() was not called
 
   uv_loop_t *uv() { return &loop_; }
-  bool in_loop_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  bool in_loop_thread() const { return std::this_thread::get_id() == thread_id_; }
   const Logger &log() const { return log_; }
 
   // Runs fn on the loop thread. Called on the loop thread, fn runs before post returns.
@@ -48,6 +48,7 @@ class Loop {
   uv_loop_t loop_{};
   uv_async_t async_{};
   std::thread thread_;
+  std::thread::id thread_id_;  // set once by start(), before the loop is shared
   std::mutex mu_;
   std::condition_variable room_;
   std::deque<std::function<void()>> queue_;  // at most kQueueCapacity entries

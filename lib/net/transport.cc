@@ -26,7 +26,7 @@ namespace {
 constexpr size_t kStagingBytes = 256 << 10;     // socket reads land here unless read directly
 constexpr size_t kDirectReadMin = 64 << 10;     // payload remainders this large skip staging
 constexpr size_t kCoalesceBytes = 16 << 10;     // TLS: smaller payloads share a record with the header
-constexpr size_t kMaxPendingStreams = 1024;     // accepted connections that have not said hello yet
+constexpr size_t kMaxSetupStreams = 256;        // accepted connections of links not yet open
 
 std::string sockaddr_text(const sockaddr *sa) {
   char ip[INET6_ADDRSTRLEN] = "?";
@@ -45,6 +45,9 @@ std::string sockaddr_text(const sockaddr *sa) {
   }
   return "?";
 }
+
+// Kernel timeouts (TCP_USER_TIMEOUT, keepalive) are timeouts; every other socket error is IO.
+wccl_result_t io_code(int uv_error) { return uv_error == UV_ETIMEDOUT ? WCCL_ERR_TIMEOUT : WCCL_ERR_IO; }
 
 std::string peer_text(const uv_tcp_t *tcp) {
   sockaddr_storage ss{};
@@ -83,6 +86,7 @@ class Core : public std::enable_shared_from_this<Core> {
     std::function<void(std::shared_ptr<Link>)> on_link;
   };
   std::vector<Listener *> listeners;
+  std::set<uv_getaddrinfo_t *> lookups;  // in flight; cancelled at shutdown
 
   // User callbacks wait here until the loop callback that produced them has finished changing
   // state; every entry point from libuv or post() ends with run_deferred().
@@ -183,6 +187,7 @@ void Stream::start_after_connect() {
   Status st = init_tls();
   if (!st.ok()) return fail(st);
   start_reading();
+  if (closing_) return;
   if (tls_) {
     phase_ = Phase::kHandshake;
     process();  // a client's first handshake step writes its ClientHello
@@ -229,7 +234,8 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
       s->fail(WCCL_ERROR(WCCL_ERR_IO, "peer %s closed the connection%s", s->peer_.c_str(),
                          mid_frame ? " in the middle of a frame" : ""));
     } else {
-      s->fail(WCCL_ERROR(WCCL_ERR_IO, "read from %s: %s", s->peer_.c_str(), uv_strerror(static_cast<int>(nread))));
+      s->fail(WCCL_ERROR(io_code(static_cast<int>(nread)), "read from %s: %s", s->peer_.c_str(),
+                         uv_strerror(static_cast<int>(nread))));
     }
   } else if (nread > 0) {
     const size_t n = static_cast<size_t>(nread);
@@ -273,7 +279,13 @@ void Stream::process() {
       }
       auto [ptr, max] = rx_target();
       Result<size_t> n = tls_->read(ptr, max);
-      if (!n.ok()) return fail(n.status().with_context(format("from %s", peer_.c_str())));
+      if (!n.ok()) {
+        Status st = n.status().with_context(format("from %s", peer_.c_str()));
+        // TLS 1.3 clients learn that the server rejected their certificate only now, from the
+        // alert that ends the session during the hello.
+        if (phase_ == Phase::kHello) st = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up)", st.message().c_str());
+        return fail(st);
+      }
       if (n.value() == 0) {
         Status st = flush_tls(nullptr, 0);  // the engine may owe the peer a reply (alert, key update)
         if (!st.ok()) fail(st);
@@ -337,6 +349,7 @@ void Stream::begin_data() {
 
 void Stream::resume() {
   if (rx_ != Rx::kAwaitDest || closing_) return;
+  link_->last_rx_ = Clock::now();  // the silence while parked was this side's
   begin_data();
   if (closing_) return;
   process();
@@ -458,7 +471,7 @@ void Stream::on_write(uv_write_t *r, int status) {
   if (link == nullptr || s->closing_) return;  // the link already failed and released its ops
   std::shared_ptr<Link> keep = link->shared_from_this();
   if (status < 0) {
-    s->fail(WCCL_ERROR(WCCL_ERR_IO, "write to %s: %s", s->peer_.c_str(), uv_strerror(status)));
+    s->fail(WCCL_ERROR(io_code(status), "write to %s: %s", s->peer_.c_str(), uv_strerror(status)));
   } else if (req->op != nullptr) {
     link->frame_sent(req->op, req->frame_len);
   }
@@ -468,10 +481,10 @@ void Stream::on_write(uv_write_t *r, int status) {
 void Stream::fail(Status why) {
   if (closing_) return;
   if (link_ != nullptr) {
-    // During set-up a TLS session that breaks, or a peer that hangs up, is a refusal to
-    // authenticate us (TLS 1.3 clients learn of a rejected certificate only after the handshake).
+    // A peer that hangs up after the TCP connect but before its hello refused us: it rejected our
+    // certificate, or one side has tls=off.
     if (phase_ != Phase::kConnecting && phase_ != Phase::kOpen && link_->state_ == Link::State::kSetup &&
-        (why.code() == WCCL_ERR_IO || (tls_ && why.code() == WCCL_ERR_PROTOCOL))) {
+        why.code() == WCCL_ERR_IO) {
       why = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up: the peer rejected this side's "
                        "certificate, or tls=on/off differs between the two sides)", why.message().c_str());
     }
@@ -504,6 +517,8 @@ Link::Link(std::shared_ptr<Core> core, bool is_client, int stream_count, Clock::
 
 Link::~Link() = default;
 
+bool Link::on_loop_thread() const { return core_->loop->in_loop_thread(); }
+
 Status Link::send(const MessageKey &key, const void *data, size_t len, Completion done) {
   if (len > kMaxMessageBytes) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "message of %zu bytes exceeds the limit of %llu", len,
@@ -519,7 +534,7 @@ Status Link::send(const MessageKey &key, const void *data, size_t len, Completio
 
 Status Link::recv(const MessageKey &key, void *data, size_t len, Completion done) {
   if (data == nullptr && len > 0) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "recv: data is NULL");
-  RecvOp op{static_cast<uint8_t *>(data), len, 0, std::move(done)};
+  RecvOp op{static_cast<uint8_t *>(data), len, 0, 0, std::move(done)};
   return core_->loop->post([self = shared_from_this(), key, op = std::move(op)]() mutable {
     self->do_recv(key, std::move(op));
     self->core_->run_deferred();
@@ -624,10 +639,13 @@ Result<Link::RxBegin> Link::rx_begin(Stream *stream, const FrameHeader &h, uint8
                       h.key.to_string().c_str(), static_cast<unsigned long long>(h.msg_len),
                       static_cast<unsigned long long>(op.len));
   }
-  if (h.length > op.len - op.received) {
+  // Counting bytes as frames begin (not as they finish) means that once a message is complete no
+  // other stream can still be writing into its buffer, whatever a faulty peer repeats.
+  if (h.length > op.len - op.reserved) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "message %s received more bytes than its length",
                       h.key.to_string().c_str());
   }
+  op.reserved += h.length;
   *dst = op.data + h.offset;
   return RxBegin::kGo;
 }
@@ -658,9 +676,9 @@ void Link::stream_ready() {
            peer_address_.c_str(), peer_name_.c_str(), stream_count_,
            core_->opt.tls ? ", TLS 1.3" : ", plaintext");
   if (is_client_) {
-    defer([cb = std::move(on_connected_), self = shared_from_this()] { cb(self); });
+    defer([cb = std::exchange(on_connected_, nullptr), self = shared_from_this()] { cb(self); });
   } else if (on_accepted_) {
-    defer([cb = std::move(on_accepted_), self = shared_from_this()] { cb(self); });
+    defer([cb = std::exchange(on_accepted_, nullptr), self = shared_from_this()] { cb(self); });
   }
   pump();
 }
@@ -689,9 +707,13 @@ void Link::fail(const Status &why) {
   recvs_.clear();
   parked_.clear();
   if (on_connected_) {
-    defer([cb = std::move(on_connected_), why] { cb(why); });
+    defer([cb = std::exchange(on_connected_, nullptr), why] { cb(why); });
   }
-  core_->accepting.erase(std::string(reinterpret_cast<const char *>(link_id_), sizeof(link_id_)));
+  on_accepted_ = nullptr;
+  if (!is_client_) {
+    auto it = core_->accepting.find(std::string(reinterpret_cast<const char *>(link_id_), sizeof(link_id_)));
+    if (it != core_->accepting.end() && it->second.get() == this) core_->accepting.erase(it);
+  }
   core_->links.erase(keep);
 }
 
@@ -707,8 +729,12 @@ void Link::check_timeouts(Clock::time_point now) {
   if (state_ != State::kOpen || now - last_rx_ < core_->opt.io_timeout) return;
   // Silence counts only while the peer owes bytes: a frame or a message has started to arrive.
   // (A stream parked on a receive nobody posted is waiting for this side, not for the peer.)
+  // A partly received message counts only while no stream is parked: the rest of it may be queued
+  // behind a frame that waits for a receive this side has not posted.
   bool mid_message = false;
-  for (const auto &[key, op] : recvs_) mid_message = mid_message || (op.received > 0 && op.received < op.len);
+  if (parked_.empty()) {
+    for (const auto &[key, op] : recvs_) mid_message = mid_message || (op.received > 0 && op.received < op.len);
+  }
   for (Stream *s : streams_) mid_message = mid_message || s->mid_frame();
   if (!mid_message) return;
   fail(WCCL_ERROR(WCCL_ERR_TIMEOUT, "no byte from %s (%s) for %lld ms in the middle of a message",
@@ -771,9 +797,11 @@ void Core::on_connection(Listener *l, int status) {
     s->close();
     return;
   }
-  if (pending.size() >= kMaxPendingStreams) {
+  size_t in_setup = pending.size();
+  for (const auto &[id, link] : accepting) in_setup += static_cast<size_t>(link->ready_);
+  if (in_setup >= kMaxSetupStreams) {
     WCCL_LOG(log, kWarn, "refusing a connection from %s: %zu connections are already in set-up",
-             peer_text(&s->tcp_).c_str(), pending.size());
+             peer_text(&s->tcp_).c_str(), in_setup);
     s->close();
     return;
   }
@@ -838,6 +866,9 @@ void Core::shutdown() {
   run_deferred();
   std::vector<Stream *> streams(pending.begin(), pending.end());
   for (Stream *s : streams) s->close();
+  // A lookup still queued is cancelled (its callback runs with ECANCELED); one already running on
+  // libuv's thread pool finishes first.
+  for (uv_getaddrinfo_t *req : lookups) uv_cancel(reinterpret_cast<uv_req_t *>(req));
   for (Listener *l : listeners) {
     uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp), [](uv_handle_t *h) { delete static_cast<Listener *>(h->data); });
   }
@@ -902,7 +933,9 @@ addrinfo resolve_hints(bool passive) {
 }
 
 Status resolve_error(const std::string &address, const std::string &host, int rc) {
-  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "address \"%s\": cannot resolve \"%s\": %s",
+  // A resolver that is unreachable or busy says nothing about the address.
+  const wccl_result_t code = rc == UV_EAI_AGAIN || rc == UV_ECANCELED ? WCCL_ERR_IO : WCCL_ERR_INVALID_ARGUMENT;
+  return WCCL_ERROR(code, "address \"%s\": cannot resolve \"%s\": %s",
                     address.c_str(), host.c_str(), uv_strerror(rc));
 }
 
@@ -959,7 +992,11 @@ Result<int> Transport::listen(const std::string &address,
     l->core = c;
     l->on_link = on_link;
     l->tcp.data = l;
-    uv_tcp_init_ex(c->loop->uv(), &l->tcp, sa.ss_family);
+    const int init = uv_tcp_init_ex(c->loop->uv(), &l->tcp, sa.ss_family);
+    if (init != 0) {
+      delete l;
+      return WCCL_ERROR(WCCL_ERR_IO, "listen on %s: %s", address.c_str(), uv_strerror(init));
+    }
     auto close_listener = [l] {
       uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp), [](uv_handle_t *h) { delete static_cast<Core::Listener *>(h->data); });
     };
@@ -1018,12 +1055,14 @@ Status Transport::connect(const std::string &address,
     };
     auto *lookup = new Lookup();
     lookup->req.data = lookup;
+    core->lookups.insert(&lookup->req);
     lookup->link = link;
     lookup->host = hp.host;
     const addrinfo hints = resolve_hints(/*passive=*/false);
     const std::string port = std::to_string(hp.port);
     const int rc = uv_getaddrinfo(core->loop->uv(), &lookup->req, [](uv_getaddrinfo_t *req, int status, addrinfo *res) {
       std::unique_ptr<Lookup> l(static_cast<Lookup *>(req->data));
+      l->link->core_->lookups.erase(req);
       if (status == 0 && res != nullptr) {
         l->link->open_streams(res->ai_addr);
       } else {
@@ -1033,6 +1072,7 @@ Status Transport::connect(const std::string &address,
       l->link->core_->run_deferred();
     }, hp.host.c_str(), port.c_str(), &hints);
     if (rc != 0) {
+      core->lookups.erase(&lookup->req);
       delete lookup;
       link->fail(resolve_error(address, hp.host, rc));
     }
@@ -1107,6 +1147,9 @@ class Waiter : public std::enable_shared_from_this<Waiter> {
 
 template <typename Start>
 Status wait_op(Link &link, std::chrono::milliseconds timeout, const char *what, Start start) {
+  if (link.on_loop_thread()) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "blocking %s on the I/O thread would deadlock it", what);
+  }
   auto waiter = std::make_shared<Waiter>();
   WCCL_RETURN_IF_ERROR(start(waiter->callback()));
   if (waiter->wait(timeout)) return waiter->status();
@@ -1125,6 +1168,9 @@ Result<std::shared_ptr<Link>> Transport::connect_sync(const std::string &address
     std::condition_variable cv;
     std::optional<Result<std::shared_ptr<Link>>> result;
   };
+  if (core_->loop->in_loop_thread()) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "blocking connect on the I/O thread would deadlock it");
+  }
   auto shared = std::make_shared<Shared>();
   WCCL_RETURN_IF_ERROR(connect(address, [shared](Result<std::shared_ptr<Link>> r) {
     std::lock_guard<std::mutex> lock(shared->mu);

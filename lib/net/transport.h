@@ -75,6 +75,8 @@ class Link : public std::enable_shared_from_this<Link> {
   const std::string &peer_address() const { return peer_address_; }
   int stream_count() const { return stream_count_; }
   LinkStats stats() const { return {bytes_sent_.load(), bytes_received_.load()}; }
+  // True on the transport's I/O thread (inside completion callbacks).
+  bool on_loop_thread() const;
 
  private:
   friend class Core;
@@ -95,7 +97,8 @@ class Link : public std::enable_shared_from_this<Link> {
   struct RecvOp {
     uint8_t *data;
     uint64_t len;
-    uint64_t received = 0;
+    uint64_t reserved = 0;  // bytes of frames begun: no stream may write past len in total
+    uint64_t received = 0;  // bytes of frames finished
     Completion done;
   };
   enum class RxBegin { kGo, kPark };
@@ -158,7 +161,7 @@ class Transport {
   // link or the error (IO, TIMEOUT, AUTH, PROTOCOL; INVALID_ARGUMENT for a bad address).
   Status connect(const std::string &address,
                  std::function<void(Result<std::shared_ptr<Link>>)> done);
-  // connect() and wait for it (not on the loop thread).
+  // connect() and wait for it (INVALID_USAGE on the loop thread).
   Result<std::shared_ptr<Link>> connect_sync(const std::string &address);
 
   const Logger &log() const;
@@ -169,8 +172,9 @@ class Transport {
   std::shared_ptr<Core> core_;
 };
 
-// Blocking send/recv for callers off the loop thread. If the operation has not completed within
-// timeout, the link is closed with TIMEOUT (so the buffer is released) and that is returned.
+// Blocking send/recv for callers off the loop thread (INVALID_USAGE on it). If the operation has
+// not completed within timeout, the link is closed with TIMEOUT (so the buffer is released) and
+// that is returned.
 Status send_sync(Link &link, const MessageKey &key, const void *data, size_t len,
                  std::chrono::milliseconds timeout);
 Status recv_sync(Link &link, const MessageKey &key, void *data, size_t len,

@@ -16,6 +16,8 @@ int main(void) {
   if (strstr(wccl_last_error(), "streams") == NULL) return 6;
   if (strcmp(wccl_version(), WCCL_VERSION_STRING) != 0) return 7;
   if (strcmp(wccl_result_name(WCCL_ERR_TIMEOUT), "WCCL_ERR_TIMEOUT") != 0) return 8;
+  if (strcmp(wccl_result_name((wccl_result_t)9999), "WCCL_ERR_UNKNOWN") != 0) return 9;
+  if (strcmp(wccl_strerror((wccl_result_t)-1), "unknown result code") != 0) return 10;
   wccl_config_destroy(cfg);
   printf("c99 ok: wccl %s\n", wccl_version());
   return 0;
