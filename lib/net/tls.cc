@@ -5,7 +5,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 
 namespace wccl::net {
 
@@ -65,20 +67,74 @@ Result<std::shared_ptr<TlsContext>> TlsContext::create(const Config &cfg) {
 
 TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
 
+// The BIO pair of a TlsEngine: reads come from the ciphertext the stream lent, writes append to
+// the engine's output buffer. Both BIOs point at the engine (BIO_get_data).
+struct EngineBio {
+  static int read(BIO *b, char *buf, int len) {
+    auto *e = static_cast<TlsEngine *>(BIO_get_data(b));
+    BIO_clear_retry_flags(b);
+    if (e->in_left_ == 0) {
+      BIO_set_retry_read(b);
+      return -1;
+    }
+    const size_t n = std::min(static_cast<size_t>(len), e->in_left_);
+    std::memcpy(buf, e->in_, n);
+    e->in_ += n;
+    e->in_left_ -= n;
+    return static_cast<int>(n);
+  }
+  static int write(BIO *b, const char *buf, int len) {
+    auto *e = static_cast<TlsEngine *>(BIO_get_data(b));
+    BIO_clear_retry_flags(b);
+    const auto *bytes = reinterpret_cast<const uint8_t *>(buf);  // same element type: one memmove
+    e->out_.insert(e->out_.end(), bytes, bytes + len);
+    return len;
+  }
+  static long ctrl(BIO *b, int cmd, long, void *) {
+    auto *e = static_cast<TlsEngine *>(BIO_get_data(b));
+    switch (cmd) {
+      case BIO_CTRL_FLUSH:
+        return 1;
+      case BIO_CTRL_PENDING:
+        return static_cast<long>(e->in_left_);
+      case BIO_CTRL_WPENDING:
+        return static_cast<long>(e->out_.size());
+      default:
+        return 0;
+    }
+  }
+  static int create(BIO *b) {
+    BIO_set_init(b, 1);
+    return 1;
+  }
+  static const BIO_METHOD *method() {
+    static const BIO_METHOD *m = [] {
+      BIO_METHOD *bm = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "wccl stream");
+      if (bm == nullptr) return static_cast<BIO_METHOD *>(nullptr);
+      BIO_meth_set_read(bm, &EngineBio::read);
+      BIO_meth_set_write(bm, &EngineBio::write);
+      BIO_meth_set_ctrl(bm, &EngineBio::ctrl);
+      BIO_meth_set_create(bm, &EngineBio::create);
+      return bm;
+    }();
+    return m;
+  }
+};
+
 Result<std::unique_ptr<TlsEngine>> TlsEngine::create(const TlsContext &context, bool is_server) {
   std::unique_ptr<TlsEngine> e(new TlsEngine());
   e->ssl_ = SSL_new(context.ctx());
-  BIO *rbio = BIO_new(BIO_s_mem());
-  BIO *wbio = BIO_new(BIO_s_mem());
+  const BIO_METHOD *method = EngineBio::method();
+  BIO *rbio = method != nullptr ? BIO_new(method) : nullptr;
+  BIO *wbio = method != nullptr ? BIO_new(method) : nullptr;
   if (e->ssl_ == nullptr || rbio == nullptr || wbio == nullptr) {
     BIO_free(rbio);
     BIO_free(wbio);
     return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "cannot create a TLS session: %s", openssl_errors().c_str());
   }
-  BIO_set_mem_eof_return(rbio, -1);  // an empty input BIO means "retry", not end of stream
-  SSL_set_bio(e->ssl_, rbio, wbio);    // the session owns both BIOs from here
-  e->rbio_ = rbio;
-  e->wbio_ = wbio;
+  BIO_set_data(rbio, e.get());
+  BIO_set_data(wbio, e.get());
+  SSL_set_bio(e->ssl_, rbio, wbio);  // the session owns both BIOs from here
   if (is_server) {
     SSL_set_accept_state(e->ssl_);
   } else {
@@ -88,18 +144,6 @@ Result<std::unique_ptr<TlsEngine>> TlsEngine::create(const TlsContext &context, 
 }
 
 TlsEngine::~TlsEngine() { SSL_free(ssl_); }
-
-Status TlsEngine::feed(const uint8_t *data, size_t n) {
-  // A memory BIO grows as needed; the caller bounds how much it feeds before reading.
-  while (n > 0) {
-    const int chunk = n > INT_MAX ? INT_MAX : static_cast<int>(n);
-    const int w = BIO_write(rbio_, data, chunk);
-    if (w <= 0) return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "TLS input buffer: %s", openssl_errors().c_str());
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status();
-}
 
 Status TlsEngine::error_status(wccl_result_t code, const char *what, int ret) {
   const int err = SSL_get_error(ssl_, ret);
@@ -138,6 +182,9 @@ Result<size_t> TlsEngine::read(uint8_t *dst, size_t max) {
 
 Status TlsEngine::write(const uint8_t *src, size_t n) {
   ERR_clear_error();
+  // Room for the records (16 KiB of data, 22 bytes of header, type and tag each) up front, so the
+  // output buffer is written once and never moved.
+  out_.reserve(out_.size() + n + (n / 16384 + 1) * 22);
   while (n > 0) {
     const int chunk = n > (1u << 30) ? (1 << 30) : static_cast<int>(n);
     const int r = SSL_write(ssl_, src, chunk);
@@ -148,12 +195,10 @@ Status TlsEngine::write(const uint8_t *src, size_t n) {
   return Status();
 }
 
-size_t TlsEngine::pending() const { return BIO_ctrl_pending(wbio_); }
-
-size_t TlsEngine::take(uint8_t *out, size_t max) {
-  const int chunk = max > INT_MAX ? INT_MAX : static_cast<int>(max);
-  const int r = BIO_read(wbio_, out, chunk);
-  return r > 0 ? static_cast<size_t>(r) : 0;
+std::vector<uint8_t> TlsEngine::take() {
+  std::vector<uint8_t> out;
+  out.swap(out_);
+  return out;
 }
 
 std::string TlsEngine::peer_subject() const {

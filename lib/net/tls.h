@@ -1,5 +1,6 @@
-// TLS 1.3 as a decorator that does no I/O: ciphertext goes in and out through memory BIOs and
-// the caller (a Stream, which owns the libuv socket) moves it. Mutual authentication: both ends
+// TLS 1.3 as a decorator that does no I/O: the caller (a Stream, which owns the libuv socket)
+// lends it ciphertext to read in place and takes the ciphertext it produces. Two small BIOs do
+// this without the extra copy that OpenSSL's memory BIOs would make on each side. Mutual authentication: both ends
 // present a certificate that must chain to the configured CA.
 #pragma once
 
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/status.h"
@@ -44,8 +46,13 @@ class TlsEngine {
   TlsEngine(const TlsEngine &) = delete;
   TlsEngine &operator=(const TlsEngine &) = delete;
 
-  // Hands ciphertext read from the socket to the engine.
-  Status feed(const uint8_t *data, size_t n);
+  // Lends the engine ciphertext read from the socket. It reads from there in place until the
+  // next set_input; input_left() says how much it has not consumed yet.
+  void set_input(const uint8_t *data, size_t n) {
+    in_ = data;
+    in_left_ = n;
+  }
+  size_t input_left() const { return in_left_; }
   // Advances the handshake. Returns true once it is complete, false while it needs more
   // ciphertext, AUTH with OpenSSL's reason (and the certificate verdict) when it fails.
   Result<bool> handshake();
@@ -55,20 +62,22 @@ class TlsEngine {
   Result<size_t> read(uint8_t *dst, size_t max);
   // Encrypts all n bytes (buffered as ciphertext).
   Status write(const uint8_t *src, size_t n);
-  // Ciphertext waiting to be sent, and taking it.
-  size_t pending() const;
-  size_t take(uint8_t *out, size_t max);
+  // Ciphertext waiting to be sent, and taking it (the engine starts a new buffer).
+  size_t pending() const { return out_.size(); }
+  std::vector<uint8_t> take();
   // The peer certificate's subject, for logs ("" before the handshake).
   std::string peer_subject() const;
 
  private:
+  friend struct EngineBio;
   TlsEngine() = default;
   Status error_status(wccl_result_t code, const char *what, int ret);
 
   SSL *ssl_ = nullptr;
-  BIO *rbio_ = nullptr;  // ciphertext in (owned by ssl_)
-  BIO *wbio_ = nullptr;  // ciphertext out (owned by ssl_)
   bool handshake_done_ = false;
+  const uint8_t *in_ = nullptr;  // lent ciphertext not yet consumed
+  size_t in_left_ = 0;
+  std::vector<uint8_t> out_;  // ciphertext produced, not yet taken
 };
 
 // Drains OpenSSL's thread-local error queue into one "reason; reason" string.

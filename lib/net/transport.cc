@@ -167,7 +167,7 @@ struct WriteReq {
   Link::SendOp *op = nullptr;  // null for hello and handshake bytes
   uint32_t frame_len = 0;
   uint8_t header[kFrameHeaderBytes + kMaxHelloBytes] = {};
-  std::unique_ptr<uint8_t[]> cipher;
+  std::vector<uint8_t> cipher;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -221,7 +221,13 @@ void Stream::on_alloc(uv_handle_t *h, size_t, uv_buf_t *buf) {
   }
   if (!s->staging_) s->staging_.reset(new uint8_t[kStagingBytes]);
   s->direct_read_ = false;
-  *buf = uv_buf_init(reinterpret_cast<char *>(s->staging_.get()), kStagingBytes);
+  // Unconsumed bytes (at most a partial TLS record: reading stops while a stream is parked) move
+  // to the front, and the socket appends after them.
+  const size_t left = s->staging_len_ - s->staging_off_;
+  if (s->staging_off_ > 0) std::memmove(s->staging_.get(), s->staging_.get() + s->staging_off_, left);
+  s->staging_off_ = 0;
+  s->staging_len_ = left;
+  *buf = uv_buf_init(reinterpret_cast<char *>(s->staging_.get() + left), static_cast<unsigned>(kStagingBytes - left));
 }
 
 void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
@@ -242,16 +248,8 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
     if (s->link_ != nullptr) s->link_->last_rx_ = Clock::now();
     if (s->direct_read_) {
       s->rx_advance(n);
-    } else if (s->tls_) {
-      Status st = s->tls_->feed(s->staging_.get(), n);
-      if (!st.ok()) {
-        s->fail(st);
-      } else {
-        s->process();
-      }
     } else {
-      s->staging_off_ = 0;
-      s->staging_len_ = n;
+      s->staging_len_ += n;
       s->process();
     }
   }
@@ -263,11 +261,17 @@ std::pair<uint8_t *, size_t> Stream::rx_target() {
   return {dst_, left_};
 }
 
-// Runs the receive state machine over what is buffered: staging bytes (plaintext) or the TLS
-// engine's input. Stops when the buffer is empty, the stream is parked or closed.
+// Runs the receive state machine over the staged bytes: plaintext, or ciphertext that the TLS
+// engine decrypts in place. Stops when they are used up, or the stream is parked or closed.
 void Stream::process() {
   while (phase_ != Phase::kClosed && !closing_ && rx_ != Rx::kAwaitDest) {
     if (tls_) {
+      tls_->set_input(staging_.get() + staging_off_, staging_len_ - staging_off_);
+      // Whatever the engine reads from the lent bytes is consumed, on every path out of here.
+      struct Consume {
+        Stream *s;
+        ~Consume() { s->staging_off_ = s->staging_len_ - s->tls_->input_left(); }
+      } consume{this};
       if (!tls_->handshake_done()) {
         Result<bool> done = tls_->handshake();
         Status st = flush_tls(nullptr, 0);
@@ -414,15 +418,13 @@ void Stream::send_hello() {
 
 // Moves all ciphertext the engine holds into one socket write, tagged with the frame it ends.
 Status Stream::flush_tls(Link::SendOp *op, uint32_t frame_len) {
-  const size_t n = tls_->pending();
-  if (n == 0) return Status();
+  if (tls_->pending() == 0) return Status();
   auto *req = new WriteReq();
   req->stream = this;
   req->op = op;
   req->frame_len = frame_len;
-  req->cipher.reset(new uint8_t[n]);
-  const size_t got = tls_->take(req->cipher.get(), n);
-  const uv_buf_t buf = uv_buf_init(reinterpret_cast<char *>(req->cipher.get()), static_cast<unsigned>(got));
+  req->cipher = tls_->take();
+  const uv_buf_t buf = uv_buf_init(reinterpret_cast<char *>(req->cipher.data()), static_cast<unsigned>(req->cipher.size()));
   return submit(req, &buf, 1);
 }
 
