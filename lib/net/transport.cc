@@ -340,6 +340,8 @@ void Stream::rx_advance(size_t n) {
 
 // Finds where the data frame in cur_ goes, or parks the stream until a receive for it is posted.
 void Stream::begin_data() {
+  // An open stream that is not closing always belongs to a link; the check keeps that visible.
+  if (link_ == nullptr) return fail(WCCL_ERROR(WCCL_ERR_INTERNAL, "data frame on a stream without a link"));
   Result<Link::RxBegin> r = link_->rx_begin(this, cur_, &dst_);
   if (!r.ok()) return fail(r.status().with_context(format("frame from %s", peer_.c_str())));
   if (r.value() == Link::RxBegin::kPark) {
@@ -363,7 +365,7 @@ void Stream::resume() {
 void Stream::frame_complete() {
   rx_ = Rx::kHeader;
   if (cur_.type == FrameType::kData) {
-    link_->rx_done(cur_);
+    if (link_ != nullptr) link_->rx_done(cur_);
     return;
   }
   Hello hello;
@@ -372,7 +374,7 @@ void Stream::frame_complete() {
   phase_ = Phase::kOpen;
   if (is_server_) {
     core_->on_hello(this, hello);
-  } else {
+  } else if (link_ != nullptr) {
     link_->peer_name_ = hello.name;
     if (tls_) link_->peer_subject_ = tls_->peer_subject();
     link_->stream_ready();
@@ -752,7 +754,17 @@ void Core::run_deferred() {
   while (!deferred.empty()) {
     std::vector<std::function<void()>> batch;
     batch.swap(deferred);
-    for (auto &fn : batch) fn();
+    for (auto &fn : batch) {
+      // An exception escaping a user's callback would end the process from a thread it does not
+      // own; it is logged and dropped instead.
+      try {
+        fn();
+      } catch (const std::exception &e) {
+        WCCL_LOG(log, kError, "a completion callback threw (ignored): %s", e.what());
+      } catch (...) {
+        WCCL_LOG(log, kError, "a completion callback threw (ignored)");
+      }
+    }
   }
   running_deferred = false;
 }

@@ -5,7 +5,8 @@
 // Threading. A Transport owns one libuv loop thread. Link::send, Link::recv and Link::close may be
 // called from any thread, including from a completion callback; they hand the work to the loop
 // thread and return at once. Completion callbacks run on the loop thread, each exactly once, after
-// the link's state is consistent; they must not block. An error *returned* by send/recv/close
+// the link's state is consistent; they must not block, and an exception they throw is logged and
+// dropped. An error *returned* by send/recv/close
 // means the call did nothing and its callback will not run.
 //
 // Messages. A message is cut into frames of at most frame_bytes, striped over the link's streams
