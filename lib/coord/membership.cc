@@ -1,0 +1,261 @@
+#include "coord/membership.h"
+
+#include <algorithm>
+
+namespace wccl::coord {
+namespace {
+
+long long ms(std::chrono::milliseconds d) { return static_cast<long long>(d.count()); }
+
+}  // namespace
+
+// A live member of the current epoch: in its ring, heard from, and not waiting to join again (a
+// lost member that rejoins is a joiner, though its id is still in the old ring).
+bool Membership::is_member(PeerId id) const {
+  if (live_.count(id) == 0) return false;
+  if (std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; })) return false;
+  return std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return m.id == id; });
+}
+
+bool Membership::any_member() const {
+  return std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return is_member(m.id); });
+}
+
+Status Membership::join(PeerId id, const PeerInfo &info, Clock::time_point now) {
+  if (id == 0) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "peer id 0 is reserved");
+  const bool joining = std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
+  if (joining || is_member(id)) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx (%s) is already registered",
+                      static_cast<unsigned long long>(id), info.name.c_str());
+  }
+  lost_.erase(id);
+  joiners_.push_back({id, info});
+  live_[id] = {info, now};
+  last_join_ = now;
+  maybe_form_first(now);
+  return Status();
+}
+
+void Membership::heartbeat(PeerId id, Clock::time_point now) {
+  auto it = live_.find(id);
+  if (it != live_.end()) {
+    it->second.last_seen = now;
+    probes_.erase(id);
+    return;
+  }
+  notify(Notice::Kind::kRemoved, id).reason = lost_.count(id) != 0
+                                                  ? "this peer was declared lost; update to join again"
+                                                  : "this peer is not registered";
+}
+
+Status Membership::update(PeerId id, uint64_t epoch, Clock::time_point now) {
+  if (std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; })) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "a joiner waits for admission; it does not update");
+  }
+  auto lost = lost_.find(id);
+  if (lost != lost_.end()) {
+    // A peer declared lost (frozen, cut off) comes back: it joins again like any newcomer.
+    const PeerInfo info = lost->second;
+    return join(id, info, now);
+  }
+  return arrive(id, epoch, now, /*leaving=*/false);
+}
+
+Status Membership::arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving) {
+  if (!is_member(id)) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is not registered",
+                      static_cast<unsigned long long>(id));
+  }
+  if (epoch != epoch_) {
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "peer %016llx updates from epoch %llu, the current epoch is %llu",
+                      static_cast<unsigned long long>(id), static_cast<unsigned long long>(epoch),
+                      static_cast<unsigned long long>(epoch_));
+  }
+  live_[id].last_seen = now;
+  arrived_.insert(id);
+  if (leaving) leaving_.insert(id);
+  maybe_complete_update();
+  return Status();
+}
+
+Status Membership::leave(PeerId id, uint64_t epoch, Clock::time_point now) {
+  auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
+  if (joiner != joiners_.end()) {
+    joiners_.erase(joiner);
+    live_.erase(id);
+    Notice &n = notify(Notice::Kind::kRemoved, id);
+    n.reason = "left before admission";
+    return Status();
+  }
+  if (lost_.count(id) != 0) {
+    lost_.erase(id);  // nothing left to leave: it was already removed from the job
+    return Status();
+  }
+  return arrive(id, epoch, now, /*leaving=*/true);
+}
+
+void Membership::disconnected(PeerId id, Clock::time_point now) {
+  lose(id, "its connection to the coordinator closed");
+  maybe_form_first(now);
+}
+
+void Membership::link_broken(PeerId reporter, PeerId suspect, Clock::time_point now) {
+  auto it = live_.find(reporter);
+  if (it != live_.end()) it->second.last_seen = now;
+  if (live_.count(suspect) == 0 || probes_.count(suspect) != 0) return;
+  probes_[suspect] = now + opt_.probe_timeout;
+  notify(Notice::Kind::kProbe, suspect);
+}
+
+void Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
+                        Clock::time_point now) {
+  const bool in_ring = std::any_of(ring.begin(), ring.end(), [&](const Member &m) { return m.id == id; });
+  if (epoch > epoch_ && in_ring) {
+    // The highest epoch any member reports is the one the job is in. Members that have not come
+    // back yet get peer_timeout from now to do so.
+    epoch_ = epoch;
+    ring_ = ring;
+    revoked_ = false;
+    arrived_.clear();
+    leaving_.clear();
+    for (const Member &m : ring_) {
+      lost_.erase(m.id);
+      auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &x) { return x.id == m.id; });
+      if (j != joiners_.end()) joiners_.erase(j);
+      if (live_.count(m.id) == 0) live_[m.id] = {m.info, now};
+    }
+  }
+  if (std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return m.id == id; }) && lost_.count(id) == 0) {
+    live_[id] = {info, now};
+    if (epoch < epoch_) {
+      // It missed the announcement of the epoch the others are in.
+      Notice &n = notify(Notice::Kind::kEpoch, id);
+      n.ring = ring_;
+    }
+    return;
+  }
+  const bool joining = std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
+  if (!joining) (void)join(id, info, now);
+}
+
+void Membership::tick(Clock::time_point now) {
+  std::vector<std::pair<PeerId, std::string>> lost;
+  for (const auto &[id, peer] : live_) {
+    if (now - peer.last_seen >= opt_.peer_timeout) {
+      lost.emplace_back(id, format("silent for %lld ms (peer_timeout_ms)", ms(opt_.peer_timeout)));
+    }
+  }
+  for (const auto &[id, deadline] : probes_) {
+    if (now >= deadline) {
+      lost.emplace_back(id, format("no answer to a probe within %lld ms after a neighbour reported a broken link",
+                                   ms(opt_.probe_timeout)));
+    }
+  }
+  for (const auto &[id, reason] : lost) lose(id, reason);
+  maybe_form_first(now);
+}
+
+void Membership::lose(PeerId id, const std::string &reason) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;  // already lost or unknown
+  const PeerInfo info = it->second.info;
+  probes_.erase(id);
+  auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
+  if (joiner != joiners_.end()) {  // a joiner that goes away is simply forgotten
+    joiners_.erase(joiner);
+    live_.erase(it);
+    return;
+  }
+  const bool member = is_member(id);
+  live_.erase(it);
+  if (!member) return;
+  lost_[id] = info;
+  revoked_ = true;
+  arrived_.erase(id);
+  leaving_.erase(id);
+  for (const Member &m : ring_) {
+    if (!is_member(m.id)) continue;
+    Notice &n = notify(Notice::Kind::kRevoked, m.id);
+    n.lost = id;
+    n.reason = info.name + ": " + reason;
+  }
+  // Delivered only if it is still reachable (frozen or cut off rather than dead).
+  notify(Notice::Kind::kRemoved, id).reason = "declared lost: " + reason;
+  maybe_complete_update();
+}
+
+// With no live member, waiting joiners form the next epoch once there are enough of them and no
+// newcomer has arrived for `settle`.
+void Membership::maybe_form_first(Clock::time_point now) {
+  if (any_member() || joiners_.empty()) return;
+  if (joiners_.size() < static_cast<size_t>(opt_.min_peers) || now - last_join_ < opt_.settle) return;
+  ring_ = std::move(joiners_);
+  joiners_.clear();
+  ++epoch_;
+  revoked_ = false;
+  arrived_.clear();
+  leaving_.clear();
+  announce_epoch();
+}
+
+// When every live member has arrived at the barrier, decides the next epoch.
+void Membership::maybe_complete_update() {
+  if (arrived_.empty()) return;
+  for (const Member &m : ring_) {
+    if (is_member(m.id) && arrived_.count(m.id) == 0) return;
+  }
+  std::vector<Member> next;
+  for (const Member &m : ring_) {
+    if (is_member(m.id) && leaving_.count(m.id) == 0) next.push_back(m);
+  }
+  const bool changed = revoked_ || !joiners_.empty() || next.size() != ring_.size();
+  for (PeerId id : leaving_) {
+    live_.erase(id);
+    Notice &n = notify(Notice::Kind::kRemoved, id);
+    n.reason = "left";
+  }
+  next.insert(next.end(), joiners_.begin(), joiners_.end());
+  joiners_.clear();
+  arrived_.clear();
+  leaving_.clear();
+  if (changed) {
+    ++epoch_;
+    ring_ = std::move(next);
+    revoked_ = false;
+  }
+  announce_epoch();
+}
+
+void Membership::announce_epoch() {
+  for (const Member &m : ring_) {
+    Notice &n = notify(Notice::Kind::kEpoch, m.id);
+    n.ring = ring_;
+  }
+}
+
+Notice &Membership::notify(Notice::Kind kind, PeerId to) {
+  Notice n;
+  n.kind = kind;
+  n.to = to;
+  n.epoch = epoch_;
+  notices_.push_back(std::move(n));
+  return notices_.back();
+}
+
+std::vector<Notice> Membership::take_notices() {
+  std::vector<Notice> out;
+  out.swap(notices_);
+  return out;
+}
+
+Clock::time_point Membership::next_deadline() const {
+  Clock::time_point next = Clock::time_point::max();
+  for (const auto &[id, peer] : live_) next = std::min(next, peer.last_seen + opt_.peer_timeout);
+  for (const auto &[id, deadline] : probes_) next = std::min(next, deadline);
+  if (!any_member() && joiners_.size() >= static_cast<size_t>(std::max(1, opt_.min_peers))) {
+    next = std::min(next, last_join_ + opt_.settle);
+  }
+  return next;
+}
+
+}  // namespace wccl::coord

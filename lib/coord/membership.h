@@ -1,0 +1,136 @@
+// The coordinator's membership authority for one group, as a state machine without I/O.
+//
+// Events come in as calls (join, heartbeat, update, leave, a lost control connection, a reported
+// broken link, the passage of time); decisions come out as Notices addressed to peers, which the
+// coordinator's network layer delivers. Time is passed in, so every rule is testable without
+// clocks or sockets. Semantics follow ../shared/DESIGN.md §4:
+//
+// - Joiners wait. With no live epoch, joiners form one once at least `min_peers` have arrived and
+//   `settle` has passed since the last arrival. With a live epoch, joiners are admitted when the
+//   members complete an update.
+// - An update is a barrier over the live members of the current epoch: each calls update() (or
+//   leave(), which is an update that leaves). When every live member has arrived, the next epoch
+//   is the survivors in their ring order minus the leavers, followed by the admitted joiners in
+//   arrival order. If nothing changed and the epoch was not revoked, the same epoch is confirmed.
+// - A member silent for `peer_timeout`, whose control connection closed, or that fails a probe
+//   after a neighbour reported a broken link, is lost: the epoch is revoked (every live member is
+//   told) and the barrier no longer waits for it. A lost peer never slips back: its later
+//   heartbeat earns a kRemoved notice, and its next update() re-registers it as a joiner.
+// - After a coordinator restart, peers rejoin() with the epoch and ring they hold; the highest
+//   epoch reported is adopted, so numbering continues and members keep their epoch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace wccl::coord {
+
+using Clock = std::chrono::steady_clock;
+using PeerId = uint64_t;  // chosen at random by the peer; 0 is not a valid id
+
+struct PeerInfo {
+  std::string name;     // for logs
+  std::string address;  // where its peer links are accepted ("host:port")
+};
+
+struct Member {
+  PeerId id = 0;
+  PeerInfo info;
+  bool operator==(const Member &o) const {
+    return id == o.id && info.name == o.info.name && info.address == o.info.address;
+  }
+};
+
+struct Notice {
+  enum class Kind {
+    kEpoch,    // `to` is a member of `epoch`, whose ring is `ring` (sent to every member)
+    kRevoked,  // `epoch` lost peer `lost`; ops in it fail with PEER_LOST until update
+    kRemoved,  // `to` is no longer a member (it left, or it was declared lost: `reason`)
+    kProbe,    // `to` must answer with a heartbeat at once (a neighbour reported a broken link)
+  };
+  Kind kind = Kind::kEpoch;
+  PeerId to = 0;
+  uint64_t epoch = 0;
+  std::vector<Member> ring;  // kEpoch
+  PeerId lost = 0;           // kRevoked
+  std::string reason;        // kRevoked, kRemoved
+};
+
+class Membership {
+ public:
+  struct Options {
+    int min_peers = 1;
+    std::chrono::milliseconds settle{200};
+    std::chrono::milliseconds peer_timeout{5000};
+    std::chrono::milliseconds probe_timeout{1000};
+  };
+  explicit Membership(Options options) : opt_(options) {}
+
+  // A new peer asks to join. INVALID_USAGE if the id is already a joiner or member.
+  Status join(PeerId id, const PeerInfo &info, Clock::time_point now);
+  // Liveness from a peer (also the answer to a probe). A peer that is neither a member nor a
+  // joiner gets a kRemoved notice.
+  void heartbeat(PeerId id, Clock::time_point now);
+  // A member of `epoch` reaches the update barrier. A lost peer's update re-registers it as a
+  // joiner. INVALID_USAGE for a joiner (it waits in join), PROTOCOL for a member naming another
+  // epoch than the current one.
+  Status update(PeerId id, uint64_t epoch, Clock::time_point now);
+  // A member leaves gracefully: it counts as arrived at the barrier and is not in the next epoch.
+  Status leave(PeerId id, uint64_t epoch, Clock::time_point now);
+  // The peer's control connection closed: it is lost now.
+  void disconnected(PeerId id, Clock::time_point now);
+  // `reporter` lost its link to `suspect`: the suspect is probed and is lost unless it answers
+  // with a heartbeat within probe_timeout.
+  void link_broken(PeerId reporter, PeerId suspect, Clock::time_point now);
+  // After a coordinator restart: a peer that held `epoch` with `ring` reconnects.
+  void rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
+              Clock::time_point now);
+  // Applies timeouts (silent peers, unanswered probes, the initial settle window).
+  void tick(Clock::time_point now);
+
+  // Decisions since the last call, in the order they were made.
+  std::vector<Notice> take_notices();
+
+  uint64_t epoch() const { return epoch_; }
+  bool revoked() const { return revoked_; }
+  const std::vector<Member> &ring() const { return ring_; }
+  size_t joiners() const { return joiners_.size(); }
+  // When tick() next has something to decide (a timeout or the settle window), for the timer.
+  Clock::time_point next_deadline() const;
+
+ private:
+  struct Peer {
+    PeerInfo info;
+    Clock::time_point last_seen;
+  };
+  bool is_member(PeerId id) const;
+  bool any_member() const;
+  Status arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving);
+  void lose(PeerId id, const std::string &reason);
+  void maybe_form_first(Clock::time_point now);
+  void maybe_complete_update();
+  void announce_epoch();
+  // Queues a notice of `kind` for `to` about the current epoch; the caller fills in the rest.
+  Notice &notify(Notice::Kind kind, PeerId to);
+
+  Options opt_;
+  uint64_t epoch_ = 0;
+  bool revoked_ = false;
+  std::vector<Member> ring_;                 // members of the current epoch, in ring order
+  std::map<PeerId, Peer> live_;              // members and joiners we hear from
+  std::vector<Member> joiners_;              // waiting for admission, in arrival order
+  Clock::time_point last_join_{};
+  std::set<PeerId> arrived_;                 // members at the update barrier
+  std::set<PeerId> leaving_;                 // of those, the ones leaving
+  std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
+  std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it
+  std::vector<Notice> notices_;
+};
+
+}  // namespace wccl::coord

@@ -1,0 +1,326 @@
+// The coordinator's membership rules, driven with injected time: formation, admission at update,
+// loss and revocation, probes, graceful leave, a lost peer's return, and coordinator restart.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "coord/membership.h"
+
+namespace wccl::coord {
+namespace {
+
+using namespace std::chrono_literals;
+using Kind = Notice::Kind;
+
+constexpr PeerId A = 0xa, B = 0xb, C = 0xc, D = 0xd, E = 0xe;
+
+PeerInfo info(PeerId id) { return {"peer-" + std::to_string(id), "10.0.0." + std::to_string(id) + ":7000"}; }
+
+std::vector<PeerId> ids(const std::vector<Member> &ring) {
+  std::vector<PeerId> out;
+  for (const Member &m : ring) out.push_back(m.id);
+  return out;
+}
+
+std::vector<Notice> of_kind(const std::vector<Notice> &all, Kind kind) {
+  std::vector<Notice> out;
+  std::copy_if(all.begin(), all.end(), std::back_inserter(out), [&](const Notice &n) { return n.kind == kind; });
+  return out;
+}
+
+// Every member of the current epoch was told the same epoch and ring, and nobody else was.
+void expect_announced(const std::vector<Notice> &notices, uint64_t epoch, const std::vector<PeerId> &ring) {
+  std::vector<Notice> epochs = of_kind(notices, Kind::kEpoch);
+  std::vector<PeerId> told;
+  for (const Notice &n : epochs) {
+    told.push_back(n.to);
+    EXPECT_EQ(n.epoch, epoch);
+    EXPECT_EQ(ids(n.ring), ring);
+  }
+  std::vector<PeerId> sorted_ring = ring;
+  std::sort(told.begin(), told.end());
+  std::sort(sorted_ring.begin(), sorted_ring.end());
+  EXPECT_EQ(told, sorted_ring);
+}
+
+class MembershipTest : public testing::Test {
+ protected:
+  Membership::Options options() {
+    Membership::Options o;
+    o.min_peers = 1;
+    o.settle = 200ms;
+    o.peer_timeout = 1000ms;
+    o.probe_timeout = 300ms;
+    return o;
+  }
+  // Forms epoch 1 from the given peers.
+  void form(Membership &m, std::vector<PeerId> peers) {
+    for (PeerId p : peers) ASSERT_TRUE(m.join(p, info(p), t).ok());
+    t += 250ms;
+    m.tick(t);
+    expect_announced(m.take_notices(), 1, peers);
+  }
+  static void heartbeat_all(Membership &m, std::vector<PeerId> peers, Clock::time_point when) {
+    for (PeerId p : peers) m.heartbeat(p, when);
+  }
+  Clock::time_point t = Clock::time_point() + 1h;
+};
+
+TEST_F(MembershipTest, FirstEpochWaitsForMinPeersAndTheSettleWindow) {
+  Membership::Options o = options();
+  o.min_peers = 3;
+  Membership m(o);
+  ASSERT_TRUE(m.join(A, info(A), t).ok());
+  ASSERT_TRUE(m.join(B, info(B), t + 50ms).ok());
+  m.tick(t + 300ms);
+  EXPECT_EQ(m.epoch(), 0u) << "two peers are fewer than min_peers";
+  ASSERT_TRUE(m.join(C, info(C), t + 400ms).ok());
+  m.tick(t + 500ms);
+  EXPECT_EQ(m.epoch(), 0u) << "the settle window restarts with each arrival";
+  EXPECT_EQ(m.next_deadline(), t + 600ms);
+  m.tick(t + 600ms);
+  EXPECT_EQ(m.epoch(), 1u);
+  expect_announced(m.take_notices(), 1, {A, B, C});
+  EXPECT_EQ(m.ring()[1].info.address, info(B).address);
+}
+
+TEST_F(MembershipTest, JoinerWaitsAndIsAdmittedWhenEveryMemberUpdates) {
+  Membership m(options());
+  form(m, {A, B, C, D});
+  ASSERT_TRUE(m.join(E, info(E), t).ok());
+  EXPECT_EQ(m.joiners(), 1u);
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, t).ok());
+  EXPECT_TRUE(m.take_notices().empty()) << "the barrier waits for D";
+  ASSERT_TRUE(m.update(D, 1, t).ok());
+  EXPECT_EQ(m.epoch(), 2u);
+  expect_announced(m.take_notices(), 2, {A, B, C, D, E});
+  EXPECT_EQ(m.joiners(), 0u);
+}
+
+TEST_F(MembershipTest, UpdateWithoutChangeConfirmsTheSameEpoch) {
+  Membership m(options());
+  form(m, {A, B});
+  ASSERT_TRUE(m.update(A, 1, t).ok());
+  ASSERT_TRUE(m.update(B, 1, t).ok());
+  EXPECT_EQ(m.epoch(), 1u);
+  expect_announced(m.take_notices(), 1, {A, B});
+}
+
+TEST_F(MembershipTest, LostMemberRevokesTheEpochAndTheBarrierStopsWaitingForIt) {
+  Membership m(options());
+  form(m, {A, B, C});
+  ASSERT_TRUE(m.update(A, 1, t).ok());
+  ASSERT_TRUE(m.update(B, 1, t).ok());
+  m.disconnected(C, t);
+  std::vector<Notice> n = m.take_notices();
+  std::vector<Notice> revoked = of_kind(n, Kind::kRevoked);
+  ASSERT_EQ(revoked.size(), 2u);
+  for (const Notice &r : revoked) {
+    EXPECT_EQ(r.epoch, 1u);
+    EXPECT_EQ(r.lost, C);
+    EXPECT_NE(r.reason.find("connection to the coordinator closed"), std::string::npos) << r.reason;
+  }
+  // Revocation is announced before the epoch that follows it.
+  const auto first_epoch = std::find_if(n.begin(), n.end(), [](const Notice &x) { return x.kind == Kind::kEpoch; });
+  const auto first_revoke = std::find_if(n.begin(), n.end(), [](const Notice &x) { return x.kind == Kind::kRevoked; });
+  EXPECT_LT(first_revoke - n.begin(), first_epoch - n.begin());
+  expect_announced(n, 2, {A, B});
+}
+
+TEST_F(MembershipTest, SilentPeerIsLostAfterPeerTimeoutExactly) {
+  Membership m(options());
+  form(m, {A, B, C});
+  const Clock::time_point start = t;
+  heartbeat_all(m, {A, B, C}, start);
+  heartbeat_all(m, {A, B}, start + 600ms);  // C goes silent
+  m.tick(start + 999ms);
+  EXPECT_FALSE(m.revoked());
+  m.tick(start + 1000ms);
+  EXPECT_TRUE(m.revoked());
+  std::vector<Notice> revoked = of_kind(m.take_notices(), Kind::kRevoked);
+  ASSERT_EQ(revoked.size(), 2u);
+  EXPECT_EQ(revoked[0].lost, C);
+  EXPECT_NE(revoked[0].reason.find("silent for 1000 ms"), std::string::npos) << revoked[0].reason;
+}
+
+TEST_F(MembershipTest, BrokenLinkProbesTheNeighbourAtOnce) {
+  Membership m(options());
+  form(m, {A, B, C});
+  heartbeat_all(m, {A, B, C}, t);
+  m.link_broken(A, C, t);
+  std::vector<Notice> probes = of_kind(m.take_notices(), Kind::kProbe);
+  ASSERT_EQ(probes.size(), 1u);
+  EXPECT_EQ(probes[0].to, C);
+  m.heartbeat(C, t + 100ms);  // C answers: it stays
+  m.tick(t + 400ms);
+  EXPECT_FALSE(m.revoked());
+  heartbeat_all(m, {A, B, C}, t + 500ms);
+  m.link_broken(A, C, t + 500ms);
+  EXPECT_EQ(m.next_deadline(), t + 800ms);
+  m.tick(t + 799ms);
+  EXPECT_FALSE(m.revoked());
+  m.tick(t + 800ms);  // no answer within probe_timeout: lost, well before peer_timeout
+  EXPECT_TRUE(m.revoked());
+  std::vector<Notice> revoked = of_kind(m.take_notices(), Kind::kRevoked);
+  ASSERT_FALSE(revoked.empty());
+  EXPECT_EQ(revoked[0].lost, C);
+  EXPECT_NE(revoked[0].reason.find("probe"), std::string::npos);
+}
+
+TEST_F(MembershipTest, LostPeerNeverSlipsBackButRejoinsThroughUpdate) {
+  Membership m(options());
+  form(m, {A, B, C});
+  m.disconnected(C, t);  // C was only frozen
+  m.take_notices();
+  m.heartbeat(C, t + 10ms);
+  std::vector<Notice> removed = of_kind(m.take_notices(), Kind::kRemoved);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].to, C);
+  EXPECT_NE(removed[0].reason.find("declared lost"), std::string::npos);
+  ASSERT_TRUE(m.update(C, 1, t + 20ms).ok()) << "its update registers it as a joiner";
+  EXPECT_EQ(m.joiners(), 1u);
+  ASSERT_TRUE(m.update(A, 1, t + 30ms).ok());
+  ASSERT_TRUE(m.update(B, 1, t + 30ms).ok());
+  expect_announced(m.take_notices(), 2, {A, B, C});
+}
+
+TEST_F(MembershipTest, GracefulLeaveFailsNobodyEvenWhenTheLeaverArrivesLast) {
+  Membership m(options());
+  form(m, {A, B, C});
+  ASSERT_TRUE(m.update(A, 1, t).ok());
+  ASSERT_TRUE(m.update(B, 1, t).ok());
+  ASSERT_TRUE(m.leave(C, 1, t).ok());
+  std::vector<Notice> n = m.take_notices();
+  EXPECT_TRUE(of_kind(n, Kind::kRevoked).empty()) << "a graceful leave revokes nothing";
+  std::vector<Notice> removed = of_kind(n, Kind::kRemoved);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].to, C);
+  EXPECT_EQ(removed[0].reason, "left");
+  expect_announced(n, 2, {A, B});
+}
+
+TEST_F(MembershipTest, BadCallsAreRefusedAndChangeNothing) {
+  Membership m(options());
+  EXPECT_EQ(m.join(0, info(0), t).code(), WCCL_ERR_INVALID_ARGUMENT);
+  form(m, {A, B});
+  EXPECT_EQ(m.join(A, info(A), t).code(), WCCL_ERR_INVALID_USAGE);
+  ASSERT_TRUE(m.join(C, info(C), t).ok());
+  EXPECT_EQ(m.update(C, 1, t).code(), WCCL_ERR_INVALID_USAGE) << "joiners do not update";
+  EXPECT_EQ(m.update(A, 7, t).code(), WCCL_ERR_PROTOCOL);
+  EXPECT_EQ(m.update(D, 1, t).code(), WCCL_ERR_INVALID_USAGE);
+  EXPECT_EQ(m.epoch(), 1u);
+  EXPECT_TRUE(m.take_notices().empty());
+}
+
+TEST_F(MembershipTest, RestartedCoordinatorContinuesFromWhatPeersReport) {
+  Membership m(options());  // a fresh coordinator: it knows nothing
+  const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};
+  m.rejoin(B, info(B), 5, ring, t);
+  EXPECT_EQ(m.epoch(), 5u) << "epoch numbering continues from the members' report";
+  m.rejoin(A, info(A), 4, ring, t + 10ms);  // A missed the announcement of epoch 5
+  std::vector<Notice> n = m.take_notices();
+  ASSERT_EQ(of_kind(n, Kind::kEpoch).size(), 1u);
+  EXPECT_EQ(of_kind(n, Kind::kEpoch)[0].to, A);
+  EXPECT_EQ(of_kind(n, Kind::kEpoch)[0].epoch, 5u);
+  m.rejoin(E, info(E), 3, {{E, info(E)}}, t + 20ms);  // not in the job's ring: a joiner
+  EXPECT_EQ(m.joiners(), 1u);
+  heartbeat_all(m, {A, B, E}, t + 600ms);
+  m.tick(t + 1000ms);  // C never came back
+  EXPECT_TRUE(m.revoked());
+  m.take_notices();
+  ASSERT_TRUE(m.update(A, 5, t + 1010ms).ok());
+  ASSERT_TRUE(m.update(B, 5, t + 1010ms).ok());
+  expect_announced(m.take_notices(), 6, {A, B, E});
+}
+
+TEST_F(MembershipTest, JoinersFormTheNextEpochWhenNoMemberIsLeft) {
+  Membership m(options());
+  form(m, {A});
+  ASSERT_TRUE(m.join(E, info(E), t).ok());
+  m.disconnected(A, t + 10ms);
+  m.take_notices();
+  m.tick(t + 100ms);
+  EXPECT_EQ(m.epoch(), 1u) << "still inside E's settle window";
+  m.tick(t + 200ms);
+  expect_announced(m.take_notices(), 2, {E});
+}
+
+TEST_F(MembershipTest, NextDeadlineTracksTheEarliestTimeout) {
+  Membership m(options());
+  EXPECT_EQ(m.next_deadline(), Clock::time_point::max());
+  ASSERT_TRUE(m.join(A, info(A), t).ok());
+  EXPECT_EQ(m.next_deadline(), t + 200ms);  // settle
+  m.tick(t + 200ms);
+  EXPECT_EQ(m.next_deadline(), t + 1000ms);  // A's peer_timeout
+}
+
+// Random joins, updates, leaves, disconnects, silences and broken links. After every step: each
+// epoch decision reaches exactly its ring's members with one (epoch, ring); epochs never go back;
+// a peer declared lost appears in no later ring unless it joined again.
+TEST_F(MembershipTest, ChurnKeepsEveryDecisionConsistent) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937 rng(seed);
+    Membership m(options());
+    std::set<PeerId> gone;  // disconnected and not joined since
+    uint64_t last_epoch = 0;
+    PeerId next_id = 1;
+    for (int step = 0; step < 400; ++step) {
+      t += std::chrono::milliseconds(rng() % 120);
+      const std::vector<Member> ring = m.ring();
+      const PeerId some = ring.empty() ? 0 : ring[rng() % ring.size()].id;
+      switch (rng() % 7) {
+        case 0:
+          (void)m.join(next_id, info(next_id), t);
+          gone.erase(next_id++);
+          break;
+        case 1:
+        case 2:
+          for (const Member &x : ring) {  // a disconnected peer is dead: it calls nothing
+            if (gone.count(x.id) == 0 && rng() % 4 != 0) (void)m.update(x.id, m.epoch(), t);
+          }
+          break;
+        case 3:
+          if (some != 0 && gone.count(some) == 0) (void)m.leave(some, m.epoch(), t);
+          break;
+        case 4:
+          if (some != 0) {
+            m.disconnected(some, t);
+            gone.insert(some);
+          }
+          break;
+        case 5:
+          for (const Member &x : ring) {
+            if (gone.count(x.id) == 0) m.heartbeat(x.id, t);
+          }
+          break;
+        default:
+          if (ring.size() >= 2) m.link_broken(ring[0].id, ring[1].id, t);
+          break;
+      }
+      m.tick(t);
+      std::vector<Notice> epochs = of_kind(m.take_notices(), Kind::kEpoch);
+      if (epochs.empty()) continue;
+      ASSERT_GE(epochs[0].epoch, last_epoch) << "seed " << seed << " step " << step;
+      last_epoch = epochs[0].epoch;
+      // Decisions in one step come one after another; check the last one against the state.
+      std::vector<Notice> last;
+      for (const Notice &n : epochs) {
+        if (n.epoch == m.epoch()) last.push_back(n);
+      }
+      expect_announced(last, m.epoch(), ids(m.ring()));
+      const std::vector<PeerId> now_ring = ids(m.ring());
+      const std::set<PeerId> unique(now_ring.begin(), now_ring.end());
+      ASSERT_EQ(unique.size(), m.ring().size()) << "seed " << seed << " step " << step;
+      for (PeerId g : gone) {
+        ASSERT_EQ(unique.count(g), 0u) << "lost peer " << g << " slipped back, seed " << seed << " step " << step;
+      }
+      if (HasFailure()) return;
+    }
+    EXPECT_GE(last_epoch, 10u) << "seed " << seed << ": the churn hardly changed membership";
+  }
+}
+
+}  // namespace
+}  // namespace wccl::coord
