@@ -1,0 +1,255 @@
+#include "coord/messages.h"
+
+namespace wccl::coord {
+namespace {
+
+class Writer {
+ public:
+  void u8(uint8_t v) { out_.push_back(v); }
+  void u32(uint32_t v) { le(v, 4); }
+  void u64(uint64_t v) { le(v, 8); }
+  void text(const std::string &s) {
+    const size_t n = s.size() < kMaxTextBytes ? s.size() : kMaxTextBytes;
+    u8(static_cast<uint8_t>(n));
+    out_.insert(out_.end(), s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  void ring(const std::vector<Member> &ring) {
+    u32(static_cast<uint32_t>(ring.size()));
+    for (const Member &m : ring) {
+      u64(m.id);
+      text(m.info.name);
+      text(m.info.address);
+    }
+  }
+  std::vector<uint8_t> take() { return std::move(out_); }
+
+ private:
+  void le(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  std::vector<uint8_t> out_;
+};
+
+// Reads fields in order; the first failure sticks and names the field.
+class Reader {
+ public:
+  Reader(const uint8_t *data, size_t size) : p_(data), left_(size) {}
+
+  uint64_t u64(const char *field) { return le(8, field); }
+  uint32_t u32(const char *field) { return static_cast<uint32_t>(le(4, field)); }
+  uint8_t u8(const char *field) { return static_cast<uint8_t>(le(1, field)); }
+  PeerId peer(const char *field) {
+    const PeerId id = u64(field);
+    if (status_.ok() && id == 0) status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s is 0", field);
+    return id;
+  }
+  // words: no spaces (names, groups, addresses); otherwise printable text with spaces.
+  std::string text(const char *field, bool words) {
+    const size_t n = u8(field);
+    if (!status_.ok()) return "";
+    if (n > left_) {
+      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s runs past the end", field);
+      return "";
+    }
+    std::string s(reinterpret_cast<const char *>(p_), n);
+    for (char c : s) {
+      if (c < ' ' || c > '~' || (words && c == ' ')) {
+        status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s holds a forbidden byte 0x%02x", field,
+                             static_cast<unsigned>(static_cast<unsigned char>(c)));
+        return "";
+      }
+    }
+    p_ += n;
+    left_ -= n;
+    return s;
+  }
+  std::vector<Member> ring() {
+    const uint32_t count = u32("ring size");
+    std::vector<Member> out;
+    if (!status_.ok()) return out;
+    // Each member takes at least 10 bytes, so a count the message cannot hold is caught before
+    // anything is allocated for it.
+    if (count > kMaxRingMembers || count > left_ / 10) {
+      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: ring of %u members (limit %zu, or more than the message holds)",
+                           count, kMaxRingMembers);
+      return out;
+    }
+    out.reserve(count);
+    for (uint32_t i = 0; i < count && status_.ok(); ++i) {
+      Member m;
+      m.id = peer("ring member id");
+      m.info.name = text("ring member name", true);
+      m.info.address = text("ring member address", true);
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+  const Status &status() const { return status_; }
+  Status finish() {
+    if (status_.ok() && left_ != 0) {
+      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %zu bytes after the last field", left_);
+    }
+    return status_;
+  }
+
+ private:
+  uint64_t le(size_t bytes, const char *field) {
+    if (!status_.ok()) return 0;
+    if (left_ < bytes) {
+      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: truncated at %s", field);
+      return 0;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p_[i]) << (8 * i);
+    p_ += bytes;
+    left_ -= bytes;
+    return v;
+  }
+  const uint8_t *p_;
+  size_t left_;
+  Status status_;
+};
+
+}  // namespace
+
+std::vector<uint8_t> encode(const ControlMessage &m) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(m.type));
+  w.u8(0);  // reserved
+  switch (m.type) {
+    case MessageType::kJoin:
+    case MessageType::kRejoin:
+      w.u64(m.peer);
+      w.text(m.group);
+      w.text(m.info.name);
+      w.text(m.info.address);
+      if (m.type == MessageType::kRejoin) {
+        w.u64(m.epoch);
+        w.ring(m.ring);
+      }
+      break;
+    case MessageType::kHeartbeat:
+      w.u64(m.peer);
+      break;
+    case MessageType::kUpdate:
+    case MessageType::kLeave:
+      w.u64(m.peer);
+      w.u64(m.epoch);
+      break;
+    case MessageType::kLinkBroken:
+      w.u64(m.peer);
+      w.u64(m.other);
+      break;
+    case MessageType::kEpoch:
+      w.u64(m.epoch);
+      w.ring(m.ring);
+      break;
+    case MessageType::kRevoked:
+      w.u64(m.epoch);
+      w.u64(m.other);
+      w.text(m.text);
+      break;
+    case MessageType::kRemoved:
+      w.u64(m.epoch);
+      w.text(m.text);
+      break;
+    case MessageType::kProbe:
+      w.u64(m.epoch);
+      break;
+    case MessageType::kError:
+      w.u32(m.code);
+      w.text(m.text);
+      break;
+  }
+  return w.take();
+}
+
+Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
+  if (size > kMaxControlBytes) {
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message of %zu bytes exceeds the limit of %zu", size,
+                      kMaxControlBytes);
+  }
+  Reader r(data, size);
+  ControlMessage m;
+  const uint8_t type = r.u8("type");
+  const uint8_t reserved = r.u8("reserved");
+  WCCL_RETURN_IF_ERROR(r.status());
+  if (reserved != 0) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: reserved byte set");
+  m.type = static_cast<MessageType>(type);
+  switch (m.type) {
+    case MessageType::kJoin:
+    case MessageType::kRejoin:
+      m.peer = r.peer("peer id");
+      m.group = r.text("group", true);
+      m.info.name = r.text("name", true);
+      m.info.address = r.text("address", true);
+      if (m.type == MessageType::kRejoin) {
+        m.epoch = r.u64("epoch");
+        m.ring = r.ring();
+      }
+      break;
+    case MessageType::kHeartbeat:
+      m.peer = r.peer("peer id");
+      break;
+    case MessageType::kUpdate:
+    case MessageType::kLeave:
+      m.peer = r.peer("peer id");
+      m.epoch = r.u64("epoch");
+      break;
+    case MessageType::kLinkBroken:
+      m.peer = r.peer("peer id");
+      m.other = r.peer("suspect id");
+      break;
+    case MessageType::kEpoch:
+      m.epoch = r.u64("epoch");
+      m.ring = r.ring();
+      break;
+    case MessageType::kRevoked:
+      m.epoch = r.u64("epoch");
+      m.other = r.peer("lost peer id");
+      m.text = r.text("reason", false);
+      break;
+    case MessageType::kRemoved:
+      m.epoch = r.u64("epoch");
+      m.text = r.text("reason", false);
+      break;
+    case MessageType::kProbe:
+      m.epoch = r.u64("epoch");
+      break;
+    case MessageType::kError:
+      m.code = r.u32("code");
+      m.text = r.text("message", false);
+      break;
+    default:
+      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: unknown type %u", type);
+  }
+  WCCL_RETURN_IF_ERROR(r.finish());
+  *out = std::move(m);
+  return Status();
+}
+
+ControlMessage to_message(const Notice &n) {
+  ControlMessage m;
+  m.epoch = n.epoch;
+  switch (n.kind) {
+    case Notice::Kind::kEpoch:
+      m.type = MessageType::kEpoch;
+      m.ring = n.ring;
+      break;
+    case Notice::Kind::kRevoked:
+      m.type = MessageType::kRevoked;
+      m.other = n.lost;
+      m.text = n.reason;
+      break;
+    case Notice::Kind::kRemoved:
+      m.type = MessageType::kRemoved;
+      m.text = n.reason;
+      break;
+    case Notice::Kind::kProbe:
+      m.type = MessageType::kProbe;
+      break;
+  }
+  return m;
+}
+
+}  // namespace wccl::coord

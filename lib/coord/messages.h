@@ -1,0 +1,56 @@
+// Messages between peers and the coordinator (the control plane), and their encoding. Each is
+// the payload of one transport message; docs/protocol.md specifies the layout. Decoding checks
+// every field and every length before use and rejects trailing bytes, so a malformed message is a
+// PROTOCOL error naming the field, never a partial result.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coord/membership.h"
+#include "core/status.h"
+
+namespace wccl::coord {
+
+inline constexpr size_t kMaxControlBytes = 1 << 20;  // one encoded message, at most
+inline constexpr size_t kMaxRingMembers = 4096;
+inline constexpr size_t kMaxTextBytes = 255;  // names, groups, addresses, reasons
+
+enum class MessageType : uint8_t {
+  // peer -> coordinator
+  kJoin = 1,        // peer, group, info
+  kRejoin = 2,      // peer, group, info, epoch, ring: after a coordinator restart
+  kHeartbeat = 3,   // peer
+  kUpdate = 4,      // peer, epoch
+  kLeave = 5,       // peer, epoch
+  kLinkBroken = 6,  // peer, other (the suspect)
+  // coordinator -> peer
+  kEpoch = 16,      // epoch, ring
+  kRevoked = 17,    // epoch, other (the lost peer), text (reason)
+  kRemoved = 18,    // epoch, text (reason)
+  kProbe = 19,      // epoch
+  kError = 20,      // code, text: the coordinator refused the last request
+};
+
+struct ControlMessage {
+  MessageType type = MessageType::kHeartbeat;
+  PeerId peer = 0;     // the sender (peer -> coordinator)
+  std::string group;   // kJoin, kRejoin
+  PeerInfo info;       // kJoin, kRejoin
+  uint64_t epoch = 0;  // kRejoin, kUpdate, kLeave, and every coordinator message but kError
+  std::vector<Member> ring;  // kRejoin, kEpoch
+  PeerId other = 0;    // kLinkBroken (suspect), kRevoked (lost)
+  uint32_t code = 0;   // kError: a wccl_result_t
+  std::string text;    // kRevoked, kRemoved, kError
+};
+
+// Text fields longer than kMaxTextBytes are cut to that length.
+std::vector<uint8_t> encode(const ControlMessage &m);
+Status decode(const uint8_t *data, size_t size, ControlMessage *out);
+
+// The coordinator's notice as the message that delivers it.
+ControlMessage to_message(const Notice &n);
+
+}  // namespace wccl::coord
