@@ -87,6 +87,12 @@ class Core : public std::enable_shared_from_this<Core> {
   };
   std::vector<Listener *> listeners;
   std::set<uv_getaddrinfo_t *> lookups;  // in flight; cancelled at shutdown
+  struct Periodic {
+    uv_timer_t timer;
+    Core *core;
+    std::function<void()> fn;
+  };
+  std::vector<Periodic *> periodics;  // closed at shutdown
 
   // User callbacks wait here until the loop callback that produced them has finished changing
   // state; every entry point from libuv or post() ends with run_deferred().
@@ -887,6 +893,10 @@ void Core::shutdown() {
     uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp), [](uv_handle_t *h) { delete static_cast<Listener *>(h->data); });
   }
   listeners.clear();
+  for (Periodic *p : periodics) {
+    uv_close(reinterpret_cast<uv_handle_t *>(&p->timer), [](uv_handle_t *h) { delete static_cast<Periodic *>(h->data); });
+  }
+  periodics.clear();
   uv_close(reinterpret_cast<uv_handle_t *>(&sweep), nullptr);
 }
 
@@ -933,6 +943,30 @@ Transport::~Transport() {
 }
 
 const Logger &Transport::log() const { return core_->log; }
+
+Status Transport::post(std::function<void()> fn) {
+  Core *c = core_.get();
+  return core_->loop->post([c, fn = std::move(fn)] {
+    fn();
+    c->run_deferred();
+  });
+}
+
+Status Transport::every(std::chrono::milliseconds period, std::function<void()> fn) {
+  Core *c = core_.get();
+  const uint64_t ms = static_cast<uint64_t>(std::max<int64_t>(1, period.count()));
+  return core_->loop->post([c, ms, fn = std::move(fn)]() mutable {
+    auto *p = new Core::Periodic{{}, c, std::move(fn)};
+    uv_timer_init(c->loop->uv(), &p->timer);
+    p->timer.data = p;
+    c->periodics.push_back(p);
+    uv_timer_start(&p->timer, [](uv_timer_t *t) {
+      auto *self = static_cast<Core::Periodic *>(t->data);
+      self->fn();
+      self->core->run_deferred();
+    }, ms, ms);
+  });
+}
 
 std::chrono::milliseconds Transport::connect_timeout() const { return core_->opt.connect_timeout; }
 

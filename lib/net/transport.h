@@ -165,6 +165,11 @@ class Transport {
   // connect() and wait for it (INVALID_USAGE on the loop thread).
   Result<std::shared_ptr<Link>> connect_sync(const std::string &address);
 
+  // Runs fn on the loop thread (before returning, when called there). ABORTED after shutdown.
+  Status post(std::function<void()> fn);
+  // Runs fn on the loop thread every period until the transport shuts down.
+  Status every(std::chrono::milliseconds period, std::function<void()> fn);
+
   const Logger &log() const;
   std::chrono::milliseconds connect_timeout() const;
 

@@ -1,0 +1,72 @@
+#include "coord/channel.h"
+
+namespace wccl::coord {
+namespace {
+
+constexpr uint32_t kLengthTag = 1;
+constexpr uint32_t kBodyTag = 2;
+
+}  // namespace
+
+std::shared_ptr<ControlChannel> ControlChannel::open(std::shared_ptr<net::Link> link, OnMessage on_message,
+                                                     OnClose on_close) {
+  std::shared_ptr<ControlChannel> ch(new ControlChannel(std::move(link), std::move(on_message), std::move(on_close)));
+  ch->receive_next();
+  return ch;
+}
+
+Status ControlChannel::send(const ControlMessage &m) {
+  struct Outgoing {
+    uint8_t length[4];
+    std::vector<uint8_t> body;
+  };
+  auto out = std::make_shared<Outgoing>();
+  out->body = encode(m);
+  const uint32_t n = static_cast<uint32_t>(out->body.size());
+  for (int i = 0; i < 4; ++i) out->length[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::lock_guard<std::mutex> lock(tx_mu_);
+  const uint64_t seq = tx_seq_;
+  // Completions only keep the buffers alive: a failed send fails the link, which on_close reports.
+  WCCL_RETURN_IF_ERROR(link_->send({kControlEpoch, seq, kLengthTag}, out->length, 4, [out](const Status &) {}));
+  WCCL_RETURN_IF_ERROR(link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(),
+                                   [out](const Status &) {}));
+  ++tx_seq_;
+  return Status();
+}
+
+void ControlChannel::close(const Status &why) { link_->close(why); }
+
+void ControlChannel::receive_next() {
+  auto self = shared_from_this();
+  Status st = link_->recv({kControlEpoch, rx_seq_, kLengthTag}, rx_len_, sizeof(rx_len_), [self](const Status &got) {
+    if (!got.ok()) return self->finish(got);
+    const uint32_t n = static_cast<uint32_t>(self->rx_len_[0]) | static_cast<uint32_t>(self->rx_len_[1]) << 8 |
+                       static_cast<uint32_t>(self->rx_len_[2]) << 16 | static_cast<uint32_t>(self->rx_len_[3]) << 24;
+    if (n > kMaxControlBytes) {
+      return self->close(WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message of %u bytes exceeds the limit of %zu", n,
+                                    kMaxControlBytes));
+    }
+    self->rx_body_.resize(n);
+    Status posted = self->link_->recv({kControlEpoch, self->rx_seq_, kBodyTag}, self->rx_body_.data(), n,
+                                      [self](const Status &body) {
+      if (!body.ok()) return self->finish(body);
+      ControlMessage m;
+      Status decoded = decode(self->rx_body_.data(), self->rx_body_.size(), &m);
+      if (!decoded.ok()) return self->close(decoded);
+      ++self->rx_seq_;
+      self->receive_next();  // posted before delivery, so a handler that closes still ends it
+      if (!self->finished_) self->on_message_(std::move(m));
+    });
+    if (!posted.ok()) self->finish(posted);
+  });
+  if (!st.ok()) finish(st);
+}
+
+void ControlChannel::finish(const Status &why) {
+  if (finished_.exchange(true)) return;
+  auto on_close = std::move(on_close_);
+  on_message_ = nullptr;  // the callbacks may hold this channel: break the cycle
+  if (on_close) on_close(why);
+}
+
+}  // namespace wccl::coord

@@ -1,0 +1,160 @@
+#include "coord/coordinator.h"
+
+#include <algorithm>
+
+namespace wccl::coord {
+
+Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
+  options_.min_peers = static_cast<int>(cfg.integer("min_peers"));
+  options_.settle = std::chrono::milliseconds(cfg.integer("settle_ms"));
+  options_.peer_timeout = std::chrono::milliseconds(cfg.integer("peer_timeout_ms"));
+  // A probed peer answers at once; one heartbeat period is ample.
+  options_.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
+}
+
+Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
+  std::unique_ptr<Coordinator> c(new Coordinator(cfg));
+  auto transport = net::Transport::create(cfg);
+  if (!transport.ok()) return transport.status();
+  c->transport_ = std::move(transport).value();
+  Coordinator *self = c.get();
+  auto port = c->transport_->listen(cfg.str("listen"), [self](std::shared_ptr<net::Link> link) { self->on_link(std::move(link)); });
+  if (!port.ok()) return port.status();
+  c->port_ = port.value();
+  // Timeouts are decided by tick(), which therefore runs often enough that a silent peer or an
+  // unanswered probe is declared lost at most a few percent late.
+  const auto period = std::clamp(std::min(c->options_.peer_timeout / 20, c->options_.probe_timeout / 4),
+                                 std::chrono::milliseconds(5), std::chrono::milliseconds(100));
+  WCCL_RETURN_IF_ERROR(c->transport_->every(period, [self] { self->tick(); }));
+  WCCL_LOG(c->log_, kInfo, "coordinator listening on port %d", c->port_);
+  return c;
+}
+
+Coordinator::~Coordinator() {
+  // Destroying the transport fails every link (sessions see on_close on the loop thread) and
+  // joins that thread; nothing of this object is touched after it returns.
+  transport_.reset();
+}
+
+Membership &Coordinator::group(const std::string &name) {
+  auto it = groups_.find(name);
+  if (it == groups_.end()) it = groups_.emplace(name, std::make_unique<Membership>(options_)).first;
+  return *it->second;
+}
+
+void Coordinator::on_link(std::shared_ptr<net::Link> link) {
+  auto session = std::make_unique<Session>();
+  Session *s = session.get();
+  sessions_.emplace(s, std::move(session));
+  s->channel = ControlChannel::open(
+      std::move(link), [this, s](ControlMessage m) { on_message(s, m); },
+      [this, s](Status why) { on_close(s, why); });
+}
+
+void Coordinator::refuse(Session *s, const Status &why) {
+  WCCL_LOG(log_, kWarn, "closing the control link of %s (%s): %s", s->channel->link().peer_address().c_str(),
+           s->channel->link().peer_name().c_str(), why.to_string().c_str());
+  s->channel->close(why);
+}
+
+void Coordinator::on_message(Session *s, const ControlMessage &m) {
+  const auto now = Clock::now();
+  const bool first = s->peer == 0;
+  if (first != (m.type == MessageType::kJoin || m.type == MessageType::kRejoin)) {
+    return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message type %u %s", static_cast<unsigned>(m.type),
+                                first ? "before JOIN" : "after the link's JOIN"));
+  }
+  if (!first && m.peer != s->peer) {
+    return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "message from peer %016llx on the link of peer %016llx",
+                                static_cast<unsigned long long>(m.peer), static_cast<unsigned long long>(s->peer)));
+  }
+  Status st;
+  switch (m.type) {
+    case MessageType::kJoin:
+    case MessageType::kRejoin:
+      if (by_peer_.count(m.peer) != 0) {
+        return refuse(s, WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is already connected",
+                                    static_cast<unsigned long long>(m.peer)));
+      }
+      if (m.type == MessageType::kJoin) {
+        st = group(m.group).join(m.peer, m.info, now);
+      } else {
+        group(m.group).rejoin(m.peer, m.info, m.epoch, m.ring, now);
+      }
+      if (!st.ok()) return refuse(s, st);
+      s->peer = m.peer;
+      s->group = m.group;
+      by_peer_[m.peer] = s;
+      WCCL_LOG(log_, kInfo, "peer %s (%016llx, %s) %s group \"%s\"", m.info.name.c_str(),
+               static_cast<unsigned long long>(m.peer), m.info.address.c_str(),
+               m.type == MessageType::kJoin ? "joins" : "rejoins", m.group.c_str());
+      break;
+    case MessageType::kHeartbeat:
+      group(s->group).heartbeat(s->peer, now);
+      break;
+    case MessageType::kUpdate:
+      st = group(s->group).update(s->peer, m.epoch, now);
+      break;
+    case MessageType::kLeave:
+      st = group(s->group).leave(s->peer, m.epoch, now);
+      break;
+    case MessageType::kLinkBroken:
+      group(s->group).link_broken(s->peer, m.other, now);
+      break;
+    default:
+      return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "a peer sent coordinator message type %u",
+                                  static_cast<unsigned>(m.type)));
+  }
+  if (!st.ok()) {
+    // The request is refused but the peer stays: it hears why.
+    ControlMessage err;
+    err.type = MessageType::kError;
+    err.code = static_cast<uint32_t>(st.code());
+    err.text = st.message();
+    (void)s->channel->send(err);
+  }
+  deliver(s->group);
+}
+
+void Coordinator::on_close(Session *s, const Status &why) {
+  auto owned = std::move(sessions_.at(s));
+  sessions_.erase(s);
+  if (s->peer == 0) {
+    if (why.code() == WCCL_ERR_PROTOCOL) {
+      WCCL_LOG(log_, kWarn, "closed the control link of %s before its JOIN: %s",
+               s->channel->link().peer_address().c_str(), why.to_string().c_str());
+    }
+    return;
+  }
+  by_peer_.erase(s->peer);
+  // A malformed message is worth a warning naming the peer; a peer going away is the routine case.
+  const LogLevel level = why.code() == WCCL_ERR_PROTOCOL ? LogLevel::kWarn : LogLevel::kInfo;
+  if (log_.enabled(level)) {
+    log_.log(level, "control link of peer %016llx closed: %s", static_cast<unsigned long long>(s->peer),
+             why.to_string().c_str());
+  }
+  group(s->group).disconnected(s->peer, Clock::now());
+  deliver(s->group);
+}
+
+void Coordinator::deliver(const std::string &name) {
+  for (const Notice &n : group(name).take_notices()) {
+    auto it = by_peer_.find(n.to);
+    if (it == by_peer_.end()) continue;  // not connected: nothing to tell it with
+    if (n.kind == Notice::Kind::kRevoked) {
+      WCCL_LOG(log_, kWarn, "group \"%s\" epoch %llu revoked: %s", name.c_str(),
+               static_cast<unsigned long long>(n.epoch), n.reason.c_str());
+    }
+    (void)it->second->channel->send(to_message(n));
+  }
+}
+
+void Coordinator::tick() {
+  const auto now = Clock::now();
+  for (auto &[name, membership] : groups_) {
+    membership->tick(now);
+    deliver(name);
+  }
+}
+
+}  // namespace wccl::coord

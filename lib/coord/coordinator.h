@@ -1,0 +1,58 @@
+// The coordinator: the membership authority of a job (DESIGN §3-§4). It listens for peers'
+// control links (TLS unless tls=off: an unauthenticated client never reaches this code), keeps one
+// Membership per group, feeds it the peers' messages and the passage of time, and sends its
+// notices to the peers they are for. It carries no bulk data. Everything runs on its transport's
+// loop thread.
+//
+// Reads config keys listen, min_peers, settle_ms, heartbeat_ms and peer_timeout_ms, plus the
+// transport's keys.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "coord/channel.h"
+#include "coord/membership.h"
+#include "core/config.h"
+#include "net/transport.h"
+
+namespace wccl::coord {
+
+class Coordinator {
+ public:
+  // Listens on the `listen` address and starts serving. IO if the address cannot be bound.
+  static Result<std::unique_ptr<Coordinator>> start(const Config &cfg);
+  // Stops serving: closes every peer's link and joins the loop thread.
+  ~Coordinator();
+  Coordinator(const Coordinator &) = delete;
+  Coordinator &operator=(const Coordinator &) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  struct Session {
+    std::shared_ptr<ControlChannel> channel;
+    PeerId peer = 0;  // 0 until its JOIN or REJOIN
+    std::string group;
+  };
+  explicit Coordinator(const Config &cfg);
+  void on_link(std::shared_ptr<net::Link> link);
+  void on_message(Session *s, const ControlMessage &m);
+  void on_close(Session *s, const Status &why);
+  Membership &group(const std::string &name);
+  void deliver(const std::string &group);
+  void tick();
+  void refuse(Session *s, const Status &why);
+
+  Logger log_;
+  Membership::Options options_;
+  std::unique_ptr<net::Transport> transport_;
+  int port_ = 0;
+  // Loop thread only:
+  std::map<std::string, std::unique_ptr<Membership>> groups_;
+  std::map<Session *, std::unique_ptr<Session>> sessions_;
+  std::map<PeerId, Session *> by_peer_;
+};
+
+}  // namespace wccl::coord

@@ -1,0 +1,307 @@
+// The coordinator over real links on 127.0.0.1, with in-process peers speaking control messages:
+// formation and admission, loss by closed link, silence and failed probe, refusal of bad or
+// out-of-order input without harm to the members, groups, and unauthenticated clients.
+#include <algorithm>
+#include <deque>
+#include <optional>
+
+#include "coord/channel.h"
+#include "coord/coordinator.h"
+#include "support.h"
+
+namespace wccl::coord {
+namespace {
+
+using namespace std::chrono_literals;
+using test::make_config;
+
+// A peer's side of the control plane, with its own transport.
+class Client {
+ public:
+  Client(int port, Config cfg, PeerId id, std::string group = "g") : id_(id), group_(std::move(group)) {
+    auto t = net::Transport::create(cfg);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    if (!t.ok()) return;
+    transport_ = std::move(t).value();
+    auto link = transport_->connect_sync("127.0.0.1:" + std::to_string(port));
+    connect_status_ = link.status();
+    if (!link.ok()) return;
+    auto state = state_;
+    channel_ = ControlChannel::open(
+        link.value(),
+        [state](ControlMessage m) {
+          std::lock_guard<std::mutex> lock(state->mu);
+          state->inbox.push_back(std::move(m));
+          state->cv.notify_all();
+        },
+        [state](Status why) {
+          std::lock_guard<std::mutex> lock(state->mu);
+          state->closed = why;
+          state->cv.notify_all();
+        });
+  }
+  ~Client() { transport_.reset(); }
+
+  const Status &connect_status() const { return connect_status_; }
+  void send(ControlMessage m) {
+    m.peer = id_;
+    ASSERT_TRUE(channel_->send(m).ok());
+  }
+  void join() {
+    ControlMessage m;
+    m.type = MessageType::kJoin;
+    m.group = group_;
+    m.info = {"peer-" + std::to_string(id_), "127.0.0.1:" + std::to_string(7000 + id_)};
+    send(m);
+  }
+  void heartbeat() { send(simple(MessageType::kHeartbeat, 0)); }
+  void update(uint64_t epoch) { send(simple(MessageType::kUpdate, epoch)); }
+  void heartbeats(std::chrono::milliseconds period) {
+    ASSERT_TRUE(transport_->every(period, [this] {
+      if (!paused_) (void)channel_->send(simple(MessageType::kHeartbeat, 0));
+    }).ok());
+  }
+  void pause_heartbeats() { paused_ = true; }
+  // The next message of `type`; messages of other types before it are dropped.
+  std::optional<ControlMessage> next(MessageType type, std::chrono::milliseconds timeout = 5s) {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      while (!state_->inbox.empty()) {
+        ControlMessage m = std::move(state_->inbox.front());
+        state_->inbox.pop_front();
+        if (m.type == type) return m;
+      }
+      if (state_->cv.wait_until(lock, deadline) == std::cv_status::timeout && state_->inbox.empty()) return {};
+    }
+  }
+  // The reason the coordinator closed the link, or nullopt if it stays open for `timeout`.
+  std::optional<Status> closed(std::chrono::milliseconds timeout = 5s) {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait_for(lock, timeout, [&] { return state_->closed.has_value(); });
+    return state_->closed;
+  }
+  PeerId id() const { return id_; }
+  ControlChannel &channel() { return *channel_; }
+
+ private:
+  ControlMessage simple(MessageType type, uint64_t epoch) const {
+    ControlMessage m;
+    m.type = type;
+    m.peer = id_;
+    m.epoch = epoch;
+    return m;
+  }
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<ControlMessage> inbox;
+    std::optional<Status> closed;
+  };
+  PeerId id_;
+  std::string group_;
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+  std::unique_ptr<net::Transport> transport_;
+  std::shared_ptr<ControlChannel> channel_;
+  Status connect_status_;
+  std::atomic<bool> paused_{false};
+};
+
+std::vector<PeerId> ring_ids(const ControlMessage &m) {
+  std::vector<PeerId> out;
+  for (const Member &x : m.ring) out.push_back(x.id);
+  return out;
+}
+
+// Peers join over separate connections, so the order their JOINs arrive in is not fixed.
+std::vector<PeerId> sorted(std::vector<PeerId> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+class CoordinatorTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    coord_files_ = pki_.node("coordinator");
+    Config cfg = make_config("coordinator", &coord_files_);
+    ASSERT_TRUE(cfg.set("listen", "127.0.0.1:0").ok());
+    ASSERT_TRUE(cfg.set("settle_ms", "100").ok());
+    ASSERT_TRUE(cfg.set("heartbeat_ms", "200").ok());
+    ASSERT_TRUE(cfg.set("peer_timeout_ms", "800").ok());
+    auto c = Coordinator::start(cfg);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    coord_ = std::move(c).value();
+  }
+  std::unique_ptr<Client> client(PeerId id, std::string group = "g") {
+    auto files = pki_.node("peer-" + std::to_string(id));
+    return std::make_unique<Client>(coord_->port(), make_config("peer-" + std::to_string(id), &files), id, group);
+  }
+  // n peers that joined and agreed on epoch 1 (its ring is left in ring_).
+  std::vector<std::unique_ptr<Client>> formed(std::vector<PeerId> ids) {
+    std::vector<std::unique_ptr<Client>> out;
+    for (PeerId id : ids) {
+      out.push_back(client(id));
+      out.back()->heartbeats(100ms);
+      out.back()->join();
+    }
+    for (auto &c : out) {
+      auto e = c->next(MessageType::kEpoch);
+      EXPECT_TRUE(e.has_value()) << "peer " << c->id() << " got no epoch";
+      if (e) {
+        EXPECT_EQ(e->epoch, 1u);
+        EXPECT_EQ(sorted(ring_ids(*e)), sorted(ids));
+        if (ring_.empty()) ring_ = ring_ids(*e);
+        EXPECT_EQ(ring_ids(*e), ring_) << "every member is told the same ring";
+      }
+    }
+    return out;
+  }
+
+  test::Pki pki_;
+  devkit::NodeFiles coord_files_;
+  std::unique_ptr<Coordinator> coord_;
+  std::vector<PeerId> ring_;
+};
+
+TEST_F(CoordinatorTest, FourPeersAgreeAndAFifthIsAdmittedAtTheNextUpdate) {
+  auto peers = formed({1, 2, 3, 4});
+  auto fifth = client(5);
+  fifth->heartbeats(100ms);
+  fifth->join();
+  EXPECT_FALSE(fifth->next(MessageType::kEpoch, 300ms).has_value()) << "a joiner waits for the members' update";
+  for (auto &p : peers) p->update(1);
+  peers.push_back(std::move(fifth));
+  for (auto &p : peers) {
+    auto e = p->next(MessageType::kEpoch);
+    ASSERT_TRUE(e.has_value()) << "peer " << p->id();
+    EXPECT_EQ(e->epoch, 2u);
+    std::vector<PeerId> expected = ring_;  // the members keep their order; the joiner comes last
+    expected.push_back(5);
+    EXPECT_EQ(ring_ids(*e), expected);
+  }
+}
+
+TEST_F(CoordinatorTest, ClosedControlLinkRevokesTheEpochAtOnce) {
+  auto peers = formed({1, 2, 3});
+  const auto t0 = Clock::now();
+  peers[2].reset();  // its transport goes: the link closes
+  for (int i = 0; i < 2; ++i) {
+    auto r = peers[i]->next(MessageType::kRevoked, 2s);
+    ASSERT_TRUE(r.has_value()) << "peer " << peers[i]->id();
+    EXPECT_EQ(r->epoch, 1u);
+    EXPECT_EQ(r->other, 3u);
+  }
+  EXPECT_LT(Clock::now() - t0, 1s);
+  peers[0]->update(1);
+  peers[1]->update(1);
+  auto e = peers[0]->next(MessageType::kEpoch);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->epoch, 2u);
+  EXPECT_EQ(sorted(ring_ids(*e)), (std::vector<PeerId>{1, 2}));
+}
+
+TEST_F(CoordinatorTest, SilentPeerIsRevokedAfterPeerTimeout) {
+  auto peers = formed({1, 2, 3});
+  const auto t0 = Clock::now();
+  peers[2]->pause_heartbeats();  // alive, connected, silent: a frozen process
+  auto r = peers[0]->next(MessageType::kRevoked, 3s);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->other, 3u);
+  EXPECT_NE(r->text.find("silent for 800 ms"), std::string::npos) << r->text;
+  const auto waited = Clock::now() - t0;
+  EXPECT_GE(waited, 600ms);  // its last heartbeat was up to 100 ms before the pause
+  EXPECT_LT(waited, 800ms + 200ms + 300ms) << "peer_timeout + one heartbeat, plus scheduling";
+  // It is told it was removed if it speaks again.
+  peers[2]->heartbeat();
+  auto removed = peers[2]->next(MessageType::kRemoved);
+  ASSERT_TRUE(removed.has_value());
+  EXPECT_NE(removed->text.find("declared lost"), std::string::npos) << removed->text;
+}
+
+TEST_F(CoordinatorTest, BrokenLinkReportProbesTheNeighbour) {
+  auto peers = formed({1, 2, 3});
+  peers[2]->pause_heartbeats();
+  ControlMessage report;
+  report.type = MessageType::kLinkBroken;
+  report.other = 3;
+  const auto t0 = Clock::now();
+  peers[0]->send(report);
+  ASSERT_TRUE(peers[2]->next(MessageType::kProbe, 2s).has_value());
+  auto r = peers[1]->next(MessageType::kRevoked, 2s);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->other, 3u);
+  EXPECT_NE(r->text.find("probe"), std::string::npos) << r->text;
+  EXPECT_LT(Clock::now() - t0, 600ms) << "a probe decides within heartbeat_ms, long before peer_timeout";
+}
+
+TEST_F(CoordinatorTest, BadInputClosesOnlyThatClient) {
+  auto peers = formed({1, 2});
+  auto early = client(7);
+  early->update(1);  // before JOIN
+  // The coordinator logs the cause ("... before JOIN") and drops the link: the client sees it go.
+  auto why = early->closed();
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->code(), WCCL_ERR_IO) << why->to_string();
+
+  auto garbage = client(8);
+  // A body that does not decode: the length message says 3 bytes, the body is junk.
+  uint8_t len[4] = {3, 0, 0, 0}, junk[3] = {0xee, 0xee, 0xee};
+  ASSERT_TRUE(garbage->channel().link().send({kControlEpoch, 0, 1}, len, 4, [](const Status &) {}).ok());
+  ASSERT_TRUE(garbage->channel().link().send({kControlEpoch, 0, 2}, junk, 3, [](const Status &) {}).ok());
+  ASSERT_TRUE(garbage->closed().has_value());
+
+  auto impostor = client(9);
+  impostor->join();
+  ControlMessage forged;
+  forged.type = MessageType::kHeartbeat;
+  ASSERT_TRUE(impostor->channel().send([&] { forged.peer = 1; return forged; }()).ok());  // another peer's id
+  ASSERT_TRUE(impostor->closed().has_value());
+
+  // The members noticed nothing and carry on.
+  EXPECT_FALSE(peers[0]->next(MessageType::kRevoked, 300ms).has_value());
+  peers[0]->update(1);
+  peers[1]->update(1);
+  auto e = peers[1]->next(MessageType::kEpoch);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(ring_ids(*e), ring_) << "nothing changed: the same epoch is confirmed";
+  EXPECT_EQ(e->epoch, 1u);
+}
+
+TEST_F(CoordinatorTest, RefusedRequestIsAnsweredWithAnError) {
+  auto peers = formed({1, 2});
+  peers[0]->update(7);  // not the current epoch
+  auto err = peers[0]->next(MessageType::kError);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->code, static_cast<uint32_t>(WCCL_ERR_PROTOCOL));
+  EXPECT_NE(err->text.find("current epoch is 1"), std::string::npos) << err->text;
+  EXPECT_FALSE(peers[0]->closed(100ms).has_value()) << "a refused request does not cost the link";
+}
+
+TEST_F(CoordinatorTest, GroupsFormIndependentEpochs) {
+  auto a = client(1, "gpu0"), b = client(2, "gpu1"), c = client(3, "gpu0");
+  for (auto *p : {a.get(), b.get(), c.get()}) {
+    p->heartbeats(100ms);
+    p->join();
+  }
+  auto ea = a->next(MessageType::kEpoch), eb = b->next(MessageType::kEpoch);
+  ASSERT_TRUE(ea.has_value() && eb.has_value());
+  EXPECT_EQ(sorted(ring_ids(*ea)), (std::vector<PeerId>{1, 3}));
+  EXPECT_EQ(ring_ids(*eb), (std::vector<PeerId>{2}));
+}
+
+TEST_F(CoordinatorTest, UnauthenticatedClientsNeverReachTheProtocol) {
+  auto peers = formed({1, 2});
+  auto foreign = pki_.foreign_node("intruder");
+  foreign.ca = coord_files_.ca;
+  Client intruder(coord_->port(), make_config("intruder", &foreign), 66);
+  EXPECT_EQ(intruder.connect_status().code(), WCCL_ERR_AUTH) << intruder.connect_status().to_string();
+  Client plain(coord_->port(), make_config("plain", nullptr), 67);
+  EXPECT_EQ(plain.connect_status().code(), WCCL_ERR_AUTH) << plain.connect_status().to_string();
+  EXPECT_FALSE(peers[0]->next(MessageType::kRevoked, 200ms).has_value());
+  peers[0]->update(1);
+  peers[1]->update(1);
+  ASSERT_TRUE(peers[0]->next(MessageType::kEpoch).has_value());
+}
+
+}  // namespace
+}  // namespace wccl::coord
