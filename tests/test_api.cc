@@ -165,3 +165,44 @@ TEST(LastError, IsPerThreadAndNamesTheSource) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CoordApi, StartsOnAFreePortAndStops) {
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "listen", "127.0.0.1:0"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
+  wccl_coord_t *coord = nullptr;
+  ASSERT_EQ(wccl_coord_start(&coord, cfg), WCCL_OK) << wccl_last_error();
+  EXPECT_GT(wccl_coord_port(coord), 0);
+  // A second coordinator on the same port cannot bind it.
+  const std::string taken = "127.0.0.1:" + std::to_string(wccl_coord_port(coord));
+  ASSERT_EQ(wccl_config_set(cfg, "listen", taken.c_str()), WCCL_OK);
+  wccl_coord_t *second = reinterpret_cast<wccl_coord_t *>(0x1);
+  EXPECT_EQ(wccl_coord_start(&second, cfg), WCCL_ERR_IO);
+  EXPECT_EQ(second, nullptr);
+  EXPECT_NE(std::string(wccl_last_error()).find(taken), std::string::npos) << wccl_last_error();
+  wccl_coord_stop(coord);
+  wccl_coord_stop(nullptr);
+  EXPECT_EQ(wccl_coord_port(nullptr), 0);
+  wccl_config_destroy(cfg);
+}
+
+TEST(CoordApi, BadConfigurationIsNamed) {
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  wccl_coord_t *coord = nullptr;
+  ASSERT_EQ(wccl_config_set(cfg, "listen", "127.0.0.1:0"), WCCL_OK);
+  EXPECT_EQ(wccl_coord_start(&coord, cfg), WCCL_ERR_INVALID_ARGUMENT) << "tls=on without files";
+  EXPECT_NE(std::string(wccl_last_error()).find("tls_cert"), std::string::npos) << wccl_last_error();
+  ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "listen", "nowhere"), WCCL_OK);
+  EXPECT_EQ(wccl_coord_start(&coord, cfg), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("nowhere"), std::string::npos) << wccl_last_error();
+  EXPECT_EQ(wccl_coord_start(&coord, nullptr), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wccl_coord_start(nullptr, cfg), WCCL_ERR_INVALID_ARGUMENT);
+  wccl_config_destroy(cfg);
+}
+
+}  // namespace

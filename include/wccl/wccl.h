@@ -6,8 +6,8 @@
  * created, no argument is modified except where the contract says so. The detail of the calling
  * thread's most recent failure is in wccl_last_error().
  *
- * What this header holds today: result codes, version, configuration. The coordinator,
- * communicator and collectives are not part of this release; see docs/ for the roadmap.
+ * What this header holds today: result codes, version, configuration and the embeddable
+ * coordinator. The communicator and the collectives are not part of this release yet.
  */
 #ifndef WCCL_WCCL_H_
 #define WCCL_WCCL_H_
@@ -114,6 +114,30 @@ WCCL_API wccl_result_t wccl_config_get(const wccl_config_t *config, const char *
 /* Every key, one line each, as "key<TAB>default<TAB>accepted form<TAB>description<LF>", in a static
  * NUL-terminated string. The defaults shown are the built-in ones, before the environment. */
 WCCL_API const char *wccl_config_keys(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Coordinator.
+ *
+ * The membership authority of a job: peers join it, it decides epochs (who is in, in which ring
+ * order), detects lost peers and revokes their epoch. It carries no bulk data. One coordinator
+ * serves any number of groups. It runs on its own I/O thread; the daemon `wccl-coord` wraps it.
+ * docs/fault-tolerance.md describes its rules and timeouts.
+ */
+typedef struct wccl_coord wccl_coord_t;
+
+/* Starts a coordinator listening on the config key `listen` (default 0.0.0.0:48148; port 0 picks
+ * a free port), with TLS unless tls=off, and returns once it accepts connections. Also reads
+ * min_peers, settle_ms, heartbeat_ms, peer_timeout_ms and the transport keys. Returns
+ * INVALID_ARGUMENT for a bad address or missing TLS files (naming them), IO if the address cannot
+ * be bound. The configuration is copied. On error *coord is set to NULL. */
+WCCL_API wccl_result_t wccl_coord_start(wccl_coord_t **coord, const wccl_config_t *config);
+
+/* The TCP port the coordinator listens on, or 0 for NULL. Thread-safe. */
+WCCL_API int wccl_coord_port(const wccl_coord_t *coord);
+
+/* Stops the coordinator: closes every peer's connection and frees it. Blocks until its thread has
+ * ended; must not be called from a wccl callback. NULL is accepted and ignored. */
+WCCL_API void wccl_coord_stop(wccl_coord_t *coord);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -3,11 +3,16 @@
 #include <string>
 
 #include "api/guard.h"
+#include "coord/coordinator.h"
 #include "core/config.h"
 #include "wccl/wccl.h"
 
 struct wccl_config {
   wccl::Config impl;
+};
+
+struct wccl_coord {
+  std::unique_ptr<wccl::coord::Coordinator> impl;
 };
 
 namespace wccl {
@@ -95,5 +100,21 @@ wccl_result_t wccl_config_get(const wccl_config_t *config, const char *key, char
 }
 
 const char *wccl_config_keys(void) { return wccl::Config::describe_keys().c_str(); }
+
+wccl_result_t wccl_coord_start(wccl_coord_t **coord, const wccl_config_t *config) {
+  if (coord != nullptr) *coord = nullptr;
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(coord != nullptr, "wccl_coord_start: coord (the out-handle) is NULL");
+    WCCL_CHECK_ARG(config != nullptr, "wccl_coord_start: config is NULL");
+    auto started = wccl::coord::Coordinator::start(config->impl);
+    if (!started.ok()) return started.status();
+    *coord = new wccl_coord{std::move(started).value()};
+    return wccl::Status();
+  });
+}
+
+int wccl_coord_port(const wccl_coord_t *coord) { return coord != nullptr ? coord->impl->port() : 0; }
+
+void wccl_coord_stop(wccl_coord_t *coord) { delete coord; }
 
 }  // extern "C"

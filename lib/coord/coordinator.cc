@@ -47,8 +47,8 @@ void Coordinator::on_link(std::shared_ptr<net::Link> link) {
   Session *s = session.get();
   sessions_.emplace(s, std::move(session));
   s->channel = ControlChannel::open(
-      std::move(link), [this, s](ControlMessage m) { on_message(s, m); },
-      [this, s](Status why) { on_close(s, why); });
+      std::move(link), [this, s](const ControlMessage &m) { on_message(s, m); },
+      [this, s](const Status &why) { on_close(s, why); });
 }
 
 void Coordinator::refuse(Session *s, const Status &why) {
