@@ -276,6 +276,31 @@ TEST_F(CoordinatorTest, BadInputClosesOnlyThatClient) {
   EXPECT_EQ(e->epoch, 1u);
 }
 
+TEST_F(CoordinatorTest, MemberSendingJunkIsDroppedAtOnceAndCanComeBack) {
+  auto peers = formed({1, 2, 3});
+  // A message of a type this coordinator does not know, in sequence on a joined member's link.
+  ControlMessage junk;
+  junk.type = static_cast<MessageType>(99);
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(peers[2]->channel().send(junk).ok());
+  ASSERT_TRUE(peers[2]->closed().has_value()) << "the coordinator must drop that link";
+  auto r = peers[0]->next(MessageType::kRevoked, 2s);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->other, 3u);
+  EXPECT_LT(Clock::now() - t0, 1s) << "dropping the link is a loss now, not after peer_timeout";
+  // It comes back under its id: not locked out, admitted at the next update.
+  peers[2].reset();
+  auto back = client(3);
+  back->heartbeats(100ms);
+  back->join();
+  EXPECT_FALSE(back->closed(300ms).has_value()) << "the returning peer was refused";
+  peers[0]->update(1);
+  peers[1]->update(1);
+  auto e = back->next(MessageType::kEpoch);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(sorted(ring_ids(*e)), (std::vector<PeerId>{1, 2, 3}));
+}
+
 TEST_F(CoordinatorTest, RefusedRequestIsAnsweredWithAnError) {
   auto peers = formed({1, 2});
   peers[0]->update(7);  // not the current epoch

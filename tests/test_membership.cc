@@ -217,14 +217,15 @@ TEST_F(MembershipTest, BadCallsAreRefusedAndChangeNothing) {
 TEST_F(MembershipTest, RestartedCoordinatorContinuesFromWhatPeersReport) {
   Membership m(options());  // a fresh coordinator: it knows nothing
   const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};
-  m.rejoin(B, info(B), 5, ring, t);
+  ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, t).ok());
   EXPECT_EQ(m.epoch(), 5u) << "epoch numbering continues from the members' report";
-  m.rejoin(A, info(A), 4, ring, t + 10ms);  // A missed the announcement of epoch 5
+  m.take_notices();
+  ASSERT_TRUE(m.rejoin(A, info(A), 4, ring, t + 10ms).ok());  // A missed the announcement of epoch 5
   std::vector<Notice> n = m.take_notices();
   ASSERT_EQ(of_kind(n, Kind::kEpoch).size(), 1u);
   EXPECT_EQ(of_kind(n, Kind::kEpoch)[0].to, A);
   EXPECT_EQ(of_kind(n, Kind::kEpoch)[0].epoch, 5u);
-  m.rejoin(E, info(E), 3, {{E, info(E)}}, t + 20ms);  // not in the job's ring: a joiner
+  ASSERT_TRUE(m.rejoin(E, info(E), 3, {{E, info(E)}}, t + 20ms).ok());  // not in the job's ring: a joiner
   EXPECT_EQ(m.joiners(), 1u);
   heartbeat_all(m, {A, B, E}, t + 600ms);
   m.tick(t + 1000ms);  // C never came back
@@ -320,6 +321,65 @@ TEST_F(MembershipTest, ChurnKeepsEveryDecisionConsistent) {
     }
     EXPECT_GE(last_epoch, 10u) << "seed " << seed << ": the churn hardly changed membership";
   }
+}
+
+TEST_F(MembershipTest, RejoinOrderDoesNotMatterAfterARestart) {
+  Membership m(options());
+  const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}};
+  ASSERT_TRUE(m.rejoin(A, info(A), 4, ring, t).ok());  // A holds an older epoch and comes first
+  expect_announced(m.take_notices(), 4, {A, B});
+  ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, t).ok());  // B saw epoch 5 before the crash
+  expect_announced(m.take_notices(), 5, {A, B});    // A too is told of epoch 5
+  ASSERT_TRUE(m.update(A, 5, t).ok());
+  ASSERT_TRUE(m.update(B, 5, t).ok());
+  EXPECT_EQ(of_kind(m.take_notices(), Kind::kEpoch).size(), 2u);
+}
+
+TEST_F(MembershipTest, AdoptedEpochRemovesPeersOutsideIt) {
+  Membership m(options());
+  form(m, {E});  // a fresh coordinator formed an epoch of newcomers before the old members came back
+  ASSERT_TRUE(m.rejoin(A, info(A), 5, {{A, info(A)}, {B, info(B)}}, t).ok());
+  std::vector<Notice> n = m.take_notices();
+  std::vector<Notice> removed = of_kind(n, Kind::kRemoved);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].to, E);
+  EXPECT_NE(removed[0].reason.find("superseded"), std::string::npos);
+  expect_announced(n, 5, {A, B});
+  ASSERT_TRUE(m.update(E, 1, t).ok()) << "E joins again through its update";
+  EXPECT_EQ(m.joiners(), 1u);
+}
+
+TEST_F(MembershipTest, RejoinWithABadReportIsRefused) {
+  Membership m(options());
+  EXPECT_EQ(m.rejoin(A, info(A), 3, {{A, info(A)}, {A, info(A)}}, t).code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(m.rejoin(A, info(A), ~0ULL, {{A, info(A)}}, t).code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(m.epoch(), 0u);
+}
+
+TEST_F(MembershipTest, LeaverThatDisconnectsBeforeTheBarrierRevokesNothing) {
+  Membership m(options());
+  form(m, {A, B, C});
+  ASSERT_TRUE(m.leave(C, 1, t).ok());
+  m.disconnected(C, t);  // it leaves and goes at once, before A and B update
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kRevoked).empty());
+  ASSERT_TRUE(m.update(A, 1, t).ok());
+  ASSERT_TRUE(m.update(B, 1, t).ok());
+  expect_announced(m.take_notices(), 2, {A, B});
+}
+
+TEST_F(MembershipTest, LostPeerCannotRejoinItsOldEpochAsAMember) {
+  Membership m(options());
+  form(m, {A, B, C});
+  m.disconnected(C, t);  // lost from epoch 1
+  ASSERT_TRUE(m.rejoin(C, info(C), 1, m.ring(), t).ok());  // back: a joiner
+  EXPECT_EQ(m.joiners(), 1u);
+  m.disconnected(C, t);  // and gone again
+  m.take_notices();
+  ASSERT_TRUE(m.rejoin(C, info(C), 1, m.ring(), t).ok());  // back once more
+  EXPECT_EQ(m.joiners(), 1u) << "still a joiner, never a member of the epoch it was lost from";
+  ASSERT_TRUE(m.update(A, 1, t).ok());
+  ASSERT_TRUE(m.update(B, 1, t).ok());
+  expect_announced(m.take_notices(), 2, {A, B, C});
 }
 
 }  // namespace

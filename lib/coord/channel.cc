@@ -16,22 +16,28 @@ std::shared_ptr<ControlChannel> ControlChannel::open(std::shared_ptr<net::Link> 
 }
 
 Status ControlChannel::send(const ControlMessage &m) {
+  auto self = shared_from_this();  // a failing send can end the channel from inside Link::send
   struct Outgoing {
     uint8_t length[4];
     std::vector<uint8_t> body;
   };
   auto out = std::make_shared<Outgoing>();
   out->body = encode(m);
+  if (out->body.size() > kMaxControlBytes) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "control message of %zu bytes exceeds the limit of %zu",
+                      out->body.size(), kMaxControlBytes);
+  }
   const uint32_t n = static_cast<uint32_t>(out->body.size());
   for (int i = 0; i < 4; ++i) out->length[i] = static_cast<uint8_t>(n >> (8 * i));
   std::lock_guard<std::mutex> lock(tx_mu_);
   const uint64_t seq = tx_seq_;
   // Completions only keep the buffers alive: a failed send fails the link, which on_close reports.
   WCCL_RETURN_IF_ERROR(link_->send({kControlEpoch, seq, kLengthTag}, out->length, 4, [out](const Status &) {}));
-  WCCL_RETURN_IF_ERROR(link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(),
-                                   [out](const Status &) {}));
   ++tx_seq_;
-  return Status();
+  Status body = link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(), [out](const Status &) {});
+  // A length without its body would leave the receiver waiting for ever: end the link instead.
+  if (!body.ok()) link_->close(body);
+  return body;
 }
 
 void ControlChannel::close(const Status &why) { link_->close(why); }
@@ -43,8 +49,11 @@ void ControlChannel::receive_next() {
     const uint32_t n = static_cast<uint32_t>(self->rx_len_[0]) | static_cast<uint32_t>(self->rx_len_[1]) << 8 |
                        static_cast<uint32_t>(self->rx_len_[2]) << 16 | static_cast<uint32_t>(self->rx_len_[3]) << 24;
     if (n > kMaxControlBytes) {
-      return self->close(WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message of %u bytes exceeds the limit of %zu", n,
-                                    kMaxControlBytes));
+      // No receive is pending now, so closing the link reports nothing back: finish here.
+      const Status too_long = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message of %u bytes exceeds the limit of %zu",
+                                         n, kMaxControlBytes);
+      self->close(too_long);
+      return self->finish(too_long);
     }
     self->rx_body_.resize(n);
     Status posted = self->link_->recv({kControlEpoch, self->rx_seq_, kBodyTag}, self->rx_body_.data(), n,
@@ -52,7 +61,11 @@ void ControlChannel::receive_next() {
       if (!body.ok()) return self->finish(body);
       ControlMessage m;
       Status decoded = decode(self->rx_body_.data(), self->rx_body_.size(), &m);
-      if (!decoded.ok()) return self->close(decoded);
+      std::vector<uint8_t>().swap(self->rx_body_);  // hold no large buffer between messages
+      if (!decoded.ok()) {
+        self->close(decoded);
+        return self->finish(decoded);
+      }
       ++self->rx_seq_;
       self->receive_next();  // posted before delivery, so a handler that closes still ends it
       if (!self->finished_) self->on_message_(std::move(m));

@@ -32,7 +32,10 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
 
 Coordinator::~Coordinator() {
   // Destroying the transport fails every link (sessions see on_close on the loop thread) and
-  // joins that thread; nothing of this object is touched after it returns.
+  // joins that thread; nothing of this object is touched after it returns. Those closes are the
+  // coordinator's own, not peers going away: stopping_ keeps them out of the membership.
+  if (!transport_) return;  // start() failed before there was one
+  (void)transport_->post([this] { stopping_ = true; });
   transport_.reset();
 }
 
@@ -51,11 +54,8 @@ void Coordinator::on_link(std::shared_ptr<net::Link> link) {
       [this, s](const Status &why) { on_close(s, why); });
 }
 
-void Coordinator::refuse(Session *s, const Status &why) {
-  WCCL_LOG(log_, kWarn, "closing the control link of %s (%s): %s", s->channel->link().peer_address().c_str(),
-           s->channel->link().peer_name().c_str(), why.to_string().c_str());
-  s->channel->close(why);
-}
+// Drops a client that broke the protocol. The warning is logged by on_close, once.
+void Coordinator::refuse(Session *s, const Status &why) { s->channel->close(why); }
 
 void Coordinator::on_message(Session *s, const ControlMessage &m) {
   const auto now = Clock::now();
@@ -79,7 +79,7 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
       if (m.type == MessageType::kJoin) {
         st = group(m.group).join(m.peer, m.info, now);
       } else {
-        group(m.group).rejoin(m.peer, m.info, m.epoch, m.ring, now);
+        st = group(m.group).rejoin(m.peer, m.info, m.epoch, m.ring, now);
       }
       if (!st.ok()) return refuse(s, st);
       s->peer = m.peer;
@@ -119,33 +119,41 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
 void Coordinator::on_close(Session *s, const Status &why) {
   auto owned = std::move(sessions_.at(s));
   sessions_.erase(s);
+  if (stopping_) return;
+  const bool refused = why.code() == WCCL_ERR_PROTOCOL || why.code() == WCCL_ERR_INVALID_USAGE ||
+                       why.code() == WCCL_ERR_INVALID_ARGUMENT;
   if (s->peer == 0) {
-    if (why.code() == WCCL_ERR_PROTOCOL) {
-      WCCL_LOG(log_, kWarn, "closed the control link of %s before its JOIN: %s",
-               s->channel->link().peer_address().c_str(), why.to_string().c_str());
+    if (refused) {
+      WCCL_LOG(log_, kWarn, "closed the control link of %s (%s) before its JOIN: %s",
+               s->channel->link().peer_address().c_str(), s->channel->link().peer_name().c_str(),
+               why.to_string().c_str());
     }
     return;
   }
   by_peer_.erase(s->peer);
   // A malformed message is worth a warning naming the peer; a peer going away is the routine case.
-  const LogLevel level = why.code() == WCCL_ERR_PROTOCOL ? LogLevel::kWarn : LogLevel::kInfo;
+  const LogLevel level = refused ? LogLevel::kWarn : LogLevel::kInfo;
   if (log_.enabled(level)) {
-    log_.log(level, "control link of peer %016llx closed: %s", static_cast<unsigned long long>(s->peer),
-             why.to_string().c_str());
+    log_.log(level, "control link of peer %016llx (%s, %s) closed: %s", static_cast<unsigned long long>(s->peer),
+             s->channel->link().peer_name().c_str(), s->channel->link().peer_address().c_str(), why.to_string().c_str());
   }
   group(s->group).disconnected(s->peer, Clock::now());
   deliver(s->group);
 }
 
 void Coordinator::deliver(const std::string &name) {
+  PeerId logged_loss = 0;
   for (const Notice &n : group(name).take_notices()) {
-    auto it = by_peer_.find(n.to);
-    if (it == by_peer_.end()) continue;  // not connected: nothing to tell it with
-    if (n.kind == Notice::Kind::kRevoked) {
+    if (n.kind == Notice::Kind::kRevoked && n.lost != logged_loss) {  // once per loss, not per member
+      logged_loss = n.lost;
       WCCL_LOG(log_, kWarn, "group \"%s\" epoch %llu revoked: %s", name.c_str(),
                static_cast<unsigned long long>(n.epoch), n.reason.c_str());
     }
-    (void)it->second->channel->send(to_message(n));
+    auto it = by_peer_.find(n.to);
+    // Not connected (nothing to tell it with), or connected for another group.
+    if (it == by_peer_.end() || it->second->group != name) continue;
+    std::shared_ptr<ControlChannel> channel = it->second->channel;  // a failed send can end the session
+    (void)channel->send(to_message(n));
   }
 }
 

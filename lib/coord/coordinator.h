@@ -53,6 +53,7 @@ class Coordinator {
   std::map<std::string, std::unique_ptr<Membership>> groups_;
   std::map<Session *, std::unique_ptr<Session>> sessions_;
   std::map<PeerId, Session *> by_peer_;
+  bool stopping_ = false;
 };
 
 }  // namespace wccl::coord

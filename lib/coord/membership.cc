@@ -12,9 +12,21 @@ long long ms(std::chrono::milliseconds d) { return static_cast<long long>(d.coun
 // A live member of the current epoch: in its ring, heard from, and not waiting to join again (a
 // lost member that rejoins is a joiner, though its id is still in the old ring).
 bool Membership::is_member(PeerId id) const {
-  if (live_.count(id) == 0) return false;
-  if (std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; })) return false;
+  if (live_.count(id) == 0 || is_joiner(id)) return false;
   return std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return m.id == id; });
+}
+
+bool Membership::is_joiner(PeerId id) const {
+  return std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
+}
+
+void Membership::forget(PeerId id) {
+  live_.erase(id);
+  probes_.erase(id);
+  arrived_.erase(id);
+  leaving_.erase(id);
+  auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
+  if (j != joiners_.end()) joiners_.erase(j);
 }
 
 bool Membership::any_member() const {
@@ -23,10 +35,13 @@ bool Membership::any_member() const {
 
 Status Membership::join(PeerId id, const PeerInfo &info, Clock::time_point now) {
   if (id == 0) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "peer id 0 is reserved");
-  const bool joining = std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
-  if (joining || is_member(id)) {
+  if (is_joiner(id) || is_member(id)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx (%s) is already registered",
                       static_cast<unsigned long long>(id), info.name.c_str());
+  }
+  if (live_.size() >= kMaxRingMembers) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "the group already holds %zu peers, the most one group can have",
+                      kMaxRingMembers);
   }
   lost_.erase(id);
   joiners_.push_back({id, info});
@@ -49,7 +64,7 @@ void Membership::heartbeat(PeerId id, Clock::time_point now) {
 }
 
 Status Membership::update(PeerId id, uint64_t epoch, Clock::time_point now) {
-  if (std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; })) {
+  if (is_joiner(id)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "a joiner waits for admission; it does not update");
   }
   auto lost = lost_.find(id);
@@ -79,10 +94,8 @@ Status Membership::arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool
 }
 
 Status Membership::leave(PeerId id, uint64_t epoch, Clock::time_point now) {
-  auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
-  if (joiner != joiners_.end()) {
-    joiners_.erase(joiner);
-    live_.erase(id);
+  if (is_joiner(id)) {
+    forget(id);
     Notice &n = notify(Notice::Kind::kRemoved, id);
     n.reason = "left before admission";
     return Status();
@@ -95,7 +108,13 @@ Status Membership::leave(PeerId id, uint64_t epoch, Clock::time_point now) {
 }
 
 void Membership::disconnected(PeerId id, Clock::time_point now) {
-  lose(id, "its connection to the coordinator closed");
+  if (leaving_.count(id) != 0) {
+    // It said it was leaving and went: that is the graceful leave, not a loss.
+    forget(id);
+  } else {
+    lose(id, "its connection to the coordinator closed");
+  }
+  maybe_complete_update();
   maybe_form_first(now);
 }
 
@@ -107,35 +126,63 @@ void Membership::link_broken(PeerId reporter, PeerId suspect, Clock::time_point 
   notify(Notice::Kind::kProbe, suspect);
 }
 
-void Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
-                        Clock::time_point now) {
-  const bool in_ring = std::any_of(ring.begin(), ring.end(), [&](const Member &m) { return m.id == id; });
-  if (epoch > epoch_ && in_ring) {
-    // The highest epoch any member reports is the one the job is in. Members that have not come
-    // back yet get peer_timeout from now to do so.
+Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
+                          Clock::time_point now) {
+  if (epoch >= (1ULL << 63)) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports epoch %llu", static_cast<unsigned long long>(epoch));
+  }
+  std::set<PeerId> seen;
+  for (const Member &m : ring) {
+    if (!seen.insert(m.id).second) {
+      return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports a ring with peer %016llx twice",
+                        static_cast<unsigned long long>(m.id));
+    }
+  }
+  if (ring.size() > kMaxRingMembers) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports a ring of %zu peers", ring.size());
+  }
+  if (epoch > epoch_ && seen.count(id) != 0) {
+    // The highest epoch any member reports is the one the job is in. Its members are told (some
+    // may have rejoined already under an older epoch); those not back yet get peer_timeout from
+    // now. Anyone else this coordinator knew is not part of it: removed, to join again.
     epoch_ = epoch;
     ring_ = ring;
     revoked_ = false;
     arrived_.clear();
     leaving_.clear();
+    std::vector<PeerId> outside;
+    for (const auto &[known, peer] : live_) {
+      if (seen.count(known) == 0 && !is_joiner(known)) outside.push_back(known);
+    }
+    for (PeerId o : outside) {
+      lost_[o] = live_[o].info;
+      forget(o);
+      notify(Notice::Kind::kRemoved, o).reason = "its epoch was superseded by the job's; update to join again";
+    }
     for (const Member &m : ring_) {
       lost_.erase(m.id);
       auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &x) { return x.id == m.id; });
       if (j != joiners_.end()) joiners_.erase(j);
       if (live_.count(m.id) == 0) live_[m.id] = {m.info, now};
     }
+    live_[id] = {info, now};
+    announce_epoch();
+    return Status();
   }
-  if (std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return m.id == id; }) && lost_.count(id) == 0) {
+  if (is_member(id)) {  // a member of the current epoch coming back
     live_[id] = {info, now};
     if (epoch < epoch_) {
       // It missed the announcement of the epoch the others are in.
-      Notice &n = notify(Notice::Kind::kEpoch, id);
-      n.ring = ring_;
+      notify(Notice::Kind::kEpoch, id).ring = ring_;
     }
-    return;
+    return Status();
   }
-  const bool joining = std::any_of(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
-  if (!joining) (void)join(id, info, now);
+  if (is_joiner(id)) return Status();
+  if (epoch != 0) {
+    // Its epoch is not the job's (or it was lost from it): it must not act as a member of it.
+    notify(Notice::Kind::kRemoved, id).reason = "its epoch is not the job's current one; it joins again";
+  }
+  return join(id, info, now);
 }
 
 void Membership::tick(Clock::time_point now) {
@@ -152,6 +199,7 @@ void Membership::tick(Clock::time_point now) {
     }
   }
   for (const auto &[id, reason] : lost) lose(id, reason);
+  maybe_complete_update();  // after all losses, so no epoch admits a peer about to be lost
   maybe_form_first(now);
 }
 
@@ -159,20 +207,17 @@ void Membership::lose(PeerId id, const std::string &reason) {
   auto it = live_.find(id);
   if (it == live_.end()) return;  // already lost or unknown
   const PeerInfo info = it->second.info;
-  probes_.erase(id);
-  auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
-  if (joiner != joiners_.end()) {  // a joiner that goes away is simply forgotten
-    joiners_.erase(joiner);
-    live_.erase(it);
+  const bool member = is_member(id);
+  const bool was_in_ring = std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return m.id == id; });
+  forget(id);
+  if (!member) {
+    // A joiner that goes away is forgotten; one that was lost from this epoch stays marked lost,
+    // so it can never come back as a member of it.
+    if (was_in_ring) lost_[id] = info;
     return;
   }
-  const bool member = is_member(id);
-  live_.erase(it);
-  if (!member) return;
   lost_[id] = info;
   revoked_ = true;
-  arrived_.erase(id);
-  leaving_.erase(id);
   for (const Member &m : ring_) {
     if (!is_member(m.id)) continue;
     Notice &n = notify(Notice::Kind::kRevoked, m.id);
@@ -181,7 +226,6 @@ void Membership::lose(PeerId id, const std::string &reason) {
   }
   // Delivered only if it is still reachable (frozen or cut off rather than dead).
   notify(Notice::Kind::kRemoved, id).reason = "declared lost: " + reason;
-  maybe_complete_update();
 }
 
 // With no live member, waiting joiners form the next epoch once there are enough of them and no
@@ -209,8 +253,9 @@ void Membership::maybe_complete_update() {
     if (is_member(m.id) && leaving_.count(m.id) == 0) next.push_back(m);
   }
   const bool changed = revoked_ || !joiners_.empty() || next.size() != ring_.size();
-  for (PeerId id : leaving_) {
-    live_.erase(id);
+  const std::set<PeerId> leavers = leaving_;
+  for (PeerId id : leavers) {
+    forget(id);
     Notice &n = notify(Notice::Kind::kRemoved, id);
     n.reason = "left";
   }

@@ -33,6 +33,7 @@ namespace wccl::coord {
 
 using Clock = std::chrono::steady_clock;
 using PeerId = uint64_t;  // chosen at random by the peer; 0 is not a valid id
+inline constexpr size_t kMaxRingMembers = 4096;  // members and joiners of one group, at most
 
 struct PeerInfo {
   std::string name;     // for logs
@@ -72,7 +73,8 @@ class Membership {
   };
   explicit Membership(Options options) : opt_(options) {}
 
-  // A new peer asks to join. INVALID_USAGE if the id is already a joiner or member.
+  // A new peer asks to join. INVALID_USAGE if the id is already a joiner or member, or if the
+  // group already holds kMaxRingMembers peers.
   Status join(PeerId id, const PeerInfo &info, Clock::time_point now);
   // Liveness from a peer (also the answer to a probe). A peer that is neither a member nor a
   // joiner gets a kRemoved notice.
@@ -88,9 +90,13 @@ class Membership {
   // `reporter` lost its link to `suspect`: the suspect is probed and is lost unless it answers
   // with a heartbeat within probe_timeout.
   void link_broken(PeerId reporter, PeerId suspect, Clock::time_point now);
-  // After a coordinator restart: a peer that held `epoch` with `ring` reconnects.
-  void rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
-              Clock::time_point now);
+  // After a coordinator restart: a peer that held `epoch` with `ring` reconnects. If `epoch` is
+  // newer than the current one and the peer is in `ring`, that epoch is adopted: its members are
+  // told, and peers outside it are removed (they join again). A peer whose epoch is not the
+  // current one is removed and re-registered as a joiner. INVALID_ARGUMENT for a ring with
+  // duplicate ids or an epoch of 2^63 or more.
+  Status rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
+                Clock::time_point now);
   // Applies timeouts (silent peers, unanswered probes, the initial settle window).
   void tick(Clock::time_point now);
 
@@ -110,9 +116,12 @@ class Membership {
     Clock::time_point last_seen;
   };
   bool is_member(PeerId id) const;
+  bool is_joiner(PeerId id) const;
   bool any_member() const;
   Status arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving);
+  // Removes a lost peer; the caller runs maybe_complete_update() once all losses are in.
   void lose(PeerId id, const std::string &reason);
+  void forget(PeerId id);  // drops every trace of a live peer but lost_
   void maybe_form_first(Clock::time_point now);
   void maybe_complete_update();
   void announce_epoch();

@@ -14,8 +14,9 @@
 
 namespace wccl::coord {
 
-inline constexpr size_t kMaxControlBytes = 1 << 20;  // one encoded message, at most
-inline constexpr size_t kMaxRingMembers = 4096;
+// One encoded message, at most: a ring of kMaxRingMembers with the longest names and addresses
+// (520 bytes a member) fits.
+inline constexpr size_t kMaxControlBytes = 4 << 20;
 inline constexpr size_t kMaxTextBytes = 255;  // names, groups, addresses, reasons
 
 enum class MessageType : uint8_t {

@@ -37,7 +37,7 @@ constexpr KeySpec kKeys[] = {
      "SO_SNDBUF/SO_RCVBUF per connection; 0 leaves the kernel's autotuning (see docs/perf.md)"},
     {"listen", "0.0.0.0:48148", Kind::kText, 0, 255,
      "address the coordinator listens on (host:port, [v6]:port; port 0 picks one)"},
-    {"min_peers", "1", Kind::kInteger, 1, 65536, "peers the coordinator waits for before the first epoch"},
+    {"min_peers", "1", Kind::kInteger, 1, 4096, "peers the coordinator waits for before the first epoch"},
     {"settle_ms", "200", Kind::kInteger, 0, 3600000,
      "with no epoch yet, the first one forms once no peer has joined for this long"},
     {"heartbeat_ms", "1000", Kind::kInteger, 10, 3600000,
