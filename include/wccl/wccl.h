@@ -6,13 +6,14 @@
  * created, no argument is modified except where the contract says so. The detail of the calling
  * thread's most recent failure is in wccl_last_error().
  *
- * What this header holds today: result codes, version, configuration and the embeddable
- * coordinator. The communicator and the collectives are not part of this release yet.
+ * What this header holds today: result codes, version, configuration, the embeddable coordinator
+ * and the communicator's membership calls. The collectives are not part of this release yet.
  */
 #ifndef WCCL_WCCL_H_
 #define WCCL_WCCL_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "wccl/version.h"
 
@@ -125,8 +126,8 @@ WCCL_API const char *wccl_config_keys(void);
  */
 typedef struct wccl_coord wccl_coord_t;
 
-/* Starts a coordinator listening on the config key `listen` (default 0.0.0.0:48148; port 0 picks
- * a free port), with TLS unless tls=off, and returns once it accepts connections. Also reads
+/* Starts a coordinator listening on the config key `listen` (default 0.0.0.0:0, a free port;
+ * wccl-coord defaults to 0.0.0.0:48148), with TLS unless tls=off, and returns once it accepts connections. Also reads
  * min_peers, settle_ms, heartbeat_ms, peer_timeout_ms and the transport keys. Returns
  * INVALID_ARGUMENT for a bad address or missing TLS files (naming them), IO if the address cannot
  * be bound. The configuration is copied. On error *coord is set to NULL. */
@@ -138,6 +139,46 @@ WCCL_API int wccl_coord_port(const wccl_coord_t *coord);
 /* Stops the coordinator: closes every peer's connection and frees it. Blocks until its thread has
  * ended; must not be called from a wccl callback. NULL is accepted and ignored. */
 WCCL_API void wccl_coord_stop(wccl_coord_t *coord);
+
+/* ---------------------------------------------------------------------------------------------
+ * Communicator: this process's membership in one group of a job.
+ *
+ * Membership changes only at wccl_comm_update, a collective over the current members. A peer
+ * lost mid-epoch revokes the epoch (its operations fail with PEER_LOST); the survivors call
+ * wccl_comm_update and continue. docs/fault-tolerance.md describes states, results and timeouts.
+ * The calls below may be made from any thread; join, update and leave block their caller.
+ */
+typedef struct wccl_comm wccl_comm_t;
+
+/* Joins the group `group` through the coordinator at `coordinator` and blocks until admitted into
+ * an epoch (join_timeout_ms). Listens on `listen` for its ring neighbours, reachable at
+ * `advertise` (default: the address it reaches the coordinator from). INVALID_ARGUMENT without a
+ * coordinator address; COORDINATOR_UNREACHABLE; AUTH with OpenSSL's reason; TIMEOUT; ABORTED is
+ * impossible here. On error *comm is set to NULL. */
+WCCL_API wccl_result_t wccl_comm_join(wccl_comm_t **comm, const wccl_config_t *config);
+
+/* Waits until the coordinator decides the next epoch: survivors plus admitted joiners, minus
+ * leavers and lost peers. A peer that was declared lost (frozen, cut off) is admitted again
+ * through this call. COORDINATOR_UNREACHABLE while the coordinator is away (the communicator
+ * reconnects by itself), TIMEOUT after op_timeout_ms, ABORTED after wccl_comm_abort. */
+WCCL_API wccl_result_t wccl_comm_update(wccl_comm_t *comm);
+
+/* Leaves gracefully, in place of an update: the others' update completes without this peer and
+ * no operation fails. Afterwards only wccl_comm_destroy may be called. */
+WCCL_API wccl_result_t wccl_comm_leave(wccl_comm_t *comm);
+
+/* Any thread: every current and later wait of this communicator returns ABORTED. */
+WCCL_API void wccl_comm_abort(wccl_comm_t *comm);
+
+/* This peer's position in the current epoch's ring, the epoch's size and number; -1, 0 and 0
+ * for NULL. */
+WCCL_API int wccl_comm_rank(const wccl_comm_t *comm);
+WCCL_API int wccl_comm_size(const wccl_comm_t *comm);
+WCCL_API uint64_t wccl_comm_epoch(const wccl_comm_t *comm);
+
+/* Closes the communicator (the coordinator sees its link close; call wccl_comm_leave first for a
+ * graceful exit) and frees it. Must not be called from a wccl callback. NULL is ignored. */
+WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
 
 #ifdef __cplusplus
 } /* extern "C" */

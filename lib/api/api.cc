@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/guard.h"
+#include "comm/communicator.h"
 #include "coord/coordinator.h"
 #include "core/config.h"
 #include "wccl/wccl.h"
@@ -13,6 +14,10 @@ struct wccl_config {
 
 struct wccl_coord {
   std::unique_ptr<wccl::coord::Coordinator> impl;
+};
+
+struct wccl_comm {
+  std::unique_ptr<wccl::comm::Communicator> impl;
 };
 
 namespace wccl {
@@ -116,5 +121,41 @@ wccl_result_t wccl_coord_start(wccl_coord_t **coord, const wccl_config_t *config
 int wccl_coord_port(const wccl_coord_t *coord) { return coord != nullptr ? coord->impl->port() : 0; }
 
 void wccl_coord_stop(wccl_coord_t *coord) { delete coord; }
+
+wccl_result_t wccl_comm_join(wccl_comm_t **comm, const wccl_config_t *config) {
+  if (comm != nullptr) *comm = nullptr;
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(comm != nullptr, "wccl_comm_join: comm (the out-handle) is NULL");
+    WCCL_CHECK_ARG(config != nullptr, "wccl_comm_join: config is NULL");
+    auto joined = wccl::comm::Communicator::join(config->impl);
+    if (!joined.ok()) return joined.status();
+    *comm = new wccl_comm{std::move(joined).value()};
+    return wccl::Status();
+  });
+}
+
+wccl_result_t wccl_comm_update(wccl_comm_t *comm) {
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(comm != nullptr, "wccl_comm_update: comm is NULL");
+    return comm->impl->update();
+  });
+}
+
+wccl_result_t wccl_comm_leave(wccl_comm_t *comm) {
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(comm != nullptr, "wccl_comm_leave: comm is NULL");
+    return comm->impl->leave();
+  });
+}
+
+void wccl_comm_abort(wccl_comm_t *comm) {
+  if (comm != nullptr) comm->impl->abort();
+}
+
+int wccl_comm_rank(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->rank() : -1; }
+int wccl_comm_size(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->size() : 0; }
+uint64_t wccl_comm_epoch(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->epoch() : 0; }
+
+void wccl_comm_destroy(wccl_comm_t *comm) { delete comm; }
 
 }  // extern "C"

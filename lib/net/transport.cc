@@ -49,6 +49,16 @@ std::string sockaddr_text(const sockaddr *sa) {
 // Kernel timeouts (TCP_USER_TIMEOUT, keepalive) are timeouts; every other socket error is IO.
 wccl_result_t io_code(int uv_error) { return uv_error == UV_ETIMEDOUT ? WCCL_ERR_TIMEOUT : WCCL_ERR_IO; }
 
+std::string local_host_text(const uv_tcp_t *tcp) {
+  sockaddr_storage ss{};
+  int len = sizeof(ss);
+  if (uv_tcp_getsockname(tcp, reinterpret_cast<sockaddr *>(&ss), &len) != 0) return "";
+  char ip[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET) uv_ip4_name(reinterpret_cast<sockaddr_in *>(&ss), ip, sizeof(ip));
+  if (ss.ss_family == AF_INET6) uv_ip6_name(reinterpret_cast<sockaddr_in6 *>(&ss), ip, sizeof(ip));
+  return ip;
+}
+
 std::string peer_text(const uv_tcp_t *tcp) {
   sockaddr_storage ss{};
   int len = sizeof(ss);
@@ -190,6 +200,7 @@ Status Stream::init_tls() {
 // The connection is up (connected or accepted): TLS handshake first, or hello straight away.
 void Stream::start_after_connect() {
   peer_ = peer_text(&tcp_);
+  if (link_ != nullptr && index_ == 0) link_->local_host_ = local_host_text(&tcp_);
   Status st = init_tls();
   if (!st.ok()) return fail(st);
   start_reading();
@@ -987,95 +998,120 @@ Status resolve_error(const std::string &address, const std::string &host, int rc
                     address.c_str(), host.c_str(), uv_strerror(rc));
 }
 
-// Resolves a listen address on the calling thread, through a private libuv loop (the transport's
-// loop belongs to its own thread).
-Result<sockaddr_storage> resolve_passive(const std::string &address) {
-  Result<HostPort> hp = parse_address(address);
-  if (!hp.ok()) return hp.status();
-  uv_loop_t tmp;
-  if (uv_loop_init(&tmp) != 0) return WCCL_ERROR(WCCL_ERR_INTERNAL, "uv_loop_init failed");
-  const addrinfo hints = resolve_hints(/*passive=*/true);
-  uv_getaddrinfo_t req{};
-  const std::string port = std::to_string(hp->port);
-  const int rc = uv_getaddrinfo(&tmp, &req, nullptr, hp->host.c_str(), port.c_str(), &hints);
-  sockaddr_storage out{};
-  if (rc == 0 && req.addrinfo != nullptr) std::memcpy(&out, req.addrinfo->ai_addr, req.addrinfo->ai_addrlen);
-  uv_freeaddrinfo(req.addrinfo);
-  uv_loop_close(&tmp);
-  if (rc != 0 || out.ss_family == 0) return resolve_error(address, hp->host, rc);
-  return out;
-}
-
-// Runs fn on the loop and waits for its result.
+// Runs start on the loop and waits for the result it delivers (possibly from a later callback).
 template <typename T>
-Result<T> run_on_loop(Loop &loop, std::function<Result<T>()> fn) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Result<T>> result;
-  Status st = loop.post([&] {
-    Result<T> r = fn();
-    std::lock_guard<std::mutex> lock(mu);
-    result.emplace(std::move(r));
-    cv.notify_all();
+Result<T> run_on_loop(Loop &loop, std::function<void(std::function<void(Result<T>)>)> start) {
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Result<T>> result;
+  };
+  auto shared = std::make_shared<Shared>();
+  Status st = loop.post([shared, start = std::move(start)] {
+    start([shared](Result<T> r) {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->result.emplace(std::move(r));
+      shared->cv.notify_all();
+    });
   });
   if (!st.ok()) return st;
-  std::unique_lock<std::mutex> lock(mu);
-  // The task is short and the loop never blocks; a minute means the loop is wedged.
-  if (!cv.wait_for(lock, std::chrono::minutes(1), [&] { return result.has_value(); })) {
-    std::abort();  // returning would leave the task writing into this stack frame
+  std::unique_lock<std::mutex> lock(shared->mu);
+  // Name lookups are bounded by the resolver's own timeouts; a minute means the loop is wedged.
+  if (!shared->cv.wait_for(lock, std::chrono::minutes(1), [&] { return shared->result.has_value(); })) {
+    return WCCL_ERROR(WCCL_ERR_TIMEOUT, "the I/O loop did not answer within a minute");
   }
-  return std::move(*result);
+  return std::move(*shared->result);
+}
+
+}  // namespace
+
+namespace {
+
+// Binds and listens on sa (loop thread).
+Result<int> open_listener(Core *c, const sockaddr_storage &sa, const std::string &address,
+                          const std::function<void(std::shared_ptr<Link>)> &on_link) {
+  auto *l = new Core::Listener();
+  l->core = c;
+  l->on_link = on_link;
+  l->tcp.data = l;
+  const int init = uv_tcp_init_ex(c->loop->uv(), &l->tcp, sa.ss_family);
+  if (init != 0) {
+    delete l;
+    return WCCL_ERROR(WCCL_ERR_IO, "listen on %s: %s", address.c_str(), uv_strerror(init));
+  }
+  auto close_listener = [l] {
+    uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp), [](uv_handle_t *h) { delete static_cast<Core::Listener *>(h->data); });
+  };
+  // Buffer sizes set on the listener are inherited by accepted sockets before the handshake,
+  // which is when TCP picks its window scale.
+  if (c->opt.sock_buf_bytes > 0) {
+    int size = static_cast<int>(c->opt.sock_buf_bytes);
+    uv_recv_buffer_size(reinterpret_cast<uv_handle_t *>(&l->tcp), &size);
+    size = static_cast<int>(c->opt.sock_buf_bytes);
+    uv_send_buffer_size(reinterpret_cast<uv_handle_t *>(&l->tcp), &size);
+  }
+  int rc = uv_tcp_bind(&l->tcp, reinterpret_cast<const sockaddr *>(&sa), 0);
+  if (rc == 0) {
+    rc = uv_listen(reinterpret_cast<uv_stream_t *>(&l->tcp), 512, [](uv_stream_t *server, int status) {
+      auto *lis = static_cast<Core::Listener *>(server->data);
+      lis->core->on_connection(lis, status);
+      lis->core->run_deferred();
+    });
+  }
+  if (rc != 0) {
+    close_listener();
+    return WCCL_ERROR(WCCL_ERR_IO, "listen on %s: %s", address.c_str(), uv_strerror(rc));
+  }
+  sockaddr_storage bound{};
+  int len = sizeof(bound);
+  uv_tcp_getsockname(&l->tcp, reinterpret_cast<sockaddr *>(&bound), &len);
+  c->listeners.push_back(l);
+  const int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port)
+                                               : ntohs(reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
+  WCCL_LOG(c->log, kInfo, "listening on %s", sockaddr_text(reinterpret_cast<sockaddr *>(&bound)).c_str());
+  return port;
 }
 
 }  // namespace
 
 Result<int> Transport::listen(const std::string &address,
                               std::function<void(std::shared_ptr<Link>)> on_link) {
-  Result<sockaddr_storage> addr = resolve_passive(address);
-  if (!addr.ok()) return addr.status();
+  Result<HostPort> hp = parse_address(address);
+  if (!hp.ok()) return hp.status();
   Core *c = core_.get();
-  sockaddr_storage sa = addr.value();
-  return run_on_loop<int>(*core_->loop, [c, sa, address, on_link = std::move(on_link)]() -> Result<int> {
-    auto *l = new Core::Listener();
-    l->core = c;
-    l->on_link = on_link;
-    l->tcp.data = l;
-    const int init = uv_tcp_init_ex(c->loop->uv(), &l->tcp, sa.ss_family);
-    if (init != 0) {
-      delete l;
-      return WCCL_ERROR(WCCL_ERR_IO, "listen on %s: %s", address.c_str(), uv_strerror(init));
-    }
-    auto close_listener = [l] {
-      uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp), [](uv_handle_t *h) { delete static_cast<Core::Listener *>(h->data); });
+  // The address resolves on this transport's loop (libuv's thread pool does the lookup).
+  return run_on_loop<int>(*core_->loop, [c, hp = hp.value(), address, on_link = std::move(on_link)](
+                                            std::function<void(Result<int>)> deliver) {
+    struct Lookup {
+      uv_getaddrinfo_t req{};
+      Core *core;
+      std::string address, host;
+      std::function<void(std::shared_ptr<Link>)> on_link;
+      std::function<void(Result<int>)> deliver;
     };
-    // Buffer sizes set on the listener are inherited by accepted sockets before the handshake,
-    // which is when TCP picks its window scale.
-    if (c->opt.sock_buf_bytes > 0) {
-      int size = static_cast<int>(c->opt.sock_buf_bytes);
-      uv_recv_buffer_size(reinterpret_cast<uv_handle_t *>(&l->tcp), &size);
-      size = static_cast<int>(c->opt.sock_buf_bytes);
-      uv_send_buffer_size(reinterpret_cast<uv_handle_t *>(&l->tcp), &size);
-    }
-    int rc = uv_tcp_bind(&l->tcp, reinterpret_cast<const sockaddr *>(&sa), 0);
-    if (rc == 0) {
-      rc = uv_listen(reinterpret_cast<uv_stream_t *>(&l->tcp), 512, [](uv_stream_t *server, int status) {
-        auto *lis = static_cast<Core::Listener *>(server->data);
-        lis->core->on_connection(lis, status);
-        lis->core->run_deferred();
-      });
-    }
+    auto *lookup = new Lookup{{}, c, address, hp.host, on_link, std::move(deliver)};
+    lookup->req.data = lookup;
+    c->lookups.insert(&lookup->req);
+    const addrinfo hints = resolve_hints(/*passive=*/true);
+    const std::string port = std::to_string(hp.port);
+    const int rc = uv_getaddrinfo(c->loop->uv(), &lookup->req, [](uv_getaddrinfo_t *req, int status, addrinfo *res) {
+      std::unique_ptr<Lookup> l(static_cast<Lookup *>(req->data));
+      l->core->lookups.erase(req);
+      if (status != 0 || res == nullptr) {
+        l->deliver(resolve_error(l->address, l->host, status));
+      } else {
+        sockaddr_storage sa{};
+        std::memcpy(&sa, res->ai_addr, res->ai_addrlen);
+        l->deliver(open_listener(l->core, sa, l->address, l->on_link));
+      }
+      uv_freeaddrinfo(res);
+    }, hp.host.c_str(), port.c_str(), &hints);
     if (rc != 0) {
-      close_listener();
-      return WCCL_ERROR(WCCL_ERR_IO, "listen on %s: %s", address.c_str(), uv_strerror(rc));
+      c->lookups.erase(&lookup->req);
+      auto done = std::move(lookup->deliver);
+      delete lookup;
+      done(resolve_error(address, hp.host, rc));
     }
-    sockaddr_storage bound{};
-    int len = sizeof(bound);
-    uv_tcp_getsockname(&l->tcp, reinterpret_cast<sockaddr *>(&bound), &len);
-    c->listeners.push_back(l);
-    const int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port)
-                                                 : ntohs(reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
-    WCCL_LOG(c->log, kInfo, "listening on %s", sockaddr_text(reinterpret_cast<sockaddr *>(&bound)).c_str());
-    return port;
   });
 }
 

@@ -74,6 +74,8 @@ class Link : public std::enable_shared_from_this<Link> {
   const std::string &peer_name() const { return peer_name_; }        // from the peer's hello
   const std::string &peer_subject() const { return peer_subject_; }  // certificate subject, "" if tls=off
   const std::string &peer_address() const { return peer_address_; }
+  // This side's IP address on the link's first connection (as the peer sees it, NAT aside).
+  const std::string &local_host() const { return local_host_; }
   int stream_count() const { return stream_count_; }
   LinkStats stats() const { return {bytes_sent_.load(), bytes_received_.load()}; }
   // True on the transport's I/O thread (inside completion callbacks).
@@ -132,7 +134,7 @@ class Link : public std::enable_shared_from_this<Link> {
   int ready_ = 0;
   std::function<void(Result<std::shared_ptr<Link>>)> on_connected_;  // client: set-up outcome
   std::function<void(std::shared_ptr<Link>)> on_accepted_;          // server: the listener's on_link
-  std::string peer_name_, peer_subject_, peer_address_;
+  std::string peer_name_, peer_subject_, peer_address_, local_host_;
 
   std::list<SendOp> sends_;
   std::list<SendOp>::iterator next_cut_ = sends_.end();  // first op with bytes not yet in a frame

@@ -1,0 +1,106 @@
+// The communicator: one peer's membership in a group (DESIGN §3-§4). It joins through the
+// coordinator, keeps a control link to it (heartbeats, answers to probes), follows its epochs,
+// and for each epoch opens the links to its ring neighbours, tagged with the epoch.
+//
+// Threading: the public calls may come from any thread; join/update/leave block the caller (each
+// with its timeout) and abort() from another thread ends any of those waits with ABORTED. The
+// coordinator's messages and the links are handled on the communicator's own transport thread.
+// Two communicators in one process (two groups) are independent: no global state.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "coord/channel.h"
+#include "coord/membership.h"
+#include "core/config.h"
+#include "net/transport.h"
+
+namespace wccl::comm {
+
+class Communicator {
+ public:
+  // Reads coordinator, group, name, listen, advertise, heartbeat_ms, join_timeout_ms,
+  // op_timeout_ms and the transport keys. Blocks until the coordinator admits this peer into an
+  // epoch. INVALID_ARGUMENT without a coordinator address; COORDINATOR_UNREACHABLE if it cannot
+  // be reached; AUTH if TLS fails; TIMEOUT after join_timeout_ms; PROTOCOL if it refuses us.
+  static Result<std::unique_ptr<Communicator>> join(const Config &cfg);
+  ~Communicator();  // leaves abruptly: the coordinator sees the link close
+  Communicator(const Communicator &) = delete;
+  Communicator &operator=(const Communicator &) = delete;
+
+  // Waits until the coordinator has decided the next epoch (survivors + admitted joiners). After
+  // a revocation this is how survivors continue; a peer that was declared lost is admitted again.
+  // COORDINATOR_UNREACHABLE while the coordinator is away, TIMEOUT after op_timeout_ms, ABORTED.
+  Status update();
+  // Leaves gracefully at the update barrier: the others' update completes without this peer and
+  // nobody is revoked. Afterwards only destruction is allowed.
+  Status leave();
+  // Any thread: ends every current and future wait with ABORTED and closes the links.
+  void abort();
+
+  int rank() const;
+  int size() const;
+  uint64_t epoch() const;
+  bool revoked() const;  // the current epoch lost a peer; update() to continue
+  coord::PeerId id() const { return id_; }
+  // Waits up to `timeout` for the revocation of the current epoch; true if it happened.
+  bool wait_revoked(std::chrono::milliseconds timeout) const;
+  // The links of the current epoch to the next and previous peers of the ring, once open (null
+  // for a one-peer epoch). TIMEOUT if they are not open within `timeout`.
+  Status links(std::chrono::milliseconds timeout, std::shared_ptr<net::Link> *next,
+               std::shared_ptr<net::Link> *prev);
+
+ private:
+  explicit Communicator(const Config &cfg);
+  // Loop thread:
+  void on_control(const coord::ControlMessage &m);
+  void on_control_closed(const Status &why);
+  void on_heartbeat_tick();
+  void reconnect();
+  void open_ring_links();
+  void on_peer_link(const std::shared_ptr<net::Link> &link);
+  void adopt_prev(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link);
+  void watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch);
+  Status send(const coord::ControlMessage &m);
+  coord::ControlMessage message(coord::MessageType type) const;
+  // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout.
+  template <typename Pred>
+  Status wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what, Pred done);
+
+  Logger log_;
+  const coord::PeerId id_;
+  std::string coordinator_, group_, listen_;
+  coord::PeerInfo info_;
+  std::chrono::milliseconds heartbeat_, join_timeout_, op_timeout_;
+  std::unique_ptr<net::Transport> transport_;
+
+  // Guards the state below. Never held while calling into a link, channel or transport: on the
+  // loop thread those run completions inline, and completions take it.
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::shared_ptr<coord::ControlChannel> channel_;  // null while the coordinator is away
+  Status control_down_;                             // why channel_ is null
+  bool reconnecting_ = false;
+  std::chrono::milliseconds backoff_{0};
+  std::chrono::steady_clock::time_point next_attempt_{};
+  uint64_t epoch_ = 0;
+  std::vector<coord::Member> ring_;
+  int rank_ = -1;
+  bool revoked_ = false;
+  uint64_t epochs_seen_ = 0;   // EPOCH messages received
+  uint64_t errors_seen_ = 0;   // ERROR messages received
+  Status last_error_;
+  uint64_t removals_seen_ = 0; // REMOVED messages received
+  std::string removed_reason_;
+  bool aborted_ = false;
+  std::shared_ptr<net::Link> next_, prev_;
+  std::map<uint64_t, std::pair<coord::PeerId, std::shared_ptr<net::Link>>> early_;  // prev links for epochs not yet announced
+};
+
+}  // namespace wccl::comm
