@@ -130,11 +130,13 @@ TEST_F(CommFourTest, FourPeersAgreeAndAFifthIsAdmittedAtUpdate) {
   expect_agreed_ring(raw(comms), 1);
   auto fifth = std::async(std::launch::async, [cfg = peer_config("peer4")] { return Communicator::join(cfg); });
   EXPECT_EQ(fifth.wait_for(300ms), std::future_status::timeout) << "a joiner waits for the members' update";
+  for (auto &c : comms) EXPECT_EQ(c->pending(), 1) << "members hear that a joiner waits";
   for (const Status &st : update_all(raw(comms))) EXPECT_TRUE(st.ok()) << st.to_string();
   auto joined = fifth.get();
   ASSERT_TRUE(joined.ok()) << joined.status().to_string();
   comms.push_back(std::move(joined).value());
   expect_agreed_ring(raw(comms), 2);
+  for (auto &c : comms) EXPECT_EQ(c->pending(), 0);
 }
 
 // A member in another process, killed or frozen while the others wait.

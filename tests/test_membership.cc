@@ -91,6 +91,9 @@ TEST_F(MembershipTest, JoinerWaitsAndIsAdmittedWhenEveryMemberUpdates) {
   form(m, {A, B, C, D});
   ASSERT_TRUE(m.join(E, info(E), t).ok());
   EXPECT_EQ(m.joiners(), 1u);
+  std::vector<Notice> pending = of_kind(m.take_notices(), Kind::kPending);
+  ASSERT_EQ(pending.size(), 4u) << "every member hears that one joiner waits";
+  EXPECT_EQ(pending[0].joiners, 1u);
   for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, t).ok());
   EXPECT_TRUE(m.take_notices().empty()) << "the barrier waits for D";
   ASSERT_TRUE(m.update(D, 1, t).ok());
@@ -207,6 +210,7 @@ TEST_F(MembershipTest, BadCallsAreRefusedAndChangeNothing) {
   form(m, {A, B});
   EXPECT_EQ(m.join(A, info(A), t).code(), WCCL_ERR_INVALID_USAGE);
   ASSERT_TRUE(m.join(C, info(C), t).ok());
+  EXPECT_EQ(of_kind(m.take_notices(), Kind::kPending).size(), 2u);
   EXPECT_EQ(m.update(C, 1, t).code(), WCCL_ERR_INVALID_USAGE) << "joiners do not update";
   EXPECT_EQ(m.update(A, 7, t).code(), WCCL_ERR_PROTOCOL);
   EXPECT_EQ(m.update(D, 1, t).code(), WCCL_ERR_INVALID_USAGE);

@@ -49,6 +49,9 @@ std::vector<ControlMessage> one_of_each() {
   removed.epoch = 44;
   removed.text = "left";
   add(MessageType::kProbe).epoch = 44;
+  ControlMessage &pending = add(MessageType::kPending);
+  pending.epoch = 44;
+  pending.count = 3;
   ControlMessage &error = add(MessageType::kError);
   error.code = WCCL_ERR_PROTOCOL;
   error.text = "peer 0000000000000008 updates from epoch 7, the current epoch is 9";
@@ -70,6 +73,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(out.ring, m.ring);
     EXPECT_EQ(out.other, m.other);
     EXPECT_EQ(out.code, m.code);
+    EXPECT_EQ(out.count, m.count);
     EXPECT_EQ(out.text, m.text);
   }
 }

@@ -176,6 +176,11 @@ WCCL_API int wccl_comm_rank(const wccl_comm_t *comm);
 WCCL_API int wccl_comm_size(const wccl_comm_t *comm);
 WCCL_API uint64_t wccl_comm_epoch(const wccl_comm_t *comm);
 
+/* How many peers wait to be admitted at the next wccl_comm_update, as last reported by the
+ * coordinator (0 for NULL). A training loop can call update only when this is non-zero or its
+ * epoch was revoked. */
+WCCL_API int wccl_comm_pending(const wccl_comm_t *comm);
+
 /* Closes the communicator (the coordinator sees its link close; call wccl_comm_leave first for a
  * graceful exit) and frees it. Must not be called from a wccl callback. NULL is ignored. */
 WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);

@@ -155,6 +155,7 @@ void wccl_comm_abort(wccl_comm_t *comm) {
 int wccl_comm_rank(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->rank() : -1; }
 int wccl_comm_size(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->size() : 0; }
 uint64_t wccl_comm_epoch(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->epoch() : 0; }
+int wccl_comm_pending(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->pending() : 0; }
 
 void wccl_comm_destroy(wccl_comm_t *comm) { delete comm; }
 

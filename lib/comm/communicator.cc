@@ -185,6 +185,11 @@ bool Communicator::revoked() const {
   return revoked_;
 }
 
+int Communicator::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_;
+}
+
 bool Communicator::wait_revoked(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, timeout, [&] { return revoked_; });
@@ -218,6 +223,7 @@ void Communicator::on_control(const ControlMessage &m) {
           if (ring_[i].id == id_) rank_ = static_cast<int>(i);
         }
         revoked_ = false;
+        pending_ = 0;  // admission takes every waiting joiner; later ones are announced anew
         ++epochs_seen_;
       }
       cv_.notify_all();
@@ -248,6 +254,11 @@ void Communicator::on_control(const ControlMessage &m) {
     case MessageType::kProbe:
       (void)send(message(MessageType::kHeartbeat));
       break;
+    case MessageType::kPending: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (m.epoch == epoch_) pending_ = static_cast<int>(m.count);
+      break;
+    }
     case MessageType::kError: {
       {
         std::lock_guard<std::mutex> lock(mu_);

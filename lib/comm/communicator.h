@@ -48,6 +48,7 @@ class Communicator {
   int size() const;
   uint64_t epoch() const;
   bool revoked() const;  // the current epoch lost a peer; update() to continue
+  int pending() const;   // peers waiting to be admitted at the next update
   coord::PeerId id() const { return id_; }
   // Waits up to `timeout` for the revocation of the current epoch; true if it happened.
   bool wait_revoked(std::chrono::milliseconds timeout) const;
@@ -93,6 +94,7 @@ class Communicator {
   std::vector<coord::Member> ring_;
   int rank_ = -1;
   bool revoked_ = false;
+  int pending_ = 0;
   uint64_t epochs_seen_ = 0;   // EPOCH messages received
   uint64_t errors_seen_ = 0;   // ERROR messages received
   Status last_error_;

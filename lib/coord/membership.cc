@@ -288,6 +288,12 @@ Notice &Membership::notify(Notice::Kind kind, PeerId to) {
 }
 
 std::vector<Notice> Membership::take_notices() {
+  if (joiners_.size() != pending_told_) {
+    pending_told_ = joiners_.size();
+    for (const Member &m : ring_) {
+      if (is_member(m.id)) notify(Notice::Kind::kPending, m.id).joiners = static_cast<uint32_t>(pending_told_);
+    }
+  }
   std::vector<Notice> out;
   out.swap(notices_);
   return out;

@@ -54,6 +54,7 @@ struct Notice {
     kRevoked,  // `epoch` lost peer `lost`; ops in it fail with PEER_LOST until update
     kRemoved,  // `to` is no longer a member (it left, or it was declared lost: `reason`)
     kProbe,    // `to` must answer with a heartbeat at once (a neighbour reported a broken link)
+    kPending,  // `joiners` peers wait to be admitted at the next update (sent when it changes)
   };
   Kind kind = Kind::kEpoch;
   PeerId to = 0;
@@ -61,6 +62,7 @@ struct Notice {
   std::vector<Member> ring;  // kEpoch
   PeerId lost = 0;           // kRevoked
   std::string reason;        // kRevoked, kRemoved
+  uint32_t joiners = 0;      // kPending
 };
 
 class Membership {
@@ -100,7 +102,8 @@ class Membership {
   // Applies timeouts (silent peers, unanswered probes, the initial settle window).
   void tick(Clock::time_point now);
 
-  // Decisions since the last call, in the order they were made.
+  // Decisions since the last call, in the order they were made, ending with a kPending notice to
+  // every member if the number of waiting joiners changed since the last call.
   std::vector<Notice> take_notices();
 
   uint64_t epoch() const { return epoch_; }
@@ -140,6 +143,7 @@ class Membership {
   std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
   std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it
   std::vector<Notice> notices_;
+  size_t pending_told_ = 0;  // the joiner count the members last heard
 };
 
 }  // namespace wccl::coord

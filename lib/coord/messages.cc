@@ -160,6 +160,10 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.u32(m.code);
       w.text(m.text);
       break;
+    case MessageType::kPending:
+      w.u64(m.epoch);
+      w.u32(m.count);
+      break;
   }
   return w.take();
 }
@@ -220,6 +224,10 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       m.code = r.u32("code");
       m.text = r.text("message", false);
       break;
+    case MessageType::kPending:
+      m.epoch = r.u64("epoch");
+      m.count = r.u32("count");
+      break;
     default:
       return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: unknown type %u", type);
   }
@@ -247,6 +255,10 @@ ControlMessage to_message(const Notice &n) {
       break;
     case Notice::Kind::kProbe:
       m.type = MessageType::kProbe;
+      break;
+    case Notice::Kind::kPending:
+      m.type = MessageType::kPending;
+      m.count = n.joiners;
       break;
   }
   return m;

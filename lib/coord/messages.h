@@ -33,6 +33,7 @@ enum class MessageType : uint8_t {
   kRemoved = 18,    // epoch, text (reason)
   kProbe = 19,      // epoch
   kError = 20,      // code, text: the coordinator refused the last request
+  kPending = 21,    // epoch, count: peers waiting to be admitted at the next update
 };
 
 struct ControlMessage {
@@ -44,6 +45,7 @@ struct ControlMessage {
   std::vector<Member> ring;  // kRejoin, kEpoch
   PeerId other = 0;    // kLinkBroken (suspect), kRevoked (lost)
   uint32_t code = 0;   // kError: a wccl_result_t
+  uint32_t count = 0;  // kPending
   std::string text;    // kRevoked, kRemoved, kError
 };
 
