@@ -80,7 +80,21 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   return c;
 }
 
-Communicator::~Communicator() { transport_.reset(); }
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    aborted_ = true;
+  }
+  cv_.notify_all();
+  // The transport's destructor runs this communicator's last callbacks on its loop thread, and
+  // they may still call transport_ (its calls then return ABORTED). unique_ptr::reset would null
+  // transport_ before that, so the transport is deleted in place and released afterwards.
+  if (transport_) {
+    delete transport_.get();
+    (void)transport_.release();
+  }
+}
 
 ControlMessage Communicator::message(MessageType type) const {
   ControlMessage m;
@@ -183,6 +197,13 @@ uint64_t Communicator::epoch() const {
 bool Communicator::revoked() const {
   std::lock_guard<std::mutex> lock(mu_);
   return revoked_;
+}
+
+std::vector<coord::PeerId> Communicator::ring() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<coord::PeerId> out;
+  for (const coord::Member &m : ring_) out.push_back(m.id);
+  return out;
 }
 
 int Communicator::pending() const {
@@ -305,7 +326,7 @@ void Communicator::on_heartbeat_tick() {
 void Communicator::reconnect() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (reconnecting_ || Clock::now() < next_attempt_) return;
+    if (closing_ || reconnecting_ || Clock::now() < next_attempt_) return;
     reconnecting_ = true;
     backoff_ = std::min(std::max(backoff_ * 2, heartbeat_), heartbeat_ * 8);
     next_attempt_ = Clock::now() + backoff_;
@@ -348,6 +369,7 @@ void Communicator::open_ring_links() {
   uint64_t epoch;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closing_) return;
     old_next = std::move(next_);
     old_prev = std::move(prev_);
     next_.reset();

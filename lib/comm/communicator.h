@@ -49,6 +49,7 @@ class Communicator {
   uint64_t epoch() const;
   bool revoked() const;  // the current epoch lost a peer; update() to continue
   int pending() const;   // peers waiting to be admitted at the next update
+  std::vector<coord::PeerId> ring() const;  // the current epoch's members, in ring order
   coord::PeerId id() const { return id_; }
   // Waits up to `timeout` for the revocation of the current epoch; true if it happened.
   bool wait_revoked(std::chrono::milliseconds timeout) const;
@@ -101,6 +102,7 @@ class Communicator {
   uint64_t removals_seen_ = 0; // REMOVED messages received
   std::string removed_reason_;
   bool aborted_ = false;
+  bool closing_ = false;  // the destructor has begun: the transport may be gone
   std::shared_ptr<net::Link> next_, prev_;
   std::map<uint64_t, std::pair<coord::PeerId, std::shared_ptr<net::Link>>> early_;  // prev links for epochs not yet announced
 };

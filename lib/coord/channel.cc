@@ -16,7 +16,6 @@ std::shared_ptr<ControlChannel> ControlChannel::open(std::shared_ptr<net::Link> 
 }
 
 Status ControlChannel::send(const ControlMessage &m) {
-  auto self = shared_from_this();  // a failing send can end the channel from inside Link::send
   struct Outgoing {
     uint8_t length[4];
     std::vector<uint8_t> body;
@@ -29,15 +28,19 @@ Status ControlChannel::send(const ControlMessage &m) {
   }
   const uint32_t n = static_cast<uint32_t>(out->body.size());
   for (int i = 0; i < 4; ++i) out->length[i] = static_cast<uint8_t>(n >> (8 * i));
-  std::lock_guard<std::mutex> lock(tx_mu_);
-  const uint64_t seq = tx_seq_;
-  // Completions only keep the buffers alive: a failed send fails the link, which on_close reports.
-  WCCL_RETURN_IF_ERROR(link_->send({kControlEpoch, seq, kLengthTag}, out->length, 4, [out](const Status &) {}));
-  ++tx_seq_;
-  Status body = link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(), [out](const Status &) {});
-  // A length without its body would leave the receiver waiting for ever: end the link instead.
-  if (!body.ok()) link_->close(body);
-  return body;
+  // Numbers are given on the loop thread as the frames go out, so the wire carries messages in
+  // their numbered order; the receiver asks for them in that order, and a message that overtook
+  // an earlier one would wait behind it for ever.
+  return link_->run([self = shared_from_this(), out] {
+    const uint64_t seq = self->tx_seq_++;
+    // Completions only keep the buffers alive: a failed send fails the link, which on_close
+    // reports.
+    Status st = self->link_->send({kControlEpoch, seq, kLengthTag}, out->length, 4, [out](const Status &) {});
+    if (st.ok()) {
+      st = self->link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(), [out](const Status &) {});
+    }
+    if (!st.ok()) self->link_->close(st);
+  });
 }
 
 void ControlChannel::close(const Status &why) { link_->close(why); }

@@ -28,7 +28,8 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   // Starts receiving on link. The callbacks may hold the channel; it lives while the link is open.
   static std::shared_ptr<ControlChannel> open(std::shared_ptr<net::Link> link, OnMessage on_message,
                                               OnClose on_close);
-  // Queues m for sending; any thread. A failure afterwards closes the link (seen in on_close).
+  // Queues m for sending; any thread. Messages go out in the order they reach the loop thread. A
+  // failure afterwards closes the link (seen in on_close).
   Status send(const ControlMessage &m);
   // Closes the link with `why`; on_close follows.
   void close(const Status &why);
@@ -43,8 +44,7 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   std::shared_ptr<net::Link> link_;
   OnMessage on_message_;
   OnClose on_close_;
-  std::mutex tx_mu_;  // numbers outgoing messages in the order send() is called
-  uint64_t tx_seq_ = 0;
+  uint64_t tx_seq_ = 0;  // loop thread only
   uint64_t rx_seq_ = 0;  // loop thread only, as are the two below
   uint8_t rx_len_[4] = {};
   std::vector<uint8_t> rx_body_;

@@ -562,6 +562,13 @@ Status Link::recv(const MessageKey &key, void *data, size_t len, Completion done
   });
 }
 
+Status Link::run(std::function<void()> fn) {
+  return core_->loop->post([core = core_, fn = std::move(fn)] {
+    fn();
+    core->run_deferred();
+  });
+}
+
 void Link::close(Status why) {
   if (why.ok()) why = WCCL_ERROR(WCCL_ERR_ABORTED, "link closed locally");
   Status st = core_->loop->post([self = shared_from_this(), why] {

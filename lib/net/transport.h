@@ -13,7 +13,9 @@
 // (whichever stream has room in its write window takes the next frame) and reassembled by offset
 // straight into the receiver's buffer. A receive names the key of the message it wants; frames of
 // a message nobody has asked for yet stop that stream's reading until someone does, so a slow
-// receiver slows the sender through TCP and memory stays bounded.
+// receiver slows the sender through TCP and memory stays bounded. Frames go out in the order the
+// sends execute on the loop thread, so a receiver that posts its receives in a fixed order must
+// get the messages in that order: a message queued behind one nobody has asked for yet waits.
 //
 // Failure. Any error on any stream fails the whole link: every pending operation completes with
 // that status (IO for a closed or reset connection, TIMEOUT, PROTOCOL, AUTH), and so does every
@@ -69,6 +71,9 @@ class Link : public std::enable_shared_from_this<Link> {
   Status recv(const MessageKey &key, void *data, size_t len, Completion done);
   // Fails the link with `why` (ABORTED if why is OK): pending operations complete with it.
   void close(Status why = Status());
+  // Runs fn on the link's loop thread, in order with the other work posted there (before
+  // returning, when called on that thread).
+  Status run(std::function<void()> fn);
 
   // Set on the loop thread before the link is handed out; stable afterwards.
   const std::string &peer_name() const { return peer_name_; }        // from the peer's hello
