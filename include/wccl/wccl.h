@@ -153,14 +153,16 @@ typedef struct wccl_comm wccl_comm_t;
 /* Joins the group `group` through the coordinator at `coordinator` and blocks until admitted into
  * an epoch (join_timeout_ms). Listens on `listen` for its ring neighbours, reachable at
  * `advertise` (default: the address it reaches the coordinator from). INVALID_ARGUMENT without a
- * coordinator address; COORDINATOR_UNREACHABLE; AUTH with OpenSSL's reason; TIMEOUT; ABORTED is
- * impossible here. On error *comm is set to NULL. */
+ * coordinator address; COORDINATOR_UNREACHABLE if it cannot be reached or drops this peer (its
+ * log says why); AUTH with OpenSSL's reason; TIMEOUT after join_timeout_ms. On error *comm is set
+ * to NULL. */
 WCCL_API wccl_result_t wccl_comm_join(wccl_comm_t **comm, const wccl_config_t *config);
 
 /* Waits until the coordinator decides the next epoch: survivors plus admitted joiners, minus
  * leavers and lost peers. A peer that was declared lost (frozen, cut off) is admitted again
  * through this call. COORDINATOR_UNREACHABLE while the coordinator is away (the communicator
- * reconnects by itself), TIMEOUT after op_timeout_ms, ABORTED after wccl_comm_abort. */
+ * reconnects by itself), TIMEOUT after op_timeout_ms, ABORTED after wccl_comm_abort, or the
+ * coordinator's refusal (its code and reason, e.g. PROTOCOL for a stale epoch). */
 WCCL_API wccl_result_t wccl_comm_update(wccl_comm_t *comm);
 
 /* Leaves gracefully, in place of an update: the others' update completes without this peer and

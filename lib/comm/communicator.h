@@ -28,7 +28,8 @@ class Communicator {
   // Reads coordinator, group, name, listen, advertise, heartbeat_ms, join_timeout_ms,
   // op_timeout_ms and the transport keys. Blocks until the coordinator admits this peer into an
   // epoch. INVALID_ARGUMENT without a coordinator address; COORDINATOR_UNREACHABLE if it cannot
-  // be reached; AUTH if TLS fails; TIMEOUT after join_timeout_ms; PROTOCOL if it refuses us.
+  // be reached or drops this peer (its log says why); AUTH if TLS fails; TIMEOUT after
+  // join_timeout_ms.
   static Result<std::unique_ptr<Communicator>> join(const Config &cfg);
   ~Communicator();  // leaves abruptly: the coordinator sees the link close
   Communicator(const Communicator &) = delete;
