@@ -1,6 +1,15 @@
 #include "support.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
+
+extern char **environ;
 
 namespace wccl::test {
 
@@ -95,6 +104,60 @@ Status Done::wait(std::chrono::milliseconds timeout) {
     return WCCL_ERROR(WCCL_ERR_TIMEOUT, "test wait of %lld ms expired", static_cast<long long>(timeout.count()));
   }
   return state_->status;
+}
+
+CoordDaemon::CoordDaemon(std::vector<std::string> flags) {
+  const char *bin = std::getenv("WCCL_COORD_BIN");
+  if (bin == nullptr) {
+    ADD_FAILURE() << "WCCL_COORD_BIN is not set; run through meson test";
+    return;
+  }
+  flags.insert(flags.begin(), bin);
+  std::vector<char *> argv;
+  for (auto &f : flags) argv.push_back(f.data());
+  argv.push_back(nullptr);
+  int out[2];
+  if (pipe(out) != 0) return;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  EXPECT_EQ(posix_spawn(&pid_, bin, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  // Its first line names the port.
+  std::string line;
+  pollfd pfd{out[0], POLLIN, 0};
+  char c = 0;
+  while (line.find('\n') == std::string::npos && poll(&pfd, 1, 10000) == 1 && read(out[0], &c, 1) == 1) line += c;
+  close(out[0]);
+  const size_t at = line.find("listening on port ");
+  EXPECT_NE(at, std::string::npos) << "wccl-coord said: " << line;
+  if (at != std::string::npos) port_ = std::atoi(line.c_str() + at + 18);
+}
+
+CoordDaemon::~CoordDaemon() { kill_now(); }
+
+void CoordDaemon::kill_now() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+int CoordDaemon::terminate(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0 || kill(pid_, SIGTERM) != 0) return -1;
+  // Wait for the exit without polling: a pidfd becomes readable when the process ends.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+  if (pidfd < 0) return -1;
+  pollfd exited{pidfd, POLLIN, 0};
+  const int ready = poll(&exited, 1, static_cast<int>(timeout.count()));
+  close(pidfd);
+  if (ready != 1) return -1;
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
 }
 
 }  // namespace wccl::test

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -80,6 +81,22 @@ class Done {
 
  private:
   std::shared_ptr<DoneState> state_ = std::make_shared<DoneState>();
+};
+
+// The wccl-coord daemon (WCCL_COORD_BIN, set by meson test) in its own process.
+class CoordDaemon {
+ public:
+  // Starts it with these flags and reads the port it prints; port() is 0 if that failed.
+  explicit CoordDaemon(std::vector<std::string> flags);
+  ~CoordDaemon();  // SIGKILL if still running
+  int port() const { return port_; }
+  void kill_now();  // SIGKILL, reaped
+  // SIGTERM, then its exit status once it exits; -1 if it is still running after `timeout`.
+  int terminate(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
 };
 
 }  // namespace wccl::test

@@ -103,12 +103,28 @@ class CommTest : public testing::Test {
   }
 
  protected:
+  std::vector<std::string> daemon_flags(const std::string &listen) {
+    return {"--listen", listen, "--tls-cert", coord_files_.cert, "--tls-key", coord_files_.key,
+            "--tls-ca", coord_files_.ca, "--min-peers", "2", "--settle-ms", "150",
+            "--heartbeat-ms", "100", "--peer-timeout-ms", "800"};
+  }
   int min_peers_ = 1;
   test::Pki pki_;
   devkit::NodeFiles coord_files_;
   std::unique_ptr<coord::Coordinator> coord_;
   int port_ = 0;
 };
+
+// What a training loop does while the coordinator is away: retry update with a pause.
+Status update_until_reconnected(Communicator *c) {
+  Status st;
+  const auto deadline = Clock::now() + 15s;
+  do {
+    st = c->update();
+    if (st.code() == WCCL_ERR_COORDINATOR_UNREACHABLE) std::this_thread::sleep_for(100ms);
+  } while (st.code() == WCCL_ERR_COORDINATOR_UNREACHABLE && Clock::now() < deadline);
+  return st;
+}
 
 std::vector<Communicator *> raw(const std::vector<std::unique_ptr<Communicator>> &v) {
   std::vector<Communicator *> out;
@@ -276,21 +292,35 @@ TEST_F(CommTest, MembersKeepTheirEpochAcrossACoordinatorRestart) {
   EXPECT_EQ(comms[0]->epoch(), 1u) << "members keep their epoch";
   start_coordinator(listen);  // back on the same address
   // Both retry as a training loop would; they reconnect with backoff and rejoin at epoch 1.
-  auto retry = [](Communicator *c) {
-    Status st;
-    const auto deadline = Clock::now() + 15s;
-    do {
-      st = c->update();
-      if (st.code() == WCCL_ERR_COORDINATOR_UNREACHABLE) std::this_thread::sleep_for(100ms);
-    } while (st.code() == WCCL_ERR_COORDINATOR_UNREACHABLE && Clock::now() < deadline);
-    return st;
-  };
-  auto a = std::async(std::launch::async, retry, comms[0].get());
-  auto b = std::async(std::launch::async, retry, comms[1].get());
+  auto a = std::async(std::launch::async, update_until_reconnected, comms[0].get());
+  auto b = std::async(std::launch::async, update_until_reconnected, comms[1].get());
   Status sa = a.get(), sb = b.get();
   ASSERT_TRUE(sa.ok()) << sa.to_string();
   ASSERT_TRUE(sb.ok()) << sb.to_string();
   EXPECT_EQ(comms[0]->epoch(), 1u) << "numbering continues from the members' report";
+  expect_agreed_ring(raw(comms), 1);
+}
+
+TEST_F(CommTest, MembersKeepTheirEpochWhenTheCoordinatorDaemonIsKilledAndRestarted) {
+  auto daemon = std::make_unique<test::CoordDaemon>(daemon_flags("127.0.0.1:0"));
+  port_ = daemon->port();
+  ASSERT_GT(port_, 0);
+  auto comms = join_all(2);
+  ASSERT_EQ(comms.size(), 2u);
+  expect_agreed_ring(raw(comms), 1);
+  daemon->kill_now();  // SIGKILL: no goodbye, the kernel closes its sockets
+  Status down;
+  for (int i = 0; i < 100 && (down = comms[0]->update()).ok(); ++i) {
+  }
+  EXPECT_EQ(down.code(), WCCL_ERR_COORDINATOR_UNREACHABLE) << down.to_string();
+  daemon = std::make_unique<test::CoordDaemon>(daemon_flags("127.0.0.1:" + std::to_string(port_)));
+  ASSERT_EQ(daemon->port(), port_);
+  auto a = std::async(std::launch::async, update_until_reconnected, comms[0].get());
+  auto b = std::async(std::launch::async, update_until_reconnected, comms[1].get());
+  Status sa = a.get(), sb = b.get();
+  ASSERT_TRUE(sa.ok()) << sa.to_string();
+  ASSERT_TRUE(sb.ok()) << sb.to_string();
+  EXPECT_EQ(comms[0]->epoch(), 1u) << "members keep their epoch; the next update succeeds";
   expect_agreed_ring(raw(comms), 1);
 }
 

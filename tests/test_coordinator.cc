@@ -1,12 +1,7 @@
 // The coordinator over real links on 127.0.0.1, with in-process peers speaking control messages:
 // formation and admission, loss by closed link, silence and failed probe, refusal of bad or
 // out-of-order input without harm to the members, groups, and unauthenticated clients.
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <deque>
@@ -15,8 +10,6 @@
 #include "coord/channel.h"
 #include "coord/coordinator.h"
 #include "support.h"
-
-extern char **environ;
 
 namespace wccl::coord {
 namespace {
@@ -339,48 +332,18 @@ TEST_F(CoordinatorTest, UnauthenticatedClientsNeverReachTheProtocol) {
 
 // The daemon: starts on a free port, serves a peer, and stops cleanly on SIGTERM.
 TEST(CoordDaemon, ServesAndStopsOnSigterm) {
-  const char *bin = std::getenv("WCCL_COORD_BIN");
-  ASSERT_NE(bin, nullptr) << "WCCL_COORD_BIN is not set; run through meson test";
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, out[0]);
-  char *argv[] = {const_cast<char *>(bin), const_cast<char *>("--listen"), const_cast<char *>("127.0.0.1:0"),
-                  const_cast<char *>("--tls"), const_cast<char *>("off"), nullptr};
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, bin, &actions, nullptr, argv, environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  close(out[1]);
-  // Its first line names the port.
-  std::string line;
-  pollfd pfd{out[0], POLLIN, 0};
-  char c = 0;
-  while (line.find('\n') == std::string::npos && poll(&pfd, 1, 10000) == 1 && read(out[0], &c, 1) == 1) line += c;
-  close(out[0]);
-  const size_t at = line.find("listening on port ");
-  ASSERT_NE(at, std::string::npos) << "daemon said: " << line;
-  const int port = std::atoi(line.c_str() + at + 18);
+  test::CoordDaemon daemon({"--listen", "127.0.0.1:0", "--tls", "off"});
+  ASSERT_GT(daemon.port(), 0);
   {
-    Client peer(port, make_config("peer", nullptr), 1);
+    Client peer(daemon.port(), make_config("peer", nullptr), 1);
     ASSERT_TRUE(peer.connect_status().ok()) << peer.connect_status().to_string();
     peer.join();
     auto e = peer.next(MessageType::kEpoch);
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->epoch, 1u);
   }
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  // Wait for it to exit, at most 10 s, without polling: a pidfd becomes readable when it does.
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  ASSERT_GE(pidfd, 0);
-  pollfd exited{pidfd, POLLIN, 0};
-  const int ready = poll(&exited, 1, 10000);
-  close(pidfd);
-  if (ready != 1) kill(pid, SIGKILL);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_EQ(ready, 1) << "wccl-coord did not stop within 10 s of SIGTERM";
+  const int status = daemon.terminate(10s);
+  ASSERT_NE(status, -1) << "wccl-coord did not stop within 10 s of SIGTERM";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
