@@ -118,11 +118,10 @@ Status Communicator::send(const ControlMessage &m) {
 template <typename Pred>
 Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what,
                           Pred done) {
-  const bool woke = cv_.wait_for(lock, timeout, [&] { return aborted_ || done() || !channel_; });
+  cv_.wait_for(lock, timeout, [&] { return aborted_ || done() || !channel_; });
   if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
   if (done()) return Status();
   if (!channel_) return unreachable(control_down_.with_context(what));
-  (void)woke;
   return WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s: no decision from the coordinator within %lld ms", what,
                     static_cast<long long>(timeout.count()));
 }
@@ -155,8 +154,9 @@ Status Communicator::leave() {
   WCCL_RETURN_IF_ERROR(ch->send(m));
   lock.lock();
   WCCL_RETURN_IF_ERROR(wait(lock, op_timeout_, "leave", [&] { return removals_seen_ > removals || errors_seen_ > errors; }));
-  if (removals_seen_ > removals) return Status();
-  return last_error_;
+  if (removals_seen_ == removals) return last_error_;
+  left_ = true;  // no more heartbeats: the coordinator has forgotten this peer
+  return Status();
 }
 
 void Communicator::abort() {
@@ -266,7 +266,6 @@ void Communicator::on_control(const ControlMessage &m) {
         std::lock_guard<std::mutex> lock(mu_);
         // Declared lost (or the epoch moved on without us): this epoch is over for us too.
         if (m.text != "left") revoked_ = true;
-        removed_reason_ = m.text;
         ++removals_seen_;
       }
       cv_.notify_all();
@@ -296,14 +295,16 @@ void Communicator::on_control(const ControlMessage &m) {
 }
 
 void Communicator::on_control_closed(const Status &why) {
+  bool closing;
   {
     std::lock_guard<std::mutex> lock(mu_);
     channel_.reset();
     control_down_ = why;
     backoff_ = std::chrono::milliseconds(0);
     next_attempt_ = Clock::now();
+    closing = closing_;
   }
-  WCCL_LOG(log_, kWarn, "lost the coordinator: %s; reconnecting", why.to_string().c_str());
+  if (!closing) WCCL_LOG(log_, kWarn, "lost the coordinator: %s; reconnecting", why.to_string().c_str());
   cv_.notify_all();
 }
 
@@ -312,7 +313,7 @@ void Communicator::on_heartbeat_tick() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     connected = channel_ != nullptr;
-    if (aborted_) return;
+    if (aborted_ || left_) return;
   }
   if (connected) {
     (void)send(message(MessageType::kHeartbeat));

@@ -101,9 +101,9 @@ class Communicator {
   uint64_t errors_seen_ = 0;   // ERROR messages received
   Status last_error_;
   uint64_t removals_seen_ = 0; // REMOVED messages received
-  std::string removed_reason_;
   bool aborted_ = false;
   bool closing_ = false;  // the destructor has begun: the transport may be gone
+  bool left_ = false;     // leave() succeeded
   std::shared_ptr<net::Link> next_, prev_;
   std::map<uint64_t, std::pair<coord::PeerId, std::shared_ptr<net::Link>>> early_;  // prev links for epochs not yet announced
 };
