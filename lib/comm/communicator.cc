@@ -235,8 +235,14 @@ Status Communicator::links(std::chrono::milliseconds timeout, std::shared_ptr<ne
 void Communicator::on_control(const ControlMessage &m) {
   switch (m.type) {
     case MessageType::kEpoch: {
+      std::shared_ptr<net::Link> old_next, old_prev;
       {
         std::lock_guard<std::mutex> lock(mu_);
+        // The epoch and its links change together: nobody may see the new epoch with old links.
+        old_next = std::move(next_);
+        old_prev = std::move(prev_);
+        next_.reset();
+        prev_.reset();
         epoch_ = m.epoch;
         ring_ = m.ring;
         rank_ = -1;
@@ -247,6 +253,9 @@ void Communicator::on_control(const ControlMessage &m) {
         pending_ = 0;  // admission takes every waiting joiner; later ones are announced anew
         ++epochs_seen_;
       }
+      const Status ended = WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended");
+      if (old_next) old_next->close(ended);
+      if (old_prev) old_prev->close(ended);
       cv_.notify_all();
       open_ring_links();
       break;
@@ -364,17 +373,13 @@ void Communicator::reconnect() {
 // A new epoch: the previous epoch's links close; this peer opens the link to the next peer of
 // the ring and waits for the previous peer to open its own.
 void Communicator::open_ring_links() {
-  std::shared_ptr<net::Link> old_next, old_prev;
   coord::Member next;
   coord::PeerId prev_id = 0;
   uint64_t epoch;
+  std::shared_ptr<net::Link> early_prev;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) return;
-    old_next = std::move(next_);
-    old_prev = std::move(prev_);
-    next_.reset();
-    prev_.reset();
     epoch = epoch_;
     if (rank_ < 0 || ring_.size() <= 1) {
       early_.clear();
@@ -383,14 +388,11 @@ void Communicator::open_ring_links() {
       next = ring_[(static_cast<size_t>(rank_) + 1) % ring_.size()];
       prev_id = ring_[(static_cast<size_t>(rank_) + ring_.size() - 1) % ring_.size()].id;
       auto early = early_.find(epoch);
-      if (early != early_.end() && early->second.first == prev_id) prev_ = early->second.second;
+      if (early != early_.end() && early->second.first == prev_id) prev_ = early_prev = early->second.second;
       early_.erase(early_.begin(), early_.upper_bound(epoch));
     }
   }
-  const Status ended = WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended");
-  if (old_next) old_next->close(ended);
-  if (old_prev && old_prev != prev_) old_prev->close(ended);
-  if (prev_) watch(prev_, prev_id, epoch);
+  if (early_prev) watch(early_prev, prev_id, epoch);
   cv_.notify_all();
   if (next.id == 0) return;
   const coord::PeerId next_id = next.id;
@@ -404,24 +406,30 @@ void Communicator::open_ring_links() {
       if (link.ok()) link.value()->close(WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));
       return;
     }
-    if (!link.ok()) {
-      WCCL_LOG(log_, kWarn, "cannot open the ring link to peer %016llx: %s", static_cast<unsigned long long>(next_id),
-               link.status().to_string().c_str());
-      ControlMessage broken = message(MessageType::kLinkBroken);
-      broken.other = next_id;
-      (void)send(broken);
+    if (link.ok()) {
+      // The hello goes out before the link is handed to anyone, so it is the first message.
+      auto hello = std::make_shared<std::array<uint8_t, 16>>();
+      std::memcpy(hello->data(), &epoch, 8);
+      std::memcpy(hello->data() + 8, &id_, 8);
+      (void)link.value()->send(kLinkHello, hello->data(), hello->size(), [hello](const Status &) {});
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stale = epoch != epoch_;  // checked again with the assignment, under one lock
+        if (!stale) next_ = link.value();
+      }
+      if (stale) {
+        link.value()->close(WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));
+        return;
+      }
+      watch(link.value(), next_id, epoch);
+      cv_.notify_all();
       return;
     }
-    auto hello = std::make_shared<std::array<uint8_t, 16>>();
-    std::memcpy(hello->data(), &epoch, 8);
-    std::memcpy(hello->data() + 8, &id_, 8);
-    (void)link.value()->send(kLinkHello, hello->data(), hello->size(), [hello](const Status &) {});
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      next_ = link.value();
-    }
-    watch(link.value(), next_id, epoch);
-    cv_.notify_all();
+    WCCL_LOG(log_, kWarn, "cannot open the ring link to peer %016llx: %s", static_cast<unsigned long long>(next_id),
+             link.status().to_string().c_str());
+    ControlMessage broken = message(MessageType::kLinkBroken);
+    broken.other = next_id;
+    (void)send(broken);
   });
   if (!st.ok()) WCCL_LOG(log_, kWarn, "cannot open the ring link: %s", st.to_string().c_str());
 }
