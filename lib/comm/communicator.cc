@@ -126,35 +126,28 @@ Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milli
                     static_cast<long long>(timeout.count()));
 }
 
-Status Communicator::update() {
+// Sends an UPDATE or LEAVE for the current epoch and waits until `answered` (a counter of the
+// coordinator messages that answer it) moves, or the coordinator refuses with ERROR.
+Status Communicator::membership_call(MessageType type, const char *what, const uint64_t &answered) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "update: the communicator was aborted");
-  if (!channel_) return unreachable(control_down_.with_context("update"));
-  const uint64_t epochs = epochs_seen_, errors = errors_seen_;
-  ControlMessage m = message(MessageType::kUpdate);
+  if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
+  if (!channel_) return unreachable(control_down_.with_context(what));
+  const uint64_t before = answered, errors = errors_seen_;
+  ControlMessage m = message(type);
   m.epoch = epoch_;
   std::shared_ptr<coord::ControlChannel> ch = channel_;
   lock.unlock();
   WCCL_RETURN_IF_ERROR(ch->send(m));
   lock.lock();
-  WCCL_RETURN_IF_ERROR(wait(lock, op_timeout_, "update", [&] { return epochs_seen_ > epochs || errors_seen_ > errors; }));
-  if (epochs_seen_ > epochs) return Status();
-  return last_error_;
+  WCCL_RETURN_IF_ERROR(wait(lock, op_timeout_, what, [&] { return answered > before || errors_seen_ > errors; }));
+  return answered > before ? Status() : last_error_;
 }
 
+Status Communicator::update() { return membership_call(MessageType::kUpdate, "update", epochs_seen_); }
+
 Status Communicator::leave() {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "leave: the communicator was aborted");
-  if (!channel_) return unreachable(control_down_.with_context("leave"));
-  const uint64_t removals = removals_seen_, errors = errors_seen_;
-  ControlMessage m = message(MessageType::kLeave);
-  m.epoch = epoch_;
-  std::shared_ptr<coord::ControlChannel> ch = channel_;
-  lock.unlock();
-  WCCL_RETURN_IF_ERROR(ch->send(m));
-  lock.lock();
-  WCCL_RETURN_IF_ERROR(wait(lock, op_timeout_, "leave", [&] { return removals_seen_ > removals || errors_seen_ > errors; }));
-  if (removals_seen_ == removals) return last_error_;
+  WCCL_RETURN_IF_ERROR(membership_call(MessageType::kLeave, "leave", removals_seen_));
+  std::lock_guard<std::mutex> lock(mu_);
   left_ = true;  // no more heartbeats: the coordinator has forgotten this peer
   return Status();
 }

@@ -71,6 +71,7 @@ class Communicator {
   void adopt_prev(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link);
   void watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch);
   Status send(const coord::ControlMessage &m);
+  Status membership_call(coord::MessageType type, const char *what, const uint64_t &answered);
   coord::ControlMessage message(coord::MessageType type) const;
   // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout.
   template <typename Pred>
