@@ -109,6 +109,13 @@ class Core : public std::enable_shared_from_this<Core> {
   std::vector<std::function<void()>> deferred;
   bool running_deferred = false;
   void run_deferred();
+  // Runs fn on the loop thread, then the user callbacks it produced. Any thread.
+  Status post(std::function<void()> fn) {
+    return loop->post([this, fn = std::move(fn)] {
+      fn();
+      run_deferred();
+    });
+  }
 
   void on_connection(Listener *l, int status);
   void on_hello(Stream *s, const Hello &hello);
@@ -547,34 +554,20 @@ Status Link::send(const MessageKey &key, const void *data, size_t len, Completio
   }
   if (data == nullptr && len > 0) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "send: data is NULL");
   SendOp op{key, static_cast<const uint8_t *>(data), len, 0, false, 0, std::move(done), {}};
-  return core_->loop->post([self = shared_from_this(), op = std::move(op)]() mutable {
-    self->do_send(std::move(op));
-    self->core_->run_deferred();
-  });
+  return core_->post([self = shared_from_this(), op = std::move(op)]() mutable { self->do_send(std::move(op)); });
 }
 
 Status Link::recv(const MessageKey &key, void *data, size_t len, Completion done) {
   if (data == nullptr && len > 0) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "recv: data is NULL");
   RecvOp op{static_cast<uint8_t *>(data), len, 0, 0, std::move(done)};
-  return core_->loop->post([self = shared_from_this(), key, op = std::move(op)]() mutable {
-    self->do_recv(key, std::move(op));
-    self->core_->run_deferred();
-  });
+  return core_->post([self = shared_from_this(), key, op = std::move(op)]() mutable { self->do_recv(key, std::move(op)); });
 }
 
-Status Link::run(std::function<void()> fn) {
-  return core_->loop->post([core = core_, fn = std::move(fn)] {
-    fn();
-    core->run_deferred();
-  });
-}
+Status Link::run(std::function<void()> fn) { return core_->post(std::move(fn)); }
 
 void Link::close(Status why) {
   if (why.ok()) why = WCCL_ERROR(WCCL_ERR_ABORTED, "link closed locally");
-  Status st = core_->loop->post([self = shared_from_this(), why] {
-    self->fail(why);
-    self->core_->run_deferred();
-  });
+  Status st = core_->post([self = shared_from_this(), why] { self->fail(why); });
   (void)st;  // a stopped loop has already failed every link
 }
 
@@ -962,13 +955,7 @@ Transport::~Transport() {
 
 const Logger &Transport::log() const { return core_->log; }
 
-Status Transport::post(std::function<void()> fn) {
-  Core *c = core_.get();
-  return core_->loop->post([c, fn = std::move(fn)] {
-    fn();
-    c->run_deferred();
-  });
-}
+Status Transport::post(std::function<void()> fn) { return core_->post(std::move(fn)); }
 
 Status Transport::every(std::chrono::milliseconds period, std::function<void()> fn) {
   Core *c = core_.get();
@@ -1127,7 +1114,7 @@ Status Transport::connect(const std::string &address,
   Result<HostPort> hp = parse_address(address);
   if (!hp.ok()) return hp.status();
   std::shared_ptr<Core> core = core_;
-  return core_->loop->post([core, hp = hp.value(), address, done = std::move(done)]() mutable {
+  return core_->post([core, hp = hp.value(), address, done = std::move(done)]() mutable {
     std::shared_ptr<Link> link(new Link(core, /*is_client=*/true, core->opt.streams,
                                         Clock::now() + core->opt.connect_timeout));
     link->on_connected_ = std::move(done);
@@ -1135,7 +1122,6 @@ Status Transport::connect(const std::string &address,
     core->links.insert(link);
     if (RAND_bytes(link->link_id_, sizeof(link->link_id_)) != 1) {
       link->fail(WCCL_ERROR(WCCL_ERR_INTERNAL, "no random bytes for a link id: %s", openssl_errors().c_str()));
-      core->run_deferred();
       return;
     }
     // Host names resolve on libuv's thread pool; the link's set-up deadline covers the lookup.
@@ -1167,7 +1153,6 @@ Status Transport::connect(const std::string &address,
       delete lookup;
       link->fail(resolve_error(address, hp.host, rc));
     }
-    core->run_deferred();
   });
 }
 
