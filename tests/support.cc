@@ -1,8 +1,10 @@
 #include "support.h"
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,6 +106,22 @@ Status Done::wait(std::chrono::milliseconds timeout) {
     return WCCL_ERROR(WCCL_ERR_TIMEOUT, "test wait of %lld ms expired", static_cast<long long>(timeout.count()));
   }
   return state_->status;
+}
+
+int connect_loopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (::connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0) {
+    ADD_FAILURE() << "cannot connect to 127.0.0.1:" << port;
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 CoordDaemon::CoordDaemon(std::vector<std::string> flags) {

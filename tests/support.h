@@ -83,6 +83,10 @@ class Done {
   std::shared_ptr<DoneState> state_ = std::make_shared<DoneState>();
 };
 
+// A plain TCP socket connected to 127.0.0.1:port, reads timing out after 10 s (for hand-made
+// peers that speak raw bytes). -1 (and a test failure) if it cannot connect.
+int connect_loopback(int port);
+
 // The wccl-coord daemon (WCCL_COORD_BIN, set by meson test) in its own process.
 class CoordDaemon {
  public:

@@ -59,18 +59,6 @@ class TlsTest : public testing::Test {
     ASSERT_TRUE(sent.wait().ok());
   }
 
-  int raw_connect() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port_));
-    timeval tv{10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
-    return fd;
-  }
-
   Pki pki_;
   devkit::NodeFiles server_files_;
   std::unique_ptr<net::Transport> server_;
@@ -141,7 +129,7 @@ TEST_F(TlsTest, ClientWithoutCertificateNeverReachesTheDataPath) {
   SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
   ASSERT_EQ(SSL_CTX_load_verify_locations(ctx, server_files_.ca.c_str(), nullptr), 1);
   SSL *ssl = SSL_new(ctx);
-  const int fd = raw_connect();
+  const int fd = connect_loopback(port_);
   SSL_set_fd(ssl, fd);
   const int hs = SSL_connect(ssl);  // TLS 1.3: the client finishes before the server judges it
   if (hs == 1) {
@@ -197,7 +185,7 @@ TEST(TlsMismatch, TlsClientToPlaintextServerIsAuth) {
 }
 
 TEST_F(TlsTest, GarbageSpeakerIsDroppedAndOthersCarryOn) {
-  const int fd = raw_connect();
+  const int fd = connect_loopback(port_);
   std::vector<uint8_t> junk(4096);
   fill_pattern(junk.data(), junk.size(), 77);
   EXPECT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));

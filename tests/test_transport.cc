@@ -415,14 +415,7 @@ class RawPeer {
  public:
   explicit RawPeer(int port, uint16_t version = net::kProtocolVersion) {
     signal(SIGPIPE, SIG_IGN);
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    timeval tv{10, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+    fd_ = connect_loopback(port);
     net::Hello hello;
     hello.link_id[0] = 42;
     hello.stream_count = 1;
