@@ -1,0 +1,419 @@
+#include "algo/collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace wccl::algo {
+namespace {
+
+using codec::dtype_size;
+using Ticket = Exchange::Ticket;
+
+constexpr size_t kNoGate = std::numeric_limits<size_t>::max();
+constexpr Ticket kNotIssued = std::numeric_limits<Ticket>::max();
+constexpr Ticket kSkipped = std::numeric_limits<Ticket>::max() - 1;
+// Receives posted ahead of the one being waited for: enough to keep every stream of a link busy
+// while the worker reduces the previous chunk.
+constexpr size_t kWindow = 4;
+
+int mod(long a, int n) { return static_cast<int>(((a % n) + n) % n); }
+
+// Elements [begin, begin + count) of a buffer.
+struct Span {
+  size_t begin = 0;
+  size_t count = 0;
+};
+
+// Part i of `total` elements cut into `parts` near-equal parts (the first total % parts are one
+// longer).
+Span split(size_t total, size_t parts, size_t i) {
+  const size_t base = total / parts, rem = total % parts;
+  return {i * base + std::min(i, rem), base + (i < rem ? 1 : 0)};
+}
+
+size_t segments(size_t max_elems, size_t esize, size_t chunk_bytes) {
+  const size_t bytes = max_elems * esize;
+  return std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
+}
+
+// A schedule: the receives of one operation in the order its peers send them, each followed by
+// an action (reduce, forward). The driver keeps kWindow receives posted ahead, so the network
+// fills the next chunk while the worker handles this one. A receive that lands in memory an
+// earlier send still reads names that send as its gate, and is posted only once it completed.
+class Schedule {
+ public:
+  struct Step {
+    int peer = -1;  // -1: no receive, only the action
+    uint32_t tag = 0;
+    uint8_t *dst = nullptr;  // null: into a staging slot, handed to the action
+    size_t len = 0;          // bytes; 0: no receive
+    size_t gate = kNoGate;   // a send slot that must complete before the receive is posted
+    std::function<Status(const uint8_t *staged)> then;
+  };
+
+  Schedule(Exchange &ex, size_t send_slots) : ex_(ex), sends_(send_slots, kNotIssued) {}
+
+  // Sends, remembering the ticket in `slot` (kNoGate: nobody gates on it). Zero bytes send nothing.
+  void send(size_t slot, int peer, uint32_t tag, const void *data, size_t len) {
+    const Ticket t = len == 0 ? kSkipped : ex_.send(peer, tag, data, len);
+    if (slot != kNoGate) sends_[slot] = t;
+  }
+  Status wait_send(size_t slot) {
+    const Ticket t = sends_[slot];
+    if (t == kNotIssued) return WCCL_ERROR(WCCL_ERR_INTERNAL, "schedule waits for send slot %zu, never issued", slot);
+    return t == kSkipped ? Status() : ex_.wait(t);
+  }
+
+  void add(Step s) { steps_.push_back(std::move(s)); }
+
+  Status run() {
+    size_t stage_bytes = 0;
+    for (const Step &s : steps_) {
+      if (!s.dst) stage_bytes = std::max(stage_bytes, s.len);
+    }
+    std::vector<uint8_t> staging(stage_bytes * kWindow);
+    std::vector<Ticket> recvs(steps_.size(), kNotIssued);
+    size_t posted = 0;
+    auto gate_open = [&](const Step &s) {
+      if (s.gate == kNoGate) return true;
+      const Ticket t = sends_[s.gate];
+      return t == kSkipped || (t != kNotIssued && ex_.done(t));
+    };
+    auto post = [&](size_t k) {
+      const Step &s = steps_[k];
+      if (s.peer < 0 || s.len == 0) {
+        recvs[k] = kSkipped;
+      } else {
+        uint8_t *dst = s.dst ? s.dst : staging.data() + (k % kWindow) * stage_bytes;
+        recvs[k] = ex_.recv(s.peer, s.tag, dst, s.len);
+      }
+    };
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      while (posted < steps_.size() && posted < k + kWindow && gate_open(steps_[posted])) post(posted++);
+      if (posted == k) {
+        WCCL_RETURN_IF_ERROR(wait_send(steps_[k].gate));
+        post(posted++);
+      }
+      if (recvs[k] != kSkipped) WCCL_RETURN_IF_ERROR(ex_.wait(recvs[k]));
+      const Step &s = steps_[k];
+      WCCL_RETURN_IF_ERROR(s.then(s.dst ? s.dst : staging.data() + (k % kWindow) * stage_bytes));
+    }
+    return ex_.wait_all();
+  }
+
+ private:
+  Exchange &ex_;
+  std::vector<Ticket> sends_;
+  std::vector<Step> steps_;
+};
+
+// Ring all-reduce: a reduce-scatter, then an all-gather, each n-1 steps around the ring, every
+// block cut into segments of at most chunk_bytes that move independently (pipelining).
+// Reduce-scatter step s: send block r-s-1, receive block r-s-2 and combine it with our own
+// elements; after n-1 steps this peer holds the final block r. All-gather step s: send block r-s,
+// receive the final block r-s-1 and forward it unchanged. Message tag: step * nseg + segment.
+Status ring_allreduce(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const size_t es = dtype_size(c.dtype);
+  const auto *in = static_cast<const uint8_t *>(c.in);
+  auto *out = static_cast<uint8_t *>(c.out);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const size_t nseg = segments(split(c.count, n, 0).count, es, c.chunk_bytes);
+  auto seg = [&](long block, size_t j) {
+    const Span b = split(c.count, n, mod(block, n));
+    const Span s = split(b.count, nseg, j);
+    return Span{b.begin + s.begin, s.count};
+  };
+  auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
+  Schedule sched(ex, 2 * (n - 1) * nseg);
+  for (size_t j = 0; j < nseg; ++j) {
+    const Span s = seg(r - 1, j);
+    sched.send(tag(0, j), next, tag(0, j), in + s.begin * es, s.count * es);
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = seg(r - step - 2, j);
+      const int fwd = step + 1;  // reduce-scatter step n-1 is all-gather step 0
+      sched.add({prev, tag(step, j), nullptr, s.count * es, kNoGate, [=, &sched, &c](const uint8_t *got) {
+                   uint8_t *dst = out + s.begin * es;
+                   codec::reduce_into(c.dtype, c.op, dst, in + s.begin * es, got, s.count);
+                   if (fwd == n - 1 && c.op == codec::RedOp::kAvg) codec::finish_avg(c.dtype, dst, s.count, n);
+                   sched.send(tag(fwd, j), next, tag(fwd, j), dst, s.count * es);
+                   return Status();
+                 }});
+    }
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = seg(r - step - 1, j);
+      uint8_t *dst = out + s.begin * es;
+      // This block left through reduce-scatter step `step` (from `in` at step 0).
+      const size_t gate = step == 0 ? kNoGate : tag(step, j);
+      const int at = n - 1 + step;
+      sched.add({prev, tag(at, j), dst, s.count * es, gate, [=, &sched](const uint8_t *) {
+                   if (step < n - 2) sched.send(tag(at + 1, j), next, tag(at + 1, j), dst, s.count * es);
+                   return Status();
+                 }});
+    }
+  }
+  return sched.run();
+}
+
+// Tree all-reduce over two binary trees (tree_node): the first half of the buffer is reduced up
+// tree 0 and broadcast down it, the second half on tree 1, so every peer sends and receives
+// about the whole buffer once each way, in 2 log2(n) latencies instead of the ring's 2(n-1). A
+// node combines its own elements, then child 0's, then child 1's; the root's result goes down
+// unchanged. Tags: (2t) * nseg + j going up tree t, (2t + 1) * nseg + j coming down.
+Status tree_allreduce(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const size_t es = dtype_size(c.dtype);
+  const auto *in = static_cast<const uint8_t *>(c.in);
+  auto *out = static_cast<uint8_t *>(c.out);
+  const size_t nseg = segments(split(c.count, 2, 0).count, es, c.chunk_bytes);
+  auto seg = [&](int t, size_t j) {
+    const Span h = split(c.count, 2, t);
+    const Span s = split(h.count, nseg, j);
+    return Span{h.begin + s.begin, s.count};
+  };
+  auto up = [&](int t, size_t j) { return static_cast<uint32_t>((2 * t) * nseg + j); };
+  auto down = [&](int t, size_t j) { return static_cast<uint32_t>((2 * t + 1) * nseg + j); };
+  const TreeNode node[2] = {tree_node(0, r, n), tree_node(1, r, n)};
+  auto leaf = [&](int t) { return node[t].child[0] < 0 && node[t].child[1] < 0; };
+  Schedule sched(ex, 4 * nseg);
+  for (size_t j = 0; j < nseg; ++j) {
+    for (int t = 0; t < 2; ++t) {
+      const Span s = seg(t, j);
+      if (leaf(t)) sched.send(up(t, j), node[t].parent, up(t, j), in + s.begin * es, s.count * es);
+    }
+  }
+  for (size_t j = 0; j < nseg; ++j) {
+    for (int t = 0; t < 2; ++t) {
+      if (leaf(t)) continue;
+      const Span s = seg(t, j);
+      uint8_t *dst = out + s.begin * es;
+      const int last = node[t].child[1] >= 0 ? 1 : 0;
+      for (int ci = 0; ci <= last; ++ci) {
+        const TreeNode nd = node[t];
+        sched.add({nd.child[ci], up(t, j), nullptr, s.count * es, kNoGate, [=, &sched, &c](const uint8_t *got) {
+                     if (ci == 0) {
+                       codec::reduce_into(c.dtype, c.op, dst, in + s.begin * es, got, s.count);
+                     } else {
+                       codec::reduce(c.dtype, c.op, dst, got, s.count);
+                     }
+                     if (ci < last) return Status();
+                     if (nd.parent >= 0) {
+                       sched.send(up(t, j), nd.parent, up(t, j), dst, s.count * es);
+                     } else if (c.op == codec::RedOp::kAvg) {
+                       codec::finish_avg(c.dtype, dst, s.count, n);
+                     }
+                     return Status();
+                   }});
+      }
+    }
+  }
+  for (size_t j = 0; j < nseg; ++j) {
+    for (int t = 0; t < 2; ++t) {
+      const Span s = seg(t, j);
+      uint8_t *dst = out + s.begin * es;
+      const TreeNode nd = node[t];
+      // An interior node's partial went up from dst: the final value may land there only after.
+      const size_t gate = leaf(t) || nd.parent < 0 ? kNoGate : up(t, j);
+      sched.add({nd.parent, down(t, j), dst, nd.parent >= 0 ? s.count * es : 0, gate, [=, &sched](const uint8_t *) {
+                   for (int child : nd.child) {
+                     if (child >= 0) sched.send(kNoGate, child, down(t, j), dst, s.count * es);
+                   }
+                   return Status();
+                 }});
+    }
+  }
+  return sched.run();
+}
+
+// Broadcast down the ring from the root, pipelined in segments: the peer at distance d from the
+// root receives each segment from its predecessor and forwards it unless it is the last.
+Status chain_broadcast(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const size_t es = dtype_size(c.dtype);
+  auto *out = static_cast<uint8_t *>(c.out);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int distance = mod(r - c.root, n);
+  const size_t nseg = segments(c.count, es, c.chunk_bytes);
+  Schedule sched(ex, 0);
+  if (distance == 0) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = split(c.count, nseg, j);
+      sched.send(kNoGate, next, static_cast<uint32_t>(j), static_cast<const uint8_t *>(c.in) + s.begin * es, s.count * es);
+    }
+    if (c.count != 0) std::memcpy(out, c.in, c.count * es);
+    return sched.run();
+  }
+  for (size_t j = 0; j < nseg; ++j) {
+    const Span s = split(c.count, nseg, j);
+    uint8_t *dst = out + s.begin * es;
+    sched.add({prev, static_cast<uint32_t>(j), dst, s.count * es, kNoGate, [=, &sched](const uint8_t *) {
+                 if (distance < n - 1) sched.send(kNoGate, next, static_cast<uint32_t>(j), dst, s.count * es);
+                 return Status();
+               }});
+  }
+  return sched.run();
+}
+
+// Ring all-gather: step s sends block r-s and receives block r-s-1, which the next step forwards.
+Status ring_allgather(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const size_t es = dtype_size(c.dtype), block = c.count * es;
+  auto *out = static_cast<uint8_t *>(c.out);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const size_t nseg = segments(c.count, es, c.chunk_bytes);
+  auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
+  Schedule sched(ex, 0);
+  for (size_t j = 0; j < nseg; ++j) {
+    const Span s = split(c.count, nseg, j);
+    sched.send(kNoGate, next, tag(0, j), static_cast<const uint8_t *>(c.in) + s.begin * es, s.count * es);
+  }
+  if (block != 0) std::memcpy(out + static_cast<size_t>(r) * block, c.in, block);
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = split(c.count, nseg, j);
+      uint8_t *dst = out + static_cast<size_t>(mod(r - step - 1, n)) * block + s.begin * es;
+      sched.add({prev, tag(step, j), dst, s.count * es, kNoGate, [=, &sched](const uint8_t *) {
+                   if (step < n - 2) sched.send(kNoGate, next, tag(step + 1, j), dst, s.count * es);
+                   return Status();
+                 }});
+    }
+  }
+  return sched.run();
+}
+
+// Ring reduce-scatter: the reduce-scatter half of the ring all-reduce over n blocks of `count`
+// elements. Partials alternate between two block buffers; a buffer is overwritten only after
+// the send that read it two steps earlier completed.
+Status ring_reduce_scatter(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const size_t es = dtype_size(c.dtype), block = c.count * es;
+  const auto *in = static_cast<const uint8_t *>(c.in);
+  auto *out = static_cast<uint8_t *>(c.out);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const size_t nseg = segments(c.count, es, c.chunk_bytes);
+  auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
+  std::vector<uint8_t> partial[2];
+  for (auto &p : partial) p.resize(n > 2 ? block : 0);
+  Schedule sched(ex, (n - 1) * nseg);
+  for (size_t j = 0; j < nseg; ++j) {
+    const Span s = split(c.count, nseg, j);
+    sched.send(tag(0, j), next, tag(0, j), in + static_cast<size_t>(mod(r - 1, n)) * block + s.begin * es, s.count * es);
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = split(c.count, nseg, j);
+      const uint8_t *mine = in + static_cast<size_t>(mod(r - step - 2, n)) * block + s.begin * es;
+      const bool final = step == n - 2;
+      uint8_t *dst = final ? out + s.begin * es : partial[step % 2].data() + s.begin * es;
+      sched.add({prev, tag(step, j), nullptr, s.count * es, kNoGate, [=, &sched, &c](const uint8_t *got) {
+                   if (!final && step >= 2) WCCL_RETURN_IF_ERROR(sched.wait_send(tag(step - 1, j)));
+                   codec::reduce_into(c.dtype, c.op, dst, mine, got, s.count);
+                   if (final) {
+                     if (c.op == codec::RedOp::kAvg) codec::finish_avg(c.dtype, dst, s.count, n);
+                   } else {
+                     sched.send(tag(step + 1, j), next, tag(step + 1, j), dst, s.count * es);
+                   }
+                   return Status();
+                 }});
+    }
+  }
+  return sched.run();
+}
+
+Status dispatch(Exchange &ex, const Collective &c) {
+  const int n = ex.size();
+  const size_t out_bytes = out_count(c, n) * dtype_size(c.dtype);
+  if (c.kind == Kind::kBarrier) return Status();  // the commit step is the barrier
+  if (n == 1) {
+    if (out_bytes != 0 && c.out != c.in) std::memcpy(c.out, c.in, out_bytes);
+    return Status();
+  }
+  switch (c.kind) {
+    case Kind::kAllreduce:
+      return c.algo == Algo::kTree ? tree_allreduce(ex, c) : ring_allreduce(ex, c);
+    case Kind::kBroadcast: return chain_broadcast(ex, c);
+    case Kind::kAllgather: return ring_allgather(ex, c);
+    case Kind::kReduceScatter: return ring_reduce_scatter(ex, c);
+    case Kind::kBarrier: break;
+  }
+  return Status();
+}
+
+}  // namespace
+
+const char *kind_name(Kind k) {
+  switch (k) {
+    case Kind::kAllreduce: return "allreduce";
+    case Kind::kBroadcast: return "broadcast";
+    case Kind::kAllgather: return "allgather";
+    case Kind::kReduceScatter: return "reduce_scatter";
+    case Kind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+const char *algo_name(Algo a) {
+  switch (a) {
+    case Algo::kAuto: return "auto";
+    case Algo::kRing: return "ring";
+    case Algo::kTree: return "tree";
+  }
+  return "?";
+}
+
+size_t in_count(const Collective &c, int n) {
+  switch (c.kind) {
+    case Kind::kReduceScatter: return c.count * static_cast<size_t>(n);
+    case Kind::kBarrier: return 0;
+    default: return c.count;
+  }
+}
+
+size_t out_count(const Collective &c, int n) {
+  switch (c.kind) {
+    case Kind::kAllgather: return c.count * static_cast<size_t>(n);
+    case Kind::kBarrier: return 0;
+    default: return c.count;
+  }
+}
+
+Status check(const Collective &c, int n) {
+  const size_t es = dtype_size(c.dtype);
+  if (c.chunk_bytes < es) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element", c.chunk_bytes);
+  const size_t per_step = c.kind == Kind::kAllreduce ? split(c.count, c.algo == Algo::kTree ? 2 : n, 0).count : c.count;
+  const size_t messages = segments(per_step, es, c.chunk_bytes) * 2 * static_cast<size_t>(n);
+  if (messages > std::numeric_limits<uint32_t>::max()) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements in chunks of %zu bytes need more than 2^32 messages; raise chunk_bytes",
+                      c.count, c.chunk_bytes);
+  }
+  return Status();
+}
+
+Status run(Exchange &ex, const Collective &c) {
+  Status st = dispatch(ex, c);
+  ex.finish();
+  return st;
+}
+
+// Tree 0 is the binary heap over ranks 0..n-1 (rank i has children 2i+1 and 2i+2); tree 1 is the
+// same heap over the ranks in reverse order, so tree 0's interior (the low ranks) is tree 1's
+// leaves and the other way round.
+TreeNode tree_node(int t, int rank, int n) {
+  auto to_rank = [&](int pos) { return t == 0 ? pos : n - 1 - pos; };
+  const int pos = t == 0 ? rank : n - 1 - rank;
+  TreeNode node;
+  if (pos > 0) node.parent = to_rank((pos - 1) / 2);
+  for (int k = 0; k < 2; ++k) {
+    const int c = 2 * pos + 1 + k;
+    if (c < n) node.child[k] = to_rank(c);
+  }
+  return node;
+}
+
+}  // namespace wccl::algo

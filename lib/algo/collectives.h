@@ -1,0 +1,62 @@
+// The collectives' data phases, as schedules over an Exchange (DESIGN §2, §5). docs/algorithms.md
+// tabulates their steps and bytes on the wire.
+//
+// Buffers. `in` is read and never written (it may be the caller's buffer); `out` receives the
+// result and is the algorithm's only workspace: the communicator passes a scratch buffer there
+// and copies it to the caller's buffer only once the outcome is committed, which is how a failed
+// operation leaves the caller's buffers as they were. in and out must not overlap.
+//
+// Determinism. Every element is combined in an order fixed by the ranks of the epoch, once, by
+// one peer, and that peer's bytes are forwarded verbatim to every other: all peers end with
+// bit-identical results.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "algo/exchange.h"
+#include "codec/reduce.h"
+
+namespace wccl::algo {
+
+enum class Kind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier };
+enum class Algo : int { kAuto = 0, kRing = 1, kTree = 2 };  // values of wccl_algo_t
+
+const char *kind_name(Kind k);
+const char *algo_name(Algo a);
+
+struct Collective {
+  Kind kind = Kind::kAllreduce;
+  // Elements: allreduce and broadcast, the buffer; allgather, each peer's contribution (out holds
+  // size() * count); reduce-scatter, each peer's share of the result (in holds size() * count).
+  size_t count = 0;
+  codec::Dtype dtype = codec::Dtype::kF32;
+  codec::RedOp op = codec::RedOp::kSum;
+  int root = 0;             // broadcast
+  Algo algo = Algo::kRing;  // allreduce: kRing or kTree (kAuto is resolved by the caller)
+  size_t chunk_bytes = 1 << 20;  // pipelining unit: messages are at most this long
+  const void *in = nullptr;
+  void *out = nullptr;
+};
+
+// Elements of `in` and `out` for c on n peers.
+size_t in_count(const Collective &c, int n);
+size_t out_count(const Collective &c, int n);
+
+// Tags are 32 bits: INVALID_ARGUMENT if c would need more messages than that on n peers.
+Status check(const Collective &c, int n);
+
+// Runs the data phase. On failure `out` holds garbage; `in` is untouched either way. The
+// exchange is finished (no transfer in flight) when this returns.
+Status run(Exchange &ex, const Collective &c);
+
+// The two binary trees of the tree all-reduce: the parent (-1 for the root) and up to two
+// children (-1 where absent) of `rank` in tree t (0 or 1) of n peers. Interior nodes of one tree
+// are leaves of the other (for even n; for odd n one peer is a leaf of both).
+struct TreeNode {
+  int parent = -1;
+  int child[2] = {-1, -1};
+};
+TreeNode tree_node(int t, int rank, int n);
+
+}  // namespace wccl::algo

@@ -1,0 +1,115 @@
+#include "algo/exchange.h"
+
+namespace wccl::algo {
+
+struct Exchange::Shared {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<State> states;
+  size_t outstanding = 0;
+  Status failure;
+};
+
+Exchange::Exchange(Channel &channel, Clock::time_point deadline)
+    : ch_(channel), deadline_(deadline), s_(std::make_shared<Shared>()) {}
+
+Exchange::~Exchange() { finish(); }
+
+Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len) {
+  Ticket t;
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    t = s_->states.size();
+    s_->states.push_back(State::kPending);
+    ++s_->outstanding;
+  }
+  auto shared = s_;
+  Completion done = [shared, t](const Status &st) {
+    {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->states[t] = st.ok() ? State::kOk : State::kFailed;
+      if (!st.ok() && shared->failure.ok()) shared->failure = st;
+      --shared->outstanding;
+    }
+    shared->cv.notify_all();
+  };
+  // Not under mu: a channel may complete inline.
+  Status st = is_send ? ch_.send(peer, tag, data, len, std::move(done)) : ch_.recv(peer, tag, data, len, std::move(done));
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->states[t] = State::kFailed;
+    if (s_->failure.ok()) s_->failure = st;
+    --s_->outstanding;
+  } else if (is_send) {
+    bytes_sent_ += len;
+  } else {
+    bytes_received_ += len;
+  }
+  return t;
+}
+
+Exchange::Ticket Exchange::send(int peer, uint32_t tag, const void *data, size_t len) {
+  return post(true, peer, tag, const_cast<void *>(data), len);
+}
+
+Exchange::Ticket Exchange::recv(int peer, uint32_t tag, void *data, size_t len) { return post(false, peer, tag, data, len); }
+
+Status Exchange::wait(Ticket t) {
+  std::unique_lock<std::mutex> lock(s_->mu);
+  const bool ended = s_->cv.wait_until(lock, deadline_, [&] { return s_->states[t] != State::kPending || !s_->failure.ok(); });
+  if (!s_->failure.ok()) return s_->failure;
+  if (!ended) {
+    s_->failure = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
+    return s_->failure;
+  }
+  return Status();
+}
+
+bool Exchange::done(Ticket t) const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->states[t] == State::kOk;
+}
+
+Status Exchange::wait_all() {
+  std::unique_lock<std::mutex> lock(s_->mu);
+  const bool ended = s_->cv.wait_until(lock, deadline_, [&] { return s_->outstanding == 0 || !s_->failure.ok(); });
+  if (!s_->failure.ok()) return s_->failure;
+  if (!ended) {
+    s_->failure = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
+    return s_->failure;
+  }
+  return Status();
+}
+
+void Exchange::cancel(const Status &why) {
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->failure.ok()) s_->failure = why;
+  }
+  s_->cv.notify_all();
+}
+
+Status Exchange::failure() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->failure;
+}
+
+void Exchange::finish() {
+  if (finished_) return;
+  finished_ = true;
+  Status why;
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->outstanding == 0) return;
+    why = s_->failure.ok() ? WCCL_ERROR(WCCL_ERR_ABORTED, "the operation ended with messages in flight") : s_->failure;
+  }
+  ch_.abort(why);
+  // abort() completes every pending operation promptly; the bound only guards against a bug.
+  std::unique_lock<std::mutex> lock(s_->mu);
+  if (!s_->cv.wait_for(lock, std::chrono::seconds(30), [&] { return s_->outstanding == 0; })) {
+    std::fprintf(stderr, "wccl: BUG: %zu transfers still pending 30 s after abort\n", s_->outstanding);
+    std::abort();
+  }
+}
+
+}  // namespace wccl::algo

@@ -1,0 +1,292 @@
+// The collectives' schedules over the in-memory Channel, checked against a serial reference:
+// world size x count x dtype x op x algorithm, plus delivery in random order and peers that die
+// mid-operation.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "algo/collectives.h"
+#include "memory_channel.h"
+
+namespace wccl::test {
+namespace {
+
+using algo::Algo;
+using algo::Collective;
+using algo::Kind;
+using codec::Dtype;
+using codec::RedOp;
+using Clock = std::chrono::steady_clock;
+
+// Values chosen so that every combination is exact in every type (small integers, products of
+// +-1 and a few 2s): the reference may then combine in any order and still match bit for bit.
+double value(RedOp op, Dtype t, int rank, size_t i) {
+  const bool is_unsigned = t == Dtype::kU8;
+  switch (op) {
+    case RedOp::kSum: case RedOp::kAvg:
+      return static_cast<double>((rank * 7 + i * 3) % 9) - (is_unsigned ? 0 : 4);
+    case RedOp::kMin: case RedOp::kMax:
+      return static_cast<double>((rank * 31 + i * 17) % 201) - (is_unsigned ? 0 : 100);
+    case RedOp::kProd:
+      if ((rank + i) % 5 == 0) return 2;
+      return (rank + 2 * i) % 3 == 0 && !is_unsigned ? -1 : 1;
+  }
+  return 0;
+}
+
+void store(Dtype t, void *buf, size_t i, double v) {
+  switch (t) {
+    case Dtype::kF32: static_cast<float *>(buf)[i] = static_cast<float>(v); break;
+    case Dtype::kF64: static_cast<double *>(buf)[i] = v; break;
+    case Dtype::kF16: static_cast<uint16_t *>(buf)[i] = codec::float_to_half(static_cast<float>(v)); break;
+    case Dtype::kBF16: static_cast<uint16_t *>(buf)[i] = codec::float_to_bf16(static_cast<float>(v)); break;
+    case Dtype::kI8: static_cast<int8_t *>(buf)[i] = static_cast<int8_t>(v); break;
+    case Dtype::kU8: static_cast<uint8_t *>(buf)[i] = static_cast<uint8_t>(v); break;
+    case Dtype::kI32: static_cast<int32_t *>(buf)[i] = static_cast<int32_t>(v); break;
+    case Dtype::kI64: static_cast<int64_t *>(buf)[i] = static_cast<int64_t>(v); break;
+  }
+}
+
+using Bytes = std::vector<uint8_t>;
+
+Bytes input(const Collective &c, int n, int rank) {
+  const size_t count = algo::in_count(c, n), es = codec::dtype_size(c.dtype);
+  Bytes b(count * es);
+  for (size_t i = 0; i < count; ++i) store(c.dtype, b.data(), i, value(c.op, c.dtype, rank, i));
+  return b;
+}
+
+// What rank `rank` must hold afterwards, computed serially.
+Bytes expected(const Collective &c, const std::vector<Bytes> &ins, int rank) {
+  const int n = static_cast<int>(ins.size());
+  const size_t es = codec::dtype_size(c.dtype);
+  switch (c.kind) {
+    case Kind::kBroadcast: return ins[static_cast<size_t>(c.root)];
+    case Kind::kAllgather: {
+      Bytes out;
+      for (const Bytes &b : ins) out.insert(out.end(), b.begin(), b.end());
+      return out;
+    }
+    case Kind::kAllreduce: case Kind::kReduceScatter: {
+      const size_t off = c.kind == Kind::kReduceScatter ? static_cast<size_t>(rank) * c.count * es : 0;
+      Bytes acc(ins[0].begin() + static_cast<long>(off), ins[0].begin() + static_cast<long>(off + c.count * es));
+      for (int r = 1; r < n; ++r) codec::reduce(c.dtype, c.op, acc.data(), ins[static_cast<size_t>(r)].data() + off, c.count);
+      if (c.op == RedOp::kAvg) codec::finish_avg(c.dtype, acc.data(), c.count, n);
+      return acc;
+    }
+    case Kind::kBarrier: break;
+  }
+  return {};
+}
+
+struct Outcome {
+  std::vector<Status> status;
+  std::vector<Bytes> in, in_after, out;
+};
+
+// Runs c on n ranks (one thread each) over `fabric`. When any rank fails, the others are
+// cancelled, as the communicator does when the coordinator revokes the epoch.
+Outcome run_all(Fabric &fabric, Collective c, int n, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  Outcome o;
+  o.status.resize(static_cast<size_t>(n));
+  o.out.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) o.in.push_back(input(c, n, r));
+  o.in_after = o.in;
+  std::vector<std::unique_ptr<algo::Channel>> channels;
+  std::vector<std::unique_ptr<algo::Exchange>> exchanges;
+  const auto deadline = Clock::now() + timeout;
+  for (int r = 0; r < n; ++r) {
+    channels.push_back(fabric.channel(r));
+    exchanges.push_back(std::make_unique<algo::Exchange>(*channels.back(), deadline));
+  }
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const size_t i = static_cast<size_t>(r);
+      Collective mine = c;
+      o.out[i].assign(algo::out_count(c, n) * codec::dtype_size(c.dtype), 0xEE);
+      mine.in = o.in_after[i].data();
+      mine.out = o.out[i].data();
+      Status st = algo::run(*exchanges[i], mine);
+      if (!st.ok()) {
+        for (auto &e : exchanges) e->cancel(WCCL_ERROR(WCCL_ERR_PEER_LOST, "rank %d failed", r));
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      o.status[i] = st;
+    });
+  }
+  for (auto &t : threads) t.join();
+  return o;
+}
+
+void expect_correct(const Collective &c, int n, const Outcome &o) {
+  for (int r = 0; r < n; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    ASSERT_TRUE(o.status[i].ok()) << "rank " << r << ": " << o.status[i].to_string();
+    ASSERT_EQ(o.in_after[i], o.in[i]) << "rank " << r << " changed its input";
+    const Bytes want = expected(c, o.in, r);
+    ASSERT_EQ(o.out[i].size(), want.size());
+    if (o.out[i] != want) {
+      size_t k = 0;
+      while (o.out[i][k] == want[k]) ++k;
+      FAIL() << "rank " << r << ": first wrong byte " << k << " of " << want.size();
+    }
+  }
+}
+
+struct Shape {
+  Kind kind;
+  Algo algo;
+};
+
+class AlgoTest : public ::testing::TestWithParam<std::tuple<int, size_t, Shape>> {};
+
+TEST_P(AlgoTest, MatchesSerialReference) {
+  const auto [n, count, shape] = GetParam();
+  const bool reduces = shape.kind == Kind::kAllreduce || shape.kind == Kind::kReduceScatter;
+  for (int t = 0; t < codec::kDtypeCount; ++t) {
+    for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
+      Collective c;
+      c.kind = shape.kind;
+      c.algo = shape.algo;
+      c.count = count;
+      c.dtype = static_cast<Dtype>(t);
+      c.op = static_cast<RedOp>(op);
+      c.root = static_cast<int>(count % static_cast<size_t>(n));
+      c.chunk_bytes = count > 5000 ? 4096 : 64;  // several segments per block: the pipelined paths run
+      ASSERT_TRUE(algo::check(c, n).ok());
+      Fabric fabric(n);
+      SCOPED_TRACE(std::string(codec::dtype_name(c.dtype)) + " " + codec::redop_name(c.op));
+      expect_correct(c, n, run_all(fabric, c, n));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+std::string shape_name(const Shape &s) {
+  return std::string(algo::kind_name(s.kind)) + (s.kind == Kind::kAllreduce ? std::string("_") + algo::algo_name(s.algo) : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sweep, AlgoTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8, 16), ::testing::Values<size_t>(0, 1, 2, 7, 13, 1009, 65537),
+                       ::testing::Values(Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+                                         Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
+                                         Shape{Kind::kReduceScatter, Algo::kRing})),
+    [](const auto &p) {
+      return "n" + std::to_string(std::get<0>(p.param)) + "_count" + std::to_string(std::get<1>(p.param)) + "_" +
+             shape_name(std::get<2>(p.param));
+    });
+
+TEST(Algo, LargeAllreduce64Mi) {
+  for (Algo a : {Algo::kRing, Algo::kTree}) {
+    Collective c;
+    c.count = 64u << 20;
+    c.dtype = Dtype::kU8;
+    c.algo = a;
+    Fabric fabric(3);
+    expect_correct(c, 3, run_all(fabric, c, 3));
+  }
+}
+
+TEST(Algo, RandomDeliveryOrder) {
+  for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
+                  Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+    for (int n : {2, 5, 7}) {
+      Collective c;
+      c.kind = s.kind;
+      c.algo = s.algo;
+      c.count = 10007;
+      c.dtype = Dtype::kF32;
+      c.op = RedOp::kAvg;
+      c.root = 1;
+      c.chunk_bytes = 512;
+      Fabric::Options opt;
+      opt.shuffle = true;
+      opt.seed = static_cast<uint32_t>(n);
+      Fabric fabric(n, opt);
+      SCOPED_TRACE(shape_name(s) + " n=" + std::to_string(n));
+      expect_correct(c, n, run_all(fabric, c, n));
+    }
+  }
+}
+
+// A peer dies at its k-th send: no rank waits for the deadline, the dead rank fails, every other
+// rank either fails or already holds the right result (a data phase upstream of the failure may
+// finish: agreeing on one outcome is the commit step's job), and no input changes.
+TEST(Algo, PeerDiesMidOperation) {
+  for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
+                  Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+    for (uint64_t k : {1, 7, 40}) {
+      const int n = 5, dies = 3;
+      Collective c;
+      c.kind = s.kind;
+      c.algo = s.algo;
+      c.count = 1 << 16;
+      c.chunk_bytes = 4096;
+      Fabric fabric(n);
+      fabric.kill_at_send(dies, k);
+      const auto start = Clock::now();
+      Outcome o = run_all(fabric, c, n, std::chrono::seconds(20));
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << "ranks waited for the deadline";
+      EXPECT_FALSE(o.status[dies].ok());
+      for (int r = 0; r < n; ++r) {
+        const size_t i = static_cast<size_t>(r);
+        EXPECT_EQ(o.in_after[i], o.in[i]);
+        if (o.status[i].ok()) {
+          EXPECT_TRUE(o.out[i] == expected(c, o.in, r)) << shape_name(s) << " k=" << k << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(Algo, DeadlineEndsAWaitForAPeerThatNeverSends) {
+  Fabric fabric(2);
+  auto ch = fabric.channel(0);
+  algo::Exchange ex(*ch, Clock::now() + std::chrono::milliseconds(200));
+  std::vector<uint8_t> in(1024), out(1024);
+  Collective c;
+  c.count = 256;
+  c.in = in.data();
+  c.out = out.data();
+  const auto start = Clock::now();
+  Status st = algo::run(ex, c);
+  EXPECT_EQ(st.code(), WCCL_ERR_TIMEOUT) << st.to_string();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(Algo, TreesAreComplementary) {
+  for (int n = 1; n <= 33; ++n) {
+    std::vector<int> interior(static_cast<size_t>(n), 0);
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0;
+      for (int r = 0; r < n; ++r) {
+        const algo::TreeNode node = algo::tree_node(t, r, n);
+        if (node.parent < 0) ++roots;
+        if (node.child[0] >= 0) ++interior[static_cast<size_t>(r)];
+        for (int ch : node.child) {
+          if (ch >= 0) {
+            EXPECT_EQ(algo::tree_node(t, ch, n).parent, r);
+          }
+        }
+      }
+      EXPECT_EQ(roots, 1);
+    }
+    for (int r = 0; r < n; ++r) EXPECT_LE(interior[static_cast<size_t>(r)], 1) << "n=" << n << " rank " << r;
+  }
+}
+
+TEST(Algo, ChecksTagSpace) {
+  Collective c;
+  c.count = size_t{1} << 40;
+  c.dtype = Dtype::kU8;
+  c.chunk_bytes = 1;
+  EXPECT_EQ(algo::check(c, 4).code(), WCCL_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace wccl::test
