@@ -221,15 +221,15 @@ TEST_F(MembershipTest, BadCallsAreRefusedAndChangeNothing) {
 TEST_F(MembershipTest, RestartedCoordinatorContinuesFromWhatPeersReport) {
   Membership m(options());  // a fresh coordinator: it knows nothing
   const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};
-  ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, t).ok());
+  ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, 0, t).ok());
   EXPECT_EQ(m.epoch(), 5u) << "epoch numbering continues from the members' report";
   m.take_notices();
-  ASSERT_TRUE(m.rejoin(A, info(A), 4, ring, t + 10ms).ok());  // A missed the announcement of epoch 5
+  ASSERT_TRUE(m.rejoin(A, info(A), 4, ring, 0, t + 10ms).ok());  // A missed the announcement of epoch 5
   std::vector<Notice> n = m.take_notices();
   ASSERT_EQ(of_kind(n, Kind::kEpoch).size(), 1u);
   EXPECT_EQ(of_kind(n, Kind::kEpoch)[0].to, A);
   EXPECT_EQ(of_kind(n, Kind::kEpoch)[0].epoch, 5u);
-  ASSERT_TRUE(m.rejoin(E, info(E), 3, {{E, info(E)}}, t + 20ms).ok());  // not in the job's ring: a joiner
+  ASSERT_TRUE(m.rejoin(E, info(E), 3, {{E, info(E)}}, 0, t + 20ms).ok());  // not in the job's ring: a joiner
   EXPECT_EQ(m.joiners(), 1u);
   heartbeat_all(m, {A, B, E}, t + 600ms);
   m.tick(t + 1000ms);  // C never came back
@@ -330,9 +330,9 @@ TEST_F(MembershipTest, ChurnKeepsEveryDecisionConsistent) {
 TEST_F(MembershipTest, RejoinOrderDoesNotMatterAfterARestart) {
   Membership m(options());
   const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}};
-  ASSERT_TRUE(m.rejoin(A, info(A), 4, ring, t).ok());  // A holds an older epoch and comes first
+  ASSERT_TRUE(m.rejoin(A, info(A), 4, ring, 0, t).ok());  // A holds an older epoch and comes first
   expect_announced(m.take_notices(), 4, {A, B});
-  ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, t).ok());  // B saw epoch 5 before the crash
+  ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, 0, t).ok());  // B saw epoch 5 before the crash
   expect_announced(m.take_notices(), 5, {A, B});    // A too is told of epoch 5
   ASSERT_TRUE(m.update(A, 5, t).ok());
   ASSERT_TRUE(m.update(B, 5, t).ok());
@@ -342,7 +342,7 @@ TEST_F(MembershipTest, RejoinOrderDoesNotMatterAfterARestart) {
 TEST_F(MembershipTest, AdoptedEpochRemovesPeersOutsideIt) {
   Membership m(options());
   form(m, {E});  // a fresh coordinator formed an epoch of newcomers before the old members came back
-  ASSERT_TRUE(m.rejoin(A, info(A), 5, {{A, info(A)}, {B, info(B)}}, t).ok());
+  ASSERT_TRUE(m.rejoin(A, info(A), 5, {{A, info(A)}, {B, info(B)}}, 0, t).ok());
   std::vector<Notice> n = m.take_notices();
   std::vector<Notice> removed = of_kind(n, Kind::kRemoved);
   ASSERT_EQ(removed.size(), 1u);
@@ -355,8 +355,8 @@ TEST_F(MembershipTest, AdoptedEpochRemovesPeersOutsideIt) {
 
 TEST_F(MembershipTest, RejoinWithABadReportIsRefused) {
   Membership m(options());
-  EXPECT_EQ(m.rejoin(A, info(A), 3, {{A, info(A)}, {A, info(A)}}, t).code(), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(m.rejoin(A, info(A), ~0ULL, {{A, info(A)}}, t).code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(m.rejoin(A, info(A), 3, {{A, info(A)}, {A, info(A)}}, 0, t).code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(m.rejoin(A, info(A), ~0ULL, {{A, info(A)}}, 0, t).code(), WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(m.epoch(), 0u);
 }
 
@@ -375,15 +375,94 @@ TEST_F(MembershipTest, LostPeerCannotRejoinItsOldEpochAsAMember) {
   Membership m(options());
   form(m, {A, B, C});
   m.disconnected(C, t);  // lost from epoch 1
-  ASSERT_TRUE(m.rejoin(C, info(C), 1, m.ring(), t).ok());  // back: a joiner
+  ASSERT_TRUE(m.rejoin(C, info(C), 1, m.ring(), 0, t).ok());  // back: a joiner
   EXPECT_EQ(m.joiners(), 1u);
   m.disconnected(C, t);  // and gone again
   m.take_notices();
-  ASSERT_TRUE(m.rejoin(C, info(C), 1, m.ring(), t).ok());  // back once more
+  ASSERT_TRUE(m.rejoin(C, info(C), 1, m.ring(), 0, t).ok());  // back once more
   EXPECT_EQ(m.joiners(), 1u) << "still a joiner, never a member of the epoch it was lost from";
   ASSERT_TRUE(m.update(A, 1, t).ok());
   ASSERT_TRUE(m.update(B, 1, t).ok());
   expect_announced(m.take_notices(), 2, {A, B, C});
+}
+
+}  // namespace
+}  // namespace wccl::coord
+
+namespace wccl::coord {
+namespace {
+
+std::vector<PeerId> committed_to(const std::vector<Notice> &notices, uint64_t seq) {
+  std::vector<PeerId> out;
+  for (const Notice &n : of_kind(notices, Kind::kCommit)) {
+    if (n.seq == seq) out.push_back(n.to);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_F(MembershipTest, AnOperationCommitsWhenEveryMemberIsDone) {
+  Membership m(options());
+  form(m, {A, B, C});
+  ASSERT_TRUE(m.done(A, 1, 1, t).ok());
+  ASSERT_TRUE(m.done(B, 1, 1, t).ok());
+  ASSERT_TRUE(m.done(A, 1, 2, t).ok());
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kCommit).empty());
+  ASSERT_TRUE(m.done(C, 1, 1, t).ok());
+  EXPECT_EQ(committed_to(m.take_notices(), 1), (std::vector<PeerId>{A, B, C}));
+  ASSERT_TRUE(m.done(B, 1, 2, t).ok());
+  ASSERT_TRUE(m.done(C, 1, 2, t).ok());
+  EXPECT_EQ(committed_to(m.take_notices(), 2), (std::vector<PeerId>{A, B, C}));
+  EXPECT_EQ(m.committed(), 2u);
+  // A repeat (after a reconnection) is answered at once.
+  ASSERT_TRUE(m.done(B, 1, 2, t).ok());
+  EXPECT_EQ(committed_to(m.take_notices(), 2), (std::vector<PeerId>{B}));
+  EXPECT_EQ(m.done(A, 1, 2 + kMaxOpsAhead + 1, t).code(), WCCL_ERR_PROTOCOL);
+}
+
+TEST_F(MembershipTest, ALossBeforeTheLastDoneFailsTheOperationForEveryone) {
+  Membership m(options());
+  form(m, {A, B, C});
+  ASSERT_TRUE(m.done(A, 1, 1, t).ok());
+  ASSERT_TRUE(m.done(B, 1, 1, t).ok());
+  m.disconnected(C, t);
+  std::vector<Notice> n = m.take_notices();
+  EXPECT_EQ(of_kind(n, Kind::kRevoked).size(), 2u);
+  ASSERT_TRUE(m.done(C, 1, 1, t).ok());  // too late: C is lost, and the epoch revoked
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kCommit).empty());
+  ASSERT_TRUE(m.update(A, 1, t).ok());
+  ASSERT_TRUE(m.update(B, 1, t).ok());
+  expect_announced(m.take_notices(), 2, {A, B});
+  ASSERT_TRUE(m.done(A, 2, 1, t).ok());
+  ASSERT_TRUE(m.done(B, 2, 1, t).ok());
+  EXPECT_EQ(committed_to(m.take_notices(), 1), (std::vector<PeerId>{A, B})) << "numbering restarts with the epoch";
+}
+
+TEST_F(MembershipTest, AFailedOperationRevokesTheEpochWithoutLosingAnyone) {
+  Membership m(options());
+  form(m, {A, B, C});
+  ASSERT_TRUE(m.done(A, 1, 1, t).ok());
+  m.op_failed(B, 1, 1, "ring link broke", t);
+  std::vector<Notice> n = m.take_notices();
+  ASSERT_EQ(of_kind(n, Kind::kRevoked).size(), 3u);
+  EXPECT_NE(of_kind(n, Kind::kRevoked)[0].reason.find("ring link broke"), std::string::npos);
+  ASSERT_TRUE(m.done(C, 1, 1, t).ok());
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kCommit).empty());
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, t).ok());
+  expect_announced(m.take_notices(), 2, {A, B, C});
+}
+
+TEST_F(MembershipTest, ARestartedCoordinatorKeepsACommitAnyMemberSaw) {
+  Membership m(options());
+  const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}};
+  // B rejoins first: it saw operation 2 committed, and reports 3 done again.
+  ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, 2, t).ok());
+  ASSERT_TRUE(m.done(B, 5, 3, t).ok());
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kCommit).empty());
+  // A saw the old coordinator commit 3 before it died: that decision stands, and B hears it.
+  ASSERT_TRUE(m.rejoin(A, info(A), 5, ring, 3, t).ok());
+  EXPECT_EQ(committed_to(m.take_notices(), 3), (std::vector<PeerId>{A, B}));
+  EXPECT_EQ(m.committed(), 3u);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ std::vector<ControlMessage> one_of_each() {
   rejoin.group = "gpu0";
   rejoin.info = {"node-a", "10.1.0.1:7000"};
   rejoin.epoch = 42;
+  rejoin.seq = 17;
   rejoin.ring = sample_ring();
   add(MessageType::kHeartbeat).peer = 7;
   ControlMessage &update = add(MessageType::kUpdate);
@@ -52,6 +53,18 @@ std::vector<ControlMessage> one_of_each() {
   ControlMessage &pending = add(MessageType::kPending);
   pending.epoch = 44;
   pending.count = 3;
+  ControlMessage &done = add(MessageType::kDone);
+  done.peer = 8;
+  done.epoch = 43;
+  done.seq = 1000;
+  ControlMessage &failed = add(MessageType::kOpFailed);
+  failed.peer = 8;
+  failed.epoch = 43;
+  failed.seq = 1001;
+  failed.text = "ring link to node-b: connection reset";
+  ControlMessage &commit = add(MessageType::kCommit);
+  commit.epoch = 43;
+  commit.seq = 1000;
   ControlMessage &error = add(MessageType::kError);
   error.code = WCCL_ERR_PROTOCOL;
   error.text = "peer 0000000000000008 updates from epoch 7, the current epoch is 9";
@@ -70,6 +83,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(out.info.name, m.info.name);
     EXPECT_EQ(out.info.address, m.info.address);
     EXPECT_EQ(out.epoch, m.epoch);
+    EXPECT_EQ(out.seq, m.seq);
     EXPECT_EQ(out.ring, m.ring);
     EXPECT_EQ(out.other, m.other);
     EXPECT_EQ(out.code, m.code);

@@ -79,7 +79,7 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
       if (m.type == MessageType::kJoin) {
         st = group(m.group).join(m.peer, m.info, now);
       } else {
-        st = group(m.group).rejoin(m.peer, m.info, m.epoch, m.ring, now);
+        st = group(m.group).rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now);
       }
       if (!st.ok()) return refuse(s, st);
       s->peer = m.peer;
@@ -100,6 +100,12 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
       break;
     case MessageType::kLinkBroken:
       group(s->group).link_broken(s->peer, m.other, now);
+      break;
+    case MessageType::kDone:
+      st = group(s->group).done(s->peer, m.epoch, m.seq, now);
+      break;
+    case MessageType::kOpFailed:
+      group(s->group).op_failed(s->peer, m.epoch, m.seq, m.text, now);
       break;
     default:
       return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "a peer sent coordinator message type %u",

@@ -127,7 +127,7 @@ void Membership::link_broken(PeerId reporter, PeerId suspect, Clock::time_point 
 }
 
 Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
-                          Clock::time_point now) {
+                          uint64_t committed, Clock::time_point now) {
   if (epoch >= (1ULL << 63)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports epoch %llu", static_cast<unsigned long long>(epoch));
   }
@@ -166,6 +166,8 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
       if (live_.count(m.id) == 0) live_[m.id] = {m.info, now};
     }
     live_[id] = {info, now};
+    done_.clear();
+    committed_ = committed;
     announce_epoch();
     return Status();
   }
@@ -174,6 +176,13 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     if (epoch < epoch_) {
       // It missed the announcement of the epoch the others are in.
       notify(Notice::Kind::kEpoch, id).ring = ring_;
+    } else if (committed > committed_ && !revoked_) {
+      // It saw a commit this coordinator (restarted) had not heard of: that decision stands.
+      committed_ = committed;
+      done_.erase(done_.begin(), done_.upper_bound(committed_));
+      for (const Member &m : ring_) {
+        if (is_member(m.id)) notify(Notice::Kind::kCommit, m.id).seq = committed_;
+      }
     }
     return Status();
   }
@@ -217,15 +226,61 @@ void Membership::lose(PeerId id, const std::string &reason) {
     return;
   }
   lost_[id] = info;
+  revoke(id, info.name + ": " + reason);
+  // Delivered only if it is still reachable (frozen or cut off rather than dead).
+  notify(Notice::Kind::kRemoved, id).reason = "declared lost: " + reason;
+}
+
+void Membership::revoke(PeerId because, const std::string &reason) {
   revoked_ = true;
+  done_.clear();
   for (const Member &m : ring_) {
     if (!is_member(m.id)) continue;
     Notice &n = notify(Notice::Kind::kRevoked, m.id);
-    n.lost = id;
-    n.reason = info.name + ": " + reason;
+    n.lost = because;
+    n.reason = reason;
   }
-  // Delivered only if it is still reachable (frozen or cut off rather than dead).
-  notify(Notice::Kind::kRemoved, id).reason = "declared lost: " + reason;
+}
+
+Status Membership::done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now) {
+  if (!is_member(id)) return Status();  // lost or gone: its operations were decided by the revocation
+  live_[id].last_seen = now;
+  if (epoch != epoch_ || revoked_) return Status();
+  if (seq <= committed_) {
+    notify(Notice::Kind::kCommit, id).seq = committed_;  // a repeat after a reconnection
+    return Status();
+  }
+  if (seq > committed_ + kMaxOpsAhead) {
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "peer %016llx reports operation %llu done; the last committed is %llu",
+                      static_cast<unsigned long long>(id), static_cast<unsigned long long>(seq),
+                      static_cast<unsigned long long>(committed_));
+  }
+  done_[seq].insert(id);
+  maybe_commit();
+  return Status();
+}
+
+void Membership::maybe_commit() {
+  auto complete = [&](const std::set<PeerId> &done) {
+    // (A member that is not live has revoked the epoch, so nothing gets here without it.)
+    return std::all_of(ring_.begin(), ring_.end(), [&](const Member &m) { return done.count(m.id) != 0; });
+  };
+  const uint64_t before = committed_;
+  for (auto next = done_.find(committed_ + 1); next != done_.end() && complete(next->second);
+       next = done_.find(committed_ + 1)) {
+    ++committed_;
+    done_.erase(next);
+  }
+  if (committed_ == before) return;
+  for (const Member &m : ring_) notify(Notice::Kind::kCommit, m.id).seq = committed_;
+}
+
+void Membership::op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason, Clock::time_point now) {
+  if (!is_member(id)) return;
+  live_[id].last_seen = now;
+  if (epoch != epoch_ || revoked_ || seq <= committed_) return;
+  revoke(id, format("operation %llu failed on %s: %s", static_cast<unsigned long long>(seq),
+                    live_[id].info.name.c_str(), reason.c_str()));
 }
 
 // With no live member, waiting joiners form the next epoch once there are enough of them and no
@@ -237,6 +292,8 @@ void Membership::maybe_form_first(Clock::time_point now) {
   joiners_.clear();
   ++epoch_;
   revoked_ = false;
+  done_.clear();
+  committed_ = 0;
   arrived_.clear();
   leaving_.clear();
   announce_epoch();
@@ -268,6 +325,8 @@ void Membership::maybe_complete_update() {
     ring_ = std::move(next);
     revoked_ = false;
   }
+  done_.clear();  // operation numbers start again with every announcement
+  committed_ = 0;
   announce_epoch();
 }
 

@@ -18,6 +18,12 @@
 //   heartbeat earns a kRemoved notice, and its next update() re-registers it as a joiner.
 // - After a coordinator restart, peers rejoin() with the epoch and ring they hold; the highest
 //   epoch reported is adopted, so numbering continues and members keep their epoch.
+// - Operations are numbered 1, 2, ... within each announced epoch, in the order every member
+//   calls them. A member reports done(seq) when its data phase completed; once every member has,
+//   operation seq is committed (kCommit to every member; it implies every earlier one). A
+//   revocation decides every operation not committed by then: it failed. So no member can see
+//   one operation succeed and another see it fail, and a member's op_failed() revokes the epoch
+//   for everyone. After a restart, the highest committed number any member reports is adopted.
 #pragma once
 
 #include <chrono>
@@ -55,6 +61,7 @@ struct Notice {
     kRemoved,  // `to` is no longer a member (it left, or it was declared lost: `reason`)
     kProbe,    // `to` must answer with a heartbeat at once (a neighbour reported a broken link)
     kPending,  // `joiners` peers wait to be admitted at the next update (sent when it changes)
+    kCommit,   // operations 1..seq of `epoch` are committed
   };
   Kind kind = Kind::kEpoch;
   PeerId to = 0;
@@ -63,7 +70,11 @@ struct Notice {
   PeerId lost = 0;           // kRevoked
   std::string reason;        // kRevoked, kRemoved
   uint32_t joiners = 0;      // kPending
+  uint64_t seq = 0;          // kCommit
 };
+
+// Operations a member may report done ahead of the last committed one.
+inline constexpr uint64_t kMaxOpsAhead = 1024;
 
 class Membership {
  public:
@@ -97,8 +108,15 @@ class Membership {
   // told, and peers outside it are removed (they join again). A peer whose epoch is not the
   // current one is removed and re-registered as a joiner. INVALID_ARGUMENT for a ring with
   // duplicate ids or an epoch of 2^63 or more.
-  Status rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
+  // `committed` is the last operation of `epoch` the peer saw committed.
+  Status rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring, uint64_t committed,
                 Clock::time_point now);
+  // A member's data phase of operation seq of `epoch` completed. Reports for another epoch or a
+  // revoked one are ignored (the revocation already decided them); PROTOCOL for a seq more than
+  // kMaxOpsAhead past the last committed operation.
+  Status done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now);
+  // Operation seq failed on a member (a broken link, a timeout): the epoch is revoked.
+  void op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason, Clock::time_point now);
   // Applies timeouts (silent peers, unanswered probes, the initial settle window).
   void tick(Clock::time_point now);
 
@@ -107,6 +125,7 @@ class Membership {
   std::vector<Notice> take_notices();
 
   uint64_t epoch() const { return epoch_; }
+  uint64_t committed() const { return committed_; }
   bool revoked() const { return revoked_; }
   const std::vector<Member> &ring() const { return ring_; }
   size_t joiners() const { return joiners_.size(); }
@@ -128,6 +147,9 @@ class Membership {
   void maybe_form_first(Clock::time_point now);
   void maybe_complete_update();
   void announce_epoch();
+  // Every member is told; ops of the epoch have failed unless committed.
+  void revoke(PeerId because, const std::string &reason);
+  void maybe_commit();
   // Queues a notice of `kind` for `to` about the current epoch; the caller fills in the rest.
   Notice &notify(Notice::Kind kind, PeerId to);
 
@@ -144,6 +166,8 @@ class Membership {
   std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it
   std::vector<Notice> notices_;
   size_t pending_told_ = 0;  // the joiner count the members last heard
+  uint64_t committed_ = 0;   // operations of this epoch committed
+  std::map<uint64_t, std::set<PeerId>> done_;  // operation -> members whose data phase completed
 };
 
 }  // namespace wccl::coord

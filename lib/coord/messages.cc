@@ -125,6 +125,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.text(m.info.address);
       if (m.type == MessageType::kRejoin) {
         w.u64(m.epoch);
+        w.u64(m.seq);
         w.ring(m.ring);
       }
       break;
@@ -139,6 +140,13 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
     case MessageType::kLinkBroken:
       w.u64(m.peer);
       w.u64(m.other);
+      break;
+    case MessageType::kDone:
+    case MessageType::kOpFailed:
+      w.u64(m.peer);
+      w.u64(m.epoch);
+      w.u64(m.seq);
+      if (m.type == MessageType::kOpFailed) w.text(m.text);
       break;
     case MessageType::kEpoch:
       w.u64(m.epoch);
@@ -163,6 +171,10 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
     case MessageType::kPending:
       w.u64(m.epoch);
       w.u32(m.count);
+      break;
+    case MessageType::kCommit:
+      w.u64(m.epoch);
+      w.u64(m.seq);
       break;
   }
   return w.take();
@@ -189,6 +201,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       m.info.address = r.text("address", true);
       if (m.type == MessageType::kRejoin) {
         m.epoch = r.u64("epoch");
+        m.seq = r.u64("committed operation");
         m.ring = r.ring();
       }
       break;
@@ -199,6 +212,13 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
     case MessageType::kLeave:
       m.peer = r.peer("peer id");
       m.epoch = r.u64("epoch");
+      break;
+    case MessageType::kDone:
+    case MessageType::kOpFailed:
+      m.peer = r.peer("peer id");
+      m.epoch = r.u64("epoch");
+      m.seq = r.u64("operation");
+      if (m.type == MessageType::kOpFailed) m.text = r.text("reason", false);
       break;
     case MessageType::kLinkBroken:
       m.peer = r.peer("peer id");
@@ -227,6 +247,10 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
     case MessageType::kPending:
       m.epoch = r.u64("epoch");
       m.count = r.u32("count");
+      break;
+    case MessageType::kCommit:
+      m.epoch = r.u64("epoch");
+      m.seq = r.u64("operation");
       break;
     default:
       return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: unknown type %u", type);
@@ -259,6 +283,10 @@ ControlMessage to_message(const Notice &n) {
     case Notice::Kind::kPending:
       m.type = MessageType::kPending;
       m.count = n.joiners;
+      break;
+    case Notice::Kind::kCommit:
+      m.type = MessageType::kCommit;
+      m.seq = n.seq;
       break;
   }
   return m;

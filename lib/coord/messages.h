@@ -27,6 +27,8 @@ enum class MessageType : uint8_t {
   kUpdate = 4,      // peer, epoch
   kLeave = 5,       // peer, epoch
   kLinkBroken = 6,  // peer, other (the suspect)
+  kDone = 7,        // peer, epoch, seq: this peer's data phase of operation seq completed
+  kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
   // coordinator -> peer
   kEpoch = 16,      // epoch, ring
   kRevoked = 17,    // epoch, other (the lost peer), text (reason)
@@ -34,6 +36,7 @@ enum class MessageType : uint8_t {
   kProbe = 19,      // epoch
   kError = 20,      // code, text: the coordinator refused the last request
   kPending = 21,    // epoch, count: peers waiting to be admitted at the next update
+  kCommit = 22,     // epoch, seq: every member completed operations up to seq: they succeed
 };
 
 struct ControlMessage {
@@ -41,12 +44,13 @@ struct ControlMessage {
   PeerId peer = 0;     // the sender (peer -> coordinator)
   std::string group;   // kJoin, kRejoin
   PeerInfo info;       // kJoin, kRejoin
-  uint64_t epoch = 0;  // kRejoin, kUpdate, kLeave, and every coordinator message but kError
+  uint64_t epoch = 0;  // kRejoin, kUpdate, kLeave, kDone, kOpFailed, and every coordinator message but kError
+  uint64_t seq = 0;    // kDone, kOpFailed, kCommit; kRejoin: the last operation this peer saw committed
   std::vector<Member> ring;  // kRejoin, kEpoch
   PeerId other = 0;    // kLinkBroken (suspect), kRevoked (lost)
   uint32_t code = 0;   // kError: a wccl_result_t
   uint32_t count = 0;  // kPending
-  std::string text;    // kRevoked, kRemoved, kError
+  std::string text;    // kRevoked, kRemoved, kError, kOpFailed
 };
 
 // Text fields longer than kMaxTextBytes are cut to that length.
