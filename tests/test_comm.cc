@@ -1,144 +1,10 @@
 // Communicators against a real coordinator over TLS on 127.0.0.1: four peers agree, a fifth is
 // admitted at update, ring links of each epoch carry messages, a killed or frozen member process
 // is detected, graceful leave, abort from another thread, coordinator restart, groups.
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <future>
-#include <set>
-#include <thread>
-
-#include "comm/communicator.h"
-#include "coord/coordinator.h"
-#include "support.h"
-
-extern char **environ;
+#include "comm_fixture.h"
 
 namespace wccl::comm {
 namespace {
-
-using namespace std::chrono_literals;
-using test::make_config;
-using Clock = std::chrono::steady_clock;
-
-class CommTest : public testing::Test {
- protected:
-  void SetUp() override {
-    coord_files_ = pki_.node("coordinator");
-    start_coordinator("127.0.0.1:0");
-  }
-  void start_coordinator(const std::string &listen) {
-    Config cfg = make_config("coordinator", &coord_files_);
-    ASSERT_TRUE(cfg.set("listen", listen).ok());
-    ASSERT_TRUE(cfg.set("settle_ms", "150").ok());
-    ASSERT_TRUE(cfg.set("heartbeat_ms", "100").ok());
-    ASSERT_TRUE(cfg.set("peer_timeout_ms", "800").ok());
-    ASSERT_TRUE(cfg.set("min_peers", std::to_string(min_peers_)).ok());
-    auto c = coord::Coordinator::start(cfg);
-    ASSERT_TRUE(c.ok()) << c.status().to_string();
-    coord_ = std::move(c).value();
-    port_ = coord_->port();
-  }
-  Config peer_config(const std::string &name, const std::string &group = "g") {
-    auto files = pki_.node(name);
-    Config cfg = make_config(name, &files);
-    EXPECT_TRUE(cfg.set("coordinator", "127.0.0.1:" + std::to_string(port_)).ok());
-    EXPECT_TRUE(cfg.set("listen", "127.0.0.1:0").ok());
-    EXPECT_TRUE(cfg.set("group", group).ok());
-    EXPECT_TRUE(cfg.set("heartbeat_ms", "100").ok());
-    EXPECT_TRUE(cfg.set("join_timeout_ms", "20000").ok());
-    EXPECT_TRUE(cfg.set("op_timeout_ms", "20000").ok());
-    return cfg;
-  }
-  // n communicators joining at once (they form one epoch when min_peers allows).
-  std::vector<std::unique_ptr<Communicator>> join_all(int n, int first = 0) {
-    std::vector<std::future<Result<std::unique_ptr<Communicator>>>> joining;
-    for (int i = 0; i < n; ++i) {
-      Config cfg = peer_config("peer" + std::to_string(first + i));
-      joining.push_back(std::async(std::launch::async, [cfg] { return Communicator::join(cfg); }));
-    }
-    std::vector<std::unique_ptr<Communicator>> out;
-    for (auto &j : joining) {
-      auto c = j.get();
-      EXPECT_TRUE(c.ok()) << c.status().to_string();
-      if (c.ok()) out.push_back(std::move(c).value());
-    }
-    return out;
-  }
-
- public:
-  static std::vector<Status> update_all(std::vector<Communicator *> comms) {
-    std::vector<std::future<Status>> f;
-    for (Communicator *c : comms) f.push_back(std::async(std::launch::async, [c] { return c->update(); }));
-    std::vector<Status> out;
-    for (auto &x : f) out.push_back(x.get());
-    return out;
-  }
-  // Every member agrees on (epoch, size), ranks are 0..n-1, and each ring link carries a message
-  // from a rank to the next.
-  static void expect_agreed_ring(const std::vector<Communicator *> &comms, uint64_t epoch) {
-    std::set<int> ranks;
-    for (Communicator *c : comms) {
-      EXPECT_EQ(c->epoch(), epoch);
-      EXPECT_EQ(c->size(), static_cast<int>(comms.size()));
-      ranks.insert(c->rank());
-    }
-    EXPECT_EQ(ranks.size(), comms.size());
-    EXPECT_EQ(*ranks.begin(), 0);
-    if (comms.size() < 2) return;
-    std::vector<Communicator *> by_rank(comms.size());
-    for (Communicator *c : comms) by_rank[static_cast<size_t>(c->rank())] = c;
-    for (size_t r = 0; r < by_rank.size(); ++r) {
-      std::shared_ptr<net::Link> next, prev, next_of_next, prev_of_next;
-      ASSERT_TRUE(by_rank[r]->links(10s, &next, &prev).ok());
-      ASSERT_TRUE(by_rank[(r + 1) % by_rank.size()]->links(10s, &next_of_next, &prev_of_next).ok());
-      uint64_t sent = epoch * 1000 + r, got = 0;
-      ASSERT_TRUE(net::send_sync(*next, {epoch, 1, static_cast<uint32_t>(r)}, &sent, 8, 10s).ok());
-      ASSERT_TRUE(net::recv_sync(*prev_of_next, {epoch, 1, static_cast<uint32_t>(r)}, &got, 8, 10s).ok());
-      EXPECT_EQ(got, sent) << "rank " << r << " to rank " << (r + 1) % by_rank.size();
-    }
-  }
-
- protected:
-  std::vector<std::string> daemon_flags(const std::string &listen) {
-    return {"--listen", listen, "--tls-cert", coord_files_.cert, "--tls-key", coord_files_.key,
-            "--tls-ca", coord_files_.ca, "--min-peers", "2", "--settle-ms", "150",
-            "--heartbeat-ms", "100", "--peer-timeout-ms", "800"};
-  }
-  int min_peers_ = 1;
-  test::Pki pki_;
-  devkit::NodeFiles coord_files_;
-  std::unique_ptr<coord::Coordinator> coord_;
-  int port_ = 0;
-};
-
-// What a training loop does while the coordinator is away: retry update with a pause.
-Status update_until_reconnected(Communicator *c) {
-  Status st;
-  const auto deadline = Clock::now() + 15s;
-  do {
-    st = c->update();
-    if (st.code() == WCCL_ERR_COORDINATOR_UNREACHABLE) std::this_thread::sleep_for(100ms);
-  } while (st.code() == WCCL_ERR_COORDINATOR_UNREACHABLE && Clock::now() < deadline);
-  return st;
-}
-
-std::vector<Communicator *> raw(const std::vector<std::unique_ptr<Communicator>> &v) {
-  std::vector<Communicator *> out;
-  for (auto &c : v) out.push_back(c.get());
-  return out;
-}
-
-class CommFourTest : public CommTest {
- protected:
-  void SetUp() override {
-    min_peers_ = 4;
-    CommTest::SetUp();
-  }
-};
 
 TEST_F(CommFourTest, FourPeersAgreeAndAFifthIsAdmittedAtUpdate) {
   auto comms = join_all(4);
@@ -154,65 +20,6 @@ TEST_F(CommFourTest, FourPeersAgreeAndAFifthIsAdmittedAtUpdate) {
   expect_agreed_ring(raw(comms), 2);
   for (auto &c : comms) EXPECT_EQ(c->pending(), 0);
 }
-
-// A member in another process, killed or frozen while the others wait.
-class MemberProcess {
- public:
-  MemberProcess(int port, const devkit::NodeFiles &files) {
-    const char *bin = std::getenv("WCCL_TEST_MEMBER");
-    if (bin == nullptr) {
-      ADD_FAILURE() << "WCCL_TEST_MEMBER is not set; run through meson test";
-      return;
-    }
-    std::vector<std::string> env = {"WCCL_COORDINATOR=127.0.0.1:" + std::to_string(port), "WCCL_LISTEN=127.0.0.1:0",
-                                    "WCCL_GROUP=g", "WCCL_NAME=victim", "WCCL_HEARTBEAT_MS=100",
-                                    "WCCL_TLS_CERT=" + files.cert, "WCCL_TLS_KEY=" + files.key, "WCCL_TLS_CA=" + files.ca};
-    for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    std::vector<char *> envp;
-    for (auto &s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    int in[2], out[2];
-    EXPECT_EQ(pipe(in), 0);
-    EXPECT_EQ(pipe(out), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, in[1]);
-    posix_spawn_file_actions_addclose(&actions, out[0]);
-    char *argv[] = {const_cast<char *>(bin), nullptr};
-    EXPECT_EQ(posix_spawn(&pid_, bin, &actions, nullptr, argv, envp.data()), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    close(in[0]);
-    close(out[1]);
-    stdin_ = in[1];
-    stdout_ = out[0];
-  }
-  ~MemberProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(stdin_);
-    close(stdout_);
-  }
-  // Its "joined ..." line, or "" if none within the timeout.
-  std::string joined_line(std::chrono::milliseconds timeout) {
-    std::string line;
-    pollfd pfd{stdout_, POLLIN, 0};
-    char c = 0;
-    while (line.find('\n') == std::string::npos && poll(&pfd, 1, static_cast<int>(timeout.count())) == 1 &&
-           read(stdout_, &c, 1) == 1) {
-      line += c;
-    }
-    return line;
-  }
-  void signal(int sig) { kill(pid_, sig); }
-
- private:
-  pid_t pid_ = -1;
-  int stdin_ = -1, stdout_ = -1;
-};
 
 enum class Fault { kKill, kStop };
 
@@ -237,7 +44,7 @@ TEST_F(CommFourTest, KilledMemberProcessIsLostWithinASecond) {
   MemberProcess victim(port_, pki_.node("victim"));
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
-  EXPECT_NE(victim.joined_line(10s).find("size 4 epoch 1"), std::string::npos);
+  EXPECT_NE(victim.line(10s).find("size 4 epoch 1"), std::string::npos);
   member_fault(*this, Fault::kKill, comms, victim);
 }
 
@@ -245,7 +52,7 @@ TEST_F(CommFourTest, FrozenMemberProcessIsLostAfterPeerTimeout) {
   MemberProcess victim(port_, pki_.node("victim"));
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
-  EXPECT_NE(victim.joined_line(10s).find("size 4 epoch 1"), std::string::npos);
+  EXPECT_NE(victim.line(10s).find("size 4 epoch 1"), std::string::npos);
   member_fault(*this, Fault::kStop, comms, victim);
 }
 

@@ -187,6 +187,138 @@ WCCL_API int wccl_comm_pending(const wccl_comm_t *comm);
  * graceful exit) and frees it. Must not be called from a wccl callback. NULL is ignored. */
 WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
 
+/* ---------------------------------------------------------------------------------------------
+ * Collective operations.
+ *
+ * Every member of the epoch must call the same collectives in the same order, with matching
+ * count, dtype, op and root (as in MPI and NCCL). Each operation ends with a commit decided by the
+ * coordinator (docs/fault-tolerance.md), so its outcome is the same on every member:
+ * - WCCL_OK: the result is final, and bit-identical on every member;
+ * - WCCL_ERR_PEER_LOST: a member was lost or failed during the operation (or the epoch was already
+ *   revoked). The caller's buffers hold exactly what they held before the call, in-place
+ *   operations included. Call wccl_comm_update, then retry the same call.
+ * Other results: INVALID_ARGUMENT (names the argument), INVALID_USAGE (after leave; more than 256
+ * operations in flight), UNSUPPORTED (an option this build does not have: wire codecs other than
+ * NATIVE, compression, CUDA streams arrive with later releases), ABORTED, TIMEOUT (no outcome
+ * within the timeout: this peer gave up, which revokes the epoch; buffers are untouched, but the
+ * others may have committed: state sync heals that, see docs/fault-tolerance.md). On any error
+ * the buffers are untouched.
+ *
+ * Buffers are host memory; they may overlap (in place is allowed everywhere). The input must not
+ * change and the output must not be read until the operation has completed. The library reads
+ * the input during the operation and writes the output once, after the commit, from a scratch
+ * buffer of the output's size that it keeps for reuse (up to two per communicator).
+ */
+typedef enum wccl_dtype {
+  WCCL_F32 = 0,
+  WCCL_F64 = 1,
+  WCCL_F16 = 2,  /* IEEE binary16; reductions compute in F32 and round once per step */
+  WCCL_BF16 = 3, /* bfloat16; likewise */
+  WCCL_I8 = 4,
+  WCCL_U8 = 5,
+  WCCL_I32 = 6,
+  WCCL_I64 = 7
+} wccl_dtype_t;
+
+/* Integer SUM and PROD wrap around; integer AVG divides the sum with truncation. MIN and MAX of
+ * floats with NaN inputs are unspecified (but identical on every member). */
+typedef enum wccl_redop {
+  WCCL_SUM = 0,
+  WCCL_AVG = 1,
+  WCCL_MIN = 2,
+  WCCL_MAX = 3,
+  WCCL_PROD = 4
+} wccl_redop_t;
+
+typedef enum wccl_wire {
+  WCCL_WIRE_NATIVE = 0, /* the dtype's own bytes */
+  WCCL_WIRE_FP16 = 1,   /* not in this release: UNSUPPORTED */
+  WCCL_WIRE_BF16 = 2,   /* not in this release: UNSUPPORTED */
+  WCCL_WIRE_INT8 = 3    /* not in this release: UNSUPPORTED */
+} wccl_wire_t;
+
+typedef enum wccl_algo {
+  WCCL_ALGO_AUTO = 0, /* all-reduce: TREE up to config key tree_max_bytes, RING above */
+  WCCL_ALGO_RING = 1, /* pipelined ring (bandwidth-optimal) */
+  WCCL_ALGO_TREE = 2  /* two binary trees (latency-optimal); all-reduce only, ignored elsewhere */
+} wccl_algo_t;
+
+typedef enum wccl_compress {
+  WCCL_COMPRESS_OFF = 0,
+  WCCL_COMPRESS_ZSTD = 1, /* not in this release: UNSUPPORTED */
+  WCCL_COMPRESS_AUTO = 2  /* not in this release: UNSUPPORTED */
+} wccl_compress_t;
+
+/* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later
+ * releases add fields without breaking callers built against this one. */
+typedef struct wccl_opts {
+  size_t size;        /* sizeof(wccl_opts_t), set by wccl_opts_default */
+  int32_t wire;       /* wccl_wire_t */
+  int32_t algo;       /* wccl_algo_t */
+  int32_t compress;   /* wccl_compress_t */
+  int32_t reserved;   /* 0 */
+  void *cuda_stream;  /* NULL: no CUDA stream ordering (the only value this release accepts) */
+  int64_t timeout_ms; /* the whole operation, call to outcome; 0: config key op_timeout_ms */
+} wccl_opts_t;
+
+/* NATIVE wire, AUTO algorithm, no compression, no CUDA stream, op_timeout_ms. */
+WCCL_API wccl_opts_t wccl_opts_default(void);
+
+/* What an operation cost, filled by wccl_wait. */
+typedef struct wccl_op_stats {
+  size_t size;             /* set by the caller to sizeof(wccl_op_stats_t) */
+  uint64_t bytes_sent;     /* payload bytes this peer sent on the wire for the operation */
+  uint64_t bytes_received; /* payload bytes it received */
+  double time_us;          /* from the call to the outcome */
+  uint64_t epoch;
+  int32_t world_size;
+  int32_t algo;            /* the wccl_algo_t that ran (AUTO resolved) */
+} wccl_op_stats_t;
+
+/* A non-blocking operation in flight. */
+typedef struct wccl_request wccl_request_t;
+
+/* recvbuf[i] = op over all members of sendbuf[i], i < count. opts may be NULL (defaults). */
+WCCL_API wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
+                                      wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts);
+/* recvbuf on every member = sendbuf of member `root` (sendbuf is read on the root only). */
+WCCL_API wccl_result_t wccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, int root,
+                                      wccl_comm_t *comm, const wccl_opts_t *opts);
+/* recvbuf (size * sendcount elements) = every member's sendbuf, in rank order. */
+WCCL_API wccl_result_t wccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, wccl_dtype_t dtype,
+                                      wccl_comm_t *comm, const wccl_opts_t *opts);
+/* sendbuf holds size * recvcount elements; member r receives block r of their reduction. */
+WCCL_API wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, wccl_dtype_t dtype,
+                                           wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts);
+/* Returns on a member once every member has called it (one round trip to the coordinator). */
+WCCL_API wccl_result_t wccl_barrier(wccl_comm_t *comm, const wccl_opts_t *opts);
+
+/* Non-blocking forms: queue the operation and return at once with *req set (NULL on error, when
+ * nothing was queued). Several may be in flight on one communicator and may be waited for in any
+ * order; they run in the order they were called. */
+WCCL_API wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+                                       wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+                                       wccl_dtype_t dtype, int root, wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t sendcount,
+                                       wccl_dtype_t dtype, wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                            wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm,
+                                            const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_ibarrier(wccl_request_t **req, wccl_comm_t *comm, const wccl_opts_t *opts);
+
+/* Blocks until the operation's outcome (at most its timeout) and returns it, as the blocking form
+ * would; on OK the output buffer holds the result. stats may be NULL. Calling it again returns the
+ * same outcome. One thread at a time per request. */
+WCCL_API wccl_result_t wccl_wait(wccl_request_t *req, wccl_op_stats_t *stats);
+/* Does not block: *done = 0 and WCCL_OK while in flight; otherwise *done = 1 and the outcome, as
+ * wccl_wait returns it. */
+WCCL_API wccl_result_t wccl_test(wccl_request_t *req, int *done);
+/* Frees the request; one still in flight is waited for first (its outcome is discarded, but a
+ * committed result is still written to the output buffer). Free every request of a communicator
+ * before destroying it. NULL is ignored. */
+WCCL_API void wccl_request_free(wccl_request_t *req);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

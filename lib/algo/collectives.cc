@@ -54,6 +54,12 @@ class Schedule {
   };
 
   Schedule(Exchange &ex, size_t send_slots) : ex_(ex), sends_(send_slots, kNotIssued) {}
+  // Nothing may still write into the staging slots (or read the buffers of an algorithm that
+  // declared them before its Schedule) once they are freed: on failure that means aborting the
+  // channel and draining it here.
+  ~Schedule() { ex_.finish(); }
+  Schedule(const Schedule &) = delete;
+  Schedule &operator=(const Schedule &) = delete;
 
   // Sends, remembering the ticket in `slot` (kNoGate: nobody gates on it). Zero bytes send nothing.
   void send(size_t slot, int peer, uint32_t tag, const void *data, size_t len) {
@@ -73,7 +79,8 @@ class Schedule {
     for (const Step &s : steps_) {
       if (!s.dst) stage_bytes = std::max(stage_bytes, s.len);
     }
-    std::vector<uint8_t> staging(stage_bytes * kWindow);
+    staging_.resize(stage_bytes * kWindow);
+    uint8_t *const staging = staging_.data();
     std::vector<Ticket> recvs(steps_.size(), kNotIssued);
     size_t posted = 0;
     auto gate_open = [&](const Step &s) {
@@ -86,7 +93,7 @@ class Schedule {
       if (s.peer < 0 || s.len == 0) {
         recvs[k] = kSkipped;
       } else {
-        uint8_t *dst = s.dst ? s.dst : staging.data() + (k % kWindow) * stage_bytes;
+        uint8_t *dst = s.dst ? s.dst : staging + (k % kWindow) * stage_bytes;
         recvs[k] = ex_.recv(s.peer, s.tag, dst, s.len);
       }
     };
@@ -98,7 +105,7 @@ class Schedule {
       }
       if (recvs[k] != kSkipped) WCCL_RETURN_IF_ERROR(ex_.wait(recvs[k]));
       const Step &s = steps_[k];
-      WCCL_RETURN_IF_ERROR(s.then(s.dst ? s.dst : staging.data() + (k % kWindow) * stage_bytes));
+      WCCL_RETURN_IF_ERROR(s.then(s.dst ? s.dst : staging + (k % kWindow) * stage_bytes));
     }
     return ex_.wait_all();
   }
@@ -107,6 +114,7 @@ class Schedule {
   Exchange &ex_;
   std::vector<Ticket> sends_;
   std::vector<Step> steps_;
+  std::vector<uint8_t> staging_;  // kWindow receive slots
 };
 
 // Ring all-reduce: a reduce-scatter, then an all-gather, each n-1 steps around the ring, every

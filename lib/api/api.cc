@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "algo/collectives.h"
 #include "api/guard.h"
 #include "comm/communicator.h"
 #include "coord/coordinator.h"
@@ -18,6 +19,11 @@ struct wccl_coord {
 
 struct wccl_comm {
   std::unique_ptr<wccl::comm::Communicator> impl;
+};
+
+struct wccl_request {
+  wccl::comm::Communicator *comm;
+  std::shared_ptr<wccl::comm::Op> op;
 };
 
 namespace wccl {
@@ -158,5 +164,267 @@ uint64_t wccl_comm_epoch(const wccl_comm_t *comm) { return comm != nullptr ? com
 int wccl_comm_pending(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->pending() : 0; }
 
 void wccl_comm_destroy(wccl_comm_t *comm) { delete comm; }
+
+}  // extern "C"
+
+namespace wccl {
+namespace {
+
+int enum_value(const void *e) {
+  int v;
+  std::memcpy(&v, e, sizeof(v));
+  return v;
+}
+
+// Validates what every collective shares and fills c's type, op and options.
+Status prepare(const char *fn, algo::Collective *c, wccl_dtype_t dtype, const wccl_redop_t *op, wccl_comm_t *comm,
+               const wccl_opts_t *opts, std::chrono::milliseconds *timeout) {
+  WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
+  const int t = enum_value(&dtype);
+  WCCL_CHECK_ARG(t >= 0 && t < codec::kDtypeCount, "%s: dtype %d is not a wccl_dtype_t", fn, t);
+  c->dtype = static_cast<codec::Dtype>(t);
+  if (op != nullptr) {
+    const int o = enum_value(op);
+    WCCL_CHECK_ARG(o >= 0 && o < codec::kRedOpCount, "%s: op %d is not a wccl_redop_t", fn, o);
+    c->op = static_cast<codec::RedOp>(o);
+  }
+  wccl_opts_t o = opts != nullptr ? *opts : wccl_opts_default();
+  WCCL_CHECK_ARG(o.size == sizeof(wccl_opts_t), "%s: opts->size is %zu, not sizeof(wccl_opts_t) = %zu (use wccl_opts_default)",
+                 fn, o.size, sizeof(wccl_opts_t));
+  WCCL_CHECK_ARG(o.algo >= WCCL_ALGO_AUTO && o.algo <= WCCL_ALGO_TREE, "%s: opts->algo %d is not a wccl_algo_t", fn, o.algo);
+  WCCL_CHECK_ARG(o.wire >= WCCL_WIRE_NATIVE && o.wire <= WCCL_WIRE_INT8, "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
+  WCCL_CHECK_ARG(o.compress >= WCCL_COMPRESS_OFF && o.compress <= WCCL_COMPRESS_AUTO,
+                 "%s: opts->compress %d is not a wccl_compress_t", fn, o.compress);
+  WCCL_CHECK_ARG(o.timeout_ms >= 0, "%s: opts->timeout_ms is negative", fn);
+  WCCL_CHECK_ARG(o.reserved == 0, "%s: opts->reserved must be 0", fn);
+  if (o.wire != WCCL_WIRE_NATIVE) return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: wire codecs other than NATIVE are not in this release", fn);
+  if (o.compress != WCCL_COMPRESS_OFF) return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: compression is not in this release", fn);
+  if (o.cuda_stream != nullptr) return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: CUDA streams are not in this release", fn);
+  c->algo = static_cast<algo::Algo>(o.algo);
+  *timeout = std::chrono::milliseconds(o.timeout_ms);
+  return Status();
+}
+
+// Checks the buffers for c on the communicator's current size.
+Status check_buffers(const char *fn, const algo::Collective &c, wccl_comm_t *comm, bool needs_in) {
+  const size_t n = static_cast<size_t>(std::max(1, comm->impl->size()));
+  const size_t es = codec::dtype_size(c.dtype);
+  WCCL_CHECK_ARG(c.count <= (SIZE_MAX / es) / n, "%s: count %zu is too large", fn, c.count);
+  if (algo::in_count(c, static_cast<int>(n)) != 0 && needs_in) WCCL_CHECK_ARG(c.in != nullptr, "%s: sendbuf is NULL", fn);
+  if (algo::out_count(c, static_cast<int>(n)) != 0) WCCL_CHECK_ARG(c.out != nullptr, "%s: recvbuf is NULL", fn);
+  return Status();
+}
+
+// Queues c; on success *req owns the operation.
+Status start(const algo::Collective &c, wccl_comm_t *comm, std::chrono::milliseconds timeout, wccl_request_t **req) {
+  auto op = comm->impl->submit(c, timeout);
+  if (!op.ok()) return op.status();
+  *req = new wccl_request{comm->impl.get(), std::move(op).value()};
+  return Status();
+}
+
+void copy_stats(const comm::OpStats &in, wccl_op_stats_t *out) {
+  if (out == nullptr) return;
+  wccl_op_stats_t s{};
+  s.size = sizeof(s);
+  s.bytes_sent = in.bytes_sent;
+  s.bytes_received = in.bytes_received;
+  s.time_us = in.time_us;
+  s.epoch = in.epoch;
+  s.world_size = in.world_size;
+  s.algo = static_cast<int32_t>(in.algo);
+  *out = s;
+}
+
+// A blocking collective: queue, then wait.
+Status run_blocking(const algo::Collective &c, wccl_comm_t *comm, std::chrono::milliseconds timeout) {
+  auto op = comm->impl->submit(c, timeout);
+  if (!op.ok()) return op.status();
+  return comm->impl->wait(op.value(), nullptr);
+}
+
+template <typename Build>
+wccl_result_t collective(wccl_request_t **req, Build build) {
+  if (req != nullptr) *req = nullptr;
+  return api_call([&]() -> Status {
+    algo::Collective c;
+    wccl_comm_t *comm = nullptr;
+    std::chrono::milliseconds timeout{0};
+    WCCL_RETURN_IF_ERROR(build(&c, &comm, &timeout));
+    return req != nullptr ? start(c, comm, timeout, req) : run_blocking(c, comm, timeout);
+  });
+}
+
+}  // namespace
+}  // namespace wccl
+
+extern "C" {
+
+wccl_opts_t wccl_opts_default(void) {
+  wccl_opts_t o;
+  std::memset(&o, 0, sizeof(o));
+  o.size = sizeof(o);
+  o.wire = WCCL_WIRE_NATIVE;
+  o.algo = WCCL_ALGO_AUTO;
+  o.compress = WCCL_COMPRESS_OFF;
+  return o;
+}
+
+static wccl_result_t allreduce(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+                               wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, &op, comm, opts, timeout));
+    c->kind = wccl::algo::Kind::kAllreduce;
+    c->count = count;
+    c->in = sendbuf;
+    c->out = recvbuf;
+    *cm = comm;
+    return wccl::check_buffers(fn, *c, comm, true);
+  });
+}
+
+wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, wccl_redop_t op,
+                             wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return allreduce("wccl_allreduce", nullptr, sendbuf, recvbuf, count, dtype, op, comm, opts);
+}
+
+wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
+                              wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  if (req == nullptr) {
+    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_iallreduce: req (the out-handle) is NULL"); });
+  }
+  return allreduce("wccl_iallreduce", req, sendbuf, recvbuf, count, dtype, op, comm, opts);
+}
+
+static wccl_result_t broadcast(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+                               wccl_dtype_t dtype, int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, nullptr, comm, opts, timeout));
+    const int size = comm->impl->size();
+    WCCL_CHECK_ARG(root >= 0 && root < size, "%s: root %d is not a rank of this epoch (size %d)", fn, root, size);
+    c->kind = wccl::algo::Kind::kBroadcast;
+    c->count = count;
+    c->root = root;
+    c->in = sendbuf;
+    c->out = recvbuf;
+    *cm = comm;
+    return wccl::check_buffers(fn, *c, comm, comm->impl->rank() == root);
+  });
+}
+
+wccl_result_t wccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, int root,
+                             wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return broadcast("wccl_broadcast", nullptr, sendbuf, recvbuf, count, dtype, root, comm, opts);
+}
+
+wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
+                              int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  if (req == nullptr) {
+    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_ibroadcast: req (the out-handle) is NULL"); });
+  }
+  return broadcast("wccl_ibroadcast", req, sendbuf, recvbuf, count, dtype, root, comm, opts);
+}
+
+static wccl_result_t allgather(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+                               wccl_dtype_t dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, nullptr, comm, opts, timeout));
+    c->kind = wccl::algo::Kind::kAllgather;
+    c->count = count;
+    c->in = sendbuf;
+    c->out = recvbuf;
+    *cm = comm;
+    return wccl::check_buffers(fn, *c, comm, true);
+  });
+}
+
+wccl_result_t wccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, wccl_dtype_t dtype, wccl_comm_t *comm,
+                             const wccl_opts_t *opts) {
+  return allgather("wccl_allgather", nullptr, sendbuf, recvbuf, sendcount, dtype, comm, opts);
+}
+
+wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t sendcount,
+                              wccl_dtype_t dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  if (req == nullptr) {
+    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_iallgather: req (the out-handle) is NULL"); });
+  }
+  return allgather("wccl_iallgather", req, sendbuf, recvbuf, sendcount, dtype, comm, opts);
+}
+
+static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                                    size_t count, wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm,
+                                    const wccl_opts_t *opts) {
+  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, &op, comm, opts, timeout));
+    c->kind = wccl::algo::Kind::kReduceScatter;
+    c->count = count;
+    c->in = sendbuf;
+    c->out = recvbuf;
+    *cm = comm;
+    return wccl::check_buffers(fn, *c, comm, true);
+  });
+}
+
+wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, wccl_dtype_t dtype,
+                                  wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return reduce_scatter("wccl_reduce_scatter", nullptr, sendbuf, recvbuf, recvcount, dtype, op, comm, opts);
+}
+
+wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                   wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  if (req == nullptr) {
+    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_ireduce_scatter: req (the out-handle) is NULL"); });
+  }
+  return reduce_scatter("wccl_ireduce_scatter", req, sendbuf, recvbuf, recvcount, dtype, op, comm, opts);
+}
+
+static wccl_result_t barrier(const char *fn, wccl_request_t **req, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, nullptr, comm, opts, timeout));
+    c->kind = wccl::algo::Kind::kBarrier;
+    *cm = comm;
+    return wccl::Status();
+  });
+}
+
+wccl_result_t wccl_barrier(wccl_comm_t *comm, const wccl_opts_t *opts) { return barrier("wccl_barrier", nullptr, comm, opts); }
+
+wccl_result_t wccl_ibarrier(wccl_request_t **req, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  if (req == nullptr) {
+    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_ibarrier: req (the out-handle) is NULL"); });
+  }
+  return barrier("wccl_ibarrier", req, comm, opts);
+}
+
+wccl_result_t wccl_wait(wccl_request_t *req, wccl_op_stats_t *stats) {
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(req != nullptr, "wccl_wait: req is NULL");
+    WCCL_CHECK_ARG(stats == nullptr || stats->size == sizeof(wccl_op_stats_t),
+                   "wccl_wait: stats->size is %zu, not sizeof(wccl_op_stats_t) = %zu", stats ? stats->size : 0,
+                   sizeof(wccl_op_stats_t));
+    wccl::comm::OpStats s;
+    wccl::Status st = req->comm->wait(req->op, &s);
+    wccl::copy_stats(s, stats);
+    return st;
+  });
+}
+
+wccl_result_t wccl_test(wccl_request_t *req, int *done) {
+  if (done != nullptr) *done = 0;
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(req != nullptr, "wccl_test: req is NULL");
+    WCCL_CHECK_ARG(done != nullptr, "wccl_test: done is NULL");
+    wccl::Status st = req->comm->test(req->op, nullptr);
+    if (st.code() == WCCL_ERR_IN_PROGRESS) return wccl::Status();
+    *done = 1;
+    return st;
+  });
+}
+
+void wccl_request_free(wccl_request_t *req) {
+  if (req == nullptr) return;
+  (void)req->comm->wait(req->op, nullptr);
+  delete req;
+}
 
 }  // extern "C"

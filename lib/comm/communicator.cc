@@ -6,6 +6,8 @@
 #include <array>
 #include <cstring>
 
+#include "comm/link_channel.h"
+
 namespace wccl::comm {
 namespace {
 
@@ -13,13 +15,14 @@ using coord::ControlMessage;
 using coord::MessageType;
 using Clock = std::chrono::steady_clock;
 
-// Ring links: the connecting side first sends (epoch, its peer id) under this key, so the
-// accepting side knows which epoch and neighbour the link belongs to. The sentinel key is never
-// sent: a receive posted on it completes only when the link fails, which is how a broken
-// neighbour link is noticed and reported.
+// Neighbour links: the connecting side (the lower rank of the pair) first sends (epoch, its peer
+// id) under this key, so the accepting side knows which epoch and neighbour the link belongs to.
+// The sentinel key is never sent: a receive posted on it completes only when the link fails,
+// which is how a broken neighbour link is noticed and reported.
 constexpr net::MessageKey kLinkHello{~0ULL - 1, 0, 0};
 constexpr net::MessageKey kLinkSentinel{~0ULL - 1, 0, 1};
-constexpr size_t kMaxEarlyLinks = 4;
+constexpr size_t kMaxEarlyLinks = 16;
+constexpr size_t kMaxSpareBuffers = 2;
 
 coord::PeerId random_id() {
   coord::PeerId id = 0;
@@ -40,7 +43,9 @@ Status unreachable(const Status &why) {
 Communicator::Communicator(const Config &cfg)
     : log_(cfg.logger()), id_(random_id()), coordinator_(cfg.str("coordinator")), group_(cfg.str("group")),
       listen_(cfg.str("listen")), heartbeat_(cfg.integer("heartbeat_ms")),
-      join_timeout_(cfg.integer("join_timeout_ms")), op_timeout_(cfg.integer("op_timeout_ms")) {
+      join_timeout_(cfg.integer("join_timeout_ms")), op_timeout_(cfg.integer("op_timeout_ms")),
+      chunk_bytes_(static_cast<size_t>(cfg.integer("chunk_bytes"))),
+      tree_max_bytes_(static_cast<size_t>(cfg.integer("tree_max_bytes"))) {
   info_.name = cfg.peer_name();
   info_.address = cfg.str("advertise");
 }
@@ -77,6 +82,8 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   WCCL_RETURN_IF_ERROR(c->wait(lock, c->join_timeout_, "admission", [&] { return c->epochs_seen_ > 0; }));
   WCCL_LOG(c->log_, kInfo, "joined group \"%s\": epoch %llu, rank %d of %zu", c->group_.c_str(),
            static_cast<unsigned long long>(c->epoch_), c->rank_, c->ring_.size());
+  lock.unlock();
+  c->worker_ = std::thread([self] { self->work(); });
   return c;
 }
 
@@ -85,8 +92,13 @@ Communicator::~Communicator() {
     std::lock_guard<std::mutex> lock(mu_);
     closing_ = true;
     aborted_ = true;
+    stop_ = true;
+    fail_undecided(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was destroyed"));
   }
   cv_.notify_all();
+  // The worker's data phase, cancelled above, closes its links and drains on the loop thread,
+  // which still runs.
+  if (worker_.joinable()) worker_.join();
   // The transport's destructor runs this communicator's last callbacks on its loop thread, and
   // they may still call transport_ (its calls then return ABORTED). unique_ptr::reset would null
   // transport_ before that, so the transport is deleted in place and released afterwards.
@@ -143,7 +155,16 @@ Status Communicator::membership_call(MessageType type, const char *what, const u
   return answered > before ? Status() : last_error_;
 }
 
-Status Communicator::update() { return membership_call(MessageType::kUpdate, "update", epochs_seen_); }
+Status Communicator::update() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (undecided_ != 0) {
+      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "update: %zu operations of this peer are not decided yet; wait for them first",
+                        undecided_);
+    }
+  }
+  return membership_call(MessageType::kUpdate, "update", epochs_seen_);
+}
 
 Status Communicator::leave() {
   WCCL_RETURN_IF_ERROR(membership_call(MessageType::kLeave, "leave", removals_seen_));
@@ -156,19 +177,17 @@ void Communicator::abort() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = true;
+    fail_undecided(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
   }
   cv_.notify_all();
   (void)transport_->post([this] {
-    std::shared_ptr<net::Link> next, prev;
+    std::map<int, std::shared_ptr<net::Link>> links;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      next = next_;
-      prev = prev_;
+      links = links_;
     }
     // Closing runs completions inline on this thread, and they take mu_: never under it.
-    for (auto *l : {&next, &prev}) {
-      if (*l) (*l)->close(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
-    }
+    for (auto &[rank, l] : links) l->close(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
   });
 }
 
@@ -209,18 +228,40 @@ bool Communicator::wait_revoked(std::chrono::milliseconds timeout) const {
   return cv_.wait_for(lock, timeout, [&] { return revoked_; });
 }
 
-Status Communicator::links(std::chrono::milliseconds timeout, std::shared_ptr<net::Link> *next,
-                           std::shared_ptr<net::Link> *prev) {
+Status Communicator::links(std::chrono::milliseconds timeout, std::map<int, std::shared_ptr<net::Link>> *out) {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool open = cv_.wait_for(lock, timeout, [&] { return aborted_ || ring_.size() <= 1 || (next_ && prev_); });
+  const bool open = cv_.wait_for(lock, timeout, [&] { return aborted_ || links_.size() == neighbours().size(); });
   if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "links: the communicator was aborted");
   if (!open) {
     return WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu are not open after %lld ms",
                       static_cast<unsigned long long>(epoch_), static_cast<long long>(timeout.count()));
   }
-  *next = next_;
-  *prev = prev_;
+  *out = links_;
   return Status();
+}
+
+int Communicator::rank_of(coord::PeerId id) const {
+  for (size_t i = 0; i < ring_.size(); ++i) {
+    if (ring_[i].id == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The ring's next and previous peers and this peer's parent and children in both trees of the
+// tree all-reduce (algo::tree_node): every rank any algorithm exchanges messages with.
+std::set<int> Communicator::neighbours() const {
+  std::set<int> out;
+  const int n = static_cast<int>(ring_.size());
+  if (rank_ < 0 || n <= 1) return out;
+  out.insert((rank_ + 1) % n);
+  out.insert((rank_ + n - 1) % n);
+  for (int t = 0; t < 2; ++t) {
+    const algo::TreeNode node = algo::tree_node(t, rank_, n);
+    for (int r : {node.parent, node.child[0], node.child[1]}) {
+      if (r >= 0) out.insert(r);
+    }
+  }
+  return out;
 }
 
 // --- loop thread -------------------------------------------------------------------------------
@@ -228,29 +269,28 @@ Status Communicator::links(std::chrono::milliseconds timeout, std::shared_ptr<ne
 void Communicator::on_control(const ControlMessage &m) {
   switch (m.type) {
     case MessageType::kEpoch: {
-      std::shared_ptr<net::Link> old_next, old_prev;
+      std::map<int, std::shared_ptr<net::Link>> old;
       {
         std::lock_guard<std::mutex> lock(mu_);
+        // Operations of the previous epoch that are still undecided can no longer commit.
+        fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu ended before the operation was committed",
+                                  static_cast<unsigned long long>(epoch_)));
         // The epoch and its links change together: nobody may see the new epoch with old links.
-        old_next = std::move(next_);
-        old_prev = std::move(prev_);
-        next_.reset();
-        prev_.reset();
+        old.swap(links_);
         epoch_ = m.epoch;
         ring_ = m.ring;
-        rank_ = -1;
-        for (size_t i = 0; i < ring_.size(); ++i) {
-          if (ring_[i].id == id_) rank_ = static_cast<int>(i);
-        }
+        rank_ = rank_of(id_);
         revoked_ = false;
+        epoch_failure_ = Status();
+        next_seq_ = 0;
+        committed_seq_ = 0;
         pending_ = 0;  // admission takes every waiting joiner; later ones are announced anew
         ++epochs_seen_;
       }
       const Status ended = WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended");
-      if (old_next) old_next->close(ended);
-      if (old_prev) old_prev->close(ended);
+      for (auto &[rank, l] : old) l->close(ended);
       cv_.notify_all();
-      open_ring_links();
+      open_links();
       break;
     }
     case MessageType::kRevoked: {
@@ -258,6 +298,8 @@ void Communicator::on_control(const ControlMessage &m) {
         std::lock_guard<std::mutex> lock(mu_);
         if (m.epoch != epoch_) break;
         revoked_ = true;
+        fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu was revoked: %s", static_cast<unsigned long long>(m.epoch),
+                                  m.text.c_str()));
       }
       WCCL_LOG(log_, kWarn, "epoch %llu revoked: %s", static_cast<unsigned long long>(m.epoch), m.text.c_str());
       cv_.notify_all();
@@ -267,8 +309,26 @@ void Communicator::on_control(const ControlMessage &m) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         // Declared lost (or the epoch moved on without us): this epoch is over for us too.
-        if (m.text != "left") revoked_ = true;
+        if (m.text != "left") {
+          revoked_ = true;
+          fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer was removed from epoch %llu: %s",
+                                    static_cast<unsigned long long>(epoch_), m.text.c_str()));
+        }
         ++removals_seen_;
+      }
+      cv_.notify_all();
+      break;
+    }
+    case MessageType::kCommit: {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (m.epoch != epoch_ || m.seq <= committed_seq_) break;
+        committed_seq_ = m.seq;
+        while (!awaiting_.empty() && awaiting_.begin()->first <= m.seq) {
+          auto op = awaiting_.begin()->second;
+          awaiting_.erase(awaiting_.begin());
+          decide(op, Status());
+        }
       }
       cv_.notify_all();
       break;
@@ -345,16 +405,27 @@ void Communicator::reconnect() {
     auto channel = coord::ControlChannel::open(
         link.value(), [this](const ControlMessage &m) { on_control(m); },
         [this](const Status &why) { on_control_closed(why); });
+    std::vector<ControlMessage> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
       reconnecting_ = false;
       again.epoch = epoch_;
+      again.seq = committed_seq_;
       again.ring = ring_;
       channel_ = std::move(channel);
+      // Operations waiting for their decision report their DONE again: the coordinator may be
+      // a new one that never heard it.
+      for (const auto &[seq, op] : awaiting_) {
+        ControlMessage d = message(MessageType::kDone);
+        d.epoch = op->epoch;
+        d.seq = seq;
+        done.push_back(d);
+      }
     }
     WCCL_LOG(log_, kInfo, "reconnected to the coordinator; rejoining at epoch %llu",
              static_cast<unsigned long long>(again.epoch));
     (void)send(again);
+    for (const ControlMessage &d : done) (void)send(d);
     cv_.notify_all();
   });
   if (!st.ok()) {
@@ -363,71 +434,74 @@ void Communicator::reconnect() {
   }
 }
 
-// A new epoch: the previous epoch's links close; this peer opens the link to the next peer of
-// the ring and waits for the previous peer to open its own.
-void Communicator::open_ring_links() {
-  coord::Member next;
-  coord::PeerId prev_id = 0;
+// A new epoch: the previous epoch's links are closed; this peer opens a link to each neighbour
+// of higher rank and waits for those of lower rank to open theirs (one link per pair, used in both
+// directions).
+void Communicator::open_links() {
+  std::vector<std::pair<int, coord::Member>> to_open;
+  std::vector<std::pair<coord::PeerId, std::shared_ptr<net::Link>>> adopted;
   uint64_t epoch;
-  std::shared_ptr<net::Link> early_prev;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) return;
     epoch = epoch_;
-    if (rank_ < 0 || ring_.size() <= 1) {
-      early_.clear();
-      next.id = 0;
-    } else {
-      next = ring_[(static_cast<size_t>(rank_) + 1) % ring_.size()];
-      prev_id = ring_[(static_cast<size_t>(rank_) + ring_.size() - 1) % ring_.size()].id;
-      auto early = early_.find(epoch);
-      if (early != early_.end() && early->second.first == prev_id) prev_ = early_prev = early->second.second;
-      early_.erase(early_.begin(), early_.upper_bound(epoch));
+    for (int r : neighbours()) {
+      const coord::Member &m = ring_[static_cast<size_t>(r)];
+      if (r > rank_) {
+        to_open.emplace_back(r, m);
+        continue;
+      }
+      auto early = early_.find({epoch, m.id});
+      if (early != early_.end()) {
+        links_[r] = early->second;
+        adopted.emplace_back(m.id, early->second);
+      }
     }
+    early_.erase(early_.begin(), early_.lower_bound({epoch + 1, 0}));
   }
-  if (early_prev) watch(early_prev, prev_id, epoch);
+  for (auto &[id, link] : adopted) watch(link, id, epoch);
   cv_.notify_all();
-  if (next.id == 0) return;
-  const coord::PeerId next_id = next.id;
-  Status st = transport_->connect(next.info.address, [this, epoch, next_id](Result<std::shared_ptr<net::Link>> link) {
-    bool stale;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stale = epoch != epoch_;
-    }
-    if (stale) {
-      if (link.ok()) link.value()->close(WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));
-      return;
-    }
-    if (link.ok()) {
+  for (auto &[r, member] : to_open) {
+    const coord::PeerId peer = member.id;
+    const int rank = r;
+    Status st = transport_->connect(member.info.address, [this, epoch, peer, rank](Result<std::shared_ptr<net::Link>> link) {
+      if (!link.ok()) {
+        bool stale;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          stale = epoch != epoch_;
+        }
+        if (stale) return;
+        WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s", static_cast<unsigned long long>(peer),
+                 link.status().to_string().c_str());
+        ControlMessage broken = message(MessageType::kLinkBroken);
+        broken.other = peer;
+        (void)send(broken);
+        return;
+      }
       // The hello goes out before the link is handed to anyone, so it is the first message.
       auto hello = std::make_shared<std::array<uint8_t, 16>>();
       std::memcpy(hello->data(), &epoch, 8);
       std::memcpy(hello->data() + 8, &id_, 8);
       (void)link.value()->send(kLinkHello, hello->data(), hello->size(), [hello](const Status &) {});
+      bool stale;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        stale = epoch != epoch_;  // checked again with the assignment, under one lock
-        if (!stale) next_ = link.value();
+        stale = epoch != epoch_ || closing_;  // checked with the assignment, under one lock
+        if (!stale) links_[rank] = link.value();
       }
       if (stale) {
         link.value()->close(WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));
         return;
       }
-      watch(link.value(), next_id, epoch);
+      watch(link.value(), peer, epoch);
       cv_.notify_all();
-      return;
-    }
-    WCCL_LOG(log_, kWarn, "cannot open the ring link to peer %016llx: %s", static_cast<unsigned long long>(next_id),
-             link.status().to_string().c_str());
-    ControlMessage broken = message(MessageType::kLinkBroken);
-    broken.other = next_id;
-    (void)send(broken);
-  });
-  if (!st.ok()) WCCL_LOG(log_, kWarn, "cannot open the ring link: %s", st.to_string().c_str());
+    });
+    if (!st.ok()) WCCL_LOG(log_, kWarn, "cannot open a link: %s", st.to_string().c_str());
+  }
 }
 
-// The previous peer of some epoch opened its link to us: it says which epoch and who it is.
+// A lower-ranked neighbour of some epoch opened its link to us: it says which epoch and who it is.
 void Communicator::on_peer_link(const std::shared_ptr<net::Link> &link) {
   auto hello = std::make_shared<std::array<uint8_t, 16>>();
   Status st = link->recv(kLinkHello, hello->data(), hello->size(), [this, link, hello](const Status &got) {
@@ -436,23 +510,24 @@ void Communicator::on_peer_link(const std::shared_ptr<net::Link> &link) {
     coord::PeerId from;
     std::memcpy(&epoch, hello->data(), 8);
     std::memcpy(&from, hello->data() + 8, 8);
-    adopt_prev(epoch, from, link);
+    adopt(epoch, from, link);
   });
   if (!st.ok()) link->close(st);
 }
 
-void Communicator::adopt_prev(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link) {
+void Communicator::adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link) {
   bool adopted = false;
   std::shared_ptr<net::Link> replaced;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (epoch == epoch_ && rank_ >= 0 && ring_.size() > 1 &&
-        ring_[(static_cast<size_t>(rank_) + ring_.size() - 1) % ring_.size()].id == from) {
-      replaced = std::move(prev_);
-      prev_ = link;
+    const int r = epoch == epoch_ ? rank_of(from) : -1;
+    if (r >= 0 && r < rank_ && neighbours().count(r) != 0) {
+      auto it = links_.find(r);
+      if (it != links_.end()) replaced = it->second;
+      links_[r] = link;
       adopted = true;
     } else if (epoch > epoch_ && early_.size() < kMaxEarlyLinks) {
-      early_[epoch] = {from, link};  // its EPOCH message reached the neighbour before us
+      early_[{epoch, from}] = link;  // its EPOCH message reached the neighbour before us
       return;
     }
   }
@@ -460,7 +535,7 @@ void Communicator::adopt_prev(uint64_t epoch, coord::PeerId from, const std::sha
   if (!adopted) {
     // A link for an epoch that is over (or from a peer that is not our neighbour): its frames
     // are never applied.
-    link->close(WCCL_ERROR(WCCL_ERR_ABORTED, "ring link for epoch %llu, not the current one",
+    link->close(WCCL_ERROR(WCCL_ERR_ABORTED, "link for epoch %llu, not the current one, or not from a neighbour",
                            static_cast<unsigned long long>(epoch)));
     return;
   }
@@ -474,7 +549,7 @@ void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId p
   (void)link->recv(kLinkSentinel, never.get(), 1, [this, peer, epoch, never](const Status &why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (epoch != epoch_ || aborted_ || why.code() == WCCL_ERR_ABORTED) return;
+      if (epoch != epoch_ || revoked_ || aborted_ || why.code() == WCCL_ERR_ABORTED) return;
     }
     WCCL_LOG(log_, kWarn, "ring link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
@@ -482,6 +557,278 @@ void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId p
     broken.other = peer;
     (void)send(broken);
   });
+}
+
+// --- operations --------------------------------------------------------------------------------
+
+Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", algo::kind_name(c.kind));
+  if (left_ || rank_ < 0) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: this peer is not a member (it left)", algo::kind_name(c.kind));
+  }
+  if (revoked_) {
+    return WCCL_ERROR(WCCL_ERR_PEER_LOST, "%s: epoch %llu is revoked%s%s; call update and retry", algo::kind_name(c.kind),
+                      static_cast<unsigned long long>(epoch_), epoch_failure_.ok() ? "" : ": ",
+                      epoch_failure_.message().c_str());
+  }
+  if (undecided_ >= kMaxOpsInFlight) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: %zu operations are already in flight (the most a communicator takes)",
+                      algo::kind_name(c.kind), undecided_);
+  }
+  const int n = static_cast<int>(ring_.size());
+  auto op = std::make_shared<Op>();
+  op->c = c;
+  op->c.chunk_bytes = chunk_bytes_;
+  op->c.algo = choose(c, n);
+  WCCL_RETURN_IF_ERROR(algo::check(op->c, n));
+  op->result = c.out;
+  op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);
+  op->epoch = epoch_;
+  op->seq = ++next_seq_;
+  op->rank = rank_;
+  op->size = n;
+  op->start = Clock::now();
+  op->deadline = op->start + (timeout.count() > 0 ? timeout : op_timeout_);
+  op->stats.epoch = epoch_;
+  op->stats.world_size = n;
+  op->stats.algo = op->c.algo;
+  queue_.push_back(op);
+  ++undecided_;
+  cv_.notify_all();
+  return op;
+}
+
+// algo=AUTO: the tree all-reduce below tree_max_bytes, where latency dominates (2 log2 n message
+// delays instead of the ring's 2(n-1)), and the ring above, where bytes dominate. Every member
+// must decide alike, so the rule depends only on the operation and the configuration.
+algo::Algo Communicator::choose(const algo::Collective &c, int n) const {
+  if (c.kind != algo::Kind::kAllreduce) return algo::Algo::kRing;
+  if (c.algo != algo::Algo::kAuto) return c.algo;
+  const size_t bytes = c.count * codec::dtype_size(c.dtype);
+  return n > 2 && bytes <= tree_max_bytes_ ? algo::Algo::kTree : algo::Algo::kRing;
+}
+
+void Communicator::decide(const std::shared_ptr<Op> &op, Status outcome) {
+  if (op->state == Op::State::kDecided || op->state == Op::State::kFinished) return;
+  op->state = Op::State::kDecided;
+  op->outcome = std::move(outcome);
+  op->decided_at = Clock::now();
+  op->stats.time_us = std::chrono::duration<double, std::micro>(op->decided_at - op->start).count();
+  --undecided_;
+}
+
+void Communicator::fail_undecided(const Status &why) {
+  for (auto &op : queue_) decide(op, why);
+  queue_.clear();
+  for (auto &[seq, op] : awaiting_) decide(op, why);
+  awaiting_.clear();
+  if (!epoch_failure_.ok() || why.code() != WCCL_ERR_ABORTED) {
+    if (epoch_failure_.ok()) epoch_failure_ = why;
+  }
+  // The running operation is decided by the worker once its data phase has stopped.
+  if (running_exchange_ != nullptr) running_exchange_->cancel(why);
+}
+
+void Communicator::work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    std::shared_ptr<Op> op = queue_.front();
+    queue_.pop_front();
+    op->state = Op::State::kRunning;
+    running_ = op;
+    lock.unlock();
+    run(op);
+    lock.lock();
+    running_.reset();
+    cv_.notify_all();
+  }
+}
+
+// Worker thread: the data phase of one operation, then its report to the coordinator.
+void Communicator::run(const std::shared_ptr<Op> &op) {
+  std::map<int, std::shared_ptr<net::Link>> links;
+  std::unique_ptr<uint8_t[]> scratch;
+  size_t scratch_bytes = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [&] {
+      return aborted_ || revoked_ || epoch_ != op->epoch || links_.size() == neighbours().size();
+    };
+    const bool in_time = cv_.wait_until(lock, op->deadline, ready);
+    Status stop;
+    if (aborted_) {
+      stop = WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted");
+    } else if (revoked_ || epoch_ != op->epoch) {
+      stop = epoch_failure_.ok() ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended") : epoch_failure_;
+    } else if (!in_time) {
+      stop = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu did not open before the operation's deadline",
+                        static_cast<unsigned long long>(op->epoch));
+    }
+    if (!stop.ok()) {
+      const bool local = stop.code() == WCCL_ERR_TIMEOUT;  // this peer's failure: the others must hear
+      if (local) {
+        revoked_ = true;
+        fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
+                                  static_cast<unsigned long long>(op->seq), stop.message().c_str()));
+      }
+      decide(op, stop);
+      lock.unlock();
+      if (local) {
+        ControlMessage failed = message(MessageType::kOpFailed);
+        failed.epoch = op->epoch;
+        failed.seq = op->seq;
+        failed.text = stop.message();
+        (void)send(failed);
+      }
+      return;
+    }
+    links = links_;
+    // A scratch buffer from the spares (the smallest that fits), or a new one.
+    scratch_bytes = op->result_bytes;
+    auto best = spare_.end();
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->first >= scratch_bytes && (best == spare_.end() || it->first < best->first)) best = it;
+    }
+    if (best != spare_.end()) {
+      scratch_bytes = best->first;
+      scratch = std::move(best->second);
+      spare_.erase(best);
+    }
+  }
+  if (!scratch && scratch_bytes != 0) scratch.reset(new (std::nothrow) uint8_t[scratch_bytes]);
+  if (!scratch && scratch_bytes != 0) {
+    const Status st = WCCL_ERROR(WCCL_ERR_NO_MEMORY, "no memory for the %zu-byte result buffer of operation %llu",
+                                 scratch_bytes, static_cast<unsigned long long>(op->seq));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      revoked_ = true;
+      fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
+                                static_cast<unsigned long long>(op->seq), st.message().c_str()));
+      decide(op, st);
+    }
+    ControlMessage failed = message(MessageType::kOpFailed);
+    failed.epoch = op->epoch;
+    failed.seq = op->seq;
+    failed.text = st.message();
+    (void)send(failed);
+    return;
+  }
+  LinkChannel channel(op->epoch, op->seq, op->rank, op->size, std::move(links));
+  algo::Exchange ex(channel, op->deadline);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_exchange_ = &ex;
+    if (aborted_) ex.cancel(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
+    else if (!epoch_failure_.ok()) ex.cancel(epoch_failure_);
+  }
+  algo::Collective c = op->c;
+  c.out = scratch.get();
+  const Status st = algo::run(ex, c);
+  ControlMessage report = message(st.ok() ? MessageType::kDone : MessageType::kOpFailed);
+  report.epoch = op->epoch;
+  report.seq = op->seq;
+  bool send_report = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_exchange_ = nullptr;
+    op->stats.bytes_sent = ex.bytes_sent();
+    op->stats.bytes_received = ex.bytes_received();
+    op->scratch = std::move(scratch);
+    op->scratch_bytes = scratch_bytes;
+    if (aborted_) {
+      decide(op, WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
+    } else if (!epoch_failure_.ok() || epoch_ != op->epoch) {
+      // Revoked while it ran (or it failed because of that): the revocation decides it.
+      decide(op, epoch_failure_.ok() ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended") : epoch_failure_);
+    } else if (st.ok()) {
+      op->state = Op::State::kAwaiting;
+      awaiting_[op->seq] = op;
+      send_report = true;
+    } else {
+      // It failed here first (a broken link, the deadline): the epoch is revoked for everyone.
+      revoked_ = true;
+      report.text = st.message();
+      send_report = true;
+      Status lost = WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
+                               static_cast<unsigned long long>(op->seq), st.message().c_str());
+      fail_undecided(lost);
+      decide(op, st.code() == WCCL_ERR_TIMEOUT ? st : lost);
+    }
+  }
+  cv_.notify_all();
+  // A DONE that cannot be sent now is sent again after the reconnection (see reconnect()).
+  if (send_report) (void)send(report);
+}
+
+Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::unique_lock<std::mutex> &lock) {
+  if (op->state == Op::State::kDecided) {
+    op->state = Op::State::kFinished;
+    std::unique_ptr<uint8_t[]> scratch = std::move(op->scratch);
+    if (op->outcome.ok() && op->result_bytes != 0) {
+      // The op is this caller's alone now: copy without holding the communicator's lock.
+      lock.unlock();
+      std::memcpy(op->result, scratch.get(), op->result_bytes);
+      lock.lock();
+    }
+    if (scratch) {
+      if (spare_.size() >= kMaxSpareBuffers) {
+        auto smallest = std::min_element(spare_.begin(), spare_.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+        if (smallest->first < op->scratch_bytes) *smallest = {op->scratch_bytes, std::move(scratch)};
+      } else {
+        spare_.emplace_back(op->scratch_bytes, std::move(scratch));
+      }
+    }
+  }
+  if (stats) *stats = op->stats;
+  return op->outcome;
+}
+
+Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto decided = [&] { return op->state == Op::State::kDecided || op->state == Op::State::kFinished; };
+  if (!cv_.wait_until(lock, op->deadline, decided)) {
+    if (op->state == Op::State::kRunning) {
+      // Its data phase ends at the same deadline: the worker decides it in a moment.
+      if (running_exchange_ != nullptr) {
+        running_exchange_->cancel(WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time"));
+      }
+      cv_.wait_for(lock, std::chrono::seconds(60), decided);
+    }
+    if (!decided()) {
+      // Queued behind a slow operation, or its data phase done but no decision from the
+      // coordinator: this peer gives up, which revokes the epoch (OP_FAILED). If the coordinator
+      // did commit it meanwhile, the others succeeded: docs/fault-tolerance.md names this window.
+      const Status timeout = WCCL_ERROR(WCCL_ERR_TIMEOUT, "operation %llu: no outcome within its timeout%s",
+                                        static_cast<unsigned long long>(op->seq),
+                                        op->state == Op::State::kAwaiting ? " (the coordinator did not decide)" : "");
+      awaiting_.erase(op->seq);
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), op), queue_.end());
+      decide(op, timeout);
+      revoked_ = true;
+      fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu timed out on this peer", static_cast<unsigned long long>(op->seq)));
+      ControlMessage failed = message(MessageType::kOpFailed);
+      failed.epoch = op->epoch;
+      failed.seq = op->seq;
+      failed.text = timeout.message();
+      lock.unlock();
+      (void)send(failed);
+      lock.lock();
+    }
+  }
+  return finish(op, stats, lock);
+}
+
+Status Communicator::test(const std::shared_ptr<Op> &op, OpStats *stats) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (op->state != Op::State::kDecided && op->state != Op::State::kFinished) {
+    if (Clock::now() < op->deadline) return WCCL_ERROR(WCCL_ERR_IN_PROGRESS, "operation %llu is in flight", static_cast<unsigned long long>(op->seq));
+    lock.unlock();
+    return wait(op, stats);  // past its deadline: settle it
+  }
+  return finish(op, stats, lock);
 }
 
 }  // namespace wccl::comm

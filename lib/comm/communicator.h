@@ -1,11 +1,21 @@
 // The communicator: one peer's membership in a group (DESIGN §3-§4). It joins through the
 // coordinator, keeps a control link to it (heartbeats, answers to probes), follows its epochs,
-// and for each epoch opens the links to its ring neighbours, tagged with the epoch.
+// for each epoch opens the links to its neighbours (ring and trees), tagged with the epoch, and
+// runs collective operations over them.
 //
-// Threading: the public calls may come from any thread; join/update/leave block the caller (each
-// with its timeout) and abort() from another thread ends any of those waits with ABORTED. The
-// coordinator's messages and the links are handled on the communicator's own transport thread.
-// Two communicators in one process (two groups) are independent: no global state.
+// Operations. submit() numbers an operation within the epoch and queues it; every member must
+// submit the same operations in the same order. One worker thread runs the data phases in that
+// order (the next one starts while the previous waits for its commit). A data phase that
+// completes reports DONE to the coordinator; the operation succeeds on its COMMIT and fails with
+// PEER_LOST on the epoch's revocation, on every member alike. A data phase that fails here
+// (broken link, timeout) reports OP_FAILED, which revokes the epoch for everyone. Results are
+// copied to the caller's buffer by the thread that collects the outcome (wait/test), after the
+// commit; until then the caller's buffers are untouched.
+//
+// Threading: the public calls may come from any thread; join/update/leave/wait block the caller
+// (each with its timeout) and abort() from another thread ends any of those waits with ABORTED.
+// The coordinator's messages and the links are handled on the communicator's own transport
+// thread. Two communicators in one process (two groups) are independent: no global state.
 #pragma once
 
 #include <chrono>
@@ -13,9 +23,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
+#include <deque>
+#include <thread>
+
+#include "comm/op.h"
 #include "coord/channel.h"
 #include "coord/membership.h"
 #include "core/config.h"
@@ -37,7 +52,8 @@ class Communicator {
 
   // Waits until the coordinator has decided the next epoch (survivors + admitted joiners). After
   // a revocation this is how survivors continue; a peer that was declared lost is admitted again.
-  // COORDINATOR_UNREACHABLE while the coordinator is away, TIMEOUT after op_timeout_ms, ABORTED.
+  // COORDINATOR_UNREACHABLE while the coordinator is away, TIMEOUT after op_timeout_ms, ABORTED;
+  // INVALID_USAGE while operations this peer submitted are not decided.
   Status update();
   // Leaves gracefully at the update barrier: the others' update completes without this peer and
   // nobody is revoked. Afterwards only destruction is allowed.
@@ -54,10 +70,20 @@ class Communicator {
   coord::PeerId id() const { return id_; }
   // Waits up to `timeout` for the revocation of the current epoch; true if it happened.
   bool wait_revoked(std::chrono::milliseconds timeout) const;
-  // The links of the current epoch to the next and previous peers of the ring, once open (null
-  // for a one-peer epoch). TIMEOUT if they are not open within `timeout`.
-  Status links(std::chrono::milliseconds timeout, std::shared_ptr<net::Link> *next,
-               std::shared_ptr<net::Link> *prev);
+  // The links of the current epoch to this peer's neighbours (ring and trees) by rank, once all
+  // are open (empty for a one-peer epoch). TIMEOUT if they are not open within `timeout`.
+  Status links(std::chrono::milliseconds timeout, std::map<int, std::shared_ptr<net::Link>> *out);
+
+  // Queues collective c (c.in is read, c.out is where the result goes; any c.algo) with the given
+  // timeout for the whole operation (0: op_timeout_ms). Errors: ABORTED; PEER_LOST if the epoch
+  // is revoked; INVALID_USAGE after leave() or with kMaxOpsInFlight undecided operations;
+  // INVALID_ARGUMENT from algo::check. On error nothing was queued.
+  Result<std::shared_ptr<Op>> submit(const algo::Collective &c, std::chrono::milliseconds timeout);
+  // Waits for op's outcome (until its deadline: TIMEOUT), copies the result out on success, and
+  // fills stats. Call once per op from one thread; later calls return the same outcome.
+  Status wait(const std::shared_ptr<Op> &op, OpStats *stats);
+  // The outcome if decided (collected as by wait), IN_PROGRESS otherwise.
+  Status test(const std::shared_ptr<Op> &op, OpStats *stats);
 
  private:
   explicit Communicator(const Config &cfg);
@@ -66,9 +92,9 @@ class Communicator {
   void on_control_closed(const Status &why);
   void on_heartbeat_tick();
   void reconnect();
-  void open_ring_links();
+  void open_links();
   void on_peer_link(const std::shared_ptr<net::Link> &link);
-  void adopt_prev(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link);
+  void adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link);
   void watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch);
   Status send(const coord::ControlMessage &m);
   Status membership_call(coord::MessageType type, const char *what, const uint64_t &answered);
@@ -76,6 +102,16 @@ class Communicator {
   // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout.
   template <typename Pred>
   Status wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what, Pred done);
+  // The operations' side. Under mu_:
+  void decide(const std::shared_ptr<Op> &op, Status outcome);
+  void fail_undecided(const Status &why);  // every operation not decided yet, and the running one
+  int rank_of(coord::PeerId id) const;
+  std::set<int> neighbours() const;  // ranks this peer links to in the current epoch
+  algo::Algo choose(const algo::Collective &c, int n) const;
+  // Worker thread:
+  void work();
+  void run(const std::shared_ptr<Op> &op);
+  Status finish(const std::shared_ptr<Op> &op, OpStats *stats, std::unique_lock<std::mutex> &lock);
 
   Logger log_;
   const coord::PeerId id_;
@@ -105,8 +141,27 @@ class Communicator {
   bool aborted_ = false;
   bool closing_ = false;  // the destructor has begun: the transport may be gone
   bool left_ = false;     // leave() succeeded
-  std::shared_ptr<net::Link> next_, prev_;
-  std::map<uint64_t, std::pair<coord::PeerId, std::shared_ptr<net::Link>>> early_;  // prev links for epochs not yet announced
+  std::map<int, std::shared_ptr<net::Link>> links_;  // the current epoch's open neighbour links, by rank
+  // Links opened to us for epochs not announced to us yet, by (epoch, opener).
+  std::map<std::pair<uint64_t, coord::PeerId>, std::shared_ptr<net::Link>> early_;
+
+  // Operations, under mu_.
+  const size_t chunk_bytes_;
+  const size_t tree_max_bytes_;
+  Status epoch_failure_;         // why operations of the current epoch fail (OK while it is sound)
+  uint64_t next_seq_ = 0;        // the last number given in this epoch
+  uint64_t committed_seq_ = 0;   // the last COMMIT heard in this epoch
+  std::deque<std::shared_ptr<Op>> queue_;
+  std::shared_ptr<Op> running_;
+  algo::Exchange *running_exchange_ = nullptr;  // cancelled on revocation or abort
+  std::map<uint64_t, std::shared_ptr<Op>> awaiting_;  // data phase done: seq -> op
+  size_t undecided_ = 0;  // queued + running + awaiting
+  std::vector<std::pair<size_t, std::unique_ptr<uint8_t[]>>> spare_;  // scratch buffers for reuse
+  bool stop_ = false;
+  std::thread worker_;
 };
+
+// Undecided operations a communicator accepts at once.
+inline constexpr size_t kMaxOpsInFlight = 256;
 
 }  // namespace wccl::comm

@@ -121,7 +121,9 @@ void Membership::disconnected(PeerId id, Clock::time_point now) {
 void Membership::link_broken(PeerId reporter, PeerId suspect, Clock::time_point now) {
   auto it = live_.find(reporter);
   if (it != live_.end()) it->second.last_seen = now;
-  if (live_.count(suspect) == 0 || probes_.count(suspect) != 0) return;
+  // After a revocation members close the epoch's links on purpose, and the epoch is over anyway:
+  // heartbeats alone decide who reaches the update.
+  if (revoked_ || live_.count(suspect) == 0 || probes_.count(suspect) != 0) return;
   probes_[suspect] = now + opt_.probe_timeout;
   notify(Notice::Kind::kProbe, suspect);
 }
@@ -278,7 +280,9 @@ void Membership::maybe_commit() {
 void Membership::op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason, Clock::time_point now) {
   if (!is_member(id)) return;
   live_[id].last_seen = now;
-  if (epoch != epoch_ || revoked_ || seq <= committed_) return;
+  // Even after seq was committed: the member's view of the epoch is broken (it may have given
+  // up waiting for the commit), so every member must update. Committed operations stay committed.
+  if (epoch != epoch_ || revoked_) return;
   revoke(id, format("operation %llu failed on %s: %s", static_cast<unsigned long long>(seq),
                     live_[id].info.name.c_str(), reason.c_str()));
 }

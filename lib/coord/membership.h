@@ -101,7 +101,8 @@ class Membership {
   // The peer's control connection closed: it is lost now.
   void disconnected(PeerId id, Clock::time_point now);
   // `reporter` lost its link to `suspect`: the suspect is probed and is lost unless it answers
-  // with a heartbeat within probe_timeout.
+  // with a heartbeat within probe_timeout. Ignored while the epoch is revoked (members close its
+  // links then).
   void link_broken(PeerId reporter, PeerId suspect, Clock::time_point now);
   // After a coordinator restart: a peer that held `epoch` with `ring` reconnects. If `epoch` is
   // newer than the current one and the peer is in `ring`, that epoch is adopted: its members are
@@ -115,7 +116,8 @@ class Membership {
   // revoked one are ignored (the revocation already decided them); PROTOCOL for a seq more than
   // kMaxOpsAhead past the last committed operation.
   Status done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now);
-  // Operation seq failed on a member (a broken link, a timeout): the epoch is revoked.
+  // Operation seq failed on a member (a broken link, a timeout): the epoch is revoked. Operations
+  // already committed stay committed.
   void op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason, Clock::time_point now);
   // Applies timeouts (silent peers, unanswered probes, the initial settle window).
   void tick(Clock::time_point now);

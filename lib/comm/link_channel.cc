@@ -1,0 +1,32 @@
+#include "comm/link_channel.h"
+
+namespace wccl::comm {
+
+Result<net::Link *> LinkChannel::link(int peer) {
+  auto it = links_.find(peer);
+  if (it == links_.end() || !it->second) {
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "no link to rank %d in epoch %llu (not a neighbour)", peer,
+                      static_cast<unsigned long long>(epoch_));
+  }
+  return it->second.get();
+}
+
+Status LinkChannel::send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) {
+  auto l = link(peer);
+  if (!l.ok()) return l.status();
+  return l.value()->send(net::MessageKey{epoch_, seq_, tag}, data, len, std::move(done));
+}
+
+Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, algo::Completion done) {
+  auto l = link(peer);
+  if (!l.ok()) return l.status();
+  return l.value()->recv(net::MessageKey{epoch_, seq_, tag}, data, len, std::move(done));
+}
+
+void LinkChannel::abort(const Status &why) {
+  for (auto &[rank, l] : links_) {
+    if (l) l->close(why);
+  }
+}
+
+}  // namespace wccl::comm

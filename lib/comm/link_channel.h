@@ -1,0 +1,31 @@
+// The real Channel: one operation's messages over the epoch's links to its neighbours, keyed
+// (epoch, operation number, tag) on the wire (docs/protocol.md). abort() closes those links: it
+// is only called when the operation failed, which revokes the epoch anyway.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "algo/channel.h"
+#include "net/transport.h"
+
+namespace wccl::comm {
+
+class LinkChannel : public algo::Channel {
+ public:
+  LinkChannel(uint64_t epoch, uint64_t seq, int rank, int size, std::map<int, std::shared_ptr<net::Link>> links)
+      : epoch_(epoch), seq_(seq), rank_(rank), size_(size), links_(std::move(links)) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override;
+  Status recv(int peer, uint32_t tag, void *data, size_t len, algo::Completion done) override;
+  void abort(const Status &why) override;
+
+ private:
+  Result<net::Link *> link(int peer);
+  const uint64_t epoch_, seq_;
+  const int rank_, size_;
+  std::map<int, std::shared_ptr<net::Link>> links_;
+};
+
+}  // namespace wccl::comm

@@ -1,0 +1,53 @@
+// One collective operation of a communicator, from the call to the caller's wait (DESIGN §4).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "algo/collectives.h"
+#include "core/status.h"
+
+namespace wccl::comm {
+
+struct OpStats {
+  uint64_t bytes_sent = 0;      // payload bytes this peer sent for the operation
+  uint64_t bytes_received = 0;  // payload bytes it received
+  double time_us = 0;           // from the call to the decision
+  uint64_t epoch = 0;
+  int world_size = 0;
+  algo::Algo algo = algo::Algo::kRing;  // the algorithm that ran (kAuto resolved)
+};
+
+// The result lands in a scratch buffer and is copied to the caller's buffer only once the
+// operation is committed, so a failed operation leaves the caller's buffers as they were.
+class Op {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class State {
+    kQueued,    // waiting for the worker
+    kRunning,   // its data phase runs on the worker
+    kAwaiting,  // data phase done, DONE sent: waiting for COMMIT or a revocation
+    kDecided,   // outcome known; the caller has not collected it
+    kFinished,  // the caller collected it (and the result was copied out)
+  };
+
+  algo::Collective c;      // c.in is the caller's input; c.out points into scratch while it runs
+  void *result = nullptr;  // the caller's output buffer
+  size_t result_bytes = 0;
+  uint64_t epoch = 0;
+  uint64_t seq = 0;  // 1, 2, ... within the epoch, the same on every member
+  int rank = 0;
+  int size = 0;
+  Clock::time_point start, deadline;
+
+  // Guarded by the communicator's mutex.
+  State state = State::kQueued;
+  Status outcome;
+  std::unique_ptr<uint8_t[]> scratch;
+  size_t scratch_bytes = 0;
+  OpStats stats;
+  Clock::time_point decided_at;
+};
+
+}  // namespace wccl::comm

@@ -1,0 +1,279 @@
+// Collectives through communicators over TLS on 127.0.0.1, with a real coordinator: every kind
+// agrees bit for bit; a member process killed or frozen in the middle of a 256 MiB all-reduce
+// makes every survivor return PEER_LOST with its buffers as they were, and the same call succeeds
+// after update; concurrent operations with one failing; timeouts; the barrier.
+#include <cstring>
+
+#include "comm_fixture.h"
+
+namespace wccl::comm {
+namespace {
+
+using algo::Collective;
+using algo::Kind;
+
+constexpr size_t kBig = 64u << 20;  // F32 elements: 256 MiB
+
+float pattern(int multiplier, size_t i) { return static_cast<float>(multiplier * static_cast<int>(i % 251 + 1)); }
+
+std::vector<float> filled(size_t count, int multiplier) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = pattern(multiplier, i);
+  return v;
+}
+
+Collective allreduce(const void *in, void *out, size_t count, algo::Algo a = algo::Algo::kAuto) {
+  Collective c;
+  c.kind = Kind::kAllreduce;
+  c.count = count;
+  c.in = in;
+  c.out = out;
+  c.algo = a;
+  return c;
+}
+
+Status run_op(Communicator *comm, const Collective &c, OpStats *stats = nullptr) {
+  auto op = comm->submit(c, 0ms);
+  if (!op.ok()) return op.status();
+  return comm->wait(op.value(), stats);
+}
+
+// Payload bytes this communicator has received on its links of the current epoch.
+uint64_t received(Communicator *c) {
+  std::map<int, std::shared_ptr<net::Link>> links;
+  if (!c->links(1s, &links).ok()) return 0;
+  uint64_t sum = 0;
+  for (auto &[rank, l] : links) sum += l->stats().bytes_received;
+  return sum;
+}
+
+// Waits (bounded) until c has received `bytes` in this epoch: the operation is mid-flight.
+bool wait_received(Communicator *c, uint64_t bytes) {
+  const auto deadline = Clock::now() + 30s;
+  while (received(c) < bytes) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+class CollectivesTest : public CommFourTest {};
+
+TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<Communicator *> by_rank(4);
+  for (auto &c : comms) by_rank[static_cast<size_t>(c->rank())] = c.get();
+  const int n = 4;
+  struct Case {
+    Kind kind;
+    algo::Algo a;
+    size_t count;
+  };
+  const Case cases[] = {{Kind::kAllreduce, algo::Algo::kRing, 1000003}, {Kind::kAllreduce, algo::Algo::kTree, 1000003},
+                        {Kind::kAllreduce, algo::Algo::kAuto, 1024},    {Kind::kAllreduce, algo::Algo::kRing, 3},
+                        {Kind::kAllreduce, algo::Algo::kRing, 0},       {Kind::kBroadcast, algo::Algo::kAuto, 300007},
+                        {Kind::kAllgather, algo::Algo::kAuto, 100003},  {Kind::kReduceScatter, algo::Algo::kAuto, 100003},
+                        {Kind::kBarrier, algo::Algo::kAuto, 0}};
+  for (const Case &k : cases) {
+    SCOPED_TRACE(std::string(algo::kind_name(k.kind)) + " " + algo::algo_name(k.a) + " " + std::to_string(k.count));
+    std::vector<std::vector<float>> in(n), out(n);
+    std::vector<Status> st(n);
+    std::vector<OpStats> stats(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      Collective c = allreduce(nullptr, nullptr, k.count, k.a);
+      c.kind = k.kind;
+      c.root = 2;
+      in[r] = filled(algo::in_count(c, n), r + 1);
+      out[r].assign(algo::out_count(c, n), -1.0f);
+      c.in = in[r].data();
+      c.out = out[r].data();
+      threads.emplace_back([&, r, c] { st[r] = run_op(by_rank[r], c, &stats[r]); });
+    }
+    for (auto &t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+      EXPECT_EQ(stats[r].world_size, 4);
+      if (k.kind != Kind::kReduceScatter) {
+        EXPECT_EQ(memcmp(out[r].data(), out[0].data(), out[0].size() * 4), 0) << "rank " << r << " differs from rank 0";
+      }
+      const std::vector<float> &o = out[r];
+      for (size_t i = 0; i < o.size(); ++i) {
+        float want = 0;
+        switch (k.kind) {
+          case Kind::kAllreduce: want = pattern(1 + 2 + 3 + 4, i); break;
+          case Kind::kBroadcast: want = pattern(3, i); break;
+          case Kind::kAllgather: want = pattern(static_cast<int>(i / k.count) + 1, i % k.count); break;
+          case Kind::kReduceScatter: want = pattern(10, static_cast<size_t>(r) * k.count + i); break;  // block r
+          case Kind::kBarrier: break;
+        }
+        ASSERT_EQ(o[i], want) << "rank " << r << " element " << i;
+      }
+    }
+    if (k.kind == Kind::kAllreduce && k.count > 0) {
+      EXPECT_EQ(stats[0].algo, k.a == algo::Algo::kAuto ? algo::Algo::kTree : k.a);
+      EXPECT_GT(stats[0].bytes_sent, 0u);
+    }
+  }
+}
+
+enum class Fault { kKill, kStop };
+
+// Three members in this process, one in its own process that is killed or frozen while a 256 MiB
+// all-reduce is under way.
+void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place, std::vector<std::unique_ptr<Communicator>> &comms,
+                         MemberProcess &victim) {
+  ASSERT_EQ(comms.size(), 3u);
+  ASSERT_NE(victim.line(20s).find("size 4 epoch 1"), std::string::npos);
+  std::vector<std::vector<float>> send(3), recv(3), send_before(3), recv_before(3);
+  std::vector<int> multiplier(3);
+  for (size_t k = 0; k < 3; ++k) {
+    multiplier[k] = comms[k]->rank() + 1;
+    send[k] = filled(kBig, multiplier[k]);
+    if (!in_place) recv[k].assign(kBig, 12345.0f);
+    send_before[k] = send[k];
+    recv_before[k] = recv[k];
+  }
+  victim.command("allreduce " + std::to_string(kBig));
+  std::vector<std::future<Status>> running;
+  for (size_t k = 0; k < 3; ++k) {
+    void *out = in_place ? static_cast<void *>(send[k].data()) : recv[k].data();
+    running.push_back(std::async(std::launch::async, [c = comms[k].get(), in = send[k].data(), out] {
+      return run_op(c, allreduce(in, out, kBig, algo::Algo::kRing));
+    }));
+  }
+  ASSERT_TRUE(wait_received(comms[0].get(), 32u << 20)) << "the all-reduce did not get under way";
+  victim.signal(fault == Fault::kKill ? SIGKILL : SIGSTOP);
+  for (size_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(running[k].wait_for(20s), std::future_status::ready);
+    const Status st = running[k].get();
+    EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST) << st.to_string();
+    EXPECT_TRUE(send[k] == send_before[k]) << "survivor " << k << ": the send buffer changed";
+    EXPECT_TRUE(recv[k] == recv_before[k]) << "survivor " << k << ": the receive buffer changed";
+  }
+  for (const Status &st : CommTest::update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(comms[0]->size(), 3);
+  // The same call again, on the same buffers.
+  for (size_t k = 0; k < 3; ++k) {
+    void *out = in_place ? static_cast<void *>(send[k].data()) : recv[k].data();
+    running[k] = std::async(std::launch::async, [c = comms[k].get(), in = send[k].data(), out] {
+      return run_op(c, allreduce(in, out, kBig, algo::Algo::kRing));
+    });
+  }
+  const int total = multiplier[0] + multiplier[1] + multiplier[2];
+  for (size_t k = 0; k < 3; ++k) {
+    const Status st = running[k].get();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const std::vector<float> &out = in_place ? send[k] : recv[k];
+    size_t wrong = 0;
+    for (size_t i = 0; i < kBig; ++i) wrong += out[i] != pattern(total, i);
+    EXPECT_EQ(wrong, 0u) << "survivor " << k;
+  }
+}
+
+class FaultTest : public CollectivesTest, public testing::WithParamInterface<std::tuple<Fault, bool>> {};
+
+TEST_P(FaultTest, SurvivorsReturnPeerLostWithBuffersIntactAndTheRetrySucceeds) {
+  const auto [fault, in_place] = GetParam();
+  MemberProcess victim(port_, pki_.node("victim"));
+  auto comms = join_all(3);
+  fault_mid_allreduce(*this, fault, in_place, comms, victim);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, FaultTest,
+                         testing::Combine(testing::Values(Fault::kKill, Fault::kStop), testing::Bool()),
+                         [](const auto &p) {
+                           return std::string(std::get<0>(p.param) == Fault::kKill ? "Killed" : "Frozen") +
+                                  (std::get<1>(p.param) ? "InPlace" : "OutOfPlace");
+                         });
+
+// Three operations in flight; the member dies during the second: the first committed everywhere,
+// the second and third fail everywhere, and their buffers are untouched.
+TEST_F(CollectivesTest, ConcurrentOperationsWithOneFailing) {
+  MemberProcess victim(port_, pki_.node("victim"));
+  auto comms = join_all(3);
+  ASSERT_EQ(comms.size(), 3u);
+  ASSERT_NE(victim.line(20s).find("size 4 epoch 1"), std::string::npos);
+  const size_t counts[3] = {4096, kBig / 4, 4096};
+  victim.command("batch " + std::to_string(counts[0]) + " " + std::to_string(counts[1]) + " " + std::to_string(counts[2]));
+  std::vector<std::vector<std::vector<float>>> buf(3);
+  std::vector<std::vector<std::shared_ptr<Op>>> ops(3);
+  for (size_t k = 0; k < 3; ++k) {
+    for (size_t j = 0; j < 3; ++j) {
+      buf[k].push_back(filled(counts[j], comms[k]->rank() + 1));
+      auto op = comms[k]->submit(allreduce(buf[k][j].data(), buf[k][j].data(), counts[j]), 0ms);  // AUTO, as the helper
+      ASSERT_TRUE(op.ok()) << op.status().to_string();
+      ops[k].push_back(op.value());
+    }
+  }
+  for (size_t k = 0; k < 3; ++k) {
+    const Status first = comms[k]->wait(ops[k][0], nullptr);
+    ASSERT_TRUE(first.ok()) << first.to_string();
+    for (size_t i = 0; i < counts[0]; ++i) ASSERT_EQ(buf[k][0][i], pattern(10, i));
+  }
+  ASSERT_TRUE(wait_received(comms[0].get(), 8u << 20));
+  victim.signal(SIGKILL);
+  for (size_t k = 0; k < 3; ++k) {
+    // Waited in reverse order: any order works.
+    for (size_t j : {2, 1}) {
+      const Status st = comms[k]->wait(ops[k][j], nullptr);
+      EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST) << "op " << j << ": " << st.to_string();
+      EXPECT_TRUE(buf[k][j] == filled(counts[j], comms[k]->rank() + 1)) << "op " << j << " changed its buffer";
+    }
+  }
+}
+
+TEST_F(CollectivesTest, APeerThatNeverCallsMakesTheOthersTimeOutAndRevokesTheEpoch) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<float> v = filled(1000, 1), before = v;
+  const auto t0 = Clock::now();
+  std::vector<std::future<Status>> calls;
+  for (size_t k = 0; k < 3; ++k) {  // the fourth never calls
+    calls.push_back(std::async(std::launch::async, [c = comms[k].get()] {
+      std::vector<float> mine = filled(1000, 1);
+      auto op = c->submit(allreduce(mine.data(), mine.data(), 1000), 500ms);
+      return op.ok() ? c->wait(op.value(), nullptr) : op.status();
+    }));
+  }
+  for (auto &f : calls) {
+    const Status st = f.get();
+    EXPECT_TRUE(st.code() == WCCL_ERR_TIMEOUT || st.code() == WCCL_ERR_PEER_LOST) << st.to_string();
+  }
+  EXPECT_LT(Clock::now() - t0, 5s);
+  ASSERT_TRUE(comms[3]->wait_revoked(5s)) << "the silent member hears that the epoch is revoked";
+  EXPECT_EQ(run_op(comms[3].get(), allreduce(v.data(), v.data(), 1000)).code(), WCCL_ERR_PEER_LOST);
+  EXPECT_TRUE(v == before);
+  for (const Status &st : CommTest::update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(comms[0]->size(), 4) << "a timeout loses nobody";
+}
+
+TEST_F(CollectivesTest, BarrierReturnsOnlyOnceEveryoneCalledIt) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  Collective barrier;
+  barrier.kind = Kind::kBarrier;
+  std::vector<std::future<Status>> early;
+  for (size_t k = 0; k < 3; ++k) {
+    early.push_back(std::async(std::launch::async, [c = comms[k].get(), barrier] { return run_op(c, barrier); }));
+  }
+  EXPECT_EQ(early[0].wait_for(300ms), std::future_status::timeout) << "returned before the last member called";
+  EXPECT_TRUE(run_op(comms[3].get(), barrier).ok());
+  for (auto &f : early) EXPECT_TRUE(f.get().ok());
+}
+
+TEST_F(CollectivesTest, UpdateWithAnOperationInFlightIsRefused) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<float> v = filled(16, 1);
+  auto op = comms[0]->submit(allreduce(v.data(), v.data(), 16), 0ms);
+  ASSERT_TRUE(op.ok());
+  EXPECT_EQ(comms[0]->update().code(), WCCL_ERR_INVALID_USAGE);
+  comms[0]->abort();
+  EXPECT_EQ(comms[0]->wait(op.value(), nullptr).code(), WCCL_ERR_ABORTED);
+  EXPECT_EQ(v, filled(16, 1));
+}
+
+}  // namespace
+}  // namespace wccl::comm
