@@ -309,7 +309,9 @@ void Communicator::on_control(const ControlMessage &m) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         // Declared lost (or the epoch moved on without us): this epoch is over for us too.
-        if (m.text != "left") {
+        if (m.text == "left") {
+          left_ = true;  // its links close now without it being anyone's failure
+        } else {
           revoked_ = true;
           fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer was removed from epoch %llu: %s",
                                     static_cast<unsigned long long>(epoch_), m.text.c_str()));
@@ -549,7 +551,7 @@ void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId p
   (void)link->recv(kLinkSentinel, never.get(), 1, [this, peer, epoch, never](const Status &why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (epoch != epoch_ || revoked_ || aborted_ || why.code() == WCCL_ERR_ABORTED) return;
+      if (epoch != epoch_ || revoked_ || aborted_ || left_ || why.code() == WCCL_ERR_ABORTED) return;
     }
     WCCL_LOG(log_, kWarn, "ring link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
