@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job: two processes on 127.0.0.1 joined by one TLS 1.3 link (throwaway certificates
-# made for the run) print a bandwidth table. Arguments go to wccl-loopback-demo (--tls off, ...).
+# The main job: wccl-perf starts a coordinator and 4 peers on 127.0.0.1, joined by TLS 1.3 links
+# (throwaway certificates made for the run), and prints an all-reduce bandwidth table over a size
+# sweep. Arguments go to wccl-perf (--tls off, -b/-e/-f, -n, -a ring|tree, --json, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh >/dev/null
-exec "${BUILD_DIR:-build}/examples/wccl-loopback-demo" "$@"
+if [ $# -eq 0 ]; then set -- -b 4K -e 64M -f 8 -n 10 -w 2; fi
+exec "${BUILD_DIR:-build}/bench/wccl-perf" --local 4 "$@"

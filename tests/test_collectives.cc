@@ -2,6 +2,7 @@
 // agrees bit for bit; a member process killed or frozen in the middle of a 256 MiB all-reduce
 // makes every survivor return PEER_LOST with its buffers as they were, and the same call succeeds
 // after update; concurrent operations with one failing; timeouts; the barrier.
+#include <cstdlib>
 #include <cstring>
 
 #include "comm_fixture.h"
@@ -12,7 +13,12 @@ namespace {
 using algo::Collective;
 using algo::Kind;
 
-constexpr size_t kBig = 64u << 20;  // F32 elements: 256 MiB
+// F32 elements of the large all-reduce: 256 MiB, or WCCL_TEST_ALLREDUCE_BYTES (the ThreadSanitizer
+// run uses less: it runs the same schedules, only slower).
+const size_t kBig = [] {
+  const char *bytes = std::getenv("WCCL_TEST_ALLREDUCE_BYTES");
+  return (bytes != nullptr ? std::strtoull(bytes, nullptr, 10) : size_t{256} << 20) / sizeof(float);
+}();
 
 float pattern(int multiplier, size_t i) { return static_cast<float>(multiplier * static_cast<int>(i % 251 + 1)); }
 
@@ -143,7 +149,7 @@ void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place, std::ve
       return run_op(c, allreduce(in, out, kBig, algo::Algo::kRing));
     }));
   }
-  ASSERT_TRUE(wait_received(comms[0].get(), 32u << 20)) << "the all-reduce did not get under way";
+  ASSERT_TRUE(wait_received(comms[0].get(), kBig / 2)) << "the all-reduce did not get under way";
   victim.signal(fault == Fault::kKill ? SIGKILL : SIGSTOP);
   for (size_t k = 0; k < 3; ++k) {
     ASSERT_EQ(running[k].wait_for(20s), std::future_status::ready);
@@ -212,7 +218,7 @@ TEST_F(CollectivesTest, ConcurrentOperationsWithOneFailing) {
     ASSERT_TRUE(first.ok()) << first.to_string();
     for (size_t i = 0; i < counts[0]; ++i) ASSERT_EQ(buf[k][0][i], pattern(10, i));
   }
-  ASSERT_TRUE(wait_received(comms[0].get(), 8u << 20));
+  ASSERT_TRUE(wait_received(comms[0].get(), kBig / 8));
   victim.signal(SIGKILL);
   for (size_t k = 0; k < 3; ++k) {
     // Waited in reverse order: any order works.
