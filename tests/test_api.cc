@@ -206,3 +206,79 @@ TEST(CoordApi, BadConfigurationIsNamed) {
 }
 
 }  // namespace
+
+namespace {
+
+// One peer alone in a plaintext group: enough to reach every argument check of the collectives.
+class CollectiveApi : public testing::Test {
+ protected:
+  void SetUp() override {
+    wccl_config_t *cfg = nullptr;
+    ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+    ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
+    ASSERT_EQ(wccl_config_set(cfg, "log_level", "error"), WCCL_OK);
+    ASSERT_EQ(wccl_config_set(cfg, "listen", "127.0.0.1:0"), WCCL_OK);
+    ASSERT_EQ(wccl_config_set(cfg, "settle_ms", "10"), WCCL_OK);
+    ASSERT_EQ(wccl_coord_start(&coord_, cfg), WCCL_OK) << wccl_last_error();
+    const std::string address = "127.0.0.1:" + std::to_string(wccl_coord_port(coord_));
+    ASSERT_EQ(wccl_config_set(cfg, "coordinator", address.c_str()), WCCL_OK);
+    ASSERT_EQ(wccl_comm_join(&comm_, cfg), WCCL_OK) << wccl_last_error();
+    wccl_config_destroy(cfg);
+  }
+  void TearDown() override {
+    wccl_comm_destroy(comm_);
+    wccl_coord_stop(coord_);
+  }
+  wccl_coord_t *coord_ = nullptr;
+  wccl_comm_t *comm_ = nullptr;
+};
+
+TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
+  float v[4] = {1, 2, 3, 4};
+  auto expect = [](wccl_result_t got, wccl_result_t want, const char *words) {
+    EXPECT_EQ(got, want) << wccl_last_error();
+    EXPECT_NE(std::string(wccl_last_error()).find(words), std::string::npos) << wccl_last_error();
+  };
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, nullptr, nullptr), WCCL_ERR_INVALID_ARGUMENT, "comm is NULL");
+  expect(wccl_allreduce(nullptr, v, 4, WCCL_F32, WCCL_SUM, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "sendbuf");
+  expect(wccl_allreduce(v, nullptr, 4, WCCL_F32, WCCL_SUM, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "recvbuf");
+  expect(wccl_allreduce(v, v, 4, static_cast<wccl_dtype_t>(99), WCCL_SUM, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "dtype 99");
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, static_cast<wccl_redop_t>(-1), comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "op -1");
+  expect(wccl_broadcast(v, v, 4, WCCL_F32, 1, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "root 1");
+  wccl_opts_t o = wccl_opts_default();
+  o.size = 8;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->size");
+  o = wccl_opts_default();
+  o.wire = WCCL_WIRE_INT8;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_UNSUPPORTED, "wire");
+  o = wccl_opts_default();
+  o.algo = 7;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->algo");
+  wccl_request_t *req = reinterpret_cast<wccl_request_t *>(&o);
+  expect(wccl_iallreduce(&req, v, v, 4, WCCL_F32, static_cast<wccl_redop_t>(9), comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "op 9");
+  EXPECT_EQ(req, nullptr) << "an error return creates no request";
+  expect(wccl_wait(nullptr, nullptr), WCCL_ERR_INVALID_ARGUMENT, "req is NULL");
+  EXPECT_EQ(v[0], 1.0f);
+  wccl_request_free(nullptr);
+}
+
+TEST_F(CollectiveApi, OnePeerCollectivesComplete) {
+  float in[3] = {1, 2, 3}, out[3] = {0, 0, 0};
+  ASSERT_EQ(wccl_allreduce(in, out, 3, WCCL_F32, WCCL_AVG, comm_, nullptr), WCCL_OK) << wccl_last_error();
+  EXPECT_EQ(out[2], 3.0f);
+  wccl_request_t *req = nullptr;
+  ASSERT_EQ(wccl_ibarrier(&req, comm_, nullptr), WCCL_OK);
+  wccl_op_stats_t stats;
+  stats.size = sizeof(stats);
+  ASSERT_EQ(wccl_wait(req, &stats), WCCL_OK);
+  EXPECT_EQ(stats.world_size, 1);
+  int done = 0;
+  EXPECT_EQ(wccl_test(req, &done), WCCL_OK);
+  EXPECT_EQ(done, 1) << "a collected request stays done";
+  wccl_request_free(req);
+}
+
+}  // namespace

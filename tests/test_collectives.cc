@@ -2,8 +2,10 @@
 // agrees bit for bit; a member process killed or frozen in the middle of a 256 MiB all-reduce
 // makes every survivor return PEER_LOST with its buffers as they were, and the same call succeeds
 // after update; concurrent operations with one failing; timeouts; the barrier.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "comm_fixture.h"
 
@@ -279,6 +281,113 @@ TEST_F(CollectivesTest, UpdateWithAnOperationInFlightIsRefused) {
   comms[0]->abort();
   EXPECT_EQ(comms[0]->wait(op.value(), nullptr).code(), WCCL_ERR_ABORTED);
   EXPECT_EQ(v, filled(16, 1));
+}
+
+}  // namespace
+}  // namespace wccl::comm
+
+namespace wccl::comm {
+namespace {
+
+// The slow soak: 500 all-reduces while member processes are killed at random moments and new ones
+// join. Every member's outcome of every operation must agree (all OK or all PEER_LOST), every OK
+// result must be exact, and nothing may hang (every wait is bounded).
+TEST_F(CollectivesTest, ChurnSoak) {
+  constexpr int kOps = 500;
+  constexpr size_t kCount = 256 * 1024;
+  std::mt19937 rng(20261121);
+  auto comms = join_all(2);  // two anchors in this process, plus two member processes
+  std::vector<std::unique_ptr<MemberProcess>> members;
+  int spawned = 0;
+  auto spawn = [&] {
+    const std::string name = "member" + std::to_string(spawned++);
+    members.push_back(std::make_unique<MemberProcess>(port_, pki_.node(name), name));
+  };
+  spawn();
+  spawn();
+  ASSERT_EQ(comms.size(), 2u);
+  for (auto &m : members) ASSERT_NE(m->line(20s).find("joined"), std::string::npos);
+  std::vector<size_t> waiting_to_join;  // indexes into members, spawned but not admitted yet
+  int ok = 0, lost = 0, kills = 0;
+  bool revoked = false;
+  for (int it = 0; it < kOps; ++it) {
+    if (revoked || comms[0]->pending() > 0) {
+      for (size_t k = 0; k < members.size(); ++k) {
+        if (std::find(waiting_to_join.begin(), waiting_to_join.end(), k) == waiting_to_join.end()) {
+          members[k]->command("update");
+        }
+      }
+      for (const Status &st : CommTest::update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
+      for (size_t k = 0; k < members.size(); ++k) {
+        const bool joiner = std::find(waiting_to_join.begin(), waiting_to_join.end(), k) != waiting_to_join.end();
+        const std::string line = members[k]->line(30s);
+        ASSERT_NE(line.find(joiner ? "joined" : "update WCCL_OK"), std::string::npos) << "member " << k << ": " << line;
+      }
+      waiting_to_join.clear();
+      revoked = false;
+    }
+    const int n = comms[0]->size();
+    ASSERT_EQ(n, static_cast<int>(comms.size() + members.size()));
+    for (auto &m : members) m->command("allreduce " + std::to_string(kCount));
+    std::vector<std::vector<float>> bufs(comms.size());
+    std::vector<std::future<Status>> anchors;
+    for (size_t k = 0; k < comms.size(); ++k) {
+      bufs[k] = filled(kCount, comms[k]->rank() + 1);
+      anchors.push_back(std::async(std::launch::async, [c = comms[k].get(), b = bufs[k].data()] {
+        return run_op(c, allreduce(b, b, kCount));
+      }));
+    }
+    const int dice = static_cast<int>(rng() % 100);
+    if (dice < 5 && members.size() > 1 && waiting_to_join.empty()) {  // kill a member mid-operation
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 20));
+      const size_t victim = rng() % members.size();
+      members[victim]->signal(SIGKILL);
+      members.erase(members.begin() + static_cast<long>(victim));
+      ++kills;
+    } else if (dice < 10 && members.size() < 4) {  // a newcomer asks to join
+      spawn();
+      waiting_to_join.push_back(members.size() - 1);
+      // Once the members hear of it, the next update admits it.
+      const auto deadline = Clock::now() + 20s;
+      while (comms[0]->pending() < static_cast<int>(waiting_to_join.size()) && Clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+      }
+      ASSERT_EQ(comms[0]->pending(), static_cast<int>(waiting_to_join.size()));
+    }
+    std::vector<wccl_result_t> outcomes;
+    for (size_t k = 0; k < comms.size(); ++k) {
+      ASSERT_EQ(anchors[k].wait_for(60s), std::future_status::ready) << "operation " << it << " hangs";
+      const Status st = anchors[k].get();
+      outcomes.push_back(st.code());
+      if (st.ok()) {
+        for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(bufs[k][i], pattern(n * (n + 1) / 2, i)) << "operation " << it;
+      } else {
+        ASSERT_EQ(st.code(), WCCL_ERR_PEER_LOST) << st.to_string();
+        ASSERT_TRUE(bufs[k] == filled(kCount, comms[k]->rank() + 1)) << "a failed operation changed the buffer";
+      }
+    }
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (std::find(waiting_to_join.begin(), waiting_to_join.end(), k) != waiting_to_join.end()) continue;
+      const std::string line = members[k]->line(60s);
+      ASSERT_EQ(line.rfind("allreduce ", 0), 0u) << "member " << k << " at operation " << it << ": " << line;
+      outcomes.push_back(line.find("WCCL_OK 0") != std::string::npos ? WCCL_OK : WCCL_ERR_PEER_LOST);
+      if (line.find("WCCL_OK") == std::string::npos) {
+        ASSERT_NE(line.find("WCCL_ERR_PEER_LOST"), std::string::npos) << line;
+      } else {
+        ASSERT_NE(line.find("WCCL_OK 0"), std::string::npos) << "wrong elements: " << line;
+      }
+    }
+    for (wccl_result_t r : outcomes) ASSERT_EQ(r, outcomes[0]) << "members disagree on operation " << it;
+    if (outcomes[0] == WCCL_OK) {
+      ++ok;
+    } else {
+      ++lost;
+      revoked = true;
+    }
+  }
+  std::printf("churn: %d operations OK, %d PEER_LOST, %d members killed, %d spawned\n", ok, lost, kills, spawned);
+  EXPECT_GT(ok, kOps / 2);
+  EXPECT_GT(kills, 0);
 }
 
 }  // namespace

@@ -452,6 +452,17 @@ TEST_F(MembershipTest, AFailedOperationRevokesTheEpochWithoutLosingAnyone) {
   expect_announced(m.take_notices(), 2, {A, B, C});
 }
 
+TEST_F(MembershipTest, BrokenLinksInARevokedEpochProbeNobody) {
+  Membership m(options());
+  form(m, {A, B, C});
+  m.op_failed(A, 1, 1, "timeout", t);
+  (void)m.take_notices();
+  m.link_broken(B, C, t);  // members close a revoked epoch's links on purpose
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kProbe).empty());
+  m.tick(t + 500ms);
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kRevoked).empty()) << "nobody was lost";
+}
+
 TEST_F(MembershipTest, ARestartedCoordinatorKeepsACommitAnyMemberSaw) {
   Membership m(options());
   const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}};

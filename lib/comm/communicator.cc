@@ -625,9 +625,8 @@ void Communicator::fail_undecided(const Status &why) {
   queue_.clear();
   for (auto &[seq, op] : awaiting_) decide(op, why);
   awaiting_.clear();
-  if (!epoch_failure_.ok() || why.code() != WCCL_ERR_ABORTED) {
-    if (epoch_failure_.ok()) epoch_failure_ = why;
-  }
+  // The first cause is what later operations of the epoch report (an abort has its own flag).
+  if (epoch_failure_.ok() && why.code() != WCCL_ERR_ABORTED) epoch_failure_ = why;
   // The running operation is decided by the worker once its data phase has stopped.
   if (running_exchange_ != nullptr) running_exchange_->cancel(why);
 }
