@@ -103,7 +103,9 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
     for (int r = 0; r < n; ++r) {
       ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
       EXPECT_EQ(stats[r].world_size, 4);
-      if (k.kind != Kind::kReduceScatter) EXPECT_TRUE(out[r] == out[0]) << "rank " << r << " differs from rank 0";
+      if (k.kind != Kind::kReduceScatter) {
+        EXPECT_TRUE(out[r] == out[0]) << "rank " << r << " differs from rank 0";
+      }
       const std::vector<float> &o = out[r];
       for (size_t i = 0; i < o.size(); ++i) {
         float want = 0;

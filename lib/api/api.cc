@@ -33,20 +33,20 @@ thread_local std::string t_last_error;
 
 void set_last_error(const Status &status) { t_last_error = status.to_string(); }
 
+// A C caller may pass any int as an enum; loading it as the enum type would be undefined for values
+// outside the enumerators, so parameters are read as the ints they are.
+static int enum_value(const void *e) {
+  int v;
+  std::memcpy(&v, e, sizeof(v));
+  return v;
+}
+
 }  // namespace wccl
 
 extern "C" {
 
-// A C caller may pass any int; in C++ loading an enum outside its enumerators' range is undefined,
-// so the value is read as the int it is.
-static int result_code(const wccl_result_t &result) {
-  int code;
-  std::memcpy(&code, &result, sizeof(code));
-  return code;
-}
-
 const char *wccl_result_name(wccl_result_t result) {
-  switch (result_code(result)) {
+  switch (wccl::enum_value(&result)) {
 #define WCCL_RESULT_NAME_(name, value, message) \
   case value:                                   \
     return #name;
@@ -57,7 +57,7 @@ const char *wccl_result_name(wccl_result_t result) {
 }
 
 const char *wccl_strerror(wccl_result_t result) {
-  switch (result_code(result)) {
+  switch (wccl::enum_value(&result)) {
 #define WCCL_RESULT_MESSAGE_(name, value, message) \
   case value:                                      \
     return message;
@@ -170,23 +170,18 @@ void wccl_comm_destroy(wccl_comm_t *comm) { delete comm; }
 namespace wccl {
 namespace {
 
-int enum_value(const void *e) {
-  int v;
-  std::memcpy(&v, e, sizeof(v));
-  return v;
-}
+constexpr int kNoOp = -1000;  // prepare(): the collective takes no reduction operator
 
 // Validates what every collective shares and fills c's type, op and options.
-Status prepare(const char *fn, algo::Collective *c, wccl_dtype_t dtype, const wccl_redop_t *op, wccl_comm_t *comm,
-               const wccl_opts_t *opts, std::chrono::milliseconds *timeout) {
+// dtype and op are the raw ints the caller passed (see enum_value); op is kNoOp where there is none.
+Status prepare(const char *fn, algo::Collective *c, int dtype, int op, wccl_comm_t *comm, const wccl_opts_t *opts,
+               std::chrono::milliseconds *timeout) {
   WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
-  const int t = enum_value(&dtype);
-  WCCL_CHECK_ARG(t >= 0 && t < codec::kDtypeCount, "%s: dtype %d is not a wccl_dtype_t", fn, t);
-  c->dtype = static_cast<codec::Dtype>(t);
-  if (op != nullptr) {
-    const int o = enum_value(op);
-    WCCL_CHECK_ARG(o >= 0 && o < codec::kRedOpCount, "%s: op %d is not a wccl_redop_t", fn, o);
-    c->op = static_cast<codec::RedOp>(o);
+  WCCL_CHECK_ARG(dtype >= 0 && dtype < codec::kDtypeCount, "%s: dtype %d is not a wccl_dtype_t", fn, dtype);
+  c->dtype = static_cast<codec::Dtype>(dtype);
+  if (op != kNoOp) {
+    WCCL_CHECK_ARG(op >= 0 && op < codec::kRedOpCount, "%s: op %d is not a wccl_redop_t", fn, op);
+    c->op = static_cast<codec::RedOp>(op);
   }
   wccl_opts_t o = opts != nullptr ? *opts : wccl_opts_default();
   WCCL_CHECK_ARG(o.size == sizeof(wccl_opts_t), "%s: opts->size is %zu, not sizeof(wccl_opts_t) = %zu (use wccl_opts_default)",
@@ -270,10 +265,11 @@ wccl_opts_t wccl_opts_default(void) {
   return o;
 }
 
+// The helpers below take dtype and op as the ints the caller passed (wccl::enum_value).
 static wccl_result_t allreduce(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
-                               wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
+                               int dtype, int op, wccl_comm_t *comm, const wccl_opts_t *opts) {
   return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, &op, comm, opts, timeout));
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, comm, opts, timeout));
     c->kind = wccl::algo::Kind::kAllreduce;
     c->count = count;
     c->in = sendbuf;
@@ -285,7 +281,7 @@ static wccl_result_t allreduce(const char *fn, wccl_request_t **req, const void 
 
 wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, wccl_redop_t op,
                              wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return allreduce("wccl_allreduce", nullptr, sendbuf, recvbuf, count, dtype, op, comm, opts);
+  return allreduce("wccl_allreduce", nullptr, sendbuf, recvbuf, count, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
 wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
@@ -293,13 +289,13 @@ wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *r
   if (req == nullptr) {
     return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_iallreduce: req (the out-handle) is NULL"); });
   }
-  return allreduce("wccl_iallreduce", req, sendbuf, recvbuf, count, dtype, op, comm, opts);
+  return allreduce("wccl_iallreduce", req, sendbuf, recvbuf, count, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
 static wccl_result_t broadcast(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
-                               wccl_dtype_t dtype, int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
+                               int dtype, int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
   return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, nullptr, comm, opts, timeout));
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, comm, opts, timeout));
     const int size = comm->impl->size();
     WCCL_CHECK_ARG(root >= 0 && root < size, "%s: root %d is not a rank of this epoch (size %d)", fn, root, size);
     c->kind = wccl::algo::Kind::kBroadcast;
@@ -314,7 +310,7 @@ static wccl_result_t broadcast(const char *fn, wccl_request_t **req, const void 
 
 wccl_result_t wccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, int root,
                              wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return broadcast("wccl_broadcast", nullptr, sendbuf, recvbuf, count, dtype, root, comm, opts);
+  return broadcast("wccl_broadcast", nullptr, sendbuf, recvbuf, count, wccl::enum_value(&dtype), root, comm, opts);
 }
 
 wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
@@ -322,13 +318,13 @@ wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *r
   if (req == nullptr) {
     return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_ibroadcast: req (the out-handle) is NULL"); });
   }
-  return broadcast("wccl_ibroadcast", req, sendbuf, recvbuf, count, dtype, root, comm, opts);
+  return broadcast("wccl_ibroadcast", req, sendbuf, recvbuf, count, wccl::enum_value(&dtype), root, comm, opts);
 }
 
 static wccl_result_t allgather(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
-                               wccl_dtype_t dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
+                               int dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
   return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, nullptr, comm, opts, timeout));
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, comm, opts, timeout));
     c->kind = wccl::algo::Kind::kAllgather;
     c->count = count;
     c->in = sendbuf;
@@ -340,7 +336,7 @@ static wccl_result_t allgather(const char *fn, wccl_request_t **req, const void 
 
 wccl_result_t wccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, wccl_dtype_t dtype, wccl_comm_t *comm,
                              const wccl_opts_t *opts) {
-  return allgather("wccl_allgather", nullptr, sendbuf, recvbuf, sendcount, dtype, comm, opts);
+  return allgather("wccl_allgather", nullptr, sendbuf, recvbuf, sendcount, wccl::enum_value(&dtype), comm, opts);
 }
 
 wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -348,14 +344,14 @@ wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *r
   if (req == nullptr) {
     return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_iallgather: req (the out-handle) is NULL"); });
   }
-  return allgather("wccl_iallgather", req, sendbuf, recvbuf, sendcount, dtype, comm, opts);
+  return allgather("wccl_iallgather", req, sendbuf, recvbuf, sendcount, wccl::enum_value(&dtype), comm, opts);
 }
 
 static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf,
-                                    size_t count, wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm,
+                                    size_t count, int dtype, int op, wccl_comm_t *comm,
                                     const wccl_opts_t *opts) {
   return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, &op, comm, opts, timeout));
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, comm, opts, timeout));
     c->kind = wccl::algo::Kind::kReduceScatter;
     c->count = count;
     c->in = sendbuf;
@@ -367,7 +363,7 @@ static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, const 
 
 wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, wccl_dtype_t dtype,
                                   wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return reduce_scatter("wccl_reduce_scatter", nullptr, sendbuf, recvbuf, recvcount, dtype, op, comm, opts);
+  return reduce_scatter("wccl_reduce_scatter", nullptr, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
 wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -375,12 +371,12 @@ wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, vo
   if (req == nullptr) {
     return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_ireduce_scatter: req (the out-handle) is NULL"); });
   }
-  return reduce_scatter("wccl_ireduce_scatter", req, sendbuf, recvbuf, recvcount, dtype, op, comm, opts);
+  return reduce_scatter("wccl_ireduce_scatter", req, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
 static wccl_result_t barrier(const char *fn, wccl_request_t **req, wccl_comm_t *comm, const wccl_opts_t *opts) {
   return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, nullptr, comm, opts, timeout));
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, wccl::kNoOp, comm, opts, timeout));
     c->kind = wccl::algo::Kind::kBarrier;
     *cm = comm;
     return wccl::Status();
