@@ -174,9 +174,8 @@ constexpr int kNoOp = -1000;  // prepare(): the collective takes no reduction op
 
 // Validates what every collective shares and fills c's type, op and options.
 // dtype and op are the raw ints the caller passed (see enum_value); op is kNoOp where there is none.
-Status prepare(const char *fn, algo::Collective *c, int dtype, int op, wccl_comm_t *comm, const wccl_opts_t *opts,
+Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wccl_opts_t *opts,
                std::chrono::milliseconds *timeout) {
-  WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
   WCCL_CHECK_ARG(dtype >= 0 && dtype < codec::kDtypeCount, "%s: dtype %d is not a wccl_dtype_t", fn, dtype);
   c->dtype = static_cast<codec::Dtype>(dtype);
   if (op != kNoOp) {
@@ -238,14 +237,15 @@ Status run_blocking(const algo::Collective &c, wccl_comm_t *comm, std::chrono::m
   return comm->impl->wait(op.value(), nullptr);
 }
 
+// Checks comm, lets build fill in and check the collective, then queues it (req) or runs it.
 template <typename Build>
-wccl_result_t collective(wccl_request_t **req, Build build) {
+wccl_result_t collective(const char *fn, wccl_request_t **req, wccl_comm_t *comm, Build build) {
   if (req != nullptr) *req = nullptr;
   return api_call([&]() -> Status {
+    WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
     algo::Collective c;
-    wccl_comm_t *comm = nullptr;
     std::chrono::milliseconds timeout{0};
-    WCCL_RETURN_IF_ERROR(build(&c, &comm, &timeout));
+    WCCL_RETURN_IF_ERROR(build(&c, &timeout));
     return req != nullptr ? start(c, comm, timeout, req) : run_blocking(c, comm, timeout);
   });
 }
@@ -268,13 +268,12 @@ wccl_opts_t wccl_opts_default(void) {
 // The helpers below take dtype and op as the ints the caller passed (wccl::enum_value).
 static wccl_result_t allreduce(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
                                int dtype, int op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, comm, opts, timeout));
+  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
     c->kind = wccl::algo::Kind::kAllreduce;
     c->count = count;
     c->in = sendbuf;
     c->out = recvbuf;
-    *cm = comm;
     return wccl::check_buffers(fn, *c, comm, true);
   });
 }
@@ -294,8 +293,8 @@ wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *r
 
 static wccl_result_t broadcast(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
                                int dtype, int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, comm, opts, timeout));
+  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
     const int size = comm->impl->size();
     WCCL_CHECK_ARG(root >= 0 && root < size, "%s: root %d is not a rank of this epoch (size %d)", fn, root, size);
     c->kind = wccl::algo::Kind::kBroadcast;
@@ -303,7 +302,6 @@ static wccl_result_t broadcast(const char *fn, wccl_request_t **req, const void 
     c->root = root;
     c->in = sendbuf;
     c->out = recvbuf;
-    *cm = comm;
     return wccl::check_buffers(fn, *c, comm, comm->impl->rank() == root);
   });
 }
@@ -323,13 +321,12 @@ wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *r
 
 static wccl_result_t allgather(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
                                int dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, comm, opts, timeout));
+  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
     c->kind = wccl::algo::Kind::kAllgather;
     c->count = count;
     c->in = sendbuf;
     c->out = recvbuf;
-    *cm = comm;
     return wccl::check_buffers(fn, *c, comm, true);
   });
 }
@@ -350,13 +347,12 @@ wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *r
 static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf,
                                     size_t count, int dtype, int op, wccl_comm_t *comm,
                                     const wccl_opts_t *opts) {
-  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, comm, opts, timeout));
+  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
     c->kind = wccl::algo::Kind::kReduceScatter;
     c->count = count;
     c->in = sendbuf;
     c->out = recvbuf;
-    *cm = comm;
     return wccl::check_buffers(fn, *c, comm, true);
   });
 }
@@ -375,10 +371,9 @@ wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, vo
 }
 
 static wccl_result_t barrier(const char *fn, wccl_request_t **req, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(req, [&](wccl::algo::Collective *c, wccl_comm_t **cm, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, wccl::kNoOp, comm, opts, timeout));
+  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, wccl::kNoOp, opts, timeout));
     c->kind = wccl::algo::Kind::kBarrier;
-    *cm = comm;
     return wccl::Status();
   });
 }
