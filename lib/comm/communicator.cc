@@ -272,6 +272,14 @@ void Communicator::on_control(const ControlMessage &m) {
       std::map<int, std::shared_ptr<net::Link>> old;
       {
         std::lock_guard<std::mutex> lock(mu_);
+        if (m.epoch == epoch_ && m.ring == ring_ && rank_ >= 0 && !revoked_) {
+          // The same epoch confirmed (nothing changed at the update, or a restarted coordinator
+          // adopted it): its links and its operation numbering carry on.
+          pending_ = 0;
+          ++epochs_seen_;
+          cv_.notify_all();
+          break;
+        }
         // Operations of the previous epoch that are still undecided can no longer commit.
         fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu ended before the operation was committed",
                                   static_cast<unsigned long long>(epoch_)));

@@ -328,9 +328,9 @@ void Membership::maybe_complete_update() {
     ++epoch_;
     ring_ = std::move(next);
     revoked_ = false;
+    done_.clear();  // operation numbers start again with every new epoch
+    committed_ = 0;
   }
-  done_.clear();  // operation numbers start again with every announcement
-  committed_ = 0;
   announce_epoch();
 }
 

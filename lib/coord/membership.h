@@ -18,7 +18,8 @@
 //   heartbeat earns a kRemoved notice, and its next update() re-registers it as a joiner.
 // - After a coordinator restart, peers rejoin() with the epoch and ring they hold; the highest
 //   epoch reported is adopted, so numbering continues and members keep their epoch.
-// - Operations are numbered 1, 2, ... within each announced epoch, in the order every member
+// - Operations are numbered 1, 2, ... within each epoch (a confirmed epoch continues its
+//   numbering), in the order every member
 //   calls them. A member reports done(seq) when its data phase completed; once every member has,
 //   operation seq is committed (kCommit to every member; it implies every earlier one). A
 //   revocation decides every operation not committed by then: it failed. So no member can see
