@@ -261,6 +261,7 @@ TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
          "op 9");
   EXPECT_EQ(req, nullptr) << "an error return creates no request";
   expect(wccl_wait(nullptr, nullptr), WCCL_ERR_INVALID_ARGUMENT, "req is NULL");
+  expect(wccl_ibarrier(nullptr, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "wccl_ibarrier: req (the out-handle) is NULL");
   EXPECT_EQ(v[0], 1.0f);
   wccl_request_free(nullptr);
 }

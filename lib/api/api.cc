@@ -237,16 +237,18 @@ Status run_blocking(const algo::Collective &c, wccl_comm_t *comm, std::chrono::m
   return comm->impl->wait(op.value(), nullptr);
 }
 
-// Checks comm, lets build fill in and check the collective, then queues it (req) or runs it.
+// Checks req (non-blocking forms) and comm, lets build fill in and check the collective, then
+// queues it (*req) or runs it to its outcome.
 template <typename Build>
-wccl_result_t collective(const char *fn, wccl_request_t **req, wccl_comm_t *comm, Build build) {
+wccl_result_t collective(const char *fn, wccl_request_t **req, bool nonblocking, wccl_comm_t *comm, Build build) {
   if (req != nullptr) *req = nullptr;
   return api_call([&]() -> Status {
+    WCCL_CHECK_ARG(!nonblocking || req != nullptr, "%s: req (the out-handle) is NULL", fn);
     WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
     algo::Collective c;
     std::chrono::milliseconds timeout{0};
     WCCL_RETURN_IF_ERROR(build(&c, &timeout));
-    return req != nullptr ? start(c, comm, timeout, req) : run_blocking(c, comm, timeout);
+    return nonblocking ? start(c, comm, timeout, req) : run_blocking(c, comm, timeout);
   });
 }
 
@@ -266,9 +268,9 @@ wccl_opts_t wccl_opts_default(void) {
 }
 
 // The helpers below take dtype and op as the ints the caller passed (wccl::enum_value).
-static wccl_result_t allreduce(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+static wccl_result_t allreduce(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf, size_t count,
                                int dtype, int op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
     WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
     c->kind = wccl::algo::Kind::kAllreduce;
     c->count = count;
@@ -280,20 +282,17 @@ static wccl_result_t allreduce(const char *fn, wccl_request_t **req, const void 
 
 wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, wccl_redop_t op,
                              wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return allreduce("wccl_allreduce", nullptr, sendbuf, recvbuf, count, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
+  return allreduce("wccl_allreduce", nullptr, false, sendbuf, recvbuf, count, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
 wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
                               wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  if (req == nullptr) {
-    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_iallreduce: req (the out-handle) is NULL"); });
-  }
-  return allreduce("wccl_iallreduce", req, sendbuf, recvbuf, count, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
+  return allreduce("wccl_iallreduce", req, true, sendbuf, recvbuf, count, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
-static wccl_result_t broadcast(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+static wccl_result_t broadcast(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf, size_t count,
                                int dtype, int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
     WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
     const int size = comm->impl->size();
     WCCL_CHECK_ARG(root >= 0 && root < size, "%s: root %d is not a rank of this epoch (size %d)", fn, root, size);
@@ -308,20 +307,17 @@ static wccl_result_t broadcast(const char *fn, wccl_request_t **req, const void 
 
 wccl_result_t wccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, int root,
                              wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return broadcast("wccl_broadcast", nullptr, sendbuf, recvbuf, count, wccl::enum_value(&dtype), root, comm, opts);
+  return broadcast("wccl_broadcast", nullptr, false, sendbuf, recvbuf, count, wccl::enum_value(&dtype), root, comm, opts);
 }
 
 wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
                               int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  if (req == nullptr) {
-    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_ibroadcast: req (the out-handle) is NULL"); });
-  }
-  return broadcast("wccl_ibroadcast", req, sendbuf, recvbuf, count, wccl::enum_value(&dtype), root, comm, opts);
+  return broadcast("wccl_ibroadcast", req, true, sendbuf, recvbuf, count, wccl::enum_value(&dtype), root, comm, opts);
 }
 
-static wccl_result_t allgather(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+static wccl_result_t allgather(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf, size_t count,
                                int dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
     WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
     c->kind = wccl::algo::Kind::kAllgather;
     c->count = count;
@@ -333,21 +329,18 @@ static wccl_result_t allgather(const char *fn, wccl_request_t **req, const void 
 
 wccl_result_t wccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, wccl_dtype_t dtype, wccl_comm_t *comm,
                              const wccl_opts_t *opts) {
-  return allgather("wccl_allgather", nullptr, sendbuf, recvbuf, sendcount, wccl::enum_value(&dtype), comm, opts);
+  return allgather("wccl_allgather", nullptr, false, sendbuf, recvbuf, sendcount, wccl::enum_value(&dtype), comm, opts);
 }
 
 wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t sendcount,
                               wccl_dtype_t dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  if (req == nullptr) {
-    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_iallgather: req (the out-handle) is NULL"); });
-  }
-  return allgather("wccl_iallgather", req, sendbuf, recvbuf, sendcount, wccl::enum_value(&dtype), comm, opts);
+  return allgather("wccl_iallgather", req, true, sendbuf, recvbuf, sendcount, wccl::enum_value(&dtype), comm, opts);
 }
 
-static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, const void *sendbuf, void *recvbuf,
+static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf,
                                     size_t count, int dtype, int op, wccl_comm_t *comm,
                                     const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
     WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
     c->kind = wccl::algo::Kind::kReduceScatter;
     c->count = count;
@@ -359,32 +352,28 @@ static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, const 
 
 wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, wccl_dtype_t dtype,
                                   wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return reduce_scatter("wccl_reduce_scatter", nullptr, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
+  return reduce_scatter("wccl_reduce_scatter", nullptr, false, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
 wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t recvcount,
                                    wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  if (req == nullptr) {
-    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_ireduce_scatter: req (the out-handle) is NULL"); });
-  }
-  return reduce_scatter("wccl_ireduce_scatter", req, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
+  return reduce_scatter("wccl_ireduce_scatter", req, true, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
-static wccl_result_t barrier(const char *fn, wccl_request_t **req, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+static wccl_result_t barrier(const char *fn, wccl_request_t **req, bool nonblocking, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
     WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, wccl::kNoOp, opts, timeout));
     c->kind = wccl::algo::Kind::kBarrier;
     return wccl::Status();
   });
 }
 
-wccl_result_t wccl_barrier(wccl_comm_t *comm, const wccl_opts_t *opts) { return barrier("wccl_barrier", nullptr, comm, opts); }
+wccl_result_t wccl_barrier(wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return barrier("wccl_barrier", nullptr, false, comm, opts);
+}
 
 wccl_result_t wccl_ibarrier(wccl_request_t **req, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  if (req == nullptr) {
-    return wccl::api_call([] { return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "wccl_ibarrier: req (the out-handle) is NULL"); });
-  }
-  return barrier("wccl_ibarrier", req, comm, opts);
+  return barrier("wccl_ibarrier", req, true, comm, opts);
 }
 
 wccl_result_t wccl_wait(wccl_request_t *req, wccl_op_stats_t *stats) {
