@@ -639,6 +639,22 @@ void Communicator::fail_undecided(const Status &why) {
   if (running_exchange_ != nullptr) running_exchange_->cancel(why);
 }
 
+ControlMessage Communicator::fail_here(const std::shared_ptr<Op> &op, const Status &why) {
+  revoked_ = true;
+  const Status lost = WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
+                                 static_cast<unsigned long long>(op->seq), why.message().c_str());
+  fail_undecided(lost);
+  // Running out of time or memory is this peer's own outcome; anything else (a broken link, a
+  // refused frame) means the epoch is lost, as the others will hear.
+  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY;
+  decide(op, own ? why : lost);
+  ControlMessage report = message(MessageType::kOpFailed);
+  report.epoch = op->epoch;
+  report.seq = op->seq;
+  report.text = why.message();
+  return report;
+}
+
 void Communicator::work() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -676,22 +692,14 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
       stop = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu did not open before the operation's deadline",
                         static_cast<unsigned long long>(op->epoch));
     }
-    if (!stop.ok()) {
-      const bool local = stop.code() == WCCL_ERR_TIMEOUT;  // this peer's failure: the others must hear
-      if (local) {
-        revoked_ = true;
-        fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
-                                  static_cast<unsigned long long>(op->seq), stop.message().c_str()));
-      }
-      decide(op, stop);
+    if (stop.code() == WCCL_ERR_TIMEOUT) {  // this peer's failure: the others must hear
+      const ControlMessage report = fail_here(op, stop);
       lock.unlock();
-      if (local) {
-        ControlMessage failed = message(MessageType::kOpFailed);
-        failed.epoch = op->epoch;
-        failed.seq = op->seq;
-        failed.text = stop.message();
-        (void)send(failed);
-      }
+      (void)send(report);
+      return;
+    }
+    if (!stop.ok()) {
+      decide(op, stop);
       return;
     }
     links = links_;
@@ -711,18 +719,12 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   if (!scratch && scratch_bytes != 0) {
     const Status st = WCCL_ERROR(WCCL_ERR_NO_MEMORY, "no memory for the %zu-byte result buffer of operation %llu",
                                  scratch_bytes, static_cast<unsigned long long>(op->seq));
+    ControlMessage report;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      revoked_ = true;
-      fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
-                                static_cast<unsigned long long>(op->seq), st.message().c_str()));
-      decide(op, st);
+      report = fail_here(op, st);
     }
-    ControlMessage failed = message(MessageType::kOpFailed);
-    failed.epoch = op->epoch;
-    failed.seq = op->seq;
-    failed.text = st.message();
-    (void)send(failed);
+    (void)send(report);
     return;
   }
   LinkChannel channel(op->epoch, op->seq, op->rank, op->size, std::move(links));
@@ -736,9 +738,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   algo::Collective c = op->c;
   c.out = scratch.get();
   const Status st = algo::run(ex, c);
-  ControlMessage report = message(st.ok() ? MessageType::kDone : MessageType::kOpFailed);
-  report.epoch = op->epoch;
-  report.seq = op->seq;
+  ControlMessage report;
   bool send_report = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -755,16 +755,13 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     } else if (st.ok()) {
       op->state = Op::State::kAwaiting;
       awaiting_[op->seq] = op;
+      report = message(MessageType::kDone);
+      report.epoch = op->epoch;
+      report.seq = op->seq;
       send_report = true;
     } else {
-      // It failed here first (a broken link, the deadline): the epoch is revoked for everyone.
-      revoked_ = true;
-      report.text = st.message();
+      report = fail_here(op, st);  // a broken link, the deadline: the epoch is revoked for everyone
       send_report = true;
-      Status lost = WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
-                               static_cast<unsigned long long>(op->seq), st.message().c_str());
-      fail_undecided(lost);
-      decide(op, st.code() == WCCL_ERR_TIMEOUT ? st : lost);
     }
   }
   cv_.notify_all();
@@ -815,15 +812,9 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
                                         op->state == Op::State::kAwaiting ? " (the coordinator did not decide)" : "");
       awaiting_.erase(op->seq);
       queue_.erase(std::remove(queue_.begin(), queue_.end(), op), queue_.end());
-      decide(op, timeout);
-      revoked_ = true;
-      fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu timed out on this peer", static_cast<unsigned long long>(op->seq)));
-      ControlMessage failed = message(MessageType::kOpFailed);
-      failed.epoch = op->epoch;
-      failed.seq = op->seq;
-      failed.text = timeout.message();
+      const ControlMessage report = fail_here(op, timeout);
       lock.unlock();
-      (void)send(failed);
+      (void)send(report);
       lock.lock();
     }
   }

@@ -105,6 +105,9 @@ class Communicator {
   // The operations' side. Under mu_:
   void decide(const std::shared_ptr<Op> &op, Status outcome);
   void fail_undecided(const Status &why);  // every operation not decided yet, and the running one
+  // op failed on this peer first (`why`): revokes the epoch here, fails every other undecided
+  // operation, decides op, and returns the OP_FAILED report to send once mu_ is released.
+  coord::ControlMessage fail_here(const std::shared_ptr<Op> &op, const Status &why);
   int rank_of(coord::PeerId id) const;
   std::set<int> neighbours() const;  // ranks this peer links to in the current epoch
   algo::Algo choose(const algo::Collective &c, int n) const;
