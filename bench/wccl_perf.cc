@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "certgen.h"
+#include "codec/half.h"
 #include "codec/reduce.h"
 #include "wccl/wccl.h"
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "algo/collectives.h"
+#include "codec/half.h"
 #include "memory_channel.h"
 
 namespace wccl::test {

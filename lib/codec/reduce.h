@@ -1,6 +1,6 @@
 // Element types, reduction operators and the reduction kernels the collectives run on their
-// worker thread (never on the I/O loop). The kernels are plain loops over restrict pointers that
-// the compiler vectorises; F16 and BF16 are converted to F32, combined, and rounded back to
+// worker thread (never on the I/O loop), through the fastest kernel tier of this CPU
+// (codec/kernels.h). F16 and BF16 are converted to F32, combined, and rounded back to
 // nearest-even once per call, so a ring hop rounds once per element.
 #pragma once
 
@@ -27,11 +27,5 @@ void reduce(Dtype t, RedOp op, void *dst, const void *src, size_t count);
 void reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, size_t count);
 // dst[i] /= n: the last step of AVG (integer types divide with truncation toward zero).
 void finish_avg(Dtype t, void *dst, size_t count, int n);
-
-// IEEE binary16 and bfloat16 from and to float, rounding to nearest-even (NaN stays NaN).
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-float bf16_to_float(uint16_t b);
-uint16_t float_to_bf16(float f);
 
 }  // namespace wccl::codec

@@ -1,0 +1,281 @@
+// The codec kernels of one instruction-set tier. lib/meson.build compiles this file once per tier
+// with -DWCCL_CODEC_TIER=<tier>, that tier's target flags, -O3 and -ffp-contract=off (a fused
+// multiply-add would round differently from the other tiers and from the CUDA kernels). The loops
+// are written for the vectoriser: restrict pointers, integer reductions (never float ones, which
+// it would only reorder under fast-math), and no calls. Everything here has internal linkage or lives in the tier's own
+// namespace, so no function compiled for one tier can be picked up by another at link time.
+#include <cfloat>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "codec/half.h"
+#include "codec/kernels.h"
+
+#ifndef WCCL_CODEC_TIER
+#error "compile with -DWCCL_CODEC_TIER=<tier>"
+#endif
+
+namespace wccl::codec::WCCL_CODEC_TIER {
+namespace {
+
+// Integer SUM and PROD wrap around (two's complement), as in NCCL and MPI implementations: the
+// arithmetic is done in the unsigned type, so overflow is defined.
+template <typename T>
+struct Sum {
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    } else {
+      return a + b;
+    }
+  }
+};
+template <typename T>
+struct Prod {
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      // unsigned int, not the narrow unsigned type: uint8 * uint8 would promote to signed int.
+      using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+      return static_cast<T>(static_cast<U>(static_cast<U>(static_cast<std::make_unsigned_t<T>>(a)) *
+                                           static_cast<U>(static_cast<std::make_unsigned_t<T>>(b))));
+    } else {
+      return a * b;
+    }
+  }
+};
+template <typename T>
+struct Min {
+  static T apply(T a, T b) { return b < a ? b : a; }
+};
+template <typename T>
+struct Max {
+  static T apply(T a, T b) { return a < b ? b : a; }
+};
+
+template <typename T, template <typename> class Op>
+void loop(T *__restrict dst, const T *__restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op<T>::apply(dst[i], src[i]);
+}
+template <typename T, template <typename> class Op>
+void loop3(T *__restrict dst, const T *__restrict a, const T *__restrict b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op<T>::apply(a[i], b[i]);
+}
+
+// 16-bit floats: widen, combine in F32, round back once.
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float), template <typename> class Op>
+void loop16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Narrow(Op<float>::apply(Widen(a[i]), Widen(b[i])));
+}
+
+template <template <typename> class Op>
+void dispatch(Dtype t, void *dst, const void *a, const void *b, size_t n) {
+  // a == dst is the in-place form; restrict forbids aliasing, so it has its own loop.
+  const bool inplace = a == dst;
+  auto run = [&](auto *d) {
+    using T = std::remove_pointer_t<decltype(d)>;
+    if (inplace) {
+      loop<T, Op>(d, static_cast<const T *>(b), n);
+    } else {
+      loop3<T, Op>(d, static_cast<const T *>(a), static_cast<const T *>(b), n);
+    }
+  };
+  switch (t) {
+    case Dtype::kF32: return run(static_cast<float *>(dst));
+    case Dtype::kF64: return run(static_cast<double *>(dst));
+    case Dtype::kI8: return run(static_cast<int8_t *>(dst));
+    case Dtype::kU8: return run(static_cast<uint8_t *>(dst));
+    case Dtype::kI32: return run(static_cast<int32_t *>(dst));
+    case Dtype::kI64: return run(static_cast<int64_t *>(dst));
+    case Dtype::kF16:
+      return loop16<half_to_float, float_to_half, Op>(static_cast<uint16_t *>(dst), static_cast<const uint16_t *>(a),
+                                                      static_cast<const uint16_t *>(b), n);
+    case Dtype::kBF16:
+      return loop16<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t *>(dst), static_cast<const uint16_t *>(a),
+                                                      static_cast<const uint16_t *>(b), n);
+  }
+}
+
+void reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, size_t n) {
+  switch (op) {
+    case RedOp::kSum: case RedOp::kAvg: return dispatch<Sum>(t, dst, a, b, n);
+    case RedOp::kMin: return dispatch<Min>(t, dst, a, b, n);
+    case RedOp::kMax: return dispatch<Max>(t, dst, a, b, n);
+    case RedOp::kProd: return dispatch<Prod>(t, dst, a, b, n);
+  }
+}
+
+template <typename T>
+void divide(T *__restrict d, size_t n, int by) {
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / static_cast<T>(by));
+}
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
+void divide16(uint16_t *__restrict d, size_t n, int by) {
+  for (size_t i = 0; i < n; ++i) d[i] = Narrow(Widen(d[i]) / static_cast<float>(by));
+}
+
+void finish_avg(Dtype t, void *dst, size_t n, int by) {
+  switch (t) {
+    case Dtype::kF32: return divide(static_cast<float *>(dst), n, by);
+    case Dtype::kF64: return divide(static_cast<double *>(dst), n, by);
+    case Dtype::kI8: return divide(static_cast<int8_t *>(dst), n, by);
+    case Dtype::kU8: return divide(static_cast<uint8_t *>(dst), n, by);
+    case Dtype::kI32: return divide(static_cast<int32_t *>(dst), n, by);
+    case Dtype::kI64: return divide(static_cast<int64_t *>(dst), n, by);
+    case Dtype::kF16: return divide16<half_to_float, float_to_half>(static_cast<uint16_t *>(dst), n, by);
+    case Dtype::kBF16: return divide16<bf16_to_float, float_to_bf16>(static_cast<uint16_t *>(dst), n, by);
+  }
+}
+
+// --- INT8 blocks ----------------------------------------------------------------------------------
+
+// Floats as integers that order the same way (-0 just below +0), so the min/max scan is an
+// integer reduction: it vectorises without fast-math and gives the same answer in any order, on
+// every tier and on the GPU.
+inline int32_t order_key(uint32_t bits) {
+  const auto s = static_cast<int32_t>(bits);
+  return s ^ ((s >> 31) & 0x7fffffff);
+}
+inline float from_order_key(int32_t key) {
+  const auto bits = static_cast<uint32_t>(key ^ ((key >> 31) & 0x7fffffff));
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Encodes one block of k (1..kInt8Block) elements at out (header, then codes). Returns k, or the
+// index in the block of the element that stops it.
+size_t encode_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
+  int32_t kmin = INT32_MAX, kmax = INT32_MIN;
+  uint32_t bad = 0;
+  for (size_t j = 0; j < k; ++j) {
+    uint32_t u;
+    std::memcpy(&u, &x[j], 4);
+    const int32_t key = order_key(u);
+    kmin = key < kmin ? key : kmin;
+    kmax = kmax < key ? key : kmax;
+    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+  }
+  if (bad != 0) {
+    for (size_t j = 0; j < k; ++j) {
+      uint32_t u;
+      std::memcpy(&u, &x[j], 4);
+      if ((u & 0x7f800000u) == 0x7f800000u) return j;
+    }
+  }
+  const float lo = from_order_key(kmin), hi = from_order_key(kmax);
+  const float range = hi - lo;
+  float scale = range / 255.0f;
+  const float offset = lo + 0.0f;  // -0 becomes +0: the header does not depend on which zero won
+  // Every code must decode to a finite float.
+  if (!(range <= FLT_MAX) || !(offset + 255.0f * scale <= FLT_MAX)) return 0;
+  // A constant block, or one whose range is so small that its step would be subnormal, is
+  // encoded as its minimum (error at most the range, below 255 * FLT_MIN).
+  if (!(scale >= FLT_MIN)) scale = 0.0f;
+  std::memcpy(out, &scale, 4);
+  std::memcpy(out + 4, &offset, 4);
+  uint8_t *__restrict codes = out + kInt8Header;
+  if (scale == 0.0f) {
+    for (size_t j = 0; j < k; ++j) codes[j] = 0;
+    return k;
+  }
+  // Nearest code: x - offset >= 0, so adding 0.5 and truncating rounds half up; the clamp catches
+  // the float rounding of the top element (and x - offset overflowing to Inf in a huge block).
+  const float inv = 1.0f / scale;
+  for (size_t j = 0; j < k; ++j) {
+    float v = (x[j] - offset) * inv + 0.5f;
+    v = v < 255.0f ? v : 255.0f;
+    codes[j] = static_cast<uint8_t>(static_cast<int32_t>(v));
+  }
+  return k;
+}
+
+size_t int8_encode(const float *src, size_t n, uint8_t *dst) {
+  for (size_t b = 0; b < n; b += kInt8Block) {
+    const size_t k = n - b < kInt8Block ? n - b : kInt8Block;
+    const size_t done = encode_block(src + b, k, dst);
+    if (done != k) return b + done;
+    dst += kInt8Header + k;
+  }
+  return n;
+}
+
+void decode_block(const uint8_t *__restrict in, size_t k, float *__restrict dst) {
+  float scale, offset;
+  std::memcpy(&scale, in, 4);
+  std::memcpy(&offset, in + 4, 4);
+  const uint8_t *__restrict codes = in + kInt8Header;
+  for (size_t j = 0; j < k; ++j) dst[j] = offset + static_cast<float>(codes[j]) * scale;
+}
+
+void int8_decode(const uint8_t *src, size_t n, float *dst) {
+  for (size_t b = 0; b < n; b += kInt8Block) {
+    const size_t k = n - b < kInt8Block ? n - b : kInt8Block;
+    decode_block(src, k, dst + b);
+    src += kInt8Header + k;
+  }
+}
+
+void add_block(const uint8_t *__restrict in, size_t k, float *__restrict dst, const float *__restrict mine) {
+  float scale, offset;
+  std::memcpy(&scale, in, 4);
+  std::memcpy(&offset, in + 4, 4);
+  const uint8_t *__restrict codes = in + kInt8Header;
+  for (size_t j = 0; j < k; ++j) dst[j] = mine[j] + (offset + static_cast<float>(codes[j]) * scale);
+}
+void add_block_inplace(const uint8_t *__restrict in, size_t k, float *__restrict dst) {
+  float scale, offset;
+  std::memcpy(&scale, in, 4);
+  std::memcpy(&offset, in + 4, 4);
+  const uint8_t *__restrict codes = in + kInt8Header;
+  for (size_t j = 0; j < k; ++j) dst[j] = dst[j] + (offset + static_cast<float>(codes[j]) * scale);
+}
+
+void int8_decode_add(const uint8_t *src, size_t n, float *dst, const float *mine) {
+  for (size_t b = 0; b < n; b += kInt8Block) {
+    const size_t k = n - b < kInt8Block ? n - b : kInt8Block;
+    if (dst == mine) {
+      add_block_inplace(src, k, dst + b);
+    } else {
+      add_block(src, k, dst + b, mine + b);
+    }
+    src += kInt8Header + k;
+  }
+}
+
+// --- FP16 / BF16 ----------------------------------------------------------------------------------
+
+void f16_encode(const float *__restrict src, size_t n, uint16_t *__restrict dst) {
+  for (size_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
+}
+void f16_decode(const uint16_t *__restrict src, size_t n, float *__restrict dst) {
+  for (size_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
+void bf16_encode(const float *__restrict src, size_t n, uint16_t *__restrict dst) {
+  for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+void bf16_decode(const uint16_t *__restrict src, size_t n, float *__restrict dst) {
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+#define WCCL_STRINGIFY2(x) #x
+#define WCCL_STRINGIFY(x) WCCL_STRINGIFY2(x)
+
+}  // namespace
+
+extern const Kernels kKernels;
+const Kernels kKernels = {
+    WCCL_STRINGIFY(WCCL_CODEC_TIER),
+    reduce_into,
+    finish_avg,
+    int8_encode,
+    int8_decode,
+    int8_decode_add,
+    f16_encode,
+    f16_decode,
+    bf16_encode,
+    bf16_decode,
+};
+
+}  // namespace wccl::codec::WCCL_CODEC_TIER

@@ -1,0 +1,297 @@
+// The codec kernels and wire codecs: every instruction-set tier against the scalar tier, bit for
+// bit; INT8 error bounds on hard blocks; what encoding refuses and what decoding rejects.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "codec/half.h"
+#include "codec/kernels.h"
+#include "codec/wire.h"
+
+namespace wccl::test {
+namespace {
+
+using codec::Dtype;
+using codec::Kernels;
+using codec::kInt8Block;
+using codec::RedOp;
+using codec::Tier;
+using codec::Wire;
+using Bytes = std::vector<uint8_t>;
+
+// Lengths around the vector widths and the INT8 block, so tails and partial blocks are covered.
+const size_t kLengths[] = {0, 1, 3, 15, 16, 17, 63, 64, 65, 1023, 1024, 1025, 2048, 4099};
+
+std::vector<const Kernels *> wide_tiers() {
+  std::vector<const Kernels *> out;
+  for (Tier t : codec::kTiers) {
+    if (t != Tier::kScalar && codec::kernels_for(t) != nullptr) out.push_back(codec::kernels_for(t));
+  }
+  return out;
+}
+
+// Random bytes that are valid, finite-or-special values of type t: finite values of mixed
+// magnitude, plus zeros of both signs, subnormals and infinities for the float types (no NaN,
+// whose payload the reference would not pin down).
+Bytes random_values(Dtype t, size_t n, std::mt19937 &rng) {
+  const size_t es = codec::dtype_size(t);
+  Bytes b(n * es);
+  std::uniform_real_distribution<float> mag(-1000.0f, 1000.0f);
+  std::uniform_int_distribution<int> pick(0, 19);
+  for (size_t i = 0; i < n; ++i) {
+    float f = mag(rng);
+    switch (pick(rng)) {
+      case 0: f = -0.0f; break;
+      case 1: f = 1e-40f; break;  // subnormal
+      case 2: f = std::numeric_limits<float>::infinity(); break;
+      case 3: f = 3e-5f; break;  // subnormal in F16
+      default: break;
+    }
+    switch (t) {
+      case Dtype::kF32: std::memcpy(&b[i * 4], &f, 4); break;
+      case Dtype::kF64: { const double d = f * 1.0000001; std::memcpy(&b[i * 8], &d, 8); break; }
+      case Dtype::kF16: { const uint16_t h = codec::float_to_half(f); std::memcpy(&b[i * 2], &h, 2); break; }
+      case Dtype::kBF16: { const uint16_t h = codec::float_to_bf16(f); std::memcpy(&b[i * 2], &h, 2); break; }
+      default: for (size_t k = 0; k < es; ++k) b[i * es + k] = static_cast<uint8_t>(rng()); break;
+    }
+  }
+  return b;
+}
+
+TEST(CodecTiers, TheScalarAndGenericTiersAlwaysExist) {
+  ASSERT_NE(codec::kernels_for(Tier::kScalar), nullptr);
+  ASSERT_NE(codec::kernels_for(Tier::kGeneric), nullptr);
+  const Kernels &best = codec::kernels();
+  EXPECT_NE(std::string(best.name), "scalar");
+  std::printf("fastest tier on this CPU: %s\n", best.name);
+}
+
+TEST(CodecTiers, ReductionsAreBitIdenticalToScalar) {
+  const Kernels &ref = *codec::kernels_for(Tier::kScalar);
+  std::mt19937 rng(7);
+  for (const Kernels *k : wide_tiers()) {
+    for (int ti = 0; ti < codec::kDtypeCount; ++ti) {
+      const auto t = static_cast<Dtype>(ti);
+      const size_t es = codec::dtype_size(t);
+      for (int oi = 0; oi < codec::kRedOpCount; ++oi) {
+        const auto op = static_cast<RedOp>(oi);
+        for (size_t n : kLengths) {
+          // One element of offset, so no tier gets aligned buffers for free.
+          Bytes a = random_values(t, n + 1, rng), b = random_values(t, n + 1, rng);
+          Bytes want(a.size()), got(a.size());
+          ref.reduce_into(t, op, want.data() + es, a.data() + es, b.data() + es, n);
+          k->reduce_into(t, op, got.data() + es, a.data() + es, b.data() + es, n);
+          ASSERT_EQ(want, got) << k->name << " " << codec::dtype_name(t) << " " << codec::redop_name(op) << " n=" << n;
+          Bytes in_place = a;
+          k->reduce_into(t, op, in_place.data() + es, in_place.data() + es, b.data() + es, n);
+          ASSERT_EQ(std::memcmp(in_place.data() + es, want.data() + es, n * es), 0) << k->name << " in place";
+          ref.finish_avg(t, want.data() + es, n, 3);
+          k->finish_avg(t, got.data() + es, n, 3);
+          ASSERT_EQ(want, got) << k->name << " avg " << codec::dtype_name(t) << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
+std::vector<float> random_floats(size_t n, float lo, float hi, std::mt19937 &rng) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float &x : v) x = d(rng);
+  return v;
+}
+
+TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
+  const Kernels &ref = *codec::kernels_for(Tier::kScalar);
+  std::mt19937 rng(11);
+  for (const Kernels *k : wide_tiers()) {
+    for (size_t n : kLengths) {
+      std::vector<float> x = random_floats(n, -3.0f, 5.0f, rng);
+      if (n > 20) x[17] = -0.0f;
+      Bytes want(codec::int8_encoded_size(n)), got(want.size());
+      ASSERT_EQ(ref.int8_encode(x.data(), n, want.data()), n);
+      ASSERT_EQ(k->int8_encode(x.data(), n, got.data()), n);
+      ASSERT_EQ(want, got) << k->name << " int8 encode n=" << n;
+      std::vector<float> mine = random_floats(n, -1.0f, 1.0f, rng);
+      std::vector<float> d_ref(n), d_got(n), a_ref(n), a_got(n);
+      ref.int8_decode(want.data(), n, d_ref.data());
+      k->int8_decode(want.data(), n, d_got.data());
+      ASSERT_EQ(std::memcmp(d_ref.data(), d_got.data(), n * 4), 0) << k->name << " int8 decode n=" << n;
+      ref.int8_decode_add(want.data(), n, a_ref.data(), mine.data());
+      k->int8_decode_add(want.data(), n, a_got.data(), mine.data());
+      ASSERT_EQ(std::memcmp(a_ref.data(), a_got.data(), n * 4), 0) << k->name << " int8 decode-add n=" << n;
+      k->int8_decode_add(want.data(), n, mine.data(), mine.data());  // in place
+      ASSERT_EQ(std::memcmp(a_ref.data(), mine.data(), n * 4), 0) << k->name << " int8 decode-add in place";
+
+      std::vector<uint16_t> h_ref(n), h_got(n);
+      ref.f16_encode(x.data(), n, h_ref.data());
+      k->f16_encode(x.data(), n, h_got.data());
+      ASSERT_EQ(h_ref, h_got) << k->name << " f16 encode";
+      ref.f16_decode(h_ref.data(), n, d_ref.data());
+      k->f16_decode(h_ref.data(), n, d_got.data());
+      ASSERT_EQ(std::memcmp(d_ref.data(), d_got.data(), n * 4), 0) << k->name << " f16 decode";
+      ref.bf16_encode(x.data(), n, h_ref.data());
+      k->bf16_encode(x.data(), n, h_got.data());
+      ASSERT_EQ(h_ref, h_got) << k->name << " bf16 encode";
+      ref.bf16_decode(h_ref.data(), n, d_ref.data());
+      k->bf16_decode(h_ref.data(), n, d_got.data());
+      ASSERT_EQ(std::memcmp(d_ref.data(), d_got.data(), n * 4), 0) << k->name << " bf16 decode";
+    }
+  }
+}
+
+// The documented INT8 bound for one element of a block with minimum lo and maximum hi:
+// (hi - lo) / 510, plus float rounding (2^-20 of the block's largest magnitude), plus the whole
+// range when the range is below 255 * FLT_MIN (the block is sent as its minimum).
+double int8_bound(float lo, float hi) {
+  const double range = static_cast<double>(hi) - lo;
+  const double mag = std::max(std::fabs(static_cast<double>(lo)), std::fabs(static_cast<double>(hi)));
+  return range / 510.0 + mag * std::ldexp(1.0, -20) + (range < 255.0 * FLT_MIN ? range : 0.0);
+}
+
+void expect_within_int8_bound(const std::vector<float> &x, const char *what) {
+  const size_t n = x.size();
+  Bytes enc(codec::wire_size(Wire::kInt8, n));
+  ASSERT_TRUE(codec::encode(Wire::kInt8, x.data(), n, enc.data()).ok()) << what;
+  std::vector<float> y(n);
+  ASSERT_TRUE(codec::decode(Wire::kInt8, enc.data(), enc.size(), n, y.data()).ok()) << what;
+  double worst = 0;
+  for (size_t b = 0; b < n; b += kInt8Block) {
+    const size_t e = std::min(n, b + kInt8Block);
+    const float lo = *std::min_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
+    const float hi = *std::max_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
+    const double bound = int8_bound(lo, hi);
+    for (size_t i = b; i < e; ++i) {
+      ASSERT_TRUE(std::isfinite(y[i])) << what << " element " << i;
+      const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
+      ASSERT_LE(err, bound) << what << " element " << i << ": " << x[i] << " came back as " << y[i];
+      if (bound > 0) worst = std::max(worst, err / bound);
+    }
+  }
+  std::printf("%-12s n=%-6zu worst error %.3f of the bound\n", what, n, worst);
+}
+
+TEST(Int8Codec, ErrorStaysWithinTheBound) {
+  std::mt19937 rng(3);
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{1024}, size_t{5000}}) {
+    expect_within_int8_bound(random_floats(n, -1.0f, 1.0f, rng), "random");
+    expect_within_int8_bound(random_floats(n, 1e6f, 1e6f + 1.0f, rng), "offset");
+    expect_within_int8_bound(std::vector<float>(n, 0.3f), "constant");
+    expect_within_int8_bound(random_floats(n, 1.0f, 1.0f + 1e-6f, rng), "tiny-range");
+    expect_within_int8_bound(random_floats(n, -1e37f, 1e37f, rng), "huge-range");
+    expect_within_int8_bound(random_floats(n, -1e-39f, 1e-39f, rng), "denormal");
+    expect_within_int8_bound(random_floats(n, 0.0f, 1e-44f, rng), "denormal-tiny");
+  }
+  // The two ends of the float range in one block decode to finite values.
+  expect_within_int8_bound({-1.6e38f, 1.6e38f, 0.0f}, "widest");
+}
+
+TEST(Int8Codec, EveryCodeIsUsedOnARamp) {
+  // A block that spans 0..255 exactly maps element i to code i: the quantiser is not off by one.
+  std::vector<float> x(256);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  Bytes enc(codec::wire_size(Wire::kInt8, x.size()));
+  ASSERT_TRUE(codec::encode(Wire::kInt8, x.data(), x.size(), enc.data()).ok());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(enc[codec::kInt8Header + i], i);
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(codec::decode(Wire::kInt8, enc.data(), enc.size(), x.size(), y.data()).ok());
+  EXPECT_EQ(x, y);
+}
+
+TEST(Int8Codec, NanAndInfAreRefusedNamingTheElement) {
+  std::vector<float> x(3000, 1.0f);
+  Bytes enc(codec::wire_size(Wire::kInt8, x.size()));
+  x[2500] = std::numeric_limits<float>::quiet_NaN();
+  x[2700] = std::numeric_limits<float>::infinity();
+  Status st = codec::encode(Wire::kInt8, x.data(), x.size(), enc.data(), 100);
+  EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(st.message().find("element 2600 is NaN"), std::string::npos) << st.message();
+  x[2500] = 1.0f;
+  st = codec::encode(Wire::kInt8, x.data(), x.size(), enc.data());
+  EXPECT_NE(st.message().find("element 2700 is Inf"), std::string::npos) << st.message();
+  x[2700] = 1.0f;
+  x[1030] = -3e38f;
+  x[1031] = 3e38f;
+  st = codec::encode(Wire::kInt8, x.data(), x.size(), enc.data());
+  EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(st.message().find("elements 1024..2047 spans more than the float range"), std::string::npos) << st.message();
+}
+
+TEST(Int8Codec, BadDataIsRejectedBeforeAnythingIsWritten) {
+  std::mt19937 rng(5);
+  const std::vector<float> x = random_floats(2000, -1.0f, 1.0f, rng);
+  Bytes good(codec::wire_size(Wire::kInt8, x.size()));
+  ASSERT_TRUE(codec::encode(Wire::kInt8, x.data(), x.size(), good.data()).ok());
+  const std::vector<float> untouched(x.size(), 42.0f);
+  auto expect_rejected = [&](const Bytes &enc, size_t len, const char *what) {
+    std::vector<float> y = untouched;
+    Status st = codec::decode(Wire::kInt8, enc.data(), len, x.size(), y.data());
+    EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << what;
+    st = codec::decode_reduce(Wire::kInt8, RedOp::kSum, enc.data(), len, x.size(), y.data(), y.data());
+    EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << what;
+    EXPECT_EQ(y, untouched) << what;
+  };
+  expect_rejected(good, good.size() - 1, "truncated");
+  Bytes longer = good;
+  longer.push_back(0);
+  expect_rejected(longer, longer.size(), "too long");
+  const float bad_scales[] = {std::numeric_limits<float>::quiet_NaN(), -1.0f, std::numeric_limits<float>::infinity(), 1e37f};
+  for (float s : bad_scales) {
+    Bytes enc = good;
+    std::memcpy(&enc[codec::kInt8Header + kInt8Block], &s, 4);  // the second block's scale
+    expect_rejected(enc, enc.size(), "bad scale");
+  }
+  Bytes enc = good;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(&enc[4], &inf, 4);
+  expect_rejected(enc, enc.size(), "infinite offset");
+}
+
+TEST(WireCodec, DecodeReduceEqualsDecodeThenReduce) {
+  std::mt19937 rng(9);
+  for (Wire w : {Wire::kNative, Wire::kF16, Wire::kBF16, Wire::kInt8}) {
+    for (int oi = 0; oi < codec::kRedOpCount; ++oi) {
+      const auto op = static_cast<RedOp>(oi);
+      for (size_t n : kLengths) {
+        const std::vector<float> x = random_floats(n, -2.0f, 2.0f, rng), mine = random_floats(n, -2.0f, 2.0f, rng);
+        Bytes enc(codec::wire_size(w, n));
+        ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok());
+        std::vector<float> decoded(n), want(n), got(n);
+        ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), n, decoded.data()).ok());
+        codec::reduce_into(Dtype::kF32, op, want.data(), mine.data(), decoded.data(), n);
+        ASSERT_TRUE(codec::decode_reduce(w, op, enc.data(), enc.size(), n, got.data(), mine.data()).ok());
+        ASSERT_EQ(std::memcmp(want.data(), got.data(), n * 4), 0) << codec::wire_name(w) << " " << codec::redop_name(op) << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(WireCodec, SixteenBitWiresRoundToNearestEven) {
+  // 1 + 2^-11 is halfway between two halves: it rounds to the even one (1.0); 1 + 3 * 2^-11 to
+  // 1 + 2^-9. bf16 keeps 8 bits: 1 + 2^-8 is halfway and rounds to 1.0.
+  const std::vector<float> x = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 1e6f, -0.0f, 1.0f + 0x1p-8f};
+  const size_t n = x.size();
+  Bytes enc(codec::wire_size(Wire::kF16, n));
+  ASSERT_TRUE(codec::encode(Wire::kF16, x.data(), n, enc.data()).ok());
+  std::vector<float> y(n);
+  ASSERT_TRUE(codec::decode(Wire::kF16, enc.data(), enc.size(), n, y.data()).ok());
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], 1.0f + 0x1p-9f);
+  EXPECT_EQ(y[2], 65504.0f);
+  EXPECT_TRUE(std::isinf(y[3]));
+  EXPECT_TRUE(std::signbit(y[4]));
+  ASSERT_TRUE(codec::encode(Wire::kBF16, x.data(), n, enc.data()).ok());
+  ASSERT_TRUE(codec::decode(Wire::kBF16, enc.data(), enc.size(), n, y.data()).ok());
+  EXPECT_EQ(y[5], 1.0f);
+  EXPECT_EQ(y[3], 999424.0f);  // 1e6 to 8 significant bits
+  EXPECT_EQ(codec::wire_size(Wire::kBF16, 10), 20u);
+  EXPECT_EQ(codec::wire_size(Wire::kInt8, 1025), 1025u + 16u);
+}
+
+}  // namespace
+}  // namespace wccl::test
