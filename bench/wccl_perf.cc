@@ -13,13 +13,16 @@
 // each rank; time = elapsed / n, reported as the maximum over ranks. algbw = S / time, busbw =
 // algbw * 2(N-1)/N, GB = 1e9 bytes. "wire" is the payload bytes one peer sent for one operation.
 // Element i of rank r holds (r + 1) * (i % m + 1) with m = 251 (7 for 16-bit floats and 8-bit
-// integers), so SUM results are exact whatever the order.
+// integers), so SUM results are exact whatever the order. With --wire other than native, algbw
+// still counts F32 bytes, and #wrong counts elements beyond the codec's documented bound.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
@@ -50,6 +53,7 @@ struct Options {
   int iters = 20, warmup = 5;
   bool check = true, json = false, tls = true;
   int dtype = WCCL_F32, op = WCCL_SUM, algo = WCCL_ALGO_AUTO;
+  std::vector<int> wires = {WCCL_WIRE_NATIVE};  // --wire: each size is measured with each, in turn
   int timeout_s = 900;
 };
 
@@ -64,6 +68,7 @@ const char kUsage[] =
     "  -d TYPE            f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)\n"
     "  -o OP              sum avg min max prod (default sum)\n"
     "  -a ALGO            auto ring tree (default auto)\n"
+    "  --wire W[,W...]    native fp16 bf16 int8 (default native); several: each size with each in turn\n"
     "  --tls on|off       with --local: TLS (default on) or plaintext\n"
     "  --timeout-s S      with --local: give up on the peers after S seconds (default 900)\n"
     "  --json             print one JSON object instead of the table\n";
@@ -92,6 +97,7 @@ int find(const char *const *names, int count, const std::string &s) {
 const char *const kTypes[] = {"f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64"};
 const char *const kOps[] = {"sum", "avg", "min", "max", "prod"};
 const char *const kAlgos[] = {"auto", "ring", "tree"};
+const char *const kWires[] = {"native", "fp16", "bf16", "int8"};
 
 bool parse(int argc, char **argv, Options *o) {
   for (int i = 1; i < argc; ++i) {
@@ -140,6 +146,15 @@ bool parse(int argc, char **argv, Options *o) {
     } else if (f == "-a") {
       o->algo = find(kAlgos, 3, v);
       ok = o->algo >= 0;
+    } else if (f == "--wire") {
+      o->wires.clear();
+      for (size_t at = 0; ok && at <= v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        const int w = find(kWires, 4, v.substr(at, comma - at));
+        ok = w >= 0;
+        o->wires.push_back(w);
+        at = comma + 1;
+      }
     } else if (f == "--tls") {
       ok = v == "on" || v == "off";
       o->tls = v == "on";
@@ -158,6 +173,12 @@ bool parse(int argc, char **argv, Options *o) {
   if ((o->local > 0) == o->peer) {
     std::fprintf(stderr, "wccl-perf: give exactly one of --local and --coordinator\n%s", kUsage);
     return false;
+  }
+  for (int w : o->wires) {
+    if (w != WCCL_WIRE_NATIVE && o->dtype != WCCL_F32) {
+      std::fprintf(stderr, "wccl-perf: --wire %s carries f32 only\n", kWires[w]);
+      return false;
+    }
   }
   if (o->min_bytes > o->max_bytes) {
     std::fprintf(stderr, "wccl-perf: -b is larger than -e\n");
@@ -202,9 +223,32 @@ void fill(const Options &o, void *buf, size_t count, int rank) {
   for (size_t i = 0; i < count; ++i) store(o.dtype, buf, i, static_cast<int64_t>(rank + 1) * static_cast<int64_t>(i % m + 1));
 }
 
-// Elements that differ from the exact SUM over `size` ranks.
-int64_t wrong(const Options &o, const void *buf, size_t count, int size) {
+// How far a SUM over `size` ranks may be from the exact one on a lossy wire (docs/algorithms.md:
+// `size` encodings, each within E of its value).
+double tolerance(int wire, int size) {
+  const double m = 251, ranks = static_cast<double>(size) * (size + 1) / 2;
+  const double range = ranks * (m - 1), mag = ranks * m;  // sums over the peers' inputs
+  switch (wire) {
+    case WCCL_WIRE_INT8: return size * (range / 510 + mag * std::ldexp(1.0, -20));
+    case WCCL_WIRE_FP16: return size * mag * std::ldexp(1.0, -11);
+    case WCCL_WIRE_BF16: return size * mag * std::ldexp(1.0, -8);
+    default: return 0;
+  }
+}
+
+// Elements that differ from the exact SUM over `size` ranks (beyond the wire's tolerance).
+int64_t wrong(const Options &o, int wire, const void *buf, size_t count, int size) {
   const size_t es = wccl::codec::dtype_size(static_cast<Dtype>(o.dtype));
+  if (wire != WCCL_WIRE_NATIVE) {
+    const double tol = tolerance(wire, size);
+    const int m = modulus(o.dtype);
+    int64_t bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double want = static_cast<double>(size) * (size + 1) / 2 * static_cast<double>(i % m + 1);
+      bad += !(std::fabs(static_cast<const float *>(buf)[i] - want) <= tol);
+    }
+    return bad;
+  }
   std::vector<uint8_t> want(es);
   const int m = modulus(o.dtype);
   int64_t bad = 0;
@@ -216,6 +260,7 @@ int64_t wrong(const Options &o, const void *buf, size_t count, int size) {
 }
 
 struct Row {
+  int codec = WCCL_WIRE_NATIVE;  // the wccl_wire_t it ran with
   size_t bytes = 0, count = 0;
   double time_us = 0, algbw = 0, busbw = 0;
   uint64_t wire = 0;
@@ -239,13 +284,16 @@ int run_peer(const Options &o) {
   if (print && !o.json) {
     std::printf("# wccl-perf: allreduce, %d peers, algo %s, iters %d, warmup %d, check %s\n", size, kAlgos[o.algo],
                 o.iters, o.warmup, o.check && o.op == WCCL_SUM ? "on" : "off");
-    std::printf("# %10s %12s %6s %6s %6s %12s %12s %12s %12s %8s\n", "size", "count", "type", "redop", "algo", "time(us)",
-                "algbw(GB/s)", "busbw(GB/s)", "wire(B)", "#wrong");
+    std::printf("# %10s %12s %6s %6s %6s %6s %12s %12s %12s %12s %8s\n", "size", "count", "type", "redop", "wire", "algo",
+                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wire(B)", "#wrong");
     std::fflush(stdout);
   }
   std::vector<Row> rows;
   for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
+   for (int wire : o.wires) {
+    opts.wire = wire;
     Row row;
+    row.codec = wire;
     row.count = bytes / es;
     row.bytes = row.count * es;
     std::unique_ptr<uint8_t[]> buf(new uint8_t[row.bytes + 1]);
@@ -260,7 +308,7 @@ int run_peer(const Options &o) {
     row.wire = stats.bytes_sent;
     const char *algo = kAlgos[stats.algo];
     if (o.check && o.op == WCCL_SUM) {
-      int64_t bad = wrong(o, buf.get(), row.count, size);
+      int64_t bad = wrong(o, wire, buf.get(), row.count, size);
       must("allreduce (#wrong)", wccl_allreduce(&bad, &bad, 1, WCCL_I64, WCCL_SUM, comm, nullptr));
       row.wrong = bad;
     }
@@ -283,10 +331,11 @@ int run_peer(const Options &o) {
       } else {
         std::snprintf(w, sizeof(w), "%" PRId64, row.wrong);
       }
-      std::printf("  %10zu %12zu %6s %6s %6s %12.1f %12.3f %12.3f %12" PRIu64 " %8s\n", row.bytes, row.count, kTypes[o.dtype],
-                  kOps[o.op], algo, row.time_us, row.algbw, row.busbw, row.wire, w);
+      std::printf("  %10zu %12zu %6s %6s %6s %6s %12.1f %12.3f %12.3f %12" PRIu64 " %8s\n", row.bytes, row.count,
+                  kTypes[o.dtype], kOps[o.op], kWires[wire], algo, row.time_us, row.algbw, row.busbw, row.wire, w);
       std::fflush(stdout);
     }
+   }
     if (bytes > o.max_bytes / o.factor) break;
     bytes *= o.factor;
   }
@@ -306,9 +355,10 @@ int run_peer(const Options &o) {
       } else {
         std::snprintf(w, sizeof(w), "%" PRId64, r.wrong);
       }
-      std::printf("%s{\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"time_us\": %.3f, "
-                  "\"algbw\": %.6g, \"busbw\": %.6g, \"wire_bytes\": %" PRIu64 ", \"wrong\": %s}",
-                  i == 0 ? "" : ", ", r.bytes, r.count, kTypes[o.dtype], kOps[o.op], r.time_us, r.algbw, r.busbw, r.wire, w);
+      std::printf("%s{\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"wire\": \"%s\", "
+                  "\"time_us\": %.3f, \"algbw\": %.6g, \"busbw\": %.6g, \"wire_bytes\": %" PRIu64 ", \"wrong\": %s}",
+                  i == 0 ? "" : ", ", r.bytes, r.count, kTypes[o.dtype], kOps[o.op], kWires[r.codec], r.time_us, r.algbw,
+                  r.busbw, r.wire, w);
     }
     std::printf("]}\n");
     std::fflush(stdout);

@@ -3,8 +3,11 @@
 // mid-operation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "algo/collectives.h"
@@ -85,15 +88,22 @@ Bytes expected(const Collective &c, const std::vector<Bytes> &ins, int rank) {
 struct Outcome {
   std::vector<Status> status;
   std::vector<Bytes> in, in_after, out;
+  std::vector<uint64_t> bytes_sent;
 };
 
 // Runs c on n ranks (one thread each) over `fabric`. When any rank fails, the others are
 // cancelled, as the communicator does when the coordinator revokes the epoch.
-Outcome run_all(Fabric &fabric, Collective c, int n, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+// The inputs are `ins`, or input(c, n, r) when it is empty.
+Outcome run_all(Fabric &fabric, Collective c, int n, std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                std::vector<Bytes> ins = {}) {
   Outcome o;
   o.status.resize(static_cast<size_t>(n));
   o.out.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) o.in.push_back(input(c, n, r));
+  o.bytes_sent.resize(static_cast<size_t>(n));
+  if (ins.empty()) {
+    for (int r = 0; r < n; ++r) ins.push_back(input(c, n, r));
+  }
+  o.in = std::move(ins);
   o.in_after = o.in;
   std::vector<std::unique_ptr<algo::Channel>> channels;
   std::vector<std::unique_ptr<algo::Exchange>> exchanges;
@@ -117,6 +127,7 @@ Outcome run_all(Fabric &fabric, Collective c, int n, std::chrono::milliseconds t
       }
       std::lock_guard<std::mutex> lock(mu);
       o.status[i] = st;
+      o.bytes_sent[i] = exchanges[i]->bytes_sent();
     });
   }
   for (auto &t : threads) t.join();
@@ -181,6 +192,172 @@ INSTANTIATE_TEST_SUITE_P(
       return "n" + std::to_string(std::get<0>(p.param)) + "_count" + std::to_string(std::get<1>(p.param)) + "_" +
              shape_name(std::get<2>(p.param));
     });
+
+// Wire codecs: F32 elements sent as FP16, BF16 or INT8. Every peer ends with bit-identical
+// results (each has its own block for reduce-scatter), within the documented bound of the exact
+// value: n encodings, each off by at most E, where for INT8 E = R/510 + 2^-20 M, with R the sum
+// of the peers' input ranges and M the sum of their largest magnitudes (which bound the range
+// and magnitude of any partial result), and for FP16 / BF16 E = M 2^-11 / M 2^-8. Messages are
+// delivered in random order.
+using WireParam = std::tuple<int, size_t, Shape, codec::Wire>;
+class WireTest : public ::testing::TestWithParam<WireParam> {};
+
+std::vector<Bytes> random_inputs(const Collective &c, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<Bytes> ins;
+  for (int r = 0; r < n; ++r) {
+    std::vector<float> v(algo::in_count(c, n));
+    // Magnitudes grow with the rank, except for PROD, where an error would grow with them too.
+    const float scale = c.op == RedOp::kProd ? 1.0f : static_cast<float>(r + 1);
+    for (float &x : v) x = d(rng) * scale;
+    Bytes b(v.size() * 4);
+    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+    ins.push_back(std::move(b));
+  }
+  return ins;
+}
+
+std::vector<float> floats(const Bytes &b) {
+  std::vector<float> v(b.size() / 4);
+  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+double encode_error(codec::Wire w, const std::vector<Bytes> &ins) {
+  double range = 0, mag = 0;
+  for (const Bytes &b : ins) {
+    const std::vector<float> v = floats(b);
+    if (v.empty()) continue;
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    range += static_cast<double>(*hi) - *lo;
+    mag += std::max(std::fabs(*lo), std::fabs(*hi));
+  }
+  switch (w) {
+    case codec::Wire::kInt8: return range / 510 + mag * std::ldexp(1.0, -20);
+    case codec::Wire::kF16: return mag * std::ldexp(1.0, -11) + std::ldexp(1.0, -24);
+    case codec::Wire::kBF16: return mag * std::ldexp(1.0, -8);
+    case codec::Wire::kNative: break;
+  }
+  return 0;
+}
+
+TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
+  const auto [n, count, shape, wire] = GetParam();
+  const bool reduces = shape.kind == Kind::kAllreduce || shape.kind == Kind::kReduceScatter;
+  for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
+    Collective c;
+    c.kind = shape.kind;
+    c.algo = shape.algo;
+    c.count = count;
+    c.op = static_cast<RedOp>(op);
+    c.wire = wire;
+    c.root = static_cast<int>(count % static_cast<size_t>(n));
+    c.chunk_bytes = count > 5000 ? 4096 : 64;
+    ASSERT_TRUE(algo::check(c, n).ok());
+    SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::redop_name(c.op));
+    const std::vector<Bytes> ins = random_inputs(c, n, static_cast<uint32_t>(count + n));
+    Fabric::Options opt;  // delivered in random order: the coded schedules keep their own buffers apart
+    opt.shuffle = true;
+    opt.seed = static_cast<uint32_t>(count + op);
+    Fabric fabric(n, opt);
+    const Outcome o = run_all(fabric, c, n, std::chrono::seconds(60), ins);
+    const double bound = n * encode_error(wire, ins);
+    std::vector<std::vector<float>> x;
+    for (const Bytes &b : ins) x.push_back(floats(b));
+    for (int r = 0; r < n; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      ASSERT_TRUE(o.status[i].ok()) << "rank " << r << ": " << o.status[i].to_string();
+      ASSERT_EQ(o.in_after[i], o.in[i]) << "rank " << r << " changed its input";
+      if (shape.kind != Kind::kReduceScatter) {
+        ASSERT_EQ(o.out[i], o.out[0]) << "rank " << r << " differs from rank 0";
+      }
+      // The exact result, in double.
+      std::vector<double> exact(o.out[i].size() / 4);
+      const size_t off = shape.kind == Kind::kReduceScatter ? i * count : 0;
+      for (size_t k = 0; k < exact.size(); ++k) {
+        switch (shape.kind) {
+          case Kind::kBroadcast: exact[k] = x[static_cast<size_t>(c.root)][k]; break;
+          case Kind::kAllgather: exact[k] = x[k / count][k % count]; break;
+          default: {
+            double acc = x[0][off + k];
+            for (int p = 1; p < n; ++p) {
+              const double v = x[static_cast<size_t>(p)][off + k];
+              switch (c.op) {
+                case RedOp::kSum: case RedOp::kAvg: acc += v; break;
+                case RedOp::kMin: acc = std::min(acc, v); break;
+                case RedOp::kMax: acc = std::max(acc, v); break;
+                case RedOp::kProd: acc *= v; break;
+              }
+            }
+            exact[k] = c.op == RedOp::kAvg ? acc / n : acc;
+          }
+        }
+      }
+      const std::vector<float> got = floats(o.out[i]);
+      for (size_t k = 0; k < exact.size(); ++k) {
+        ASSERT_LE(std::fabs(got[k] - exact[k]), bound) << "rank " << r << " element " << k << ": " << got[k] << " vs " << exact[k];
+      }
+      if (shape.kind == Kind::kAllgather || shape.kind == Kind::kBroadcast) break;  // everything identical anyway
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sweep, WireTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 5, 8), ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
+                       ::testing::Values(Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+                                         Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
+                                         Shape{Kind::kReduceScatter, Algo::kRing}),
+                       ::testing::Values(codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8)),
+    [](const auto &p) {
+      return "n" + std::to_string(std::get<0>(p.param)) + "_count" + std::to_string(std::get<1>(p.param)) + "_" +
+             shape_name(std::get<2>(p.param)) + "_" + codec::wire_name(std::get<3>(p.param));
+    });
+
+TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
+  const int n = 4;
+  Collective c;
+  c.count = 1 << 20;
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+    c.wire = w;
+    const std::vector<Bytes> ins = random_inputs(c, n, 1);
+    Fabric fabric(n);
+    const Outcome o = run_all(fabric, c, n, std::chrono::seconds(60), ins);
+    const double native = 2.0 * (n - 1) / n * c.count * 4;
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(o.status[static_cast<size_t>(r)].ok());
+      const double ratio = static_cast<double>(o.bytes_sent[static_cast<size_t>(r)]) / native;
+      if (w == codec::Wire::kNative) {
+        EXPECT_NEAR(ratio, 1.0, 1e-6);
+      } else {
+        EXPECT_NEAR(ratio, 0.25 * (1 + 8.0 / 1024), 0.001) << "rank " << r;
+      }
+    }
+  }
+}
+
+TEST(Algo, NanOnTheInt8WireFailsNamingTheElement) {
+  const int n = 3;
+  Collective c;
+  c.count = 5000;
+  c.wire = codec::Wire::kInt8;
+  std::vector<Bytes> ins = random_inputs(c, n, 2);
+  const float nan = std::nanf("");
+  std::memcpy(ins[1].data() + 4321 * 4, &nan, 4);
+  Fabric fabric(n);
+  const Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), ins);
+  bool named = false;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(o.status[static_cast<size_t>(r)].ok());
+    EXPECT_EQ(o.in_after[static_cast<size_t>(r)], o.in[static_cast<size_t>(r)]);
+    named |= o.status[static_cast<size_t>(r)].code() == WCCL_ERR_INVALID_ARGUMENT &&
+             o.status[static_cast<size_t>(r)].message().find("element 4321 is NaN") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
+  c.dtype = Dtype::kF64;
+  EXPECT_EQ(algo::check(c, n).code(), WCCL_ERR_INVALID_ARGUMENT);
+}
 
 TEST(Algo, LargeAllreduce64Mi) {
   for (Algo a : {Algo::kRing, Algo::kTree}) {

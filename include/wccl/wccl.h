@@ -198,8 +198,8 @@ WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
  *   revoked). The caller's buffers hold exactly what they held before the call, in-place
  *   operations included. Call wccl_comm_update, then retry the same call.
  * Other results: INVALID_ARGUMENT (names the argument), INVALID_USAGE (after leave; more than 256
- * operations in flight), UNSUPPORTED (an option this build does not have: wire codecs other than
- * NATIVE, compression, CUDA streams arrive with later releases), ABORTED, TIMEOUT (no outcome
+ * operations in flight), UNSUPPORTED (an option this build does not have: compression and CUDA
+ * streams arrive with later releases), ABORTED, TIMEOUT (no outcome
  * within the timeout: this peer gave up, which revokes the epoch; buffers are untouched, but the
  * others may have committed: state sync heals that, see docs/fault-tolerance.md). On any error
  * the buffers are untouched.
@@ -230,11 +230,20 @@ typedef enum wccl_redop {
   WCCL_PROD = 4
 } wccl_redop_t;
 
+/* How elements travel between members. Codecs other than NATIVE carry WCCL_F32 data only
+ * (INVALID_ARGUMENT otherwise) and are lossy; every hop decodes, combines in F32 and encodes
+ * again, and each final value is encoded once by the member that produced it, which keeps what
+ * decodes from its own bytes: results are still bit-identical on every member. Error bounds and
+ * formats: docs/algorithms.md. With INT8, a NaN or Inf (in the input, or a partial result that
+ * overflows) cannot be sent: the member that finds it returns INVALID_ARGUMENT naming the element,
+ * and the others PEER_LOST (the epoch is revoked; buffers are untouched everywhere). A world of
+ * one member copies without encoding. Barrier ignores the wire. */
 typedef enum wccl_wire {
   WCCL_WIRE_NATIVE = 0, /* the dtype's own bytes */
-  WCCL_WIRE_FP16 = 1,   /* not in this release: UNSUPPORTED */
-  WCCL_WIRE_BF16 = 2,   /* not in this release: UNSUPPORTED */
-  WCCL_WIRE_INT8 = 3    /* not in this release: UNSUPPORTED */
+  WCCL_WIRE_FP16 = 1,   /* IEEE binary16, rounded to nearest-even: half the bytes */
+  WCCL_WIRE_BF16 = 2,   /* bfloat16, rounded to nearest-even: half the bytes */
+  WCCL_WIRE_INT8 = 3    /* blocks of 1024 elements as a float scale and offset plus one byte each:
+                           about a quarter of the bytes (1032 per 4096) */
 } wccl_wire_t;
 
 typedef enum wccl_algo {

@@ -334,12 +334,296 @@ Status ring_reduce_scatter(Exchange &ex, const Collective &c) {
   return sched.run();
 }
 
+// --- Wire codecs ----------------------------------------------------------------------------------
+// The same schedules with F32 elements encoded on the wire (Collective::wire). Encoded messages
+// live in WireRegions, one region per (block or tree, segment), written once per operation, so
+// no receive ever has to wait for a send to finish reading. Segments are cut by encoded bytes:
+// an INT8 message holds about four times the elements of a native one.
+
+size_t wire_elem_bytes(codec::Wire w) { return w == codec::Wire::kInt8 ? 1 : w == codec::Wire::kNative ? 4 : 2; }
+
+class WireRegions {
+ public:
+  template <typename CountOf>
+  WireRegions(codec::Wire w, size_t regions, CountOf count_of) : offset_(regions + 1, 0) {
+    for (size_t i = 0; i < regions; ++i) offset_[i + 1] = offset_[i] + codec::wire_size(w, count_of(i));
+    bytes_.resize(offset_.back());
+  }
+  uint8_t *at(size_t i) { return bytes_.data() + offset_[i]; }
+  size_t len(size_t i) const { return offset_[i + 1] - offset_[i]; }
+
+ private:
+  std::vector<size_t> offset_;
+  std::vector<uint8_t> bytes_;
+};
+
+// The final value of a span: encode it once, keep what decodes from those bytes (so this peer
+// holds exactly what every receiver will), and leave the bytes in `wire` to send.
+Status encode_final(codec::Wire w, float *value, size_t count, uint8_t *wire, size_t len, size_t first) {
+  WCCL_RETURN_IF_ERROR(codec::encode(w, value, count, wire, first));
+  return codec::decode(w, wire, len, count, value);
+}
+
+// Ring all-reduce (the steps of ring_allreduce). Reduce-scatter hops decode the partial they
+// receive into F32, add this peer's elements and encode again; the owner of a finished block
+// encodes it once with encode_final, and the all-gather forwards those bytes verbatim.
+Status ring_allreduce_coded(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const codec::Wire w = c.wire;
+  const auto *in = static_cast<const float *>(c.in);
+  auto *out = static_cast<float *>(c.out);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const size_t nseg = segments(split(c.count, n, 0).count, wire_elem_bytes(w), c.chunk_bytes);
+  auto seg = [&](long block, size_t j) {
+    const Span b = split(c.count, n, mod(block, n));
+    const Span s = split(b.count, nseg, j);
+    return Span{b.begin + s.begin, s.count};
+  };
+  auto region = [&](long block, size_t j) { return static_cast<size_t>(mod(block, n)) * nseg + j; };
+  auto count_of = [&](size_t i) { return seg(static_cast<long>(i / nseg), i % nseg).count; };
+  WireRegions partials(w, static_cast<size_t>(n) * nseg, count_of), finals(w, static_cast<size_t>(n) * nseg, count_of);
+  auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
+  Schedule sched(ex, 0);
+  for (size_t j = 0; j < nseg; ++j) {
+    const Span s = seg(r - 1, j);
+    const size_t k = region(r - 1, j);
+    WCCL_RETURN_IF_ERROR(codec::encode(w, in + s.begin, s.count, partials.at(k), s.begin));
+    sched.send(kNoGate, next, tag(0, j), partials.at(k), partials.len(k));
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = seg(r - step - 2, j);
+      const size_t k = region(r - step - 2, j);
+      const int fwd = step + 1;
+      sched.add({prev, tag(step, j), nullptr, partials.len(k), kNoGate,
+                 [=, &sched, &c, &partials, &finals](const uint8_t *got) {
+                   float *dst = out + s.begin;
+                   WCCL_RETURN_IF_ERROR(codec::decode_reduce(w, c.op, got, partials.len(k), s.count, dst, in + s.begin));
+                   if (fwd < n - 1) {
+                     WCCL_RETURN_IF_ERROR(codec::encode(w, dst, s.count, partials.at(k), s.begin));
+                     sched.send(kNoGate, next, tag(fwd, j), partials.at(k), partials.len(k));
+                     return Status();
+                   }
+                   if (c.op == codec::RedOp::kAvg) codec::finish_avg(codec::Dtype::kF32, dst, s.count, n);
+                   WCCL_RETURN_IF_ERROR(encode_final(w, dst, s.count, finals.at(k), finals.len(k), s.begin));
+                   sched.send(kNoGate, next, tag(fwd, j), finals.at(k), finals.len(k));
+                   return Status();
+                 }});
+    }
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = seg(r - step - 1, j);
+      const size_t k = region(r - step - 1, j);
+      const int at = n - 1 + step;
+      sched.add({prev, tag(at, j), finals.at(k), finals.len(k), kNoGate, [=, &sched, &finals](const uint8_t *got) {
+                   WCCL_RETURN_IF_ERROR(codec::decode(w, got, finals.len(k), s.count, out + s.begin));
+                   if (step < n - 2) sched.send(kNoGate, next, tag(at + 1, j), got, finals.len(k));
+                   return Status();
+                 }});
+    }
+  }
+  return sched.run();
+}
+
+// Tree all-reduce (the steps of tree_allreduce): partials going up are decoded and combined at
+// each interior node and encoded again; the root encodes the result once (encode_final), and
+// the way down forwards its bytes verbatim.
+Status tree_allreduce_coded(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const codec::Wire w = c.wire;
+  const auto *in = static_cast<const float *>(c.in);
+  auto *out = static_cast<float *>(c.out);
+  const size_t nseg = segments(split(c.count, 2, 0).count, wire_elem_bytes(w), c.chunk_bytes);
+  auto seg = [&](int t, size_t j) {
+    const Span h = split(c.count, 2, t);
+    const Span s = split(h.count, nseg, j);
+    return Span{h.begin + s.begin, s.count};
+  };
+  auto region = [&](int t, size_t j) { return static_cast<size_t>(t) * nseg + j; };
+  auto count_of = [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; };
+  WireRegions ups(w, 2 * nseg, count_of), downs(w, 2 * nseg, count_of);
+  auto up = [&](int t, size_t j) { return static_cast<uint32_t>((2 * t) * nseg + j); };
+  auto down = [&](int t, size_t j) { return static_cast<uint32_t>((2 * t + 1) * nseg + j); };
+  const TreeNode node[2] = {tree_node(0, r, n), tree_node(1, r, n)};
+  auto leaf = [&](int t) { return node[t].child[0] < 0 && node[t].child[1] < 0; };
+  Schedule sched(ex, 0);
+  for (size_t j = 0; j < nseg; ++j) {
+    for (int t = 0; t < 2; ++t) {
+      if (!leaf(t)) continue;
+      const Span s = seg(t, j);
+      const size_t k = region(t, j);
+      WCCL_RETURN_IF_ERROR(codec::encode(w, in + s.begin, s.count, ups.at(k), s.begin));
+      sched.send(kNoGate, node[t].parent, up(t, j), ups.at(k), ups.len(k));
+    }
+  }
+  for (size_t j = 0; j < nseg; ++j) {
+    for (int t = 0; t < 2; ++t) {
+      if (leaf(t)) continue;
+      const Span s = seg(t, j);
+      const size_t k = region(t, j);
+      float *dst = out + s.begin;
+      const int last = node[t].child[1] >= 0 ? 1 : 0;
+      for (int ci = 0; ci <= last; ++ci) {
+        const TreeNode nd = node[t];
+        sched.add({nd.child[ci], up(t, j), nullptr, ups.len(k), kNoGate, [=, &sched, &c, &ups, &downs](const uint8_t *got) {
+                     WCCL_RETURN_IF_ERROR(codec::decode_reduce(w, c.op, got, ups.len(k), s.count, dst, ci == 0 ? in + s.begin : dst));
+                     if (ci < last) return Status();
+                     if (nd.parent >= 0) {
+                       WCCL_RETURN_IF_ERROR(codec::encode(w, dst, s.count, ups.at(k), s.begin));
+                       sched.send(kNoGate, nd.parent, up(t, j), ups.at(k), ups.len(k));
+                       return Status();
+                     }
+                     if (c.op == codec::RedOp::kAvg) codec::finish_avg(codec::Dtype::kF32, dst, s.count, n);
+                     return encode_final(w, dst, s.count, downs.at(k), downs.len(k), s.begin);
+                   }});
+      }
+    }
+  }
+  for (size_t j = 0; j < nseg; ++j) {
+    for (int t = 0; t < 2; ++t) {
+      const Span s = seg(t, j);
+      const size_t k = region(t, j);
+      const TreeNode nd = node[t];
+      sched.add({nd.parent, down(t, j), downs.at(k), nd.parent >= 0 ? downs.len(k) : 0, kNoGate,
+                 [=, &sched, &downs](const uint8_t *) {
+                   if (nd.parent >= 0) WCCL_RETURN_IF_ERROR(codec::decode(w, downs.at(k), downs.len(k), s.count, out + s.begin));
+                   for (int child : nd.child) {
+                     if (child >= 0) sched.send(kNoGate, child, down(t, j), downs.at(k), downs.len(k));
+                   }
+                   return Status();
+                 }});
+    }
+  }
+  return sched.run();
+}
+
+// Broadcast down the chain: the root encodes once (and keeps what it decodes), the others decode
+// and forward the bytes verbatim.
+Status chain_broadcast_coded(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const codec::Wire w = c.wire;
+  auto *out = static_cast<float *>(c.out);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int distance = mod(r - c.root, n);
+  const size_t nseg = segments(c.count, wire_elem_bytes(w), c.chunk_bytes);
+  WireRegions wire(w, nseg, [&](size_t j) { return split(c.count, nseg, j).count; });
+  Schedule sched(ex, 0);
+  if (distance == 0) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = split(c.count, nseg, j);
+      WCCL_RETURN_IF_ERROR(codec::encode(w, static_cast<const float *>(c.in) + s.begin, s.count, wire.at(j), s.begin));
+      sched.send(kNoGate, next, static_cast<uint32_t>(j), wire.at(j), wire.len(j));
+      WCCL_RETURN_IF_ERROR(codec::decode(w, wire.at(j), wire.len(j), s.count, out + s.begin));
+    }
+    return sched.run();
+  }
+  for (size_t j = 0; j < nseg; ++j) {
+    const Span s = split(c.count, nseg, j);
+    sched.add({prev, static_cast<uint32_t>(j), wire.at(j), wire.len(j), kNoGate, [=, &sched, &wire](const uint8_t *got) {
+                 WCCL_RETURN_IF_ERROR(codec::decode(w, got, wire.len(j), s.count, out + s.begin));
+                 if (distance < n - 1) sched.send(kNoGate, next, static_cast<uint32_t>(j), got, wire.len(j));
+                 return Status();
+               }});
+  }
+  return sched.run();
+}
+
+// Ring all-gather: each peer encodes its contribution once (and keeps what it decodes); the
+// blocks travel the ring verbatim.
+Status ring_allgather_coded(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const codec::Wire w = c.wire;
+  auto *out = static_cast<float *>(c.out);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const size_t nseg = segments(c.count, wire_elem_bytes(w), c.chunk_bytes);
+  auto region = [&](long block, size_t j) { return static_cast<size_t>(mod(block, n)) * nseg + j; };
+  WireRegions wire(w, static_cast<size_t>(n) * nseg, [&](size_t i) { return split(c.count, nseg, i % nseg).count; });
+  auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
+  Schedule sched(ex, 0);
+  for (size_t j = 0; j < nseg; ++j) {
+    const Span s = split(c.count, nseg, j);
+    const size_t k = region(r, j);
+    float *mine = out + static_cast<size_t>(r) * c.count + s.begin;
+    WCCL_RETURN_IF_ERROR(codec::encode(w, static_cast<const float *>(c.in) + s.begin, s.count, wire.at(k), s.begin));
+    sched.send(kNoGate, next, tag(0, j), wire.at(k), wire.len(k));
+    WCCL_RETURN_IF_ERROR(codec::decode(w, wire.at(k), wire.len(k), s.count, mine));
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = split(c.count, nseg, j);
+      const size_t k = region(r - step - 1, j);
+      float *dst = out + static_cast<size_t>(mod(r - step - 1, n)) * c.count + s.begin;
+      sched.add({prev, tag(step, j), wire.at(k), wire.len(k), kNoGate, [=, &sched, &wire](const uint8_t *got) {
+                   WCCL_RETURN_IF_ERROR(codec::decode(w, got, wire.len(k), s.count, dst));
+                   if (step < n - 2) sched.send(kNoGate, next, tag(step + 1, j), got, wire.len(k));
+                   return Status();
+                 }});
+    }
+  }
+  return sched.run();
+}
+
+// Ring reduce-scatter: each hop decodes, combines in F32 and encodes the partial again; the last
+// hop keeps its block in F32 (nobody else holds that block, so nothing needs to match).
+Status ring_reduce_scatter_coded(Exchange &ex, const Collective &c) {
+  const int n = ex.size(), r = ex.rank();
+  const codec::Wire w = c.wire;
+  const auto *in = static_cast<const float *>(c.in);
+  auto *out = static_cast<float *>(c.out);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const size_t nseg = segments(c.count, wire_elem_bytes(w), c.chunk_bytes);
+  auto region = [&](long block, size_t j) { return static_cast<size_t>(mod(block, n)) * nseg + j; };
+  WireRegions wire(w, static_cast<size_t>(n) * nseg, [&](size_t i) { return split(c.count, nseg, i % nseg).count; });
+  std::vector<float> partial(split(c.count, nseg, 0).count);  // one segment, encoded before reuse
+  auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
+  Schedule sched(ex, 0);
+  for (size_t j = 0; j < nseg; ++j) {
+    const Span s = split(c.count, nseg, j);
+    const size_t k = region(r - 1, j);
+    const size_t first = static_cast<size_t>(mod(r - 1, n)) * c.count + s.begin;
+    WCCL_RETURN_IF_ERROR(codec::encode(w, in + first, s.count, wire.at(k), first));
+    sched.send(kNoGate, next, tag(0, j), wire.at(k), wire.len(k));
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const Span s = split(c.count, nseg, j);
+      const size_t first = static_cast<size_t>(mod(r - step - 2, n)) * c.count + s.begin;
+      const size_t k = region(r - step - 2, j);
+      const bool final = step == n - 2;
+      sched.add({prev, tag(step, j), nullptr, wire.len(k), kNoGate, [=, &sched, &c, &wire, &partial](const uint8_t *got) {
+                   float *dst = final ? out + s.begin : partial.data();
+                   WCCL_RETURN_IF_ERROR(codec::decode_reduce(w, c.op, got, wire.len(k), s.count, dst, in + first));
+                   if (final) {
+                     if (c.op == codec::RedOp::kAvg) codec::finish_avg(codec::Dtype::kF32, dst, s.count, n);
+                     return Status();
+                   }
+                   WCCL_RETURN_IF_ERROR(codec::encode(w, dst, s.count, wire.at(k), first));
+                   sched.send(kNoGate, next, tag(step + 1, j), wire.at(k), wire.len(k));
+                   return Status();
+                 }});
+    }
+  }
+  return sched.run();
+}
+
 Status dispatch(Exchange &ex, const Collective &c) {
   const int n = ex.size();
   const size_t out_bytes = out_count(c, n) * dtype_size(c.dtype);
   if (c.kind == Kind::kBarrier) return Status();  // the commit step is the barrier
   if (n == 1) {
     if (out_bytes != 0 && c.out != c.in) std::memcpy(c.out, c.in, out_bytes);
+    return Status();
+  }
+  if (c.wire != codec::Wire::kNative) {
+    switch (c.kind) {
+      case Kind::kAllreduce:
+        return c.algo == Algo::kTree ? tree_allreduce_coded(ex, c) : ring_allreduce_coded(ex, c);
+      case Kind::kBroadcast: return chain_broadcast_coded(ex, c);
+      case Kind::kAllgather: return ring_allgather_coded(ex, c);
+      case Kind::kReduceScatter: return ring_reduce_scatter_coded(ex, c);
+      case Kind::kBarrier: break;
+    }
     return Status();
   }
   switch (c.kind) {
@@ -392,7 +676,11 @@ size_t out_count(const Collective &c, int n) {
 }
 
 Status check(const Collective &c, int n) {
-  const size_t es = dtype_size(c.dtype);
+  if (c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.dtype != codec::Dtype::kF32) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s wire carries f32 elements, not %s", codec::wire_name(c.wire),
+                      codec::dtype_name(c.dtype));
+  }
+  const size_t es = c.wire == codec::Wire::kNative ? dtype_size(c.dtype) : wire_elem_bytes(c.wire);
   if (c.chunk_bytes < es) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element", c.chunk_bytes);
   const size_t per_step = c.kind == Kind::kAllreduce ? split(c.count, c.algo == Algo::kTree ? 2 : n, 0).count : c.count;
   const size_t messages = segments(per_step, es, c.chunk_bytes) * 2 * static_cast<size_t>(n);

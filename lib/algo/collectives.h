@@ -16,6 +16,7 @@
 
 #include "algo/exchange.h"
 #include "codec/reduce.h"
+#include "codec/wire.h"
 
 namespace wccl::algo {
 
@@ -35,6 +36,11 @@ struct Collective {
   int root = 0;             // broadcast
   Algo algo = Algo::kRing;  // allreduce: kRing or kTree (kAuto is resolved by the caller)
   size_t chunk_bytes = 1 << 20;  // pipelining unit: messages are at most this long
+  // How elements travel (codec/wire.h). Other than kNative: dtype kF32 only; every hop decodes,
+  // combines in F32 and encodes again, and a final value is encoded once by the peer that
+  // produced it, which then keeps what it decodes from its own bytes, so all peers still end
+  // bit-identical. Barrier ignores it.
+  codec::Wire wire = codec::Wire::kNative;
   const void *in = nullptr;
   void *out = nullptr;
 };
@@ -43,7 +49,8 @@ struct Collective {
 size_t in_count(const Collective &c, int n);
 size_t out_count(const Collective &c, int n);
 
-// Tags are 32 bits: INVALID_ARGUMENT if c would need more messages than that on n peers.
+// INVALID_ARGUMENT if c cannot run on n peers: a wire codec on a dtype other than F32, or more
+// messages than 32-bit tags can name.
 Status check(const Collective &c, int n);
 
 // Runs the data phase. On failure `out` holds garbage; `in` is untouched either way. The

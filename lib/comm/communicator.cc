@@ -644,9 +644,11 @@ ControlMessage Communicator::fail_here(const std::shared_ptr<Op> &op, const Stat
   const Status lost = WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
                                  static_cast<unsigned long long>(op->seq), why.message().c_str());
   fail_undecided(lost);
-  // Running out of time or memory is this peer's own outcome; anything else (a broken link, a
-  // refused frame) means the epoch is lost, as the others will hear.
-  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY;
+  // Running out of time or memory, or data the wire codec cannot carry (a NaN on the INT8 wire),
+  // is this peer's own outcome; anything else (a broken link, a refused frame) means the epoch is
+  // lost, as the others will hear.
+  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY ||
+                   why.code() == WCCL_ERR_INVALID_ARGUMENT;
   decide(op, own ? why : lost);
   ControlMessage report = message(MessageType::kOpFailed);
   report.epoch = op->epoch;
