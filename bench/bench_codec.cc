@@ -1,6 +1,7 @@
 // Codec kernels per instruction-set tier, in GB/s of F32 input (10^9 bytes), next to memcpy of
 // the same bytes in the same run. Buffers of 256 Ki floats (1 MiB) stay in cache and measure the
-// kernels; 16 Mi floats (64 MiB) measure them against memory bandwidth.
+// kernels; 16 Mi floats (64 MiB) measure them against memory bandwidth. The GPU kernels follow
+// where a GPU is present.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "codec/kernels.h"
+#include "device.h"
 
 namespace {
 
@@ -119,6 +121,60 @@ void BM_sum_bf16(benchmark::State &state, const Kernels *k) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * 2));
 }
 
+// GPU kernels (cuda/device.h) on 1 GiB of F32 on the device, registered only where a GPU is
+// present. Ten launches per iteration, then a wait for the stream; int8_encode also waits for
+// its own error check at each call, which this figure includes.
+constexpr int kGpuLaunches = 10;
+
+template <typename Launch>
+void gpu_run(benchmark::State &state, size_t n, Launch launch) {
+  for (auto _ : state) {
+    for (int i = 0; i < kGpuLaunches; ++i) {
+      if (!launch().ok()) state.SkipWithError("kernel failed");
+    }
+    if (!wccl::gpu::synchronize(nullptr).ok()) state.SkipWithError("synchronize failed");
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kGpuLaunches * n * sizeof(float)));
+}
+
+struct DeviceFloats {
+  explicit DeviceFloats(size_t count) : n(count) {
+    const std::vector<float> host = random_floats(n);
+    ok = wccl::gpu::alloc(&x, n * 4).ok() && wccl::gpu::copy(x, host.data(), n * 4).ok() &&
+         wccl::gpu::alloc(&acc, n * 4).ok() && wccl::gpu::copy(acc, host.data(), n * 4).ok() &&
+         wccl::gpu::alloc(&enc, wccl::codec::int8_encoded_size(n)).ok() &&
+         wccl::gpu::int8_encode(static_cast<float *>(x), n, static_cast<uint8_t *>(enc), nullptr).ok();
+  }
+  ~DeviceFloats() {
+    wccl::gpu::free(x);
+    wccl::gpu::free(acc);
+    wccl::gpu::free(enc);
+  }
+  size_t n;
+  void *x = nullptr, *acc = nullptr, *enc = nullptr;
+  bool ok = false;
+};
+
+void BM_gpu_int8_encode(benchmark::State &state) {
+  DeviceFloats d(static_cast<size_t>(state.range(0)));
+  if (!d.ok) return state.SkipWithError("device setup failed");
+  gpu_run(state, d.n, [&] { return wccl::gpu::int8_encode(static_cast<float *>(d.x), d.n, static_cast<uint8_t *>(d.enc), nullptr); });
+}
+
+void BM_gpu_int8_decode_add(benchmark::State &state) {
+  DeviceFloats d(static_cast<size_t>(state.range(0)));
+  if (!d.ok) return state.SkipWithError("device setup failed");
+  gpu_run(state, d.n, [&] {
+    return wccl::gpu::int8_decode_add(static_cast<uint8_t *>(d.enc), d.n, static_cast<float *>(d.acc), static_cast<float *>(d.acc), nullptr);
+  });
+}
+
+void BM_gpu_copy(benchmark::State &state) {  // device-to-device copy of the F32 bytes, for scale
+  DeviceFloats d(static_cast<size_t>(state.range(0)));
+  if (!d.ok) return state.SkipWithError("device setup failed");
+  gpu_run(state, d.n, [&] { return wccl::gpu::copy(d.acc, d.x, d.n * 4); });
+}
+
 const int kSizes[] = {256 << 10, 16 << 20};
 
 int register_all() {
@@ -136,6 +192,12 @@ int register_all() {
       benchmark::RegisterBenchmark(("sum_f32/" + tier).c_str(), BM_sum_f32, k)->Arg(n);
       benchmark::RegisterBenchmark(("sum_bf16/" + tier).c_str(), BM_sum_bf16, k)->Arg(n);
     }
+  }
+  if (wccl::gpu::available()) {
+    const int n = 256 << 20;
+    benchmark::RegisterBenchmark("gpu_copy", BM_gpu_copy)->Arg(n)->UseRealTime();
+    benchmark::RegisterBenchmark("gpu_int8_encode", BM_gpu_int8_encode)->Arg(n)->UseRealTime();
+    benchmark::RegisterBenchmark("gpu_int8_decode_add", BM_gpu_int8_decode_add)->Arg(n)->UseRealTime();
   }
   return 0;
 }

@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
+# The CUDA toolkit's usual home, so that Meson finds nvcc and builds the GPU kernels.
+if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
 if [ ! -f "$build_dir/build.ninja" ]; then
   # shellcheck disable=SC2086
   meson setup "$build_dir" ${MESON_ARGS:-}

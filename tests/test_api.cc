@@ -252,7 +252,12 @@ TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->size");
   o = wccl_opts_default();
   o.wire = WCCL_WIRE_INT8;
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_UNSUPPORTED, "wire");
+  expect(wccl_allreduce(v, v, 2, WCCL_F64, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "int8 wire carries f32 elements, not f64");
+  o.wire = 4;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->wire 4");
+  o = wccl_opts_default();
+  o.compress = WCCL_COMPRESS_ZSTD;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_UNSUPPORTED, "compression");
   o = wccl_opts_default();
   o.algo = 7;
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->algo");

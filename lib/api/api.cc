@@ -7,6 +7,7 @@
 #include "comm/communicator.h"
 #include "coord/coordinator.h"
 #include "core/config.h"
+#include "device.h"
 #include "wccl/wccl.h"
 
 struct wccl_config {
@@ -206,6 +207,9 @@ Status check_buffers(const char *fn, const algo::Collective &c, wccl_comm_t *com
   WCCL_CHECK_ARG(c.count <= (SIZE_MAX / es) / n, "%s: count %zu is too large", fn, c.count);
   if (algo::in_count(c, static_cast<int>(n)) != 0 && needs_in) WCCL_CHECK_ARG(c.in != nullptr, "%s: sendbuf is NULL", fn);
   if (algo::out_count(c, static_cast<int>(n)) != 0) WCCL_CHECK_ARG(c.out != nullptr, "%s: recvbuf is NULL", fn);
+  if (gpu::is_device_pointer(c.in) || gpu::is_device_pointer(c.out)) {
+    return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: device buffers are not in this release; pass host memory", fn);
+  }
   return Status();
 }
 

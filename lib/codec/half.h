@@ -8,9 +8,16 @@
 #include <cstdint>
 #include <cstring>
 
+// The CUDA kernels (cuda/) use the same functions on the device.
+#if defined(__CUDACC__)
+#define WCCL_HOST_DEVICE __host__ __device__
+#else
+#define WCCL_HOST_DEVICE
+#endif
+
 namespace wccl::codec {
 
-static inline float half_to_float(uint16_t h) {
+static inline WCCL_HOST_DEVICE float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
@@ -30,7 +37,7 @@ static inline float half_to_float(uint16_t h) {
   return f;
 }
 
-static inline uint16_t float_to_half(float f) {
+static inline WCCL_HOST_DEVICE uint16_t float_to_half(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
@@ -54,14 +61,14 @@ static inline uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | (mag >> 13));
 }
 
-static inline float bf16_to_float(uint16_t b) {
+static inline WCCL_HOST_DEVICE float bf16_to_float(uint16_t b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
 }
 
-static inline uint16_t float_to_bf16(float f) {
+static inline WCCL_HOST_DEVICE uint16_t float_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN

@@ -7,9 +7,8 @@
 #include "codec/kernels.h"
 
 namespace wccl::codec {
-namespace {
 
-Status check(Wire w, const uint8_t *src, size_t len, size_t count) {
+Status validate(Wire w, const uint8_t *src, size_t len, size_t count) {
   const size_t want = wire_size(w, count);
   if (len != want) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s data for %zu elements is %zu bytes, not %zu", wire_name(w), count, len, want);
@@ -27,6 +26,8 @@ Status check(Wire w, const uint8_t *src, size_t len, size_t count) {
   }
   return Status();
 }
+
+namespace {
 
 // Decodes in pieces small enough for the stack, and combines each with `op`.
 template <typename Decode>
@@ -81,7 +82,7 @@ Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first
 }
 
 Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) {
-  WCCL_RETURN_IF_ERROR(check(w, src, len, count));
+  WCCL_RETURN_IF_ERROR(validate(w, src, len, count));
   const Kernels &k = kernels();
   switch (w) {
     case Wire::kNative: if (count != 0) std::memcpy(dst, src, count * 4); break;
@@ -93,7 +94,7 @@ Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) 
 }
 
 Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t count, float *dst, const float *mine) {
-  WCCL_RETURN_IF_ERROR(check(w, src, len, count));
+  WCCL_RETURN_IF_ERROR(validate(w, src, len, count));
   const Kernels &k = kernels();
   if (w == Wire::kInt8 && (op == RedOp::kSum || op == RedOp::kAvg)) {
     k.int8_decode_add(src, count, dst, mine);  // fused: no temporary

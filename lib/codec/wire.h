@@ -35,6 +35,10 @@ size_t wire_size(Wire w, size_t count);
 // the caller's buffer, for the error message.
 Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first = 0);
 
+// OK if the `len` bytes at src are well-formed `w` data for `count` elements (PROTOCOL if not):
+// the check decode runs first, for callers that decode elsewhere (the GPU kernels).
+Status validate(Wire w, const uint8_t *src, size_t len, size_t count);
+
 // Decodes the `len` bytes at src, which must encode `count` elements, into dst.
 Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst);
 

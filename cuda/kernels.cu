@@ -1,0 +1,333 @@
+// cuda/device.h on CUDA. The arithmetic mirrors lib/codec/kernels_impl.cc step for step with
+// explicitly rounded intrinsics (__fmul_rn, __fadd_rn, ...), which nvcc never fuses into a
+// multiply-add, so every result matches the CPU kernels bit for bit.
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "codec/half.h"
+#include "codec/kernels.h"
+#include "device.h"
+
+namespace wccl::gpu {
+namespace {
+
+using codec::Dtype;
+using codec::kInt8Block;
+using codec::kInt8Header;
+using codec::RedOp;
+
+constexpr int kEncodeThreads = 256;  // one thread block per INT8 block, 4 elements per thread
+constexpr int kPerThread = static_cast<int>(kInt8Block) / kEncodeThreads;
+constexpr int kThreads = 256;
+
+Status cuda_status(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return Status();
+  return WCCL_ERROR(WCCL_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+cudaStream_t as_stream(void *s) { return static_cast<cudaStream_t>(s); }
+
+unsigned grid_for(size_t n) {
+  const size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535u * 32u ? blocks : 65535u * 32u);  // grid-stride beyond
+}
+
+// --- INT8 -----------------------------------------------------------------------------------------
+
+__device__ int32_t order_key(uint32_t bits) {
+  const auto s = static_cast<int32_t>(bits);
+  return s ^ ((s >> 31) & 0x7fffffff);
+}
+__device__ float from_order_key(int32_t key) { return __uint_as_float(static_cast<uint32_t>(key ^ ((key >> 31) & 0x7fffffff))); }
+
+// `bad` receives the smallest index that stops the encoding (ULLONG_MAX if none), as the CPU's
+// int8_encode returns it: the first non-finite element, or the first element of a block whose
+// range does not fit a float.
+__global__ void int8_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst,
+                                   unsigned long long *bad) {
+  const size_t base = static_cast<size_t>(blockIdx.x) * kInt8Block;
+  const int k = static_cast<int>(n - base < kInt8Block ? n - base : kInt8Block);
+  float v[kPerThread];
+  int32_t kmin = INT_MAX, kmax = INT_MIN;
+  int non_finite = 0;
+  for (int e = 0; e < kPerThread; ++e) {
+    const int j = static_cast<int>(threadIdx.x) + e * kEncodeThreads;
+    v[e] = 0.0f;
+    if (j >= k) continue;
+    v[e] = src[base + j];
+    const uint32_t u = __float_as_uint(v[e]);
+    const int32_t key = order_key(u);
+    kmin = key < kmin ? key : kmin;
+    kmax = kmax < key ? key : kmax;
+    if ((u & 0x7f800000u) == 0x7f800000u) {
+      non_finite = 1;
+      atomicMin(bad, static_cast<unsigned long long>(base + j));
+    }
+  }
+  if (__syncthreads_or(non_finite)) return;
+  for (int off = 16; off > 0; off >>= 1) {
+    const int32_t a = __shfl_xor_sync(0xffffffffu, kmin, off), b = __shfl_xor_sync(0xffffffffu, kmax, off);
+    kmin = a < kmin ? a : kmin;
+    kmax = kmax < b ? b : kmax;
+  }
+  __shared__ int32_t smin[kEncodeThreads / 32], smax[kEncodeThreads / 32];
+  __shared__ float params[2];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  if (threadIdx.x % 32 == 0) {
+    smin[warp] = kmin;
+    smax[warp] = kmax;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kEncodeThreads / 32; ++w) {
+      kmin = smin[w] < kmin ? smin[w] : kmin;
+      kmax = kmax < smax[w] ? smax[w] : kmax;
+    }
+    const float lo = from_order_key(kmin), hi = from_order_key(kmax);
+    const float range = __fsub_rn(hi, lo);
+    float scale = __fdiv_rn(range, 255.0f);
+    const float offset = __fadd_rn(lo, 0.0f);
+    if (!(range <= FLT_MAX) || !(__fadd_rn(offset, __fmul_rn(255.0f, scale)) <= FLT_MAX)) {
+      atomicMin(bad, static_cast<unsigned long long>(base));
+      scale = -1.0f;  // tells the block to stop
+    } else if (!(scale >= FLT_MIN)) {
+      scale = 0.0f;
+    }
+    params[0] = scale;
+    params[1] = offset;
+  }
+  __syncthreads();
+  const float scale = params[0], offset = params[1];
+  if (scale < 0.0f) return;
+  uint8_t *out = dst + static_cast<size_t>(blockIdx.x) * (kInt8Block + kInt8Header);
+  if (threadIdx.x == 0) {
+    memcpy(out, &scale, 4);
+    memcpy(out + 4, &offset, 4);
+  }
+  uint8_t *codes = out + kInt8Header;
+  const float inv = scale == 0.0f ? 0.0f : __frcp_rn(scale);
+  for (int e = 0; e < kPerThread; ++e) {
+    const int j = static_cast<int>(threadIdx.x) + e * kEncodeThreads;
+    if (j >= k) continue;
+    if (scale == 0.0f) {
+      codes[j] = 0;
+      continue;
+    }
+    float q = __fadd_rn(__fmul_rn(__fsub_rn(v[e], offset), inv), 0.5f);
+    q = q < 255.0f ? q : 255.0f;
+    codes[j] = static_cast<uint8_t>(static_cast<int32_t>(q));
+  }
+}
+
+// Element i of INT8 data: block i / kInt8Block starts at (i / kInt8Block) * (kInt8Block + 8).
+__device__ float int8_element(const uint8_t *src, size_t i) {
+  const uint8_t *block = src + (i / kInt8Block) * (kInt8Block + kInt8Header);
+  float scale, offset;
+  memcpy(&scale, block, 4);
+  memcpy(&offset, block + 4, 4);
+  return __fadd_rn(offset, __fmul_rn(static_cast<float>(block[kInt8Header + i % kInt8Block]), scale));
+}
+
+__global__ void int8_decode_kernel(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = int8_element(src, i);
+  }
+}
+
+__global__ void int8_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst, const float *mine) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = __fadd_rn(mine[i], int8_element(src, i));
+  }
+}
+
+// --- 16-bit floats and reductions -----------------------------------------------------------------
+
+template <typename In, typename Out, typename F>
+__global__ void map_kernel(const In *__restrict src, size_t n, Out *__restrict dst, F f) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = f(src[i]);
+  }
+}
+
+struct ToHalf {
+  __device__ uint16_t operator()(float x) const { return codec::float_to_half(x); }
+};
+struct FromHalf {
+  __device__ float operator()(uint16_t x) const { return codec::half_to_float(x); }
+};
+struct ToBf16 {
+  __device__ uint16_t operator()(float x) const { return codec::float_to_bf16(x); }
+};
+struct FromBf16 {
+  __device__ float operator()(uint16_t x) const { return codec::bf16_to_float(x); }
+};
+
+// The CPU kernels' operators: integer SUM and PROD wrap (computed unsigned), MIN and MAX keep
+// the first operand unless the second compares strictly smaller / larger.
+template <typename T>
+__device__ T combine(RedOp op, T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+    const auto ua = static_cast<U>(static_cast<std::make_unsigned_t<T>>(a));
+    const auto ub = static_cast<U>(static_cast<std::make_unsigned_t<T>>(b));
+    switch (op) {
+      case RedOp::kSum: case RedOp::kAvg: return static_cast<T>(static_cast<U>(ua + ub));
+      case RedOp::kProd: return static_cast<T>(static_cast<U>(ua * ub));
+      case RedOp::kMin: return b < a ? b : a;
+      case RedOp::kMax: return a < b ? b : a;
+    }
+  } else {
+    switch (op) {
+      case RedOp::kSum: case RedOp::kAvg:
+        if constexpr (std::is_same_v<T, float>) return __fadd_rn(a, b); else return __dadd_rn(a, b);
+      case RedOp::kProd:
+        if constexpr (std::is_same_v<T, float>) return __fmul_rn(a, b); else return __dmul_rn(a, b);
+      case RedOp::kMin: return b < a ? b : a;
+      case RedOp::kMax: return a < b ? b : a;
+    }
+  }
+  return a;
+}
+
+template <typename T>
+__global__ void reduce_kernel(RedOp op, T *dst, const T *a, const T *b, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = combine(op, a[i], b[i]);
+  }
+}
+
+template <bool kBf16>
+__global__ void reduce16_kernel(RedOp op, uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float x = kBf16 ? codec::bf16_to_float(a[i]) : codec::half_to_float(a[i]);
+    const float y = kBf16 ? codec::bf16_to_float(b[i]) : codec::half_to_float(b[i]);
+    const float r = combine(op, x, y);
+    dst[i] = kBf16 ? codec::float_to_bf16(r) : codec::float_to_half(r);
+  }
+}
+
+template <typename T>
+Status launch_reduce(RedOp op, void *dst, const void *a, const void *b, size_t n, void *stream) {
+  reduce_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(op, static_cast<T *>(dst), static_cast<const T *>(a),
+                                                                     static_cast<const T *>(b), n);
+  return cuda_status(cudaGetLastError(), "reduce kernel");
+}
+
+template <typename In, typename Out, typename F>
+Status launch_map(const In *src, size_t n, Out *dst, F f, void *stream, const char *what) {
+  if (n == 0) return Status();
+  map_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, f);
+  return cuda_status(cudaGetLastError(), what);
+}
+
+}  // namespace
+
+bool available() {
+  static const bool yes = [] {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  }();
+  return yes;
+}
+
+bool is_device_pointer(const void *p) {
+  if (p == nullptr || !available()) return false;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // unregistered host memory reports an error on older runtimes
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+Status alloc(void **p, size_t bytes) {
+  *p = nullptr;
+  return cuda_status(cudaMalloc(p, bytes), "cudaMalloc");
+}
+
+void free(void *p) {
+  if (p != nullptr) (void)cudaFree(p);
+}
+
+Status copy(void *dst, const void *src, size_t bytes) {
+  if (bytes == 0) return Status();
+  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+Status synchronize(void *stream) { return cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize"); }
+
+Status int8_encode(const float *src, size_t n, uint8_t *dst, void *stream) {
+  if (n == 0) return Status();
+  const size_t blocks = (n + kInt8Block - 1) / kInt8Block;
+  if (blocks > INT_MAX) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements are too many for one encode", n);
+  unsigned long long *bad = nullptr;
+  WCCL_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(reinterpret_cast<void **>(&bad), sizeof(*bad), as_stream(stream)), "cudaMallocAsync"));
+  unsigned long long first_bad = ULLONG_MAX;
+  const Status st = [&]() -> Status {
+    WCCL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad, 0xff, sizeof(*bad), as_stream(stream)), "cudaMemsetAsync"));
+    int8_encode_kernel<<<static_cast<unsigned>(blocks), kEncodeThreads, 0, as_stream(stream)>>>(src, n, dst, bad);
+    WCCL_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "int8 encode kernel"));
+    return cuda_status(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost, as_stream(stream)),
+                       "cudaMemcpyAsync");
+  }();
+  (void)cudaFreeAsync(bad, as_stream(stream));
+  WCCL_RETURN_IF_ERROR(st);
+  WCCL_RETURN_IF_ERROR(synchronize(stream));
+  if (first_bad == ULLONG_MAX) return Status();
+  float value = 0;
+  WCCL_RETURN_IF_ERROR(copy(&value, src + first_bad, sizeof(value)));
+  if (!std::isfinite(value)) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element %llu is %s, which the int8 wire cannot carry", first_bad,
+                      std::isnan(value) ? "NaN" : "Inf");
+  }
+  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the int8 block of elements %llu..%llu spans more than the float range; use another wire",
+                    first_bad, first_bad + (n - first_bad < kInt8Block ? n - first_bad : kInt8Block) - 1);
+}
+
+Status int8_decode(const uint8_t *src, size_t n, float *dst, void *stream) {
+  if (n == 0) return Status();
+  int8_decode_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
+  return cuda_status(cudaGetLastError(), "int8 decode kernel");
+}
+
+Status int8_decode_add(const uint8_t *src, size_t n, float *dst, const float *mine, void *stream) {
+  if (n == 0) return Status();
+  int8_decode_add_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
+  return cuda_status(cudaGetLastError(), "int8 decode-add kernel");
+}
+
+Status f16_encode(const float *src, size_t n, uint16_t *dst, void *stream) { return launch_map(src, n, dst, ToHalf{}, stream, "f16 encode kernel"); }
+Status f16_decode(const uint16_t *src, size_t n, float *dst, void *stream) { return launch_map(src, n, dst, FromHalf{}, stream, "f16 decode kernel"); }
+Status bf16_encode(const float *src, size_t n, uint16_t *dst, void *stream) { return launch_map(src, n, dst, ToBf16{}, stream, "bf16 encode kernel"); }
+Status bf16_decode(const uint16_t *src, size_t n, float *dst, void *stream) { return launch_map(src, n, dst, FromBf16{}, stream, "bf16 decode kernel"); }
+
+Status reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, size_t n, void *stream) {
+  if (n == 0) return Status();
+  switch (t) {
+    case Dtype::kF32: return launch_reduce<float>(op, dst, a, b, n, stream);
+    case Dtype::kF64: return launch_reduce<double>(op, dst, a, b, n, stream);
+    case Dtype::kI8: return launch_reduce<int8_t>(op, dst, a, b, n, stream);
+    case Dtype::kU8: return launch_reduce<uint8_t>(op, dst, a, b, n, stream);
+    case Dtype::kI32: return launch_reduce<int32_t>(op, dst, a, b, n, stream);
+    case Dtype::kI64: return launch_reduce<int64_t>(op, dst, a, b, n, stream);
+    case Dtype::kF16: case Dtype::kBF16: {
+      auto *d = static_cast<uint16_t *>(dst);
+      const auto *x = static_cast<const uint16_t *>(a);
+      const auto *y = static_cast<const uint16_t *>(b);
+      if (t == Dtype::kBF16) {
+        reduce16_kernel<true><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(op, d, x, y, n);
+      } else {
+        reduce16_kernel<false><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(op, d, x, y, n);
+      }
+      return cuda_status(cudaGetLastError(), "reduce kernel");
+    }
+  }
+  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "unknown dtype %d", static_cast<int>(t));
+}
+
+}  // namespace wccl::gpu

@@ -1,0 +1,150 @@
+// The GPU kernels (cuda/device.h) against their oracle, the CPU kernels: the same bytes out of
+// every encode and the same floats out of every decode and reduction. Skipped where no GPU is
+// present; in a build without CUDA, checks that every entry point reports UNSUPPORTED.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "codec/half.h"
+#include "codec/kernels.h"
+#include "codec/wire.h"
+#include "device.h"
+
+namespace wccl::test {
+namespace {
+
+using codec::Dtype;
+using codec::RedOp;
+using codec::Wire;
+using Bytes = std::vector<uint8_t>;
+
+// Device memory holding a copy of host bytes.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { EXPECT_TRUE(gpu::alloc(&p_, bytes == 0 ? 1 : bytes).ok()); }
+  DeviceBuffer(const void *host, size_t bytes) : DeviceBuffer(bytes) { EXPECT_TRUE(gpu::copy(p_, host, bytes).ok()); }
+  ~DeviceBuffer() { gpu::free(p_); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  template <typename T>
+  T *as() const { return static_cast<T *>(p_); }
+  Bytes host() const {
+    Bytes b(bytes_);
+    EXPECT_TRUE(gpu::copy(b.data(), p_, bytes_).ok());
+    return b;
+  }
+
+ private:
+  void *p_ = nullptr;
+  size_t bytes_;
+};
+
+Bytes as_bytes(const void *p, size_t n) { return Bytes(static_cast<const uint8_t *>(p), static_cast<const uint8_t *>(p) + n); }
+
+#if WCCL_TEST_CUDA_BUILT  // set by tests/meson.build
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+const size_t kLengths[] = {1, 255, 1024, 1025, 4099, 1 << 20};
+
+TEST_F(GpuTest, WireCodecsMatchTheCpuBitForBit) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-5.0f, 3.0f);
+  for (size_t n : kLengths) {
+    std::vector<float> x(n), mine(n);
+    for (float &v : x) v = d(rng);
+    for (float &v : mine) v = d(rng);
+    if (n > 20) x[17] = -0.0f;
+    Bytes want(codec::wire_size(Wire::kInt8, n));
+    ASSERT_TRUE(codec::encode(Wire::kInt8, x.data(), n, want.data()).ok());
+    DeviceBuffer dx(x.data(), n * 4), denc(want.size()), dmine(mine.data(), n * 4), dout(n * 4);
+    ASSERT_TRUE(gpu::int8_encode(dx.as<float>(), n, denc.as<uint8_t>(), nullptr).ok());
+    ASSERT_EQ(denc.host(), want) << "int8 encode n=" << n;
+    std::vector<float> dec(n);
+    ASSERT_TRUE(codec::decode(Wire::kInt8, want.data(), want.size(), n, dec.data()).ok());
+    ASSERT_TRUE(gpu::int8_decode(denc.as<uint8_t>(), n, dout.as<float>(), nullptr).ok());
+    ASSERT_EQ(dout.host(), as_bytes(dec.data(), n * 4)) << "int8 decode n=" << n;
+    ASSERT_TRUE(codec::decode_reduce(Wire::kInt8, RedOp::kSum, want.data(), want.size(), n, dec.data(), mine.data()).ok());
+    ASSERT_TRUE(gpu::int8_decode_add(denc.as<uint8_t>(), n, dmine.as<float>(), dmine.as<float>(), nullptr).ok());
+    ASSERT_EQ(dmine.host(), as_bytes(dec.data(), n * 4)) << "int8 decode-add n=" << n;
+    for (Wire w : {Wire::kF16, Wire::kBF16}) {
+      Bytes enc(codec::wire_size(w, n));
+      ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok());
+      DeviceBuffer d16(enc.size());
+      auto *p16 = d16.as<uint16_t>();
+      ASSERT_TRUE((w == Wire::kF16 ? gpu::f16_encode : gpu::bf16_encode)(dx.as<float>(), n, p16, nullptr).ok());
+      ASSERT_EQ(d16.host(), enc) << codec::wire_name(w) << " encode n=" << n;
+      ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), n, dec.data()).ok());
+      ASSERT_TRUE((w == Wire::kF16 ? gpu::f16_decode : gpu::bf16_decode)(p16, n, dout.as<float>(), nullptr).ok());
+      ASSERT_EQ(dout.host(), as_bytes(dec.data(), n * 4)) << codec::wire_name(w) << " decode n=" << n;
+    }
+  }
+}
+
+TEST_F(GpuTest, ReductionsMatchTheCpuBitForBit) {
+  std::mt19937 rng(2);
+  const size_t n = 100003;
+  for (int ti = 0; ti < codec::kDtypeCount; ++ti) {
+    const auto t = static_cast<Dtype>(ti);
+    const size_t es = codec::dtype_size(t);
+    Bytes a(n * es), b(n * es);
+    for (size_t i = 0; i < n; ++i) {
+      const float fa = std::uniform_real_distribution<float>(-9, 9)(rng), fb = std::uniform_real_distribution<float>(-9, 9)(rng);
+      switch (t) {
+        case Dtype::kF32: std::memcpy(&a[i * 4], &fa, 4); std::memcpy(&b[i * 4], &fb, 4); break;
+        case Dtype::kF64: { const double da = fa, db = fb; std::memcpy(&a[i * 8], &da, 8); std::memcpy(&b[i * 8], &db, 8); break; }
+        case Dtype::kF16: { const uint16_t ha = codec::float_to_half(fa), hb = codec::float_to_half(fb); std::memcpy(&a[i * 2], &ha, 2); std::memcpy(&b[i * 2], &hb, 2); break; }
+        case Dtype::kBF16: { const uint16_t ha = codec::float_to_bf16(fa), hb = codec::float_to_bf16(fb); std::memcpy(&a[i * 2], &ha, 2); std::memcpy(&b[i * 2], &hb, 2); break; }
+        default: for (size_t k = 0; k < es; ++k) { a[i * es + k] = static_cast<uint8_t>(rng()); b[i * es + k] = static_cast<uint8_t>(rng()); }
+      }
+    }
+    for (int oi = 0; oi < codec::kRedOpCount; ++oi) {
+      const auto op = static_cast<RedOp>(oi);
+      Bytes want(a.size());
+      codec::reduce_into(t, op, want.data(), a.data(), b.data(), n);
+      DeviceBuffer da(a.data(), a.size()), db(b.data(), b.size());
+      ASSERT_TRUE(gpu::reduce_into(t, op, da.as<void>(), da.as<void>(), db.as<void>(), n, nullptr).ok());
+      ASSERT_TRUE(gpu::synchronize(nullptr).ok());
+      ASSERT_EQ(da.host(), want) << codec::dtype_name(t) << " " << codec::redop_name(op);
+    }
+  }
+}
+
+TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {
+  std::vector<float> x(5000, 1.0f);
+  x[4321] = std::numeric_limits<float>::quiet_NaN();
+  x[4500] = std::numeric_limits<float>::infinity();
+  DeviceBuffer dx(x.data(), x.size() * 4), denc(codec::wire_size(Wire::kInt8, x.size()));
+  const Status st = gpu::int8_encode(dx.as<float>(), x.size(), denc.as<uint8_t>(), nullptr);
+  EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(st.message().find("element 4321 is NaN"), std::string::npos) << st.message();
+  EXPECT_TRUE(gpu::is_device_pointer(dx.as<void>()));
+  EXPECT_FALSE(gpu::is_device_pointer(x.data()));
+}
+
+#else
+
+TEST(GpuStubs, EveryEntryPointReportsUnsupported) {
+  EXPECT_FALSE(gpu::available());
+  float f = 0;
+  EXPECT_FALSE(gpu::is_device_pointer(&f));
+  void *p = &f;
+  EXPECT_EQ(gpu::alloc(&p, 16).code(), WCCL_ERR_UNSUPPORTED);
+  EXPECT_EQ(p, nullptr);
+  uint8_t b[16];
+  EXPECT_EQ(gpu::int8_encode(&f, 1, b, nullptr).code(), WCCL_ERR_UNSUPPORTED);
+  EXPECT_EQ(gpu::reduce_into(Dtype::kF32, RedOp::kSum, &f, &f, &f, 1, nullptr).code(), WCCL_ERR_UNSUPPORTED);
+}
+
+#endif
+
+}  // namespace
+}  // namespace wccl::test
