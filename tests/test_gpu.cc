@@ -21,6 +21,8 @@ using codec::RedOp;
 using codec::Wire;
 using Bytes = std::vector<uint8_t>;
 
+#if WCCL_TEST_CUDA_BUILT  // set by tests/meson.build
+
 // Device memory holding a copy of host bytes.
 class DeviceBuffer {
  public:
@@ -44,7 +46,6 @@ class DeviceBuffer {
 
 Bytes as_bytes(const void *p, size_t n) { return Bytes(static_cast<const uint8_t *>(p), static_cast<const uint8_t *>(p) + n); }
 
-#if WCCL_TEST_CUDA_BUILT  // set by tests/meson.build
 
 class GpuTest : public ::testing::Test {
  protected:
