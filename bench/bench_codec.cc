@@ -81,7 +81,7 @@ void BM_int8_decode(benchmark::State &state, const Kernels *k) {
 void BM_f16_encode(benchmark::State &state, const Kernels *k) {
   const auto n = static_cast<size_t>(state.range(0));
   const std::vector<float> src = random_floats(n);
-  std::vector<uint16_t> dst(n);
+  std::vector<uint8_t> dst(2 * n);
   for (auto _ : state) {
     k->f16_encode(src.data(), n, dst.data());
     benchmark::ClobberMemory();
@@ -92,7 +92,7 @@ void BM_f16_encode(benchmark::State &state, const Kernels *k) {
 void BM_bf16_encode(benchmark::State &state, const Kernels *k) {
   const auto n = static_cast<size_t>(state.range(0));
   const std::vector<float> src = random_floats(n);
-  std::vector<uint16_t> dst(n);
+  std::vector<uint8_t> dst(2 * n);
   for (auto _ : state) {
     k->bf16_encode(src.data(), n, dst.data());
     benchmark::ClobberMemory();

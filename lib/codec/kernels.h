@@ -36,11 +36,12 @@ struct Kernels {
   // dst[i] = decoded element i; dst[i] = mine[i] + decoded element i (dst may equal mine).
   void (*int8_decode)(const uint8_t *src, size_t n, float *dst);
   void (*int8_decode_add)(const uint8_t *src, size_t n, float *dst, const float *mine);
-  // Float to binary16 / bfloat16 (round to nearest-even) and back.
-  void (*f16_encode)(const float *src, size_t n, uint16_t *dst);
-  void (*f16_decode)(const uint16_t *src, size_t n, float *dst);
-  void (*bf16_encode)(const float *src, size_t n, uint16_t *dst);
-  void (*bf16_decode)(const uint16_t *src, size_t n, float *dst);
+  // Float to binary16 / bfloat16 (round to nearest-even, 2 little-endian bytes each, at any
+  // alignment) and back.
+  void (*f16_encode)(const float *src, size_t n, uint8_t *dst);
+  void (*f16_decode)(const uint8_t *src, size_t n, float *dst);
+  void (*bf16_encode)(const float *src, size_t n, uint8_t *dst);
+  void (*bf16_decode)(const uint8_t *src, size_t n, float *dst);
 };
 
 enum class Tier { kScalar, kGeneric, kAvx2, kAvx512 };

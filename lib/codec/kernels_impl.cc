@@ -246,17 +246,33 @@ void int8_decode_add(const uint8_t *src, size_t n, float *dst, const float *mine
 
 // --- FP16 / BF16 ----------------------------------------------------------------------------------
 
-void f16_encode(const float *__restrict src, size_t n, uint16_t *__restrict dst) {
-  for (size_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
+// The 16-bit wire data may sit at any address (a message inside a receive buffer): it is read
+// and written through memcpy, which compiles to plain unaligned loads and stores.
+void f16_encode(const float *__restrict src, size_t n, uint8_t *__restrict dst) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = float_to_half(src[i]);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
 }
-void f16_decode(const uint16_t *__restrict src, size_t n, float *__restrict dst) {
-  for (size_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+void f16_decode(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = half_to_float(h);
+  }
 }
-void bf16_encode(const float *__restrict src, size_t n, uint16_t *__restrict dst) {
-  for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+void bf16_encode(const float *__restrict src, size_t n, uint8_t *__restrict dst) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = float_to_bf16(src[i]);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
 }
-void bf16_decode(const uint16_t *__restrict src, size_t n, float *__restrict dst) {
-  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+void bf16_decode(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = bf16_to_float(h);
+  }
 }
 
 #define WCCL_STRINGIFY2(x) #x

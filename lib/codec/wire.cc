@@ -64,8 +64,8 @@ Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first
     case Wire::kNative:
       if (count != 0) std::memcpy(dst, src, count * 4);
       return Status();
-    case Wire::kF16: k.f16_encode(src, count, reinterpret_cast<uint16_t *>(dst)); return Status();
-    case Wire::kBF16: k.bf16_encode(src, count, reinterpret_cast<uint16_t *>(dst)); return Status();
+    case Wire::kF16: k.f16_encode(src, count, dst); return Status();
+    case Wire::kBF16: k.bf16_encode(src, count, dst); return Status();
     case Wire::kInt8: {
       const size_t bad = k.int8_encode(src, count, dst);
       if (bad == count) return Status();
@@ -86,8 +86,8 @@ Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) 
   const Kernels &k = kernels();
   switch (w) {
     case Wire::kNative: if (count != 0) std::memcpy(dst, src, count * 4); break;
-    case Wire::kF16: k.f16_decode(reinterpret_cast<const uint16_t *>(src), count, dst); break;
-    case Wire::kBF16: k.bf16_decode(reinterpret_cast<const uint16_t *>(src), count, dst); break;
+    case Wire::kF16: k.f16_decode(src, count, dst); break;
+    case Wire::kBF16: k.bf16_decode(src, count, dst); break;
     case Wire::kInt8: k.int8_decode(src, count, dst); break;
   }
   return Status();
@@ -103,8 +103,8 @@ Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t co
   decode_then_reduce(op, count, dst, mine, [&](size_t i, size_t n, float *tmp) {
     switch (w) {
       case Wire::kNative: std::memcpy(tmp, src + i * 4, n * 4); break;
-      case Wire::kF16: k.f16_decode(reinterpret_cast<const uint16_t *>(src) + i, n, tmp); break;
-      case Wire::kBF16: k.bf16_decode(reinterpret_cast<const uint16_t *>(src) + i, n, tmp); break;
+      case Wire::kF16: k.f16_decode(src + 2 * i, n, tmp); break;
+      case Wire::kBF16: k.bf16_decode(src + 2 * i, n, tmp); break;
       // Pieces are whole blocks: piece i / kInt8Block starts at its header.
       case Wire::kInt8: k.int8_decode(src + i / kInt8Block * (kInt8Block + kInt8Header), n, tmp); break;
     }
