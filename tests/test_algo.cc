@@ -422,6 +422,30 @@ TEST(Algo, PeerDiesMidOperation) {
   }
 }
 
+// The same on the INT8 wire: the coded schedules' own buffers are drained before they are freed.
+TEST(Algo, PeerDiesMidCodedOperation) {
+  for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
+                  Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+    for (uint64_t k : {1, 7, 40}) {
+      const int n = 5, dies = 3;
+      Collective c;
+      c.kind = s.kind;
+      c.algo = s.algo;
+      c.count = 1 << 16;
+      c.chunk_bytes = 1024;
+      c.wire = codec::Wire::kInt8;
+      Fabric fabric(n);
+      fabric.kill_at_send(dies, k);
+      const auto start = Clock::now();
+      const std::vector<Bytes> ins = random_inputs(c, n, static_cast<uint32_t>(k));
+      Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), ins);
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << "ranks waited for the deadline";
+      EXPECT_FALSE(o.status[dies].ok()) << shape_name(s) << " k=" << k;
+      for (int r = 0; r < n; ++r) EXPECT_EQ(o.in_after[static_cast<size_t>(r)], o.in[static_cast<size_t>(r)]);
+    }
+  }
+}
+
 TEST(Algo, DeadlineEndsAWaitForAPeerThatNeverSends) {
   Fabric fabric(2);
   auto ch = fabric.channel(0);
