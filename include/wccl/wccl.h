@@ -204,7 +204,8 @@ WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
  * others may have committed: state sync heals that, see docs/fault-tolerance.md). On any error
  * the buffers are untouched.
  *
- * Buffers are host memory; they may overlap (in place is allowed everywhere). The input must not
+ * Buffers are host memory (device memory is detected and refused with UNSUPPORTED in this
+ * release); they may overlap (in place is allowed everywhere). The input must not
  * change and the output must not be read until the operation has completed. The library reads
  * the input during the operation and writes the output once, after the commit, from a scratch
  * buffer of the output's size that it keeps for reuse (up to two per communicator).
