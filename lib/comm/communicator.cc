@@ -751,6 +751,12 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     op->scratch_bytes = scratch_bytes;
     if (aborted_) {
       decide(op, WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
+    } else if (st.code() == WCCL_ERR_INVALID_ARGUMENT) {
+      // Data this peer's wire codec cannot carry (a NaN on the INT8 wire): the operation could
+      // never have succeeded, so that is its outcome here even if the revocation it causes (its
+      // neighbours see the links close) reached this peer first.
+      report = fail_here(op, st);
+      send_report = true;
     } else if (!epoch_failure_.ok() || epoch_ != op->epoch) {
       // Revoked while it ran (or it failed because of that): the revocation decides it.
       decide(op, epoch_failure_.ok() ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended") : epoch_failure_);
