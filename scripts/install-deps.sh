@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages wccl builds and tests with. Idempotent: does nothing when they
-# are all present. Needs root (or sudo).
+# Installs the Debian packages wccl builds and tests with, plus any named as arguments (CI adds
+# the ThreadSanitizer toolchain). Idempotent: does nothing when they are all present. Needs root
+# (or sudo).
 set -euo pipefail
 packages=(
   build-essential meson ninja-build pkg-config
@@ -8,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang clang-tidy libclang-rt-14-dev
   openssl python3
+  "$@"
 )
 missing=()
 for p in "${packages[@]}"; do
