@@ -749,15 +749,13 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     op->stats.bytes_received = ex.bytes_received();
     op->scratch = std::move(scratch);
     op->scratch_bytes = scratch_bytes;
+    // Data this peer's wire codec cannot carry (a NaN on the INT8 wire) could never have been
+    // sent: that is the operation's outcome here even if the revocation it causes (its
+    // neighbours see its links close) reached this peer first.
+    const bool data_error = st.code() == WCCL_ERR_INVALID_ARGUMENT;
     if (aborted_) {
       decide(op, WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
-    } else if (st.code() == WCCL_ERR_INVALID_ARGUMENT) {
-      // Data this peer's wire codec cannot carry (a NaN on the INT8 wire): the operation could
-      // never have succeeded, so that is its outcome here even if the revocation it causes (its
-      // neighbours see the links close) reached this peer first.
-      report = fail_here(op, st);
-      send_report = true;
-    } else if (!epoch_failure_.ok() || epoch_ != op->epoch) {
+    } else if (!data_error && (!epoch_failure_.ok() || epoch_ != op->epoch)) {
       // Revoked while it ran (or it failed because of that): the revocation decides it.
       decide(op, epoch_failure_.ok() ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended") : epoch_failure_);
     } else if (st.ok()) {
@@ -768,7 +766,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
       report.seq = op->seq;
       send_report = true;
     } else {
-      report = fail_here(op, st);  // a broken link, the deadline: the epoch is revoked for everyone
+      report = fail_here(op, st);  // a broken link, the deadline, a data error: the epoch is revoked for everyone
       send_report = true;
     }
   }
