@@ -248,30 +248,19 @@ void int8_decode_add(const uint8_t *src, size_t n, float *dst, const float *mine
 
 // The 16-bit wire data may sit at any address (a message inside a receive buffer): it is read
 // and written through memcpy, which compiles to plain unaligned loads and stores.
-void f16_encode(const float *__restrict src, size_t n, uint8_t *__restrict dst) {
+template <uint16_t (*Narrow)(float)>
+void encode16(const float *__restrict src, size_t n, uint8_t *__restrict dst) {
   for (size_t i = 0; i < n; ++i) {
-    const uint16_t h = float_to_half(src[i]);
+    const uint16_t h = Narrow(src[i]);
     std::memcpy(dst + 2 * i, &h, 2);
   }
 }
-void f16_decode(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
+template <float (*Widen)(uint16_t)>
+void decode16(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
   for (size_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = half_to_float(h);
-  }
-}
-void bf16_encode(const float *__restrict src, size_t n, uint8_t *__restrict dst) {
-  for (size_t i = 0; i < n; ++i) {
-    const uint16_t h = float_to_bf16(src[i]);
-    std::memcpy(dst + 2 * i, &h, 2);
-  }
-}
-void bf16_decode(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = bf16_to_float(h);
+    dst[i] = Widen(h);
   }
 }
 
@@ -288,10 +277,10 @@ const Kernels kKernels = {
     int8_encode,
     int8_decode,
     int8_decode_add,
-    f16_encode,
-    f16_decode,
-    bf16_encode,
-    bf16_decode,
+    encode16<float_to_half>,
+    decode16<half_to_float>,
+    encode16<float_to_bf16>,
+    decode16<bf16_to_float>,
 };
 
 }  // namespace wccl::codec::WCCL_CODEC_TIER
