@@ -8,7 +8,7 @@ packages=(
   libuv1-dev libssl-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang clang-tidy libclang-rt-14-dev
-  openssl python3
+  openssl python3 python3-numpy python3-pytest python3-torch
   "$@"
 )
 missing=()

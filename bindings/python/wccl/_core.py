@@ -1,0 +1,351 @@
+"""The Pythonic layer over _lib: Coordinator, Communicator, Request."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from ctypes import byref, c_int, c_void_p
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Callable, List, Mapping, Optional, Tuple
+
+from . import _lib
+from ._buffers import Buffer, DType, cuda_stream_of, export
+from ._lib import check, lib
+
+
+class ReduceOp(IntEnum):
+    """wccl_redop_t. Integer SUM and PROD wrap; integer AVG truncates."""
+
+    SUM = 0
+    AVG = 1
+    MIN = 2
+    MAX = 3
+    PROD = 4
+
+
+class Wire(IntEnum):
+    """wccl_wire_t: how F32 elements travel between members (other dtypes take NATIVE only)."""
+
+    NATIVE = 0
+    FP16 = 1
+    BF16 = 2
+    INT8 = 3
+
+
+class Algo(IntEnum):
+    """wccl_algo_t."""
+
+    AUTO = 0
+    RING = 1
+    TREE = 2
+
+
+class Compress(IntEnum):
+    """wccl_compress_t (ZSTD and AUTO are not in this release: UnsupportedError)."""
+
+    OFF = 0
+    ZSTD = 1
+    AUTO = 2
+
+
+@dataclass(frozen=True)
+class OpStats:
+    """What an operation cost (wccl_op_stats_t)."""
+
+    bytes_sent: int
+    bytes_received: int
+    time_us: float
+    epoch: int
+    world_size: int
+    algo: Algo
+
+
+def version() -> str:
+    """The loaded library's version, "MAJOR.MINOR.PATCH"."""
+    return lib.wccl_version().decode()
+
+
+def config_keys() -> List[Tuple[str, str, str, str]]:
+    """Every configuration key as (key, default, accepted form, description)."""
+    rows = lib.wccl_config_keys().decode().splitlines()
+    return [tuple(row.split("\t", 3)) for row in rows if row]  # type: ignore[misc]
+
+
+class _Config:
+    """A wccl_config_t holding the defaults, the WCCL_* environment and ``settings``."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.handle = c_void_p()
+        check(lib.wccl_config_create(byref(self.handle)))
+        try:
+            for key, value in settings.items():
+                if isinstance(value, bool):
+                    value = "on" if value else "off"
+                check(lib.wccl_config_set(self.handle, str(key).encode(), str(value).encode()))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        lib.wccl_config_destroy(self.handle)
+        self.handle = c_void_p()
+
+    def __enter__(self) -> "_Config":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Coordinator:
+    """An embedded coordinator (wccl_coord_start). Keyword arguments are configuration keys, as in
+    ``Coordinator(listen="127.0.0.1:0", tls=False)``; ``wccl.config_keys()`` lists them. A context
+    manager: leaving the block stops it."""
+
+    def __init__(self, **config: Any) -> None:
+        self._handle = c_void_p()
+        with _Config(config) as cfg:
+            check(lib.wccl_coord_start(byref(self._handle), cfg.handle))
+
+    @property
+    def port(self) -> int:
+        """The TCP port it listens on (0 once stopped)."""
+        return lib.wccl_coord_port(self._handle) if self._handle else 0
+
+    def stop(self) -> None:
+        """Closes every peer's connection and frees the coordinator. Idempotent."""
+        handle, self._handle = self._handle, c_void_p()
+        if handle:
+            lib.wccl_coord_stop(handle)
+
+    def __enter__(self) -> "Coordinator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        self.stop()
+
+
+class Request:
+    """A non-blocking operation in flight (wccl_request_t). It keeps its arrays and communicator
+    alive until it is waited for; ``wait()`` returns the OpStats or raises the operation's error."""
+
+    def __init__(self, comm: "Communicator", handle: c_void_p, buffers: List[Buffer]) -> None:
+        self._comm = comm
+        self._handle = handle
+        self._buffers = buffers
+        self._outcome: Optional[Tuple[int, OpStats]] = None
+        self._lock = threading.Lock()
+
+    def wait(self) -> OpStats:
+        """Blocks until the outcome (at most the operation's timeout) and returns its statistics, or
+        raises: PeerLostError (buffers as they were; update() and retry), TimeoutError, ... Calling
+        it again returns or raises the same outcome."""
+        with self._lock:
+            if self._outcome is None:
+                raw = _lib.OpStatsStruct(size=ctypes.sizeof(_lib.OpStatsStruct))
+                code = lib.wccl_wait(self._handle, byref(raw))
+                self._outcome = (code, OpStats(raw.bytes_sent, raw.bytes_received, raw.time_us, raw.epoch,
+                                               raw.world_size, Algo(raw.algo)))
+                self._free()
+            code, stats = self._outcome
+        check(code)
+        return stats
+
+    def done(self) -> bool:
+        """True once the outcome is known (wait() then returns at once). Does not block."""
+        with self._lock:
+            if self._outcome is not None:
+                return True
+            flag = c_int(0)
+            lib.wccl_test(self._handle, byref(flag))  # its outcome is wait()'s to report
+            return bool(flag.value)
+
+    def _free(self) -> None:
+        if self._handle:
+            lib.wccl_request_free(self._handle)
+            self._handle = c_void_p()
+        for b in self._buffers:
+            b.release()
+        self._buffers = []
+
+    def __del__(self) -> None:
+        # An abandoned request is waited for by wccl_request_free; its committed result is written.
+        with self._lock:
+            self._free()
+
+
+class Communicator:
+    """A member of a wccl group (wccl_comm_t). Keyword arguments are configuration keys, as in
+    ``Communicator(coordinator="host:48148", tls_cert=..., tls_key=..., tls_ca=...)``. Construction
+    blocks until the coordinator admits this peer into an epoch.
+
+    Collectives take numpy arrays (any contiguous buffer-protocol object) and torch tensors, CPU or
+    CUDA, without copying them. Each returns OpStats, or a Request with ``async_op=True``. On
+    PeerLostError the arrays hold what they held before the call: call ``update()`` and retry.
+
+    A context manager: leaving the block normally leaves the group gracefully (``leave()``), and
+    either way closes the communicator. Methods may be called from one thread at a time, except
+    ``abort()``, which any thread may call."""
+
+    def __init__(self, **config: Any) -> None:
+        self._handle = c_void_p()
+        self._requests: "weakref.WeakSet[Request]" = weakref.WeakSet()
+        with _Config(config) as cfg:
+            check(lib.wccl_comm_join(byref(self._handle), cfg.handle))
+
+    # --- membership ------------------------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """This peer's position in the current epoch's ring (-1 once closed)."""
+        return lib.wccl_comm_rank(self._handle) if self._handle else -1
+
+    @property
+    def size(self) -> int:
+        """The current epoch's number of members."""
+        return lib.wccl_comm_size(self._handle) if self._handle else 0
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch's number."""
+        return lib.wccl_comm_epoch(self._handle) if self._handle else 0
+
+    @property
+    def pending(self) -> int:
+        """How many peers wait to be admitted at the next update()."""
+        return lib.wccl_comm_pending(self._handle) if self._handle else 0
+
+    def update(self) -> None:
+        """Waits for the coordinator's next epoch: survivors plus admitted joiners, minus leavers and
+        lost peers. Raises CoordinatorUnreachableError while the coordinator is away."""
+        check(lib.wccl_comm_update(self._live()))
+
+    def leave(self) -> None:
+        """Leaves gracefully, in place of an update; afterwards only close() is allowed."""
+        check(lib.wccl_comm_leave(self._live()))
+
+    def abort(self) -> None:
+        """Any thread: every current and later wait of this communicator raises AbortedError."""
+        if self._handle:
+            lib.wccl_comm_abort(self._handle)
+
+    def close(self) -> None:
+        """Waits for this communicator's outstanding requests, then destroys it (the coordinator sees
+        its link close; call leave() first to go gracefully). Idempotent."""
+        for request in list(self._requests):
+            with request._lock:
+                request._free()
+        handle, self._handle = self._handle, c_void_p()
+        if handle:
+            lib.wccl_comm_destroy(handle)
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        try:
+            if exc_type is None and self._handle:
+                self.leave()
+        finally:
+            self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # --- collectives -----------------------------------------------------------------------------
+
+    def allreduce(self, tensor: Any, op: ReduceOp = ReduceOp.SUM, *, out: Any = None, async_op: bool = False,
+                  **opts: Any) -> Any:
+        """out (default: tensor, in place) = op over every member's tensor."""
+        send = export(tensor, out is None, "tensor")
+        recv = export(out, True, "out") if out is not None else send
+        _same_shape(send, recv, send.count, "out")
+        return self._run(lib.wccl_iallreduce, (send.ptr, recv.ptr, send.count, send.dtype, op),
+                         [send, recv], opts, async_op)
+
+    def broadcast(self, tensor: Any, root: int = 0, *, async_op: bool = False, **opts: Any) -> Any:
+        """tensor on every member = tensor of member ``root`` (in place)."""
+        buf = export(tensor, True, "tensor")
+        return self._run(lib.wccl_ibroadcast, (buf.ptr, buf.ptr, buf.count, buf.dtype, int(root)), [buf], opts,
+                         async_op)
+
+    def allgather(self, tensor: Any, out: Any, *, async_op: bool = False, **opts: Any) -> Any:
+        """out (size × tensor's elements) = every member's tensor, in rank order."""
+        send = export(tensor, False, "tensor")
+        recv = export(out, True, "out")
+        _same_shape(send, recv, send.count * self.size, "out")
+        return self._run(lib.wccl_iallgather, (send.ptr, recv.ptr, send.count, send.dtype), [send, recv], opts,
+                         async_op)
+
+    def reduce_scatter(self, tensor: Any, out: Any, op: ReduceOp = ReduceOp.SUM, *, async_op: bool = False,
+                       **opts: Any) -> Any:
+        """tensor holds size × out's elements; member r's out = block r of their reduction."""
+        send = export(tensor, False, "tensor")
+        recv = export(out, True, "out")
+        _same_shape(recv, send, recv.count * self.size, "tensor")
+        return self._run(lib.wccl_ireduce_scatter, (send.ptr, recv.ptr, recv.count, send.dtype, op),
+                         [send, recv], opts, async_op)
+
+    def barrier(self, *, async_op: bool = False, **opts: Any) -> Any:
+        """Returns once every member has called it."""
+        return self._run(lib.wccl_ibarrier, (), [], opts, async_op)
+
+    # --- plumbing ----------------------------------------------------------------------------------
+
+    def _live(self) -> c_void_p:
+        if not self._handle:
+            raise _lib.error("WCCL_ERR_INVALID_USAGE", "the communicator is closed")
+        return self._handle
+
+    def _run(self, start: Callable[..., int], args: tuple, buffers: List[Buffer], opts: Mapping[str, Any],
+             async_op: bool) -> Any:
+        options = _options(opts, cuda_stream_of(buffers))
+        handle = c_void_p()
+        try:
+            check(start(byref(handle), *args, self._live(), byref(options)))
+        except BaseException:
+            for b in buffers:
+                b.release()
+            raise
+        request = Request(self, handle, buffers)
+        self._requests.add(request)
+        return request if async_op else request.wait()
+
+
+def _same_shape(a: Buffer, b: Buffer, count: int, what: str) -> None:
+    if a.dtype != b.dtype:
+        raise TypeError(f"wccl: {what} has dtype {b.dtype.name}, the input {a.dtype.name}")
+    if b.count != count:
+        raise ValueError(f"wccl: {what} holds {b.count} elements, the operation needs {count}")
+    if a.cuda != b.cuda:
+        raise ValueError("wccl: the input and the output must both be on the CPU or both on CUDA")
+
+
+_OPTION_NAMES = ("wire", "algo", "compress", "timeout")
+
+
+def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
+    """wccl_opts_t from keyword options: wire=Wire, algo=Algo, compress=Compress, timeout=seconds."""
+    unknown = set(opts) - set(_OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"wccl: unknown option(s) {', '.join(sorted(unknown))}; options are {', '.join(_OPTION_NAMES)}")
+    o = lib.wccl_opts_default()
+    o.wire = int(opts.get("wire", Wire.NATIVE))
+    o.algo = int(opts.get("algo", Algo.AUTO))
+    o.compress = int(opts.get("compress", Compress.OFF))
+    timeout = opts.get("timeout")
+    if timeout is not None:
+        if not float(timeout) > 0:
+            raise ValueError(f"wccl: timeout must be a positive number of seconds, not {timeout!r}")
+        o.timeout_ms = max(1, round(float(timeout) * 1000))
+    o.cuda_stream = cuda_stream
+    return o
+
+
+__all__ = ["Algo", "Communicator", "Compress", "Coordinator", "DType", "OpStats", "ReduceOp", "Request", "Wire",
+           "config_keys", "version"]

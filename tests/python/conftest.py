@@ -1,0 +1,131 @@
+"""Fixtures for the wccl Python suite: a job's certificates, a TLS coordinator, and peers in their own
+processes (peer.py) driven over stdin/stdout with a timeout on every reply."""
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import wccl
+
+REPLY_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """A CA and one node certificate (EC P-256) made with the openssl CLI, as docs/tls.md does."""
+    d = tmp_path_factory.mktemp("pki")
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+
+    run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ca.key")
+    run("req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "2", "-subj", "/O=wccl-pytest/CN=ca",
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign", "-out", "ca.pem")
+    (d / "node.ext").write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                                "extendedKeyUsage=serverAuth,clientAuth\n")
+    run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "node.key")
+    run("req", "-new", "-key", "node.key", "-subj", "/O=wccl-pytest/CN=node", "-out", "node.csr")
+    run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-sha256", "-extfile", "node.ext", "-out", "node.pem")
+    return {"tls_cert": str(d / "node.pem"), "tls_key": str(d / "node.key"), "tls_ca": str(d / "ca.pem")}
+
+
+@pytest.fixture
+def coordinators(pki):
+    """coordinators(**config) starts a TLS coordinator on 127.0.0.1 (stopped after the test)."""
+    started = []
+
+    def start(**config):
+        started.append(wccl.Coordinator(listen="127.0.0.1:0", **pki, **config))
+        return started[-1]
+
+    yield start
+    for coord in started:
+        coord.stop()
+
+
+def member_config(coord, pki):
+    """Configuration keys for a member of coord's group."""
+    return {"coordinator": f"127.0.0.1:{coord.port}", "listen": "127.0.0.1:0", "log_level": "error", **pki}
+
+
+class Peer:
+    """peer.py in its own process. ``request(cmd)`` sends one command; ``reply()`` waits for its answer."""
+
+    def __init__(self, config):
+        env = dict(os.environ)
+        env.update({f"WCCL_{k.upper()}": str(v) for k, v in config.items()})
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("peer.py"))], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._lines = queue.Queue(maxsize=16)
+        threading.Thread(target=self._read, daemon=True).start()
+        self.joined = None
+        self.killed = False
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def request(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def reply(self):
+        try:
+            line = self._lines.get(timeout=REPLY_TIMEOUT)
+        except queue.Empty:
+            raise AssertionError(f"peer {self.proc.pid}: no reply in {REPLY_TIMEOUT} s") from None
+        assert line is not None, f"peer {self.proc.pid} exited with {self.proc.wait(timeout=10)}"
+        return json.loads(line)
+
+    def kill(self):
+        self.killed = True
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def end_input(self):
+        """The peer leaves the group gracefully and exits."""
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+
+    def wait(self, timeout=30):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"peer {self.proc.pid} did not exit in {timeout} s after its input ended") from None
+
+
+def close_all(peers):
+    """Ends every peer's input at once (a graceful leave is a collective step), then waits for all."""
+    for p in peers:
+        p.end_input()
+    return [p.wait() for p in peers]
+
+
+@pytest.fixture
+def spawn(coordinators, pki):
+    """spawn(n) starts a coordinator whose first epoch waits for n members and n peers, and returns
+    the peers in rank order once they have joined it."""
+    peers = []
+
+    def start(n):
+        coord = coordinators(min_peers=n)
+        group = [Peer(member_config(coord, pki)) for _ in range(n)]
+        peers.extend(group)
+        for p in group:
+            p.joined = p.reply()
+        assert [p.joined["size"] for p in group] == [n] * n
+        return sorted(group, key=lambda p: p.joined["rank"])
+
+    yield start
+    codes = close_all(peers)
+    assert all(code == 0 for p, code in zip(peers, codes) if not p.killed), f"a peer failed to leave: {codes}"

@@ -1,0 +1,68 @@
+"""A group member in its own process for the pytest suite (conftest.Peer drives it).
+
+It joins with the configuration in the WCCL_* environment, prints one JSON line
+{"rank", "size", "epoch"}, then answers each JSON command it reads on stdin with one JSON line:
+  {"cmd": "allreduce", "lib": "numpy"|"torch", "dtype": NAME, "count": N, "op": NAME, "wire": NAME}
+      element i of rank r is (r + 1) * (i % 5 + 1), or for "random": true, uniform in [-1, 1) from
+      seed r. Answers {"ok", "error", "message", "result" (base64 of the output bytes), "input"
+      (base64 of the input bytes), "intact" (the buffer equals its input after a failure),
+      "bytes_sent"}.
+  {"cmd": "update"}   answers {"ok", "error", "rank", "size", "epoch"}.
+At the end of its input it leaves gracefully.
+"""
+
+import base64
+import json
+import sys
+
+import numpy as np
+
+import wccl
+
+
+def filled(lib, dtype, count, rank, random):
+    if random:
+        values = np.random.default_rng(rank).uniform(-1.0, 1.0, count).astype(np.float32)
+    else:
+        values = ((rank + 1) * (np.arange(count) % 5 + 1)).astype(np.float64)
+    if lib == "torch":
+        import torch
+        return torch.from_numpy(np.asarray(values, dtype=np.float64)).to(getattr(torch, dtype))
+    return values.astype(dtype)
+
+
+def raw(buf):
+    if hasattr(buf, "data_ptr"):  # torch: view the bytes through uint8 (bfloat16 has no numpy dtype)
+        buf = buf.view(__import__("torch").uint8).numpy()
+    return base64.b64encode(np.ascontiguousarray(buf).tobytes()).decode()
+
+
+def allreduce(comm, cmd):
+    buf = filled(cmd["lib"], cmd["dtype"], cmd["count"], comm.rank, cmd.get("random", False))
+    before = raw(buf)
+    try:
+        stats = comm.allreduce(buf, wccl.ReduceOp[cmd.get("op", "SUM")], wire=wccl.Wire[cmd.get("wire", "NATIVE")])
+    except wccl.WcclError as e:
+        return {"ok": False, "error": type(e).__name__, "message": str(e), "intact": raw(buf) == before}
+    return {"ok": True, "result": raw(buf), "input": before, "bytes_sent": stats.bytes_sent}
+
+
+def update(comm):
+    try:
+        comm.update()
+    except wccl.WcclError as e:
+        return {"ok": False, "error": type(e).__name__, "message": str(e)}
+    return {"ok": True, "rank": comm.rank, "size": comm.size, "epoch": comm.epoch}
+
+
+def main():
+    with wccl.Communicator() as comm:
+        print(json.dumps({"rank": comm.rank, "size": comm.size, "epoch": comm.epoch}), flush=True)
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            reply = allreduce(comm, cmd) if cmd["cmd"] == "allreduce" else update(comm)
+            print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    main()

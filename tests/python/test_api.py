@@ -1,0 +1,185 @@
+"""The Pythonic layer in one process: members on threads, every collective on numpy arrays and torch
+tensors, requests, and the errors a caller meets."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import wccl
+
+try:
+    import torch
+except ImportError:  # torch is optional: its tests skip
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+
+@pytest.fixture
+def members(coordinators, pki):
+    """members(n, fn): runs fn(comm) on n in-process members of one epoch, on threads; returns the
+    results by rank, or raises the first member's exception."""
+
+    def run(n, fn):
+        coord = coordinators(min_peers=n)
+        config = {"coordinator": f"127.0.0.1:{coord.port}", "listen": "127.0.0.1:0", "log_level": "error", **pki}
+        results, errors = {}, []
+
+        def member():
+            try:
+                with wccl.Communicator(**config) as comm:
+                    assert comm.size == n
+                    results[comm.rank] = fn(comm)
+            except BaseException as e:  # re-raised on the test's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=member) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a member hung"
+        if errors:
+            raise errors[0]
+        return [results[r] for r in range(n)]
+
+    return run
+
+
+def test_every_collective_on_numpy(members):
+    def fn(comm):
+        r, n = comm.rank, comm.size
+        x = np.arange(6, dtype=np.float64) + r
+        summed = x.copy()
+        comm.allreduce(summed)
+        into = np.empty(6, np.float64)
+        comm.allreduce(x, wccl.ReduceOp.MAX, out=into)
+        b = np.full(4, r, np.int32)
+        comm.broadcast(b, root=n - 1)
+        gathered = np.empty(3 * n, np.int64)
+        comm.allgather(np.full(3, r, np.int64), gathered)
+        block = np.empty(2, np.float32)
+        comm.reduce_scatter(np.arange(2 * n, dtype=np.float32) * (r + 1), block)
+        comm.barrier()
+        return summed, into, b, gathered, block, x
+
+    n = 3
+    for r, (summed, into, b, gathered, block, x) in enumerate(members(n, fn)):
+        np.testing.assert_array_equal(summed, np.arange(6) * n + sum(range(n)))
+        np.testing.assert_array_equal(into, np.arange(6) + n - 1)
+        np.testing.assert_array_equal(b, [n - 1] * 4)
+        np.testing.assert_array_equal(gathered, np.repeat(np.arange(n), 3))
+        np.testing.assert_array_equal(block, np.arange(2 * r, 2 * r + 2) * sum(range(1, n + 1)))
+        np.testing.assert_array_equal(x, np.arange(6) + r), "out= leaves the input alone"
+
+
+@needs_torch
+def test_torch_tensors_in_place_and_async(members):
+    def fn(comm):
+        t = torch.full((2, 3), comm.rank + 1, dtype=torch.bfloat16)
+        req = comm.allreduce(t, wccl.ReduceOp.PROD, async_op=True)
+        stats = req.wait()
+        assert req.done() and req.wait() == stats, "a second wait returns the same outcome"
+        reqs = [comm.allreduce(torch.ones(1000, dtype=torch.int64) * (comm.rank + 1), async_op=True)
+                for _ in range(4)]
+        return t, stats, [q.wait().bytes_sent for q in reqs]
+
+    for t, stats, sent in members(2, fn):
+        assert t.dtype == torch.bfloat16 and t.tolist() == [[2.0] * 3] * 2
+        assert stats.world_size == 2 and stats.epoch >= 1 and stats.time_us > 0
+        assert all(s == 8000 for s in sent)
+
+
+def test_int8_wire_sends_a_quarter_and_agrees(members):
+    def fn(comm):
+        x = np.random.default_rng(comm.rank).uniform(-1, 1, 1 << 16).astype(np.float32)
+        exact = x.copy()
+        native = comm.allreduce(exact)
+        coded = comm.allreduce(x, wire=wccl.Wire.INT8)
+        return x, exact, native.bytes_sent, coded.bytes_sent
+
+    (a, exact_a, native, coded), (b, _, _, _) = members(2, fn)
+    np.testing.assert_array_equal(a, b)  # bit-identical on both members
+    assert np.max(np.abs(a - exact_a)) < 2 * 2.0 / 255, "within the INT8 bound for a range of 2 per block"
+    assert 0.24 < coded / native < 0.26
+
+
+def test_bad_calls_raise_named_errors(members):
+    def fn(comm):
+        with pytest.raises(wccl.InvalidArgumentError, match="wire"):
+            comm.allreduce(np.ones(8, np.float64), wire=wccl.Wire.INT8)
+        with pytest.raises(ValueError, match="not contiguous"):
+            comm.allreduce(np.ones((4, 4), np.float32)[:, 1])
+        readonly = np.ones(4, np.float32)
+        readonly.setflags(write=False)
+        with pytest.raises(ValueError, match="tensor cannot be written"):
+            comm.allreduce(readonly)
+        comm.allreduce(readonly, out=np.empty(4, np.float32))  # a read-only input is fine with out=
+        with pytest.raises(TypeError, match="complex|format"):
+            comm.allreduce(np.ones(4, np.complex64))
+        with pytest.raises(ValueError, match="out holds 3 elements, the operation needs 4"):
+            comm.allreduce(np.ones(4, np.float32), out=np.empty(3, np.float32))
+        with pytest.raises(TypeError, match="out has dtype F64"):
+            comm.allreduce(np.ones(4, np.float32), out=np.empty(4, np.float64))
+        with pytest.raises(ValueError, match="out holds 3 elements, the operation needs 4"):
+            comm.allgather(np.ones(2, np.int8), np.empty(3, np.int8))
+        with pytest.raises(TypeError, match="unknown option"):
+            comm.barrier(wires=1)
+        with pytest.raises(wccl.UnsupportedError, match="compression"):
+            comm.allreduce(np.ones(4, np.float32), compress=wccl.Compress.ZSTD)
+        with pytest.raises(wccl.InvalidArgumentError, match="root"):
+            comm.broadcast(np.ones(4, np.float32), root=7)
+        with pytest.raises(TypeError, match="not a numpy array"):
+            comm.allreduce([1.0, 2.0])
+        comm.allreduce(bytearray(b"\x01\x02"))  # any buffer: bytes as U8
+        return True
+
+    assert members(2, fn) == [True, True]
+
+
+def test_closed_communicator_is_refused(members):
+    def fn(comm):
+        return comm
+
+    comm = members(1, fn)[0]
+    assert comm.rank == -1 and comm.size == 0
+    with pytest.raises(wccl.InvalidUsageError, match="closed"):
+        comm.allreduce(np.ones(2, np.float32))
+
+
+def test_unreachable_coordinator():
+    with pytest.raises(wccl.CoordinatorUnreachableError, match="127.0.0.1:1"):
+        wccl.Communicator(coordinator="127.0.0.1:1", tls=False, join_timeout_ms=2000, connect_timeout_ms=1000,
+                          log_level="error")
+
+
+def test_tensors_on_other_devices_are_refused(members):
+    if torch is None:
+        pytest.skip("torch is not installed")
+
+    def fn(comm):
+        with pytest.raises(ValueError, match="device meta"):
+            comm.allreduce(torch.empty(4, device="meta"))
+        with pytest.raises(ValueError, match="not contiguous"):
+            comm.allreduce(torch.ones(4, 4).t())
+        with pytest.raises(TypeError, match="complex64"):
+            comm.allreduce(torch.ones(4, dtype=torch.complex64))
+        return True
+
+    assert members(1, fn) == [True]
+
+
+# Device buffers in the collectives are issue 5's remaining part: until they land the library
+# refuses them (UNSUPPORTED), and this test says so by failing strictly as expected; once they
+# land it passes, and the marker must go.
+@pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs torch with a CUDA device")
+@pytest.mark.xfail(strict=True, raises=wccl.UnsupportedError, reason="device buffers are not in this release")
+def test_cuda_tensors(members):
+    def fn(comm):
+        t = torch.full((1000,), comm.rank + 1.0, device="cuda")
+        comm.allreduce(t, wire=wccl.Wire.INT8)  # ordered after the current stream's work
+        return t.cpu()
+
+    for t in members(2, fn):
+        assert t.tolist() == [3.0] * 1000

@@ -1,0 +1,99 @@
+"""Members in their own processes (peer.py): every dtype from numpy and torch, the INT8 wire, and a
+member killed mid-run."""
+
+import base64
+
+import numpy as np
+import pytest
+import wccl
+
+from conftest import Peer, close_all, member_config
+
+try:
+    import torch
+except ImportError:  # torch is optional: its cases skip
+    torch = None
+
+N = 3
+COUNT = 1000
+NUMPY_DTYPES = ["float32", "float64", "float16", "int8", "uint8", "int32", "int64"]
+TORCH_DTYPES = NUMPY_DTYPES + ["bfloat16"]
+CASES = [("numpy", d) for d in NUMPY_DTYPES] + [("torch", d) for d in TORCH_DTYPES]
+
+
+def ask(peers, **cmd):
+    for p in peers:
+        p.request(cmd="allreduce", **cmd)
+    return [p.reply() for p in peers]
+
+
+def decode(b64, dtype):
+    raw = np.frombuffer(base64.b64decode(b64), np.uint8)
+    if dtype == "bfloat16":  # widen to float32: bfloat16 is the high half of a float32
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return raw.view(dtype)
+
+
+@pytest.fixture(scope="module")
+def group(pki):
+    """Three members, shared by the cases that leave them whole (a process takes a second to start)."""
+    with wccl.Coordinator(listen="127.0.0.1:0", min_peers=N, **pki) as coord:
+        peers = [Peer(member_config(coord, pki)) for _ in range(N)]
+        try:
+            for p in peers:
+                p.joined = p.reply()
+            assert [p.joined["size"] for p in peers] == [N] * N
+            yield sorted(peers, key=lambda p: p.joined["rank"])
+        finally:
+            codes = close_all(peers)
+        assert codes == [0] * N, "every member left gracefully"
+
+
+@pytest.mark.parametrize("lib,dtype", CASES, ids=[f"{lib}-{d}" for lib, d in CASES])
+@pytest.mark.parametrize("op", ["SUM", "MAX"])
+def test_every_dtype(group, lib, dtype, op):
+    if lib == "torch" and torch is None:
+        pytest.skip("torch is not installed")
+    replies = ask(group, lib=lib, dtype=dtype, count=COUNT, op=op)
+    assert all(r["ok"] for r in replies), replies
+    i = np.arange(COUNT) % 5 + 1
+    expected = i * (sum(range(1, N + 1)) if op == "SUM" else N)
+    for r in replies:
+        np.testing.assert_array_equal(decode(r["result"], dtype).astype(np.float64), expected)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_int8_wire(group, lib):
+    if lib == "torch" and torch is None:
+        pytest.skip("torch is not installed")
+    count = 50_000
+    native = ask(group, lib=lib, dtype="float32", count=count, random=True)
+    coded = ask(group, lib=lib, dtype="float32", count=count, random=True, wire="INT8")
+    assert all(r["ok"] for r in native + coded), coded
+    assert len({r["result"] for r in coded}) == 1, "every member holds the same bits"
+    exact = sum(decode(r["input"], "float32").astype(np.float64) for r in coded)
+    error = np.max(np.abs(decode(coded[0]["result"], "float32") - exact))
+    # docs/algorithms.md: at most n * ((hi - lo) / 510 + 2^-20 |x|) per element; hi - lo <= 2 per
+    # member's block and grows to at most 2n in partial sums.
+    assert error <= N * (2 * N / 510 + 2**-20 * N)
+    assert 0.24 < coded[0]["bytes_sent"] / native[0]["bytes_sent"] < 0.26
+
+
+def test_killed_member(spawn):
+    peers = spawn(N)
+    assert all(r["ok"] for r in ask(peers, lib="numpy", dtype="float32", count=COUNT))
+    peers[1].kill()
+    survivors = [peers[0], peers[2]]
+    lost = ask(survivors, lib="numpy", dtype="float32", count=COUNT)
+    for r in lost:
+        assert not r["ok"] and r["error"] == "PeerLostError", r
+        assert "WCCL_ERR_PEER_LOST" in r["message"] and r["intact"], r
+    for p in survivors:
+        p.request(cmd="update")
+    updates = [p.reply() for p in survivors]
+    assert all(u["ok"] and u["size"] == 2 for u in updates), updates
+    retried = ask(survivors, lib="torch" if torch else "numpy", dtype="float32", count=COUNT)
+    assert all(r["ok"] for r in retried), retried
+    i = np.arange(COUNT) % 5 + 1
+    for r in retried:
+        np.testing.assert_array_equal(decode(r["result"], "float32"), i * 3)  # ranks 0 and 1: 1 + 2
