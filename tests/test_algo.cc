@@ -80,7 +80,8 @@ Bytes expected(const Collective &c, const std::vector<Bytes> &ins, int rank) {
       if (c.op == RedOp::kAvg) codec::finish_avg(c.dtype, acc.data(), c.count, n);
       return acc;
     }
-    case Kind::kBarrier: break;
+    case Kind::kBarrier:
+    case Kind::kStateSync: break;
   }
   return {};
 }

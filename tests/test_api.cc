@@ -287,4 +287,46 @@ TEST_F(CollectiveApi, OnePeerCollectivesComplete) {
   wccl_request_free(req);
 }
 
+TEST_F(CollectiveApi, StateSyncArgumentsAreChecked) {
+  float a[4] = {1, 2, 3, 4}, b[2] = {5, 6};
+  wccl_tensor_t t[2] = {{"a", a, 4, WCCL_F32, WCCL_DEVICE_HOST}, {"b", b, 2, WCCL_F32, WCCL_DEVICE_HOST}};
+  uint64_t rev = 3;
+  auto expect = [](wccl_result_t got, wccl_result_t want, const std::string &words) {
+    EXPECT_EQ(got, want) << wccl_last_error();
+    EXPECT_NE(std::string(wccl_last_error()).find(words), std::string::npos) << wccl_last_error();
+  };
+  expect(wccl_state_sync(nullptr, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "comm is NULL");
+  expect(wccl_state_sync(comm_, t, 2, nullptr, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "revision");
+  expect(wccl_state_sync(comm_, nullptr, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "tensors is NULL");
+  expect(wccl_state_sync(comm_, t, 2, &rev, static_cast<wccl_sync_mode_t>(3), nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "mode 3");
+  t[1].name = "a";
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "\"a\" appears twice");
+  t[1].name = "";
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "tensors[1].name");
+  t[1].name = "b";
+  t[1].dtype = 12;
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "\"b\": dtype 12");
+  t[1].dtype = WCCL_F32;
+  t[1].device = WCCL_DEVICE_CUDA;
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_UNSUPPORTED, "device tensors");
+  t[1].device = WCCL_DEVICE_HOST;
+  t[1].data = nullptr;
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "\"b\": data is NULL");
+  t[1].data = b;
+  wccl_sync_stats_t stats;
+  stats.size = 3;
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, &stats), WCCL_ERR_INVALID_ARGUMENT, "stats->size");
+  EXPECT_EQ(rev, 3u);
+
+  // Alone, a member's state is the elected one: nothing moves, the revision stays.
+  stats.size = sizeof(stats);
+  ASSERT_EQ(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, &stats), WCCL_OK) << wccl_last_error();
+  EXPECT_EQ(rev, 3u);
+  EXPECT_EQ(stats.bytes_received, 0u);
+  EXPECT_EQ(stats.world_size, 1);
+  EXPECT_EQ(a[3], 4.0f);
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_RECEIVE_ONLY, nullptr), WCCL_ERR_INVALID_USAGE, "receive-only");
+}
+
 }  // namespace

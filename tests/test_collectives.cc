@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "comm/state_sync.h"
 #include "comm_fixture.h"
 
 namespace wccl::comm {
@@ -115,7 +116,8 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
           case Kind::kBroadcast: want = pattern(3, i); break;
           case Kind::kAllgather: want = pattern(static_cast<int>(i / k.count) + 1, i % k.count); break;
           case Kind::kReduceScatter: want = pattern(10, static_cast<size_t>(r) * k.count + i); break;  // block r
-          case Kind::kBarrier: break;
+          case Kind::kBarrier:
+          case Kind::kStateSync: break;
         }
         ASSERT_EQ(o[i], want) << "rank " << r << " element " << i;
       }
@@ -355,6 +357,139 @@ namespace {
 // The slow soak: 500 all-reduces while member processes are killed at random moments and new ones
 // join. Every member's outcome of every operation must agree (all OK or all PEER_LOST), every OK
 // result must be exact, and nothing may hang (every wait is bounded).
+// --- state sync --------------------------------------------------------------------------------
+
+// Four tensors of kBig F32 elements in all, one member's state.
+struct State {
+  std::vector<std::vector<float>> t;
+  explicit State(bool filled_in) {
+    for (size_t count : {kBig / 2, kBig / 4, kBig / 4 - 3, size_t{3}}) {
+      t.push_back(filled_in ? filled(count, static_cast<int>(t.size()) + 1) : std::vector<float>(count, 0.0f));
+    }
+  }
+  std::vector<SyncTensor> tensors() {
+    std::vector<SyncTensor> out;
+    for (size_t i = 0; i < t.size(); ++i) out.push_back({"layer" + std::to_string(i), t[i].data(), codec::Dtype::kF32, t[i].size()});
+    return out;
+  }
+};
+
+struct SyncCall {
+  Status status;
+  uint64_t revision;
+  SyncStats stats;
+};
+
+// state_sync on every communicator at once; revisions[i] is comms[i]'s.
+std::vector<SyncCall> sync_all(const std::vector<Communicator *> &comms, std::vector<State> &states,
+                               std::vector<uint64_t> revisions, std::vector<std::vector<SyncTensor>> lists = {}) {
+  std::vector<std::future<SyncCall>> f;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    std::vector<SyncTensor> list = lists.empty() ? states[i].tensors() : lists[i];
+    f.push_back(std::async(std::launch::async, [c = comms[i], list, rev = revisions[i]] {
+      SyncCall call{Status(), rev, SyncStats()};
+      call.status = state_sync(*c, list, &call.revision, algo::SyncMode::kPopular, &call.stats);
+      return call;
+    }));
+  }
+  std::vector<SyncCall> out;
+  for (auto &x : f) out.push_back(x.get());
+  return out;
+}
+
+TEST_F(CollectivesTest, StateSyncJoinerCatchesUpFromThreeDonors) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<State> states = {State(true), State(true), State(true), State(false)};  // comms[3] joined late
+  auto calls = sync_all(raw(comms), states, {7, 7, 7, 0});
+  const State want(true);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(calls[i].status.ok()) << "member " << i << ": " << calls[i].status.to_string();
+    EXPECT_EQ(calls[i].revision, 7u);
+    EXPECT_TRUE(states[i].t == want.t) << "member " << i << " holds the elected tensors";
+    EXPECT_EQ(calls[i].stats.world_size, 4);
+  }
+  EXPECT_EQ(calls[3].stats.sources, 3u) << "striped over all three donors";
+  EXPECT_EQ(calls[3].stats.tensors_received, 4u);
+  EXPECT_EQ(calls[3].stats.bytes_received, kBig * sizeof(float));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(calls[i].stats.bytes_received, 0u);
+    EXPECT_GT(calls[i].stats.bytes_sent, kBig * sizeof(float) / 4) << "donor " << i << " sent a third";
+  }
+
+  // In sync: nothing moves. Then one member's tensor 3 drifts: only those 12 bytes move, to it.
+  calls = sync_all(raw(comms), states, {7, 7, 7, 7});
+  for (auto &c : calls) {
+    ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+    EXPECT_EQ(c.stats.bytes_received + c.stats.bytes_sent, 0u);
+  }
+  states[1].t[3][2] = -1.0f;
+  calls = sync_all(raw(comms), states, {8, 7, 8, 8});
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(calls[i].status.ok()) << calls[i].status.to_string();
+    EXPECT_EQ(calls[i].revision, 8u);
+    EXPECT_EQ(calls[i].stats.bytes_received, i == 1 ? 12u : 0u);
+    EXPECT_EQ(calls[i].stats.tensors_received, i == 1 ? 1u : 0u);
+  }
+  EXPECT_TRUE(states[1].t == want.t);
+}
+
+TEST_F(CollectivesTest, StateSyncMismatchIsRefusedEverywhereBeforeDataMoves) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<State> states = {State(true), State(true), State(true), State(false)};
+  std::vector<std::vector<SyncTensor>> lists;
+  for (auto &st : states) lists.push_back(st.tensors());
+  lists[2][1].count -= 1;  // one member disagrees on one tensor's length
+  auto calls = sync_all(raw(comms), states, {1, 1, 1, 0}, lists);
+  const int bad_rank = comms[2]->rank();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(calls[i].status.code(), WCCL_ERR_INVALID_USAGE) << calls[i].status.to_string();
+    EXPECT_EQ(calls[i].status.message(), calls[0].status.message()) << "every member names the same mismatch";
+    EXPECT_EQ(calls[i].revision, i == 3 ? 0u : 1u);
+  }
+  if (bad_rank != 0) {
+    EXPECT_NE(calls[0].status.message().find("tensor 1 is \"layer1\" f32 x " + std::to_string(kBig / 4 - 1) +
+                                             " on rank " + std::to_string(bad_rank)),
+              std::string::npos)
+        << calls[0].status.message();
+  }
+  EXPECT_TRUE(states[3].t == State(false).t) << "no tensor data moved";
+}
+
+TEST_F(CollectivesTest, StateSyncDonorLostMidTransferThenCompletedByTheOthers) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<State> states = {State(true), State(true), State(true), State(false)};
+  std::vector<std::future<SyncCall>> f;
+  for (size_t i = 0; i < 4; ++i) {
+    f.push_back(std::async(std::launch::async, [c = comms[i].get(), list = states[i].tensors(), i] {
+      SyncCall call{Status(), i == 3 ? 0u : 5u, SyncStats()};
+      call.status = state_sync(*c, list, &call.revision, algo::SyncMode::kPopular, &call.stats);
+      return call;
+    }));
+  }
+  ASSERT_TRUE(wait_received(comms[3].get(), kBig * sizeof(float) / 8)) << "the transfer never started";
+  comms[1]->abort();  // a donor dies mid-transfer (its links close)
+  std::vector<SyncCall> calls;
+  for (auto &x : f) calls.push_back(x.get());
+  EXPECT_EQ(calls[1].status.code(), WCCL_ERR_ABORTED);
+  for (size_t i : {0, 2, 3}) {
+    EXPECT_EQ(calls[i].status.code(), WCCL_ERR_PEER_LOST) << "member " << i << ": " << calls[i].status.to_string();
+  }
+  EXPECT_EQ(calls[3].revision, 0u);
+  EXPECT_TRUE(states[3].t == State(false).t) << "the receiver's tensors are untouched";
+
+  comms.erase(comms.begin() + 1);
+  states.erase(states.begin() + 1);
+  for (const Status &st : update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
+  calls = sync_all(raw(comms), states, {5, 5, 0});
+  for (auto &c : calls) ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+  EXPECT_EQ(calls[2].stats.sources, 2u);
+  EXPECT_EQ(calls[2].revision, 5u);
+  EXPECT_TRUE(states[2].t == State(true).t);
+}
+
 TEST_F(CollectivesTest, ChurnSoak) {
   constexpr int kOps = 500;
   constexpr size_t kCount = size_t{1} << 20;

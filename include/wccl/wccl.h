@@ -329,6 +329,60 @@ WCCL_API wccl_result_t wccl_test(wccl_request_t *req, int *done);
  * before destroying it. NULL is ignored. */
 WCCL_API void wccl_request_free(wccl_request_t *req);
 
+/* ---------------------------------------------------------------------------------------------
+ * Shared state sync (live checkpoint recovery, docs/algorithms.md "State sync")
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum wccl_sync_mode {
+  WCCL_SYNC_POPULAR = 0,     /* offer this member's state to the election; receive what differs */
+  WCCL_SYNC_SEND_ONLY = 1,   /* this member's state is the reference; it never receives (every
+                                send-only member must hold the same state) */
+  WCCL_SYNC_RECEIVE_ONLY = 2 /* take the elected state; never a candidate or a donor */
+} wccl_sync_mode_t;
+
+typedef enum wccl_device {
+  WCCL_DEVICE_HOST = 0,
+  WCCL_DEVICE_CUDA = 1 /* not in this release: UNSUPPORTED */
+} wccl_device_t;
+
+/* One named tensor of the shared state. */
+typedef struct wccl_tensor {
+  const char *name; /* unique within the call, 1 to 1024 bytes */
+  void *data;       /* count elements of dtype; written only when this member receives the tensor */
+  size_t count;
+  int32_t dtype;  /* wccl_dtype_t */
+  int32_t device; /* wccl_device_t */
+} wccl_tensor_t;
+
+/* What a state sync cost, filled on success. */
+typedef struct wccl_sync_stats {
+  size_t size;               /* set by the caller to sizeof(wccl_sync_stats_t) */
+  uint64_t bytes_sent;       /* tensor bytes this member sent as a donor */
+  uint64_t bytes_received;   /* tensor bytes it received */
+  uint32_t sources;          /* donors it received from at once */
+  uint32_t tensors_received; /* tensors it received (those that differed from the elected state) */
+  double time_us;            /* the whole call */
+  uint64_t epoch;
+  int32_t world_size;
+  int32_t reserved;
+} wccl_sync_stats_t;
+
+/* Collective over the epoch's members: afterwards every member holds the same tensors and the same
+ * *revision. Each member hashes its tensors; every member then elects the same state: that of the
+ * send-only members if any, else the (revision, tensor hashes) held by the most popular members
+ * (ties: the higher revision, then the lowest rank). A member receives only the tensors whose hash
+ * differs from the elected one, striped in chunk_bytes pieces over every member that holds them
+ * (receive-only members excepted), and its tensors are written only once every member has
+ * finished. *revision is this member's revision on entry and the elected one on return.
+ * Errors: INVALID_ARGUMENT for a bad argument (naming it); INVALID_USAGE, on every member alike
+ * and before any tensor data moves, when the members' tensor lists differ (naming the first
+ * difference: count, name, dtype or element count) or send-only members disagree or every member
+ * is receive-only; UNSUPPORTED for device tensors; PEER_LOST if a member is lost (tensors and
+ * *revision as they were: update and call again); the collectives' other errors. stats may be
+ * NULL. */
+WCCL_API wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, size_t n, uint64_t *revision,
+                                       wccl_sync_mode_t mode, wccl_sync_stats_t *stats);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -611,6 +611,7 @@ Status dispatch(Exchange &ex, const Collective &c) {
   const int n = ex.size();
   const size_t out_bytes = out_count(c, n) * dtype_size(c.dtype);
   if (c.kind == Kind::kBarrier) return Status();  // the commit step is the barrier
+  if (c.kind == Kind::kStateSync) return run_sync(ex, *c.sync, static_cast<uint8_t *>(c.out));
   if (n == 1) {
     if (out_bytes != 0 && c.out != c.in) std::memcpy(c.out, c.in, out_bytes);
     return Status();
@@ -622,7 +623,8 @@ Status dispatch(Exchange &ex, const Collective &c) {
       case Kind::kBroadcast: return chain_broadcast_coded(ex, c);
       case Kind::kAllgather: return ring_allgather_coded(ex, c);
       case Kind::kReduceScatter: return ring_reduce_scatter_coded(ex, c);
-      case Kind::kBarrier: break;
+      case Kind::kBarrier:
+      case Kind::kStateSync: break;
     }
     return Status();
   }
@@ -632,7 +634,8 @@ Status dispatch(Exchange &ex, const Collective &c) {
     case Kind::kBroadcast: return chain_broadcast(ex, c);
     case Kind::kAllgather: return ring_allgather(ex, c);
     case Kind::kReduceScatter: return ring_reduce_scatter(ex, c);
-    case Kind::kBarrier: break;
+    case Kind::kBarrier:
+    case Kind::kStateSync: break;
   }
   return Status();
 }
@@ -646,6 +649,7 @@ const char *kind_name(Kind k) {
     case Kind::kAllgather: return "allgather";
     case Kind::kReduceScatter: return "reduce_scatter";
     case Kind::kBarrier: return "barrier";
+    case Kind::kStateSync: return "state_sync";
   }
   return "?";
 }
@@ -662,7 +666,8 @@ const char *algo_name(Algo a) {
 size_t in_count(const Collective &c, int n) {
   switch (c.kind) {
     case Kind::kReduceScatter: return c.count * static_cast<size_t>(n);
-    case Kind::kBarrier: return 0;
+    case Kind::kBarrier:
+    case Kind::kStateSync: return 0;
     default: return c.count;
   }
 }
@@ -676,6 +681,11 @@ size_t out_count(const Collective &c, int n) {
 }
 
 Status check(const Collective &c, int n) {
+  if (c.kind == Kind::kStateSync) {
+    return c.sync != nullptr && c.dtype == codec::Dtype::kU8 && c.count == c.sync->stage_bytes
+               ? Status()
+               : WCCL_ERROR(WCCL_ERR_INTERNAL, "state_sync: the collective does not describe its job");
+  }
   if (c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.dtype != codec::Dtype::kF32) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s wire carries f32 elements, not %s", codec::wire_name(c.wire),
                       codec::dtype_name(c.dtype));

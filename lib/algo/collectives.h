@@ -13,14 +13,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "algo/exchange.h"
+#include "algo/state_sync.h"
 #include "codec/reduce.h"
 #include "codec/wire.h"
 
 namespace wccl::algo {
 
-enum class Kind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier };
+enum class Kind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier, kStateSync };
 enum class Algo : int { kAuto = 0, kRing = 1, kTree = 2 };  // values of wccl_algo_t
 
 const char *kind_name(Kind k);
@@ -43,6 +45,9 @@ struct Collective {
   codec::Wire wire = codec::Wire::kNative;
   const void *in = nullptr;
   void *out = nullptr;
+  // kStateSync: the member's job (algo/state_sync.h); out is its staging buffer of count bytes
+  // (dtype kU8) and in is unused.
+  std::shared_ptr<const SyncJob> sync;
 };
 
 // Elements of `in` and `out` for c on n peers.

@@ -1,10 +1,12 @@
 // Exported C functions for results, version and configuration: validate, then dispatch.
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "algo/collectives.h"
 #include "api/guard.h"
 #include "comm/communicator.h"
+#include "comm/state_sync.h"
 #include "coord/coordinator.h"
 #include "core/config.h"
 #include "device.h"
@@ -409,6 +411,61 @@ void wccl_request_free(wccl_request_t *req) {
   if (req == nullptr) return;
   (void)req->comm->wait(req->op, nullptr);
   delete req;
+}
+
+wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, size_t n, uint64_t *revision,
+                              wccl_sync_mode_t mode, wccl_sync_stats_t *stats) {
+  return wccl::api_call([&]() -> wccl::Status {
+    const char *fn = "wccl_state_sync";
+    WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
+    WCCL_CHECK_ARG(revision != nullptr, "%s: revision is NULL", fn);
+    WCCL_CHECK_ARG(n == 0 || tensors != nullptr, "%s: tensors is NULL", fn);
+    const int m = wccl::enum_value(&mode);
+    WCCL_CHECK_ARG(m >= 0 && m < wccl::algo::kSyncModeCount, "%s: mode %d is not a wccl_sync_mode_t", fn, m);
+    WCCL_CHECK_ARG(stats == nullptr || stats->size == sizeof(wccl_sync_stats_t),
+                   "%s: stats->size is %zu, not sizeof(wccl_sync_stats_t) = %zu", fn, stats ? stats->size : 0,
+                   sizeof(wccl_sync_stats_t));
+    std::vector<wccl::comm::SyncTensor> list;
+    std::set<std::string> names;
+    for (size_t i = 0; i < n; ++i) {
+      const wccl_tensor_t &t = tensors[i];
+      WCCL_CHECK_ARG(t.name != nullptr, "%s: tensors[%zu].name is NULL", fn, i);
+      const size_t name_len = std::strlen(t.name);
+      WCCL_CHECK_ARG(name_len >= 1 && name_len <= wccl::algo::kMaxNameBytes,
+                     "%s: tensors[%zu].name is %zu bytes long, not 1 to %zu", fn, i, name_len, wccl::algo::kMaxNameBytes);
+      WCCL_CHECK_ARG(names.insert(t.name).second, "%s: tensor name \"%s\" appears twice", fn, t.name);
+      WCCL_CHECK_ARG(t.dtype >= 0 && t.dtype < wccl::codec::kDtypeCount, "%s: tensor \"%s\": dtype %d is not a wccl_dtype_t",
+                     fn, t.name, t.dtype);
+      WCCL_CHECK_ARG(t.device == WCCL_DEVICE_HOST || t.device == WCCL_DEVICE_CUDA,
+                     "%s: tensor \"%s\": device %d is not a wccl_device_t", fn, t.name, t.device);
+      if (t.device == WCCL_DEVICE_CUDA || wccl::gpu::is_device_pointer(t.data)) {
+        return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: tensor \"%s\" is device memory; device tensors are not in this release",
+                          fn, t.name);
+      }
+      const auto dtype = static_cast<wccl::codec::Dtype>(t.dtype);
+      WCCL_CHECK_ARG(t.count <= SIZE_MAX / wccl::codec::dtype_size(dtype), "%s: tensor \"%s\": count %zu is too large", fn,
+                     t.name, t.count);
+      WCCL_CHECK_ARG(t.count == 0 || t.data != nullptr, "%s: tensor \"%s\": data is NULL", fn, t.name);
+      list.push_back({t.name, t.data, dtype, t.count});
+    }
+    wccl::comm::SyncStats s;
+    uint64_t rev = *revision;
+    WCCL_RETURN_IF_ERROR(wccl::comm::state_sync(*comm->impl, list, &rev, static_cast<wccl::algo::SyncMode>(m), &s));
+    *revision = rev;
+    if (stats != nullptr) {
+      wccl_sync_stats_t out{};
+      out.size = sizeof(out);
+      out.bytes_sent = s.bytes_sent;
+      out.bytes_received = s.bytes_received;
+      out.sources = s.sources;
+      out.tensors_received = s.tensors_received;
+      out.time_us = s.time_us;
+      out.epoch = s.epoch;
+      out.world_size = s.world_size;
+      *stats = out;
+    }
+    return wccl::Status();
+  });
 }
 
 }  // extern "C"

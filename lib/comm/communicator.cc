@@ -247,19 +247,15 @@ int Communicator::rank_of(coord::PeerId id) const {
   return -1;
 }
 
-// The ring's next and previous peers and this peer's parent and children in both trees of the
-// tree all-reduce (algo::tree_node): every rank any algorithm exchanges messages with.
+// Every other member: the collectives exchange messages with the ring's next and previous peers
+// and the parent and children in both trees (algo::tree_node), and state sync between any donor
+// and any receiver. A link costs its connections and one handshake per epoch, which is small for
+// the tens of members a WAN job has.
 std::set<int> Communicator::neighbours() const {
   std::set<int> out;
   const int n = static_cast<int>(ring_.size());
-  if (rank_ < 0 || n <= 1) return out;
-  out.insert((rank_ + 1) % n);
-  out.insert((rank_ + n - 1) % n);
-  for (int t = 0; t < 2; ++t) {
-    const algo::TreeNode node = algo::tree_node(t, rank_, n);
-    for (int r : {node.parent, node.child[0], node.child[1]}) {
-      if (r >= 0) out.insert(r);
-    }
+  for (int r = 0; rank_ >= 0 && r < n; ++r) {
+    if (r != rank_) out.insert(r);
   }
   return out;
 }
@@ -592,8 +588,18 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
   op->c.chunk_bytes = chunk_bytes_;
   op->c.algo = choose(c, n);
   WCCL_RETURN_IF_ERROR(algo::check(op->c, n));
-  op->result = c.out;
-  op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);
+  if (c.kind == algo::Kind::kStateSync) {
+    const algo::SyncJob &job = *c.sync;
+    op->result_bytes = job.stage_bytes;
+    for (size_t t = 0; t < job.stage_offset.size(); ++t) {
+      if (job.stage_offset[t] != algo::SyncJob::kNotReceived) {
+        op->results.push_back({job.tensors[t], job.stage_offset[t], job.tensor_bytes[t]});
+      }
+    }
+  } else {
+    op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);
+    if (op->result_bytes != 0) op->results.push_back({c.out, 0, op->result_bytes});
+  }
   op->epoch = epoch_;
   op->seq = ++next_seq_;
   op->rank = rank_;
@@ -779,10 +785,10 @@ Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::
   if (op->state == Op::State::kDecided) {
     op->state = Op::State::kFinished;
     std::unique_ptr<uint8_t[]> scratch = std::move(op->scratch);
-    if (op->outcome.ok() && op->result_bytes != 0) {
+    if (op->outcome.ok() && !op->results.empty()) {
       // The op is this caller's alone now: copy without holding the communicator's lock.
       lock.unlock();
-      std::memcpy(op->result, scratch.get(), op->result_bytes);
+      for (const Op::ResultCopy &r : op->results) std::memcpy(r.to, scratch.get() + r.from, r.bytes);
       lock.lock();
     }
     if (scratch) {

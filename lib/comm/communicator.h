@@ -68,6 +68,7 @@ class Communicator {
   int pending() const;   // peers waiting to be admitted at the next update
   std::vector<coord::PeerId> ring() const;  // the current epoch's members, in ring order
   coord::PeerId id() const { return id_; }
+  size_t chunk_bytes() const { return chunk_bytes_; }  // the configured pipelining unit
   // Waits up to `timeout` for the revocation of the current epoch; true if it happened.
   bool wait_revoked(std::chrono::milliseconds timeout) const;
   // The links of the current epoch to this peer's neighbours (ring and trees) by rank, once all

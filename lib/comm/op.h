@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "algo/collectives.h"
 #include "core/status.h"
@@ -32,9 +33,17 @@ class Op {
     kFinished,  // the caller collected it (and the result was copied out)
   };
 
-  algo::Collective c;      // c.in is the caller's input; c.out points into scratch while it runs
-  void *result = nullptr;  // the caller's output buffer
-  size_t result_bytes = 0;
+  // Where a committed result goes: scratch[from, from + bytes) is copied to `to`. One entry for a
+  // collective's output buffer; one per received tensor for state sync.
+  struct ResultCopy {
+    void *to = nullptr;
+    size_t from = 0;
+    size_t bytes = 0;
+  };
+
+  algo::Collective c;  // c.in is the caller's input; c.out points into scratch while it runs
+  std::vector<ResultCopy> results;
+  size_t result_bytes = 0;  // the scratch buffer the data phase needs
   uint64_t epoch = 0;
   uint64_t seq = 0;  // 1, 2, ... within the epoch, the same on every member
   int rank = 0;

@@ -8,6 +8,12 @@ It joins with the configuration in the WCCL_* environment, prints one JSON line
       (base64 of the input bytes), "intact" (the buffer equals its input after a failure),
       "bytes_sent"}.
   {"cmd": "update"}   answers {"ok", "error", "rank", "size", "epoch"}.
+  {"cmd": "pending"}  answers {"pending"}: peers waiting to be admitted.
+  {"cmd": "sync", "filled": BOOL, "revision": R, "count": N}
+      sync_state of {"weights": float32[N] from numpy, "step": int64[3] from torch (numpy without
+      torch)}, holding (i % 7) * 0.5 and (7, 8, 9) when filled, zeros otherwise. Answers {"ok",
+      "error", "message", "revision", "sources", "tensors_received", "bytes_received", "filled"
+      (the tensors now hold the filled values)}.
 At the end of its input it leaves gracefully.
 """
 
@@ -47,6 +53,24 @@ def allreduce(comm, cmd):
     return {"ok": True, "result": raw(buf), "input": before, "bytes_sent": stats.bytes_sent}
 
 
+def sync(comm, cmd):
+    n = cmd["count"]
+    weights = (np.arange(n) % 7 * 0.5).astype(np.float32) if cmd["filled"] else np.zeros(n, np.float32)
+    step = np.array([7, 8, 9] if cmd["filled"] else [0, 0, 0], np.int64)
+    try:
+        import torch
+        step = torch.from_numpy(step)
+    except ImportError:
+        pass
+    try:
+        stats = comm.sync_state({"weights": weights, "step": step}, cmd["revision"])
+    except wccl.WcclError as e:
+        return {"ok": False, "error": type(e).__name__, "message": str(e)}
+    filled = bool(np.array_equal(weights, np.arange(n) % 7 * 0.5) and list(np.asarray(step)) == [7, 8, 9])
+    return {"ok": True, "revision": stats.revision, "sources": stats.sources, "filled": filled,
+            "tensors_received": stats.tensors_received, "bytes_received": stats.bytes_received}
+
+
 def update(comm):
     try:
         comm.update()
@@ -60,7 +84,14 @@ def main():
         print(json.dumps({"rank": comm.rank, "size": comm.size, "epoch": comm.epoch}), flush=True)
         for line in sys.stdin:
             cmd = json.loads(line)
-            reply = allreduce(comm, cmd) if cmd["cmd"] == "allreduce" else update(comm)
+            if cmd["cmd"] == "allreduce":
+                reply = allreduce(comm, cmd)
+            elif cmd["cmd"] == "sync":
+                reply = sync(comm, cmd)
+            elif cmd["cmd"] == "pending":
+                reply = {"pending": comm.pending}
+            else:
+                reply = update(comm)
             print(json.dumps(reply), flush=True)
 
 

@@ -1,7 +1,8 @@
-"""Members in their own processes (peer.py): every dtype from numpy and torch, the INT8 wire, and a
-member killed mid-run."""
+"""Members in their own processes (peer.py): every dtype from numpy and torch, the INT8 wire, a
+member killed mid-run, and a late joiner catching up with sync_state."""
 
 import base64
+import time
 
 import numpy as np
 import pytest
@@ -97,3 +98,41 @@ def test_killed_member(spawn):
     i = np.arange(COUNT) % 5 + 1
     for r in retried:
         np.testing.assert_array_equal(decode(r["result"], "float32"), i * 3)  # ranks 0 and 1: 1 + 2
+
+
+def test_late_joiner_catches_up_with_sync_state(coordinators, pki):
+    coord = coordinators(min_peers=2)
+    members = [Peer(member_config(coord, pki)) for _ in range(2)]
+    joiner = None
+    try:
+        for p in members:
+            p.joined = p.reply()
+        joiner = Peer(member_config(coord, pki))
+        deadline = time.monotonic() + 30
+        while True:  # the joiner waits in join until the members' next update admits it
+            members[0].request(cmd="pending")
+            if members[0].reply()["pending"] >= 1:
+                break
+            assert time.monotonic() < deadline, "the joiner never registered"
+            time.sleep(0.05)
+        for p in members:
+            p.request(cmd="update")
+        assert all(p.reply()["size"] == 3 for p in members)
+        assert joiner.reply()["size"] == 3
+        count = 300_000
+        for p, filled, revision in [(members[0], True, 4), (members[1], True, 4), (joiner, False, 0)]:
+            p.request(cmd="sync", filled=filled, revision=revision, count=count)
+        replies = [p.reply() for p in members + [joiner]]
+        assert all(r["ok"] and r["revision"] == 4 and r["filled"] for r in replies), replies
+        assert replies[2]["sources"] == 2 and replies[2]["tensors_received"] == 2
+        assert replies[2]["bytes_received"] == count * 4 + 3 * 8
+        assert replies[0]["bytes_received"] == replies[1]["bytes_received"] == 0
+
+        # A member that passes another list: the same InvalidUsageError everywhere, nothing moves.
+        for p, n in [(members[0], count), (members[1], count), (joiner, count + 1)]:
+            p.request(cmd="sync", filled=p is not joiner, revision=5, count=n)
+        replies = [p.reply() for p in members + [joiner]]
+        assert all(r["error"] == "InvalidUsageError" for r in replies), replies
+        assert len({r["message"] for r in replies}) == 1 and '"weights"' in replies[0]["message"]
+    finally:
+        assert close_all(members + ([joiner] if joiner else [])) == [0] * (3 if joiner else 2)

@@ -16,8 +16,8 @@ torch are optional and never imported by this package unless a CUDA tensor is pa
 """
 
 from ._buffers import DType
-from ._core import (Algo, Communicator, Compress, Coordinator, OpStats, ReduceOp, Request, Wire, config_keys,
-                    version)
+from ._core import (Algo, Communicator, Compress, Coordinator, OpStats, ReduceOp, Request, SyncMode, SyncStats, Wire,
+                    config_keys, version)
 from ._lib import (AbortedError, AuthError, CoordinatorUnreachableError, CudaError, InProgressError, InternalError,
                    InvalidArgumentError, InvalidUsageError, IoError, LIBRARY_PATH, NcclError, NoMemoryError,
                    PeerLostError, ProtocolError, TimeoutError, TooFewPeersError, UnsupportedError, WcclError)
@@ -28,5 +28,5 @@ __all__ = [
     "AbortedError", "Algo", "AuthError", "Communicator", "Compress", "Coordinator", "CoordinatorUnreachableError",
     "CudaError", "DType", "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "IoError",
     "LIBRARY_PATH", "NcclError", "NoMemoryError", "OpStats", "PeerLostError", "ProtocolError", "ReduceOp", "Request",
-    "TimeoutError", "TooFewPeersError", "UnsupportedError", "WcclError", "Wire", "config_keys", "version",
+    "SyncMode", "SyncStats", "TimeoutError", "TooFewPeersError", "UnsupportedError", "WcclError", "Wire", "config_keys", "version",
 ]

@@ -50,6 +50,28 @@ class Compress(IntEnum):
     AUTO = 2
 
 
+class SyncMode(IntEnum):
+    """wccl_sync_mode_t."""
+
+    POPULAR = 0       # offer this member's state to the election; receive what differs
+    SEND_ONLY = 1     # this member's state is the reference; it never receives
+    RECEIVE_ONLY = 2  # take the elected state; never a candidate or a donor
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """What a state sync did (wccl_sync_stats_t), and the revision every member now holds."""
+
+    revision: int
+    bytes_sent: int
+    bytes_received: int
+    sources: int
+    tensors_received: int
+    time_us: float
+    epoch: int
+    world_size: int
+
+
 @dataclass(frozen=True)
 class OpStats:
     """What an operation cost (wccl_op_stats_t)."""
@@ -295,6 +317,29 @@ class Communicator:
         """Returns once every member has called it."""
         return self._run(lib.wccl_ibarrier, (), [], opts, async_op)
 
+    def sync_state(self, tensors: Mapping[str, Any], revision: int, mode: SyncMode = SyncMode.POPULAR) -> SyncStats:
+        """Makes every member hold the same named tensors and revision (wccl_state_sync). ``tensors``
+        maps names to arrays, in the same order on every member. Every member elects the same state
+        (the send-only members', else the most popular (revision, tensor hashes), ties to the higher
+        revision); a member receives only the tensors that differ from it, striped over every member
+        holding them, written in place once everyone is done. Returns the stats with the elected
+        ``revision``. InvalidUsageError (the same on every member, before data moves) names the first
+        difference between the members' tensor lists; on PeerLostError the arrays are as they were."""
+        buffers = [export(array, True, f"tensor {name!r}") for name, array in tensors.items()]
+        try:
+            names = [str(name).encode() for name in tensors]
+            table = (_lib.Tensor * max(1, len(buffers)))()
+            for i, (name, b) in enumerate(zip(names, buffers)):
+                table[i] = _lib.Tensor(name, b.ptr, b.count, int(b.dtype), 1 if b.cuda else 0)
+            rev = ctypes.c_uint64(int(revision))
+            raw = _lib.SyncStatsStruct(size=ctypes.sizeof(_lib.SyncStatsStruct))
+            check(lib.wccl_state_sync(self._live(), table, len(buffers), byref(rev), int(mode), byref(raw)))
+        finally:
+            for b in buffers:
+                b.release()
+        return SyncStats(rev.value, raw.bytes_sent, raw.bytes_received, raw.sources, raw.tensors_received, raw.time_us,
+                         raw.epoch, raw.world_size)
+
     # --- plumbing ----------------------------------------------------------------------------------
 
     def _live(self) -> c_void_p:
@@ -347,5 +392,5 @@ def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
     return o
 
 
-__all__ = ["Algo", "Communicator", "Compress", "Coordinator", "DType", "OpStats", "ReduceOp", "Request", "Wire",
-           "config_keys", "version"]
+__all__ = ["Algo", "Communicator", "Compress", "Coordinator", "DType", "OpStats", "ReduceOp", "Request", "SyncMode",
+           "SyncStats", "Wire", "config_keys", "version"]

@@ -147,6 +147,28 @@ class OpStatsStruct(ctypes.Structure):
     ]
 
 
+class Tensor(ctypes.Structure):
+    """wccl_tensor_t."""
+
+    _fields_ = [("name", c_char_p), ("data", c_void_p), ("count", c_size_t), ("dtype", c_int32), ("device", c_int32)]
+
+
+class SyncStatsStruct(ctypes.Structure):
+    """wccl_sync_stats_t."""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("bytes_sent", c_uint64),
+        ("bytes_received", c_uint64),
+        ("sources", ctypes.c_uint32),
+        ("tensors_received", ctypes.c_uint32),
+        ("time_us", c_double),
+        ("epoch", c_uint64),
+        ("world_size", c_int32),
+        ("reserved", c_int32),
+    ]
+
+
 # --- loading -------------------------------------------------------------------------------------
 
 
@@ -214,6 +236,7 @@ _SIGNATURES = {
     "wccl_wait": ([_P, POINTER(OpStatsStruct)], _R),
     "wccl_test": ([_P, POINTER(c_int)], _R),
     "wccl_request_free": ([_P], None),
+    "wccl_state_sync": ([_P, POINTER(Tensor), c_size_t, POINTER(c_uint64), c_int, POINTER(SyncStatsStruct)], _R),
 }
 for _name, (_args, _res) in _SIGNATURES.items():
     _fn = getattr(lib, _name)

@@ -1,0 +1,99 @@
+// Shared state sync (DESIGN §6): the pure parts that every member computes alike from the same
+// inputs, and the data phase. Each member describes its named tensors (dtype, count, a hash of the
+// bytes) with its revision and mode; the descriptions are all-gathered (comm/state_sync.cc); then
+// every member elects the same state and derives the same transfer plan, so no member needs to be
+// told what to send or receive. docs/algorithms.md describes the rules; tests/test_state_sync.cc
+// checks them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algo/exchange.h"
+#include "codec/reduce.h"
+#include "core/status.h"
+
+namespace wccl::algo {
+
+// The values match wccl_sync_mode_t.
+enum class SyncMode : int {
+  kPopular = 0,      // offers its state to the election and receives what differs from the winner
+  kSendOnly = 1,     // its state is the reference: it never receives (send-only members must agree)
+  kReceiveOnly = 2,  // takes the elected state; never a candidate, never a donor
+};
+inline constexpr int kSyncModeCount = 3;
+const char *sync_mode_name(SyncMode m);
+
+struct TensorInfo {
+  std::string name;
+  codec::Dtype dtype = codec::Dtype::kU8;
+  uint64_t count = 0;
+  uint64_t hash = 0;  // codec::hash64 of the tensor's bytes
+};
+
+struct MemberState {
+  SyncMode mode = SyncMode::kPopular;
+  uint64_t revision = 0;
+  std::vector<TensorInfo> tensors;
+};
+
+// The description a member all-gathers (little-endian; docs/protocol.md "State sync").
+std::vector<uint8_t> encode_state(const MemberState &s);
+// PROTOCOL for anything malformed: bad magic or version, lengths past the end, an unknown mode or
+// dtype, a name longer than kMaxNameBytes, trailing bytes (after `len`, zero padding is allowed).
+Result<MemberState> decode_state(const uint8_t *data, size_t len);
+inline constexpr size_t kMaxNameBytes = 1024;
+
+// One message of the data phase: bytes [offset, offset + bytes) of tensor `tensor`, from member
+// `donor` to member `receiver` (ranks).
+struct Transfer {
+  uint32_t tensor = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  int donor = 0;
+  int receiver = 0;
+};
+
+struct SyncPlan {
+  uint64_t revision = 0;             // the elected revision: every member's after the call
+  int elected = 0;                   // the lowest rank that holds the elected state
+  std::vector<uint64_t> hashes;      // the elected state's tensor hashes
+  std::vector<Transfer> transfers;   // in the one order every member posts them in
+};
+
+// Elects the state every member ends with and plans the transfers, from the members' states in
+// rank order. Election: the send-only members' state if there are any (INVALID_USAGE if they
+// differ); otherwise the (revision, hashes) held by the most popular members, ties going to the
+// higher revision, then to the state of the lowest rank. Receive-only members never count. Every
+// member whose hash of a tensor differs from the elected one receives that tensor, cut into
+// pieces of at most piece_bytes, striped round-robin over its donors: the non-receive-only
+// members that hold the elected bytes. INVALID_USAGE, naming the first mismatch, if the members'
+// tensor lists differ (count, names, dtypes, element counts, against rank 0's), or if no member
+// may offer its state.
+Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece_bytes);
+
+// What one member runs the data phase with: its tensors (sent from, and written after the commit),
+// and for each tensor where it lands in the staging buffer (kNotReceived if it does not receive it).
+struct SyncJob {
+  static constexpr size_t kNotReceived = SIZE_MAX;
+  std::shared_ptr<const SyncPlan> plan;
+  std::vector<void *> tensors;
+  std::vector<size_t> tensor_bytes;
+  std::vector<size_t> stage_offset;
+  size_t stage_bytes = 0;
+};
+
+// This member's stage offsets for plan (tensor_bytes filled in): the tensors it receives, packed
+// in order.
+void place_received(SyncJob *job, int rank);
+
+// The data phase on member ex.rank(): posts its sends (from its tensors) and receives (into
+// stage) in plan order, at most kSyncWindow at once, then checks each received tensor against the
+// elected hash (PROTOCOL naming it if one differs). Never writes the member's tensors.
+Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage);
+inline constexpr size_t kSyncWindow = 16;
+
+}  // namespace wccl::algo

@@ -1,0 +1,101 @@
+// wccl_state_sync: describe, all-gather the descriptions, elect and plan alike on every member,
+// then move only the tensors that differ, striped over every member that holds them.
+#include "comm/state_sync.h"
+
+#include <algorithm>
+#include <set>
+
+#include "codec/hash.h"
+
+namespace wccl::comm {
+namespace {
+
+// Submits c and waits for its outcome.
+Status run_op(Communicator &comm, const algo::Collective &c, OpStats *stats) {
+  auto op = comm.submit(c, std::chrono::milliseconds(0));
+  if (!op.ok()) return op.status();
+  return comm.wait(op.value(), stats);
+}
+
+// Every member's description, in rank order.
+Result<std::vector<algo::MemberState>> gather_states(Communicator &comm, const algo::MemberState &mine) {
+  std::vector<uint8_t> blob = algo::encode_state(mine);
+  const int n = comm.size();
+  int64_t len = static_cast<int64_t>(blob.size());
+  std::vector<int64_t> lens(static_cast<size_t>(n));
+  algo::Collective c;
+  c.kind = algo::Kind::kAllgather;
+  c.dtype = codec::Dtype::kI64;
+  c.count = 1;
+  c.in = &len;
+  c.out = lens.data();
+  WCCL_RETURN_IF_ERROR(run_op(comm, c, nullptr));
+  const size_t longest = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
+  blob.resize(longest, 0);
+  std::vector<uint8_t> all(longest * static_cast<size_t>(n));
+  c.dtype = codec::Dtype::kU8;
+  c.count = longest;
+  c.in = blob.data();
+  c.out = all.data();
+  WCCL_RETURN_IF_ERROR(run_op(comm, c, nullptr));
+  std::vector<algo::MemberState> states;
+  for (int r = 0; r < n; ++r) {
+    Result<algo::MemberState> s = algo::decode_state(all.data() + static_cast<size_t>(r) * longest, longest);
+    if (!s.ok()) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state sync: rank %d: %s", r, s.status().message().c_str());
+    states.push_back(std::move(s).value());
+  }
+  return states;
+}
+
+}  // namespace
+
+Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision, algo::SyncMode mode,
+                  SyncStats *stats) {
+  const auto start = std::chrono::steady_clock::now();
+  algo::MemberState mine;
+  mine.mode = mode;
+  mine.revision = *revision;
+  auto job = std::make_shared<algo::SyncJob>();
+  for (const SyncTensor &t : tensors) {
+    const size_t bytes = t.count * codec::dtype_size(t.dtype);
+    mine.tensors.push_back({t.name, t.dtype, t.count, codec::hash64(t.data, bytes)});
+    job->tensors.push_back(t.data);
+    job->tensor_bytes.push_back(bytes);
+  }
+  Result<std::vector<algo::MemberState>> states = gather_states(comm, mine);
+  if (!states.ok()) return states.status();
+  Result<algo::SyncPlan> plan = algo::plan_sync(states.value(), comm.chunk_bytes());
+  if (!plan.ok()) return plan.status();
+  job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan).value());
+  const int me = comm.rank();
+  algo::place_received(job.get(), me);
+
+  SyncStats s;
+  s.epoch = comm.epoch();
+  s.world_size = comm.size();
+  if (!job->plan->transfers.empty()) {
+    algo::Collective c;
+    c.kind = algo::Kind::kStateSync;
+    c.dtype = codec::Dtype::kU8;
+    c.count = job->stage_bytes;
+    c.sync = job;
+    OpStats op_stats;
+    WCCL_RETURN_IF_ERROR(run_op(comm, c, &op_stats));
+    s.bytes_sent = op_stats.bytes_sent;
+    s.bytes_received = op_stats.bytes_received;
+  }
+  std::set<int> sources;
+  for (const algo::Transfer &tr : job->plan->transfers) {
+    if (tr.receiver == me) sources.insert(tr.donor);
+  }
+  s.sources = static_cast<uint32_t>(sources.size());
+  s.tensors_received = static_cast<uint32_t>(std::count_if(job->stage_offset.begin(), job->stage_offset.end(), [](size_t o) {
+    return o != algo::SyncJob::kNotReceived;
+  }));
+  s.time_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  *revision = job->plan->revision;
+  if (stats != nullptr) *stats = s;
+  return Status();
+}
+
+}  // namespace wccl::comm

@@ -1,0 +1,43 @@
+// Shared state sync on a communicator (DESIGN §6): wccl_state_sync below the C API.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algo/state_sync.h"
+#include "comm/communicator.h"
+
+namespace wccl::comm {
+
+struct SyncTensor {
+  std::string name;
+  void *data = nullptr;
+  codec::Dtype dtype = codec::Dtype::kU8;
+  size_t count = 0;
+};
+
+struct SyncStats {
+  uint64_t bytes_sent = 0;      // tensor bytes this member sent as a donor
+  uint64_t bytes_received = 0;  // tensor bytes it received
+  uint32_t sources = 0;         // donors it received from
+  uint32_t tensors_received = 0;
+  double time_us = 0;           // the whole call
+  uint64_t epoch = 0;
+  int world_size = 0;
+};
+
+// Every member of the epoch calls it with the same tensor list (names, dtypes, counts, in one
+// order). Three operations of the communicator, each committed like a collective: all-gathers of
+// the members' descriptions (length, then the padded descriptions), then, if any member differs
+// from the elected state, the data phase (algo::run_sync), whose received tensors are copied into
+// the member's tensors only once it is committed. On OK every member holds the elected tensors and
+// *revision is the elected revision. Errors: INVALID_USAGE naming the first mismatch of the tensor
+// lists, or a mode conflict (algo::plan_sync), on every member alike before any tensor data moves;
+// PROTOCOL for a malformed description; the collectives' errors (PEER_LOST when a member is lost:
+// update and call again). On any error the tensors and *revision are as they were.
+Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision, algo::SyncMode mode,
+                  SyncStats *stats);
+
+}  // namespace wccl::comm
