@@ -457,7 +457,9 @@ TEST_F(CollectivesTest, StateSyncMismatchIsRefusedEverywhereBeforeDataMoves) {
   EXPECT_TRUE(states[3].t == State(false).t) << "no tensor data moved";
 }
 
-TEST_F(CollectivesTest, StateSyncDonorLostMidTransferThenCompletedByTheOthers) {
+// A donor dies mid-transfer: the survivors re-form without it inside the call and the joiner
+// completes from the two that remain.
+TEST_F(CollectivesTest, StateSyncDonorLostMidTransferIsCompletedByTheOthers) {
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);
   std::vector<State> states = {State(true), State(true), State(true), State(false)};
@@ -470,24 +472,49 @@ TEST_F(CollectivesTest, StateSyncDonorLostMidTransferThenCompletedByTheOthers) {
     }));
   }
   ASSERT_TRUE(wait_received(comms[3].get(), kBig * sizeof(float) / 8)) << "the transfer never started";
-  comms[1]->abort();  // a donor dies mid-transfer (its links close)
+  comms[1]->abort();  // a donor dies mid-transfer: its links close, then its control connection
+  const SyncCall victim = f[1].get();
+  EXPECT_EQ(victim.status.code(), WCCL_ERR_ABORTED);
+  comms[1].reset();
   std::vector<SyncCall> calls;
-  for (auto &x : f) calls.push_back(x.get());
-  EXPECT_EQ(calls[1].status.code(), WCCL_ERR_ABORTED);
-  for (size_t i : {0, 2, 3}) {
-    EXPECT_EQ(calls[i].status.code(), WCCL_ERR_PEER_LOST) << "member " << i << ": " << calls[i].status.to_string();
+  for (size_t i : {0, 2, 3}) calls.push_back(f[i].get());
+  for (const SyncCall &c : calls) {
+    ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+    EXPECT_EQ(c.revision, 5u);
+    EXPECT_EQ(c.stats.world_size, 3);
   }
-  EXPECT_EQ(calls[3].revision, 0u);
-  EXPECT_TRUE(states[3].t == State(false).t) << "the receiver's tensors are untouched";
+  EXPECT_EQ(calls[2].stats.sources, 2u) << "the joiner finished from the two remaining donors";
+  EXPECT_GT(calls[2].stats.bytes_received, kBig * sizeof(float)) << "what came before the loss counts too";
+  EXPECT_TRUE(states[3].t == State(true).t);
+  EXPECT_EQ(comms[3]->size(), 3);
+}
 
-  comms.erase(comms.begin() + 1);
-  states.erase(states.begin() + 1);
-  for (const Status &st : update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
-  calls = sync_all(raw(comms), states, {5, 5, 0});
-  for (auto &c : calls) ASSERT_TRUE(c.status.ok()) << c.status.to_string();
-  EXPECT_EQ(calls[2].stats.sources, 2u);
-  EXPECT_EQ(calls[2].revision, 5u);
-  EXPECT_TRUE(states[2].t == State(true).t);
+// The only donor dies: PEER_LOST, with the joiner's tensors and revision as they were.
+TEST_F(CollectivesTest, StateSyncWithNoDonorLeftFailsWithTensorsUntouched) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<State> states = {State(true), State(false), State(false), State(false)};  // one donor
+  std::vector<std::future<SyncCall>> f;
+  for (size_t i = 0; i < 4; ++i) {
+    f.push_back(std::async(std::launch::async, [c = comms[i].get(), list = states[i].tensors(), i] {
+      SyncCall call{Status(), i == 0 ? 5u : 0u, SyncStats()};
+      // The donor is send-only: three popular members with zeroed tensors would outvote it.
+      const algo::SyncMode mode = i == 0 ? algo::SyncMode::kSendOnly : algo::SyncMode::kPopular;
+      call.status = state_sync(*c, list, &call.revision, mode, &call.stats);
+      return call;
+    }));
+  }
+  ASSERT_TRUE(wait_received(comms[1].get(), kBig * sizeof(float) / 16)) << "the transfer never started";
+  comms[0]->abort();
+  EXPECT_EQ(f[0].get().status.code(), WCCL_ERR_ABORTED);
+  comms[0].reset();
+  for (size_t i = 1; i < 4; ++i) {
+    const SyncCall c = f[i].get();
+    EXPECT_EQ(c.status.code(), WCCL_ERR_PEER_LOST) << c.status.to_string();
+    EXPECT_NE(c.status.message().find("no remaining member holds tensor"), std::string::npos) << c.status.to_string();
+    EXPECT_EQ(c.revision, 0u);
+    EXPECT_TRUE(states[i].t == State(false).t) << "member " << i << "'s tensors are untouched";
+  }
 }
 
 TEST_F(CollectivesTest, ChurnSoak) {

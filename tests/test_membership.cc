@@ -102,6 +102,40 @@ TEST_F(MembershipTest, JoinerWaitsAndIsAdmittedWhenEveryMemberUpdates) {
   EXPECT_EQ(m.joiners(), 0u);
 }
 
+TEST_F(MembershipTest, ReformDropsTheLostButAdmitsNoJoinerUntilAPlainUpdate) {
+  Membership m(options());
+  form(m, {A, B, C, D});
+  ASSERT_TRUE(m.join(E, info(E), t).ok());
+  m.disconnected(D, t);
+  (void)m.take_notices();
+  ASSERT_TRUE(m.update(A, 1, t, /*admit=*/false).ok());
+  ASSERT_TRUE(m.update(B, 1, t).ok());  // one REFORM among the arrivals holds the joiners
+  ASSERT_TRUE(m.update(C, 1, t, false).ok());
+  EXPECT_EQ(m.epoch(), 2u);
+  expect_announced(m.take_notices(), 2, {A, B, C});
+  EXPECT_EQ(m.joiners(), 1u) << "E still waits";
+  for (PeerId p : {A, B}) ASSERT_TRUE(m.update(p, 2, t).ok());
+  ASSERT_TRUE(m.update(C, 2, t).ok());
+  EXPECT_EQ(m.epoch(), 3u);
+  expect_announced(m.take_notices(), 3, {A, B, C, E});
+  // Without a loss or a joiner, a REFORM confirms the epoch like an update.
+  for (PeerId p : {A, B, C, E}) ASSERT_TRUE(m.update(p, 3, t, false).ok());
+  EXPECT_EQ(m.epoch(), 3u);
+}
+
+TEST_F(MembershipTest, ALostPeersReformIsRefusedAndItsUpdateRejoins) {
+  Membership m(options());
+  form(m, {A, B, C});
+  t += 1500ms;  // C stays silent
+  for (PeerId p : {A, B}) m.heartbeat(p, t);
+  m.tick(t);
+  Status st = m.update(C, 1, t, /*admit=*/false);
+  EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST) << st.to_string();
+  EXPECT_EQ(m.joiners(), 0u);
+  ASSERT_TRUE(m.update(C, 1, t).ok());
+  EXPECT_EQ(m.joiners(), 1u) << "a plain update re-registers it";
+}
+
 TEST_F(MembershipTest, UpdateWithoutChangeConfirmsTheSameEpoch) {
   Membership m(options());
   form(m, {A, B});

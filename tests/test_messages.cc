@@ -33,6 +33,9 @@ std::vector<ControlMessage> one_of_each() {
   ControlMessage &update = add(MessageType::kUpdate);
   update.peer = 8;
   update.epoch = 9;
+  ControlMessage &reform = add(MessageType::kReform);
+  reform.peer = 8;
+  reform.epoch = 11;
   ControlMessage &leave = add(MessageType::kLeave);
   leave.peer = 8;
   leave.epoch = 10;

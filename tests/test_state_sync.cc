@@ -98,9 +98,9 @@ TEST(Plan, MostPopularStateWinsAndOnlyDifferingTensorsMove) {
                                 state(SyncMode::kPopular, 5, {10, 11, 12}), state(SyncMode::kPopular, 5, {10, 11, 12})};
   Result<SyncPlan> p = plan_sync(m, 1000);  // tensor 0 is 4000 bytes: 4 pieces
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  EXPECT_EQ(p.value().revision, 5u);
+  EXPECT_EQ(p.value().target.revision, 5u);
   EXPECT_EQ(p.value().elected, 0);
-  EXPECT_EQ(p.value().hashes, (std::vector<uint64_t>{10, 11, 12}));
+  EXPECT_EQ(p.value().target.hashes, (std::vector<uint64_t>{10, 11, 12}));
   std::set<int> donors;
   uint64_t bytes[3] = {0, 0, 0};
   for (const Transfer &t : p.value().transfers) {
@@ -118,7 +118,7 @@ TEST(Plan, RevisionRules) {
   auto elected = [](std::vector<MemberState> m) {
     Result<SyncPlan> p = plan_sync(m, 1 << 20);
     EXPECT_TRUE(p.ok()) << p.status().to_string();
-    return p.ok() ? std::make_pair(p.value().elected, p.value().revision) : std::make_pair(-1, uint64_t{0});
+    return p.ok() ? std::make_pair(p.value().elected, p.value().target.revision) : std::make_pair(-1, uint64_t{0});
   };
   // Popularity beats a higher revision.
   EXPECT_EQ(elected({state(SyncMode::kPopular, 7, {2}), state(SyncMode::kPopular, 5, {1}),
@@ -139,6 +139,24 @@ TEST(Plan, RevisionRules) {
   EXPECT_EQ(elected({state(SyncMode::kReceiveOnly, 9, {1}), state(SyncMode::kReceiveOnly, 9, {1}),
                      state(SyncMode::kPopular, 3, {2})}),
             std::make_pair(2, uint64_t{3}));
+}
+
+TEST(Plan, AKeptTargetOutlivesTheElectionAndNeedsADonor) {
+  // After a loss, the survivors finish towards the state elected before it, even where the
+  // survivors alone would elect another.
+  const SyncTarget keep{5, {10, 11}};
+  std::vector<MemberState> m = {state(SyncMode::kPopular, 0, {0, 11}), state(SyncMode::kPopular, 0, {0, 11}),
+                                state(SyncMode::kPopular, 5, {10, 11})};
+  Result<SyncPlan> p = plan_sync(m, 1 << 20, &keep);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p.value().target.revision, 5u);
+  EXPECT_EQ(p.value().elected, 2);
+  ASSERT_EQ(p.value().transfers.size(), 2u);
+  for (const Transfer &t : p.value().transfers) EXPECT_EQ(t.donor, 2);
+  m.pop_back();  // the last holder is gone too
+  Status st = plan_sync(m, 1 << 20, &keep).status();
+  EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST);
+  EXPECT_NE(st.message().find("no remaining member holds tensor \"t0\""), std::string::npos) << st.to_string();
 }
 
 TEST(Plan, ReceiveOnlyMembersNeverDonate) {

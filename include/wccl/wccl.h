@@ -377,9 +377,12 @@ typedef struct wccl_sync_stats {
  * Errors: INVALID_ARGUMENT for a bad argument (naming it); INVALID_USAGE, on every member alike
  * and before any tensor data moves, when the members' tensor lists differ (naming the first
  * difference: count, name, dtype or element count) or send-only members disagree or every member
- * is receive-only; UNSUPPORTED for device tensors; PEER_LOST if a member is lost (tensors and
- * *revision as they were: update and call again); the collectives' other errors. stats may be
- * NULL. */
+ * is receive-only; UNSUPPORTED for device tensors; the collectives' other errors. A member lost
+ * during the call does not end it: the survivors re-form the epoch without it (admitting no
+ * joiner; pending joiners wait for the next wccl_comm_update), and finish towards the state
+ * elected before the loss from the remaining donors, so rank, size and epoch may change inside
+ * the call. PEER_LOST (tensors and *revision as they were: update and call again) only if no
+ * remaining member holds a tensor that some member lacks. stats may be NULL. */
 WCCL_API wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, size_t n, uint64_t *revision,
                                        wccl_sync_mode_t mode, wccl_sync_stats_t *stats);
 

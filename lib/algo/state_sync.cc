@@ -190,19 +190,33 @@ Result<MemberState> decode_state(const uint8_t *data, size_t len) {
   return s;
 }
 
-Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece_bytes) {
+Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece_bytes, const SyncTarget *keep) {
   if (members.empty() || piece_bytes == 0) return WCCL_ERROR(WCCL_ERR_INTERNAL, "plan_sync: no members or pieces");
   WCCL_RETURN_IF_ERROR(check_lists(members));
-  Result<int> elected = elect(members);
-  if (!elected.ok()) return elected.status();
-  const MemberState &winner = members[static_cast<size_t>(elected.value())];
-  SyncPlan plan;
-  plan.elected = elected.value();
-  plan.revision = winner.revision;
   const int n = static_cast<int>(members.size());
-  for (size_t t = 0; t < winner.tensors.size(); ++t) {
-    const uint64_t hash = winner.tensors[t].hash;
-    plan.hashes.push_back(hash);
+  SyncPlan plan;
+  if (keep != nullptr) {
+    if (keep->hashes.size() != members[0].tensors.size()) {
+      return WCCL_ERROR(WCCL_ERR_INTERNAL, "plan_sync: the kept target has %zu tensors, the members %zu",
+                        keep->hashes.size(), members[0].tensors.size());
+    }
+    plan.target = *keep;
+    for (int r = 0; r < n && plan.elected < 0; ++r) {
+      MemberState held{SyncMode::kPopular, keep->revision, members[static_cast<size_t>(r)].tensors};
+      for (size_t t = 0; t < held.tensors.size(); ++t) held.tensors[t].hash = keep->hashes[t];
+      if (same_state(held, members[static_cast<size_t>(r)])) plan.elected = r;
+    }
+  } else {
+    Result<int> elected = elect(members);
+    if (!elected.ok()) return elected.status();
+    plan.elected = elected.value();
+    const MemberState &winner = members[static_cast<size_t>(plan.elected)];
+    plan.target.revision = winner.revision;
+    for (const TensorInfo &t : winner.tensors) plan.target.hashes.push_back(t.hash);
+  }
+  const std::vector<TensorInfo> &list = members[0].tensors;
+  for (size_t t = 0; t < list.size(); ++t) {
+    const uint64_t hash = plan.target.hashes[t];
     std::vector<int> receivers, donors;
     for (int r = 0; r < n; ++r) {
       const MemberState &m = members[static_cast<size_t>(r)];
@@ -212,8 +226,12 @@ Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece
         donors.push_back(r);
       }
     }
-    const uint64_t bytes = winner.tensors[t].count * codec::dtype_size(winner.tensors[t].dtype);
+    const uint64_t bytes = list[t].count * codec::dtype_size(list[t].dtype);
     if (receivers.empty() || bytes == 0) continue;
+    if (donors.empty()) {
+      return WCCL_ERROR(WCCL_ERR_PEER_LOST, "state sync: no remaining member holds tensor \"%s\" of the elected state",
+                        list[t].name.c_str());
+    }
     // Piece k of receiver j comes from donor (k + j) mod |donors|: each receiver draws on every
     // donor at once, and the donors' load is spread over the receivers.
     const uint64_t pieces = (bytes + piece_bytes - 1) / piece_bytes;
@@ -270,7 +288,7 @@ Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
   WCCL_RETURN_IF_ERROR(ex.wait_all());
   for (size_t t = 0; t < job.stage_offset.size(); ++t) {
     if (job.stage_offset[t] == SyncJob::kNotReceived) continue;
-    if (codec::hash64(stage + job.stage_offset[t], job.tensor_bytes[t]) != job.plan->hashes[t]) {
+    if (codec::hash64(stage + job.stage_offset[t], job.tensor_bytes[t]) != job.plan->target.hashes[t]) {
       return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state sync: tensor %zu as received does not hash to the elected state's",
                         t);
     }

@@ -57,15 +57,23 @@ struct Transfer {
   int receiver = 0;
 };
 
-struct SyncPlan {
-  uint64_t revision = 0;             // the elected revision: every member's after the call
-  int elected = 0;                   // the lowest rank that holds the elected state
-  std::vector<uint64_t> hashes;      // the elected state's tensor hashes
-  std::vector<Transfer> transfers;   // in the one order every member posts them in
+// The state a plan makes every member hold.
+struct SyncTarget {
+  uint64_t revision = 0;
+  std::vector<uint64_t> hashes;
 };
 
+struct SyncPlan {
+  SyncTarget target;                // the elected revision and tensor hashes: every member's after
+  int elected = -1;                 // the lowest rank that holds it (-1: none, with keep)
+  std::vector<Transfer> transfers;  // in the one order every member posts them in
+};
+
+
 // Elects the state every member ends with and plans the transfers, from the members' states in
-// rank order. Election: the send-only members' state if there are any (INVALID_USAGE if they
+// rank order. With `keep`, the election is skipped and keep is the target (state sync finishing
+// a transfer after a donor's loss): PEER_LOST if a tensor that some member lacks is held by no
+// remaining donor. Election: the send-only members' state if there are any (INVALID_USAGE if they
 // differ); otherwise the (revision, hashes) held by the most popular members, ties going to the
 // higher revision, then to the state of the lowest rank. Receive-only members never count. Every
 // member whose hash of a tensor differs from the elected one receives that tensor, cut into
@@ -73,7 +81,8 @@ struct SyncPlan {
 // members that hold the elected bytes. INVALID_USAGE, naming the first mismatch, if the members'
 // tensor lists differ (count, names, dtypes, element counts, against rank 0's), or if no member
 // may offer its state.
-Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece_bytes);
+Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece_bytes,
+                           const SyncTarget *keep = nullptr);
 
 // What one member runs the data phase with: its tensors (sent from, and written after the commit),
 // and for each tensor where it lands in the staging buffer (kNotReceived if it does not receive it).

@@ -155,15 +155,19 @@ Status Communicator::membership_call(MessageType type, const char *what, const u
   return answered > before ? Status() : last_error_;
 }
 
-Status Communicator::update() {
+Status Communicator::update() { return barrier_call(MessageType::kUpdate, "update"); }
+
+Status Communicator::reform() { return barrier_call(MessageType::kReform, "reform"); }
+
+Status Communicator::barrier_call(MessageType type, const char *what) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (undecided_ != 0) {
-      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "update: %zu operations of this peer are not decided yet; wait for them first",
-                        undecided_);
+      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: %zu operations of this peer are not decided yet; wait for them first",
+                        what, undecided_);
     }
   }
-  return membership_call(MessageType::kUpdate, "update", epochs_seen_);
+  return membership_call(type, what, epochs_seen_);
 }
 
 Status Communicator::leave() {

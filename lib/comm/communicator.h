@@ -55,6 +55,10 @@ class Communicator {
   // COORDINATOR_UNREACHABLE while the coordinator is away, TIMEOUT after op_timeout_ms, ABORTED;
   // INVALID_USAGE while operations this peer submitted are not decided.
   Status update();
+  // update() that admits no joiner and fails with PEER_LOST for a peer that was declared lost:
+  // state sync re-forms the survivors with it to finish a transfer inside one call, where a
+  // joiner admitted mid-call would be running other operations.
+  Status reform();
   // Leaves gracefully at the update barrier: the others' update completes without this peer and
   // nobody is revoked. Afterwards only destruction is allowed.
   Status leave();
@@ -99,6 +103,7 @@ class Communicator {
   void watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch);
   Status send(const coord::ControlMessage &m);
   Status membership_call(coord::MessageType type, const char *what, const uint64_t &answered);
+  Status barrier_call(coord::MessageType type, const char *what);  // update, reform
   coord::ControlMessage message(coord::MessageType type) const;
   // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout.
   template <typename Pred>

@@ -47,6 +47,29 @@ Result<std::vector<algo::MemberState>> gather_states(Communicator &comm, const a
   return states;
 }
 
+// One attempt on the current epoch: describe, elect (or keep `elected`), plan into job, transfer.
+// job->plan is set once the descriptions are all-gathered; s accumulates the bytes moved.
+Status attempt(Communicator &comm, const algo::MemberState &mine, const algo::SyncTarget *elected,
+               const std::shared_ptr<algo::SyncJob> &job, SyncStats *s) {
+  Result<std::vector<algo::MemberState>> states = gather_states(comm, mine);
+  if (!states.ok()) return states.status();
+  Result<algo::SyncPlan> plan = algo::plan_sync(states.value(), comm.chunk_bytes(), elected);
+  if (!plan.ok()) return plan.status();
+  job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan).value());
+  algo::place_received(job.get(), comm.rank());
+  if (job->plan->transfers.empty()) return Status();
+  algo::Collective c;
+  c.kind = algo::Kind::kStateSync;
+  c.dtype = codec::Dtype::kU8;
+  c.count = job->stage_bytes;
+  c.sync = job;
+  OpStats op_stats;
+  const Status st = run_op(comm, c, &op_stats);
+  s->bytes_sent += op_stats.bytes_sent;
+  s->bytes_received += op_stats.bytes_received;
+  return st;
+}
+
 }  // namespace
 
 Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision, algo::SyncMode mode,
@@ -55,45 +78,47 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
   algo::MemberState mine;
   mine.mode = mode;
   mine.revision = *revision;
-  auto job = std::make_shared<algo::SyncJob>();
+  std::vector<void *> data;
+  std::vector<size_t> bytes;
   for (const SyncTensor &t : tensors) {
-    const size_t bytes = t.count * codec::dtype_size(t.dtype);
-    mine.tensors.push_back({t.name, t.dtype, t.count, codec::hash64(t.data, bytes)});
-    job->tensors.push_back(t.data);
-    job->tensor_bytes.push_back(bytes);
+    bytes.push_back(t.count * codec::dtype_size(t.dtype));
+    data.push_back(t.data);
+    mine.tensors.push_back({t.name, t.dtype, t.count, codec::hash64(t.data, bytes.back())});
   }
-  Result<std::vector<algo::MemberState>> states = gather_states(comm, mine);
-  if (!states.ok()) return states.status();
-  Result<algo::SyncPlan> plan = algo::plan_sync(states.value(), comm.chunk_bytes());
-  if (!plan.ok()) return plan.status();
-  job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan).value());
-  const int me = comm.rank();
-  algo::place_received(job.get(), me);
-
   SyncStats s;
-  s.epoch = comm.epoch();
-  s.world_size = comm.size();
-  if (!job->plan->transfers.empty()) {
-    algo::Collective c;
-    c.kind = algo::Kind::kStateSync;
-    c.dtype = codec::Dtype::kU8;
-    c.count = job->stage_bytes;
-    c.sync = job;
-    OpStats op_stats;
-    WCCL_RETURN_IF_ERROR(run_op(comm, c, &op_stats));
-    s.bytes_sent = op_stats.bytes_sent;
-    s.bytes_received = op_stats.bytes_received;
+  std::shared_ptr<const algo::SyncJob> done;
+  std::unique_ptr<algo::SyncTarget> elected;  // once a description phase has committed
+  for (;;) {
+    auto job = std::make_shared<algo::SyncJob>();
+    job->tensors = data;
+    job->tensor_bytes = bytes;
+    Status st = attempt(comm, mine, elected.get(), job, &s);
+    if (job->plan && !elected) elected = std::make_unique<algo::SyncTarget>(job->plan->target);
+    if (st.ok()) {
+      done = job;
+      break;
+    }
+    // A member was lost (the epoch was revoked): re-form the survivors, admitting nobody, and
+    // finish towards the same elected state from the donors that remain. Only a smaller epoch is
+    // worth another attempt; a revocation that lost nobody (a member's OP_FAILED) is returned.
+    const int before = comm.size();
+    if (st.code() != WCCL_ERR_PEER_LOST) return st;
+    const Status reformed = comm.reform();
+    if (!reformed.ok()) return reformed.with_context("state sync: re-forming the survivors after a loss");
+    if (comm.size() >= before) return st;
   }
   std::set<int> sources;
-  for (const algo::Transfer &tr : job->plan->transfers) {
-    if (tr.receiver == me) sources.insert(tr.donor);
+  for (const algo::Transfer &tr : done->plan->transfers) {
+    if (tr.receiver == comm.rank()) sources.insert(tr.donor);
   }
   s.sources = static_cast<uint32_t>(sources.size());
-  s.tensors_received = static_cast<uint32_t>(std::count_if(job->stage_offset.begin(), job->stage_offset.end(), [](size_t o) {
+  s.tensors_received = static_cast<uint32_t>(std::count_if(done->stage_offset.begin(), done->stage_offset.end(), [](size_t o) {
     return o != algo::SyncJob::kNotReceived;
   }));
+  s.epoch = comm.epoch();
+  s.world_size = comm.size();
   s.time_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  *revision = job->plan->revision;
+  *revision = done->plan->target.revision;
   if (stats != nullptr) *stats = s;
   return Status();
 }

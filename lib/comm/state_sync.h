@@ -19,8 +19,8 @@ struct SyncTensor {
 };
 
 struct SyncStats {
-  uint64_t bytes_sent = 0;      // tensor bytes this member sent as a donor
-  uint64_t bytes_received = 0;  // tensor bytes it received
+  uint64_t bytes_sent = 0;      // tensor bytes this member sent as a donor (every attempt)
+  uint64_t bytes_received = 0;  // tensor bytes it received (every attempt)
   uint32_t sources = 0;         // donors it received from
   uint32_t tensors_received = 0;
   double time_us = 0;           // the whole call
@@ -37,6 +37,13 @@ struct SyncStats {
 // lists, or a mode conflict (algo::plan_sync), on every member alike before any tensor data moves;
 // PROTOCOL for a malformed description; the collectives' errors (PEER_LOST when a member is lost:
 // update and call again). On any error the tensors and *revision are as they were.
+//
+// A member lost during the call (a donor, say) revokes the epoch: every survivor then re-forms
+// the epoch without it (Communicator::reform: no joiner is admitted, so the members stay those
+// that are inside this call) and tries again, towards the state elected before the loss if the
+// descriptions had been gathered. So a receiver completes from the remaining donors; PEER_LOST
+// only when none holds a tensor it lacks, or the re-formed epoch is no smaller. The communicator's
+// epoch, rank and size may therefore change inside the call.
 Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision, algo::SyncMode mode,
                   SyncStats *stats);
 

@@ -93,7 +93,8 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
       group(s->group).heartbeat(s->peer, now);
       break;
     case MessageType::kUpdate:
-      st = group(s->group).update(s->peer, m.epoch, now);
+    case MessageType::kReform:
+      st = group(s->group).update(s->peer, m.epoch, now, m.type == MessageType::kUpdate);
       break;
     case MessageType::kLeave:
       st = group(s->group).leave(s->peer, m.epoch, now);

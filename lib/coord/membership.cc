@@ -63,20 +63,23 @@ void Membership::heartbeat(PeerId id, Clock::time_point now) {
                                                   : "this peer is not registered";
 }
 
-Status Membership::update(PeerId id, uint64_t epoch, Clock::time_point now) {
+Status Membership::update(PeerId id, uint64_t epoch, Clock::time_point now, bool admit) {
   if (is_joiner(id)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "a joiner waits for admission; it does not update");
   }
   auto lost = lost_.find(id);
+  if (lost != lost_.end() && !admit) {
+    return WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer was declared lost; update to join again");
+  }
   if (lost != lost_.end()) {
     // A peer declared lost (frozen, cut off) comes back: it joins again like any newcomer.
     const PeerInfo info = lost->second;
     return join(id, info, now);
   }
-  return arrive(id, epoch, now, /*leaving=*/false);
+  return arrive(id, epoch, now, /*leaving=*/false, admit);
 }
 
-Status Membership::arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving) {
+Status Membership::arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving, bool admit) {
   if (!is_member(id)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is not registered",
                       static_cast<unsigned long long>(id));
@@ -89,6 +92,7 @@ Status Membership::arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool
   live_[id].last_seen = now;
   arrived_.insert(id);
   if (leaving) leaving_.insert(id);
+  if (!admit) holding_ = true;
   maybe_complete_update();
   return Status();
 }
@@ -104,7 +108,7 @@ Status Membership::leave(PeerId id, uint64_t epoch, Clock::time_point now) {
     lost_.erase(id);  // nothing left to leave: it was already removed from the job
     return Status();
   }
-  return arrive(id, epoch, now, /*leaving=*/true);
+  return arrive(id, epoch, now, /*leaving=*/true, /*admit=*/true);
 }
 
 void Membership::disconnected(PeerId id, Clock::time_point now) {
@@ -152,6 +156,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     revoked_ = false;
     arrived_.clear();
     leaving_.clear();
+    holding_ = false;
     std::vector<PeerId> outside;
     for (const auto &[known, peer] : live_) {
       if (seen.count(known) == 0 && !is_joiner(known)) outside.push_back(known);
@@ -300,6 +305,7 @@ void Membership::maybe_form_first(Clock::time_point now) {
   committed_ = 0;
   arrived_.clear();
   leaving_.clear();
+  holding_ = false;
   announce_epoch();
 }
 
@@ -313,17 +319,21 @@ void Membership::maybe_complete_update() {
   for (const Member &m : ring_) {
     if (is_member(m.id) && leaving_.count(m.id) == 0) next.push_back(m);
   }
-  const bool changed = revoked_ || !joiners_.empty() || next.size() != ring_.size();
+  const bool admit = !holding_;
+  const bool changed = revoked_ || (admit && !joiners_.empty()) || next.size() != ring_.size();
   const std::set<PeerId> leavers = leaving_;
   for (PeerId id : leavers) {
     forget(id);
     Notice &n = notify(Notice::Kind::kRemoved, id);
     n.reason = "left";
   }
-  next.insert(next.end(), joiners_.begin(), joiners_.end());
-  joiners_.clear();
+  if (admit) {
+    next.insert(next.end(), joiners_.begin(), joiners_.end());
+    joiners_.clear();
+  }
   arrived_.clear();
   leaving_.clear();
+  holding_ = false;
   if (changed) {
     ++epoch_;
     ring_ = std::move(next);

@@ -95,8 +95,10 @@ class Membership {
   void heartbeat(PeerId id, Clock::time_point now);
   // A member of `epoch` reaches the update barrier. A lost peer's update re-registers it as a
   // joiner. INVALID_USAGE for a joiner (it waits in join), PROTOCOL for a member naming another
-  // epoch than the current one.
-  Status update(PeerId id, uint64_t epoch, Clock::time_point now);
+  // epoch than the current one. With admit false (a REFORM: state sync re-forming the survivors to
+  // finish a transfer), the barrier this member reaches admits no joiner (they keep waiting for
+  // the next plain update), and a lost peer gets PEER_LOST instead of re-registering.
+  Status update(PeerId id, uint64_t epoch, Clock::time_point now, bool admit = true);
   // A member leaves gracefully: it counts as arrived at the barrier and is not in the next epoch.
   Status leave(PeerId id, uint64_t epoch, Clock::time_point now);
   // The peer's control connection closed: it is lost now.
@@ -143,7 +145,7 @@ class Membership {
   bool is_member(PeerId id) const;
   bool is_joiner(PeerId id) const;
   bool any_member() const;
-  Status arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving);
+  Status arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving, bool admit);
   // Removes a lost peer; the caller runs maybe_complete_update() once all losses are in.
   void lose(PeerId id, const std::string &reason);
   void forget(PeerId id);  // drops every trace of a live peer but lost_
@@ -165,6 +167,7 @@ class Membership {
   Clock::time_point last_join_{};
   std::set<PeerId> arrived_;                 // members at the update barrier
   std::set<PeerId> leaving_;                 // of those, the ones leaving
+  bool holding_ = false;                     // one of them asked to admit no joiner (REFORM)
   std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
   std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it
   std::vector<Notice> notices_;

@@ -133,6 +133,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.u64(m.peer);
       break;
     case MessageType::kUpdate:
+    case MessageType::kReform:
     case MessageType::kLeave:
       w.u64(m.peer);
       w.u64(m.epoch);
@@ -209,6 +210,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       m.peer = r.peer("peer id");
       break;
     case MessageType::kUpdate:
+    case MessageType::kReform:
     case MessageType::kLeave:
       m.peer = r.peer("peer id");
       m.epoch = r.u64("epoch");

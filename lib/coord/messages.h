@@ -29,6 +29,7 @@ enum class MessageType : uint8_t {
   kLinkBroken = 6,  // peer, other (the suspect)
   kDone = 7,        // peer, epoch, seq: this peer's data phase of operation seq completed
   kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
+  kReform = 9,      // peer, epoch: an update that admits no joiner (state sync's retry)
   // coordinator -> peer
   kEpoch = 16,      // epoch, ring
   kRevoked = 17,    // epoch, other (the lost peer), text (reason)
@@ -44,7 +45,7 @@ struct ControlMessage {
   PeerId peer = 0;     // the sender (peer -> coordinator)
   std::string group;   // kJoin, kRejoin
   PeerInfo info;       // kJoin, kRejoin
-  uint64_t epoch = 0;  // kRejoin, kUpdate, kLeave, kDone, kOpFailed, and every coordinator message but kError
+  uint64_t epoch = 0;  // kRejoin, kUpdate, kReform, kLeave, kDone, kOpFailed, and every coordinator message but kError
   uint64_t seq = 0;    // kDone, kOpFailed, kCommit; kRejoin: the last operation this peer saw committed
   std::vector<Member> ring;  // kRejoin, kEpoch
   PeerId other = 0;    // kLinkBroken (suspect), kRevoked (lost)

@@ -324,7 +324,9 @@ class Communicator:
         revision); a member receives only the tensors that differ from it, striped over every member
         holding them, written in place once everyone is done. Returns the stats with the elected
         ``revision``. InvalidUsageError (the same on every member, before data moves) names the first
-        difference between the members' tensor lists; on PeerLostError the arrays are as they were."""
+        difference between the members' tensor lists. A member lost during the call is replaced by
+        the remaining donors (rank, size and epoch may change); PeerLostError, with the arrays as
+        they were, only when no remaining member holds a tensor some member lacks."""
         buffers = [export(array, True, f"tensor {name!r}") for name, array in tensors.items()]
         try:
             names = [str(name).encode() for name in tensors]
