@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # State-sync catch-up benchmark (docs/perf.md): a joiner with zeroed tensors catches up BYTES of
-# state from 1, 2 and 3 donors, in one run. Every member is a process in its own network
+# weight-like F32 state from 1, 2 and 3 donors without compression, then from 1 and 3 with it
+# (sync_compress=on), in one run. Every member is a process in its own network
 # namespace behind a veth on one bridge; each donor's uplink is shaped with tbf to RATE, the
 # joiner's link is not, so one donor's uplink is the bottleneck that striping over several
 # removes. TLS on, with certificates made here by openssl as docs/tls.md does.
@@ -59,12 +60,16 @@ for k in 0 1 2 3; do
 done
 
 echo "# state-sync catch-up: $bytes bytes (16 F32 tensors) to one joiner, each donor's uplink $rate (tbf), TLS on"
-printf '# %7s %10s %10s %10s %8s\n' donors seconds "GB/s" "vs 1" wrong
+printf '# %7s %5s %10s %12s %10s %8s %6s\n' donors zstd seconds "wire bytes" "GB/s" "vs first" wrong
 base=""
-for donors in 1 2 3; do
-  port=$((48200 + donors))
+run=0
+for spec in 1:off 2:off 3:off 1:on 3:on; do
+  donors=${spec%:*}
+  export WCCL_SYNC_COMPRESS=${spec#*:}
+  run=$((run + 1))
+  port=$((48200 + run))
   "$coord_bin" --listen "10.88.0.1:$port" --min-peers $((donors + 1)) --settle-ms 100 \
-    --tls-cert "$WCCL_TLS_CERT" --tls-key "$WCCL_TLS_KEY" --tls-ca "$WCCL_TLS_CA" --log-level error >"$work/coord$donors.log" 2>&1 &
+    --tls-cert "$WCCL_TLS_CERT" --tls-key "$WCCL_TLS_KEY" --tls-ca "$WCCL_TLS_CA" --log-level error >"$work/coord$run.log" 2>&1 &
   coord_pid=$!
   pids=()
   for k in $(seq 1 "$donors"); do
@@ -76,9 +81,9 @@ for donors in 1 2 3; do
     ip netns exec wsync0 "$peer_bin" joiner "$bytes")
   for p in "${pids[@]}"; do wait "$p"; done
   kill "$coord_pid"; wait "$coord_pid" 2>/dev/null || true
-  seconds=$(sed 's/.*"seconds": \([0-9.]*\).*/\1/' <<<"$out")
-  gbps=$(sed 's/.*"GBps": \([0-9.]*\).*/\1/' <<<"$out")
-  wrong=$(sed 's/.*"wrong": \([0-9]*\).*/\1/' <<<"$out")
+  field() { sed "s/.*\"$1\": \([0-9.]*\).*/\1/" <<<"$out"; }
+  seconds=$(field seconds)
   [ -n "$base" ] || base=$seconds
-  printf '  %7d %10s %10s %9.2fx %8s\n' "$donors" "$seconds" "$gbps" "$(awk -v a="$base" -v b="$seconds" 'BEGIN { print a / b }')" "$wrong"
+  printf '  %7d %5s %10s %12s %10s %9.2fx %6s\n' "$donors" "$WCCL_SYNC_COMPRESS" "$seconds" "$(field wire_bytes)" \
+    "$(field GBps)" "$(awk -v a="$base" -v b="$seconds" 'BEGIN { print a / b }')" "$(field wrong_tensors)"
 done

@@ -57,6 +57,7 @@ class CommTest : public testing::Test {
     EXPECT_TRUE(cfg.set("heartbeat_ms", "100").ok());
     EXPECT_TRUE(cfg.set("join_timeout_ms", "20000").ok());
     EXPECT_TRUE(cfg.set("op_timeout_ms", "20000").ok());
+    for (const auto &[key, value] : extra_config_) EXPECT_TRUE(cfg.set(key, value).ok()) << key;
     return cfg;
   }
   // n communicators joining at once (they form one epoch when min_peers allows).
@@ -120,6 +121,7 @@ class CommTest : public testing::Test {
             "--heartbeat-ms", "100", "--peer-timeout-ms", "800"};
   }
   int min_peers_ = 1;
+  std::map<std::string, std::string> extra_config_;  // more keys for every peer_config
   test::Pki pki_;
   devkit::NodeFiles coord_files_;
   std::unique_ptr<coord::Coordinator> coord_;

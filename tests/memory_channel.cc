@@ -12,8 +12,8 @@ class MemoryChannel : public algo::Channel {
   Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override {
     return f_->send(rank_, peer, tag, data, len, std::move(done));
   }
-  Status recv(int peer, uint32_t tag, void *data, size_t len, algo::Completion done) override {
-    return f_->recv(peer, rank_, tag, data, len, std::move(done));
+  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) override {
+    return f_->recv(peer, rank_, tag, data, len, got, std::move(done));
   }
   void abort(const Status &why) override { f_->kill(rank_, why); }
 
@@ -109,7 +109,7 @@ Status Fabric::send(int from, int to, uint32_t tag, const void *data, size_t len
   return Status();
 }
 
-Status Fabric::recv(int from, int to, uint32_t tag, void *data, size_t len, algo::Completion done) {
+Status Fabric::recv(int from, int to, uint32_t tag, void *data, size_t len, size_t *got_len, algo::Completion done) {
   if (from < 0 || from >= n_ || from == to) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "bad peer %d", from);
   Calls calls;
   {
@@ -119,12 +119,7 @@ Status Fabric::recv(int from, int to, uint32_t tag, void *data, size_t len, algo
     if (dead_.count(to) != 0) {
       calls.emplace_back(std::move(done), dead_[to]);
     } else if (got != arrived_.end()) {
-      Status st;
-      if (got->second.size() != len) {
-        st = WCCL_ERROR(WCCL_ERR_PROTOCOL, "message of %zu bytes for a receive of %zu", got->second.size(), len);
-      } else if (len != 0) {
-        std::memcpy(data, got->second.data(), len);
-      }
+      const Status st = place(got->second, Recv{static_cast<uint8_t *>(data), len, got_len, nullptr});
       arrived_.erase(got);
       calls.emplace_back(std::move(done), st);
     } else if (dead_.count(from) != 0) {
@@ -132,10 +127,20 @@ Status Fabric::recv(int from, int to, uint32_t tag, void *data, size_t len, algo
     } else if (recvs_.count(key) != 0) {
       return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "a second receive of one message");
     } else {
-      recvs_[key] = Recv{static_cast<uint8_t *>(data), len, std::move(done)};
+      recvs_[key] = Recv{static_cast<uint8_t *>(data), len, got_len, std::move(done)};
     }
   }
   run_calls(&calls);
+  return Status();
+}
+
+// Copies a message into a receive's buffer under the Channel contract's length rule.
+Status Fabric::place(const std::vector<uint8_t> &bytes, const Recv &r) {
+  if (r.got == nullptr ? bytes.size() != r.len : bytes.size() > r.len) {
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "message of %zu bytes for a receive of %zu", bytes.size(), r.len);
+  }
+  if (!bytes.empty()) std::memcpy(r.data, bytes.data(), bytes.size());
+  if (r.got != nullptr) *r.got = bytes.size();
   return Status();
 }
 
@@ -145,12 +150,7 @@ void Fabric::deliver(Message m, Calls *calls) {
     arrived_[m.key] = std::move(m.bytes);
     return;
   }
-  Status st;
-  if (r->second.len != m.bytes.size()) {
-    st = WCCL_ERROR(WCCL_ERR_PROTOCOL, "message of %zu bytes for a receive of %zu", m.bytes.size(), r->second.len);
-  } else if (!m.bytes.empty()) {
-    std::memcpy(r->second.data, m.bytes.data(), m.bytes.size());
-  }
+  const Status st = place(m.bytes, r->second);
   calls->emplace_back(std::move(r->second.done), st);
   recvs_.erase(r);
 }

@@ -43,6 +43,7 @@ class Fabric {
   struct Recv {
     uint8_t *data;
     size_t len;
+    size_t *got;  // null: the message must be exactly len bytes
     algo::Completion done;
   };
   struct Message {
@@ -52,9 +53,10 @@ class Fabric {
   using Calls = std::vector<std::pair<algo::Completion, Status>>;
 
   Status send(int from, int to, uint32_t tag, const void *data, size_t len, algo::Completion done);
-  Status recv(int from, int to, uint32_t tag, void *data, size_t len, algo::Completion done);
+  Status recv(int from, int to, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done);
   // Under mu_: hands `m` to its receive if posted, else keeps it.
   void deliver(Message m, Calls *calls);
+  static Status place(const std::vector<uint8_t> &bytes, const Recv &r);
   void kill_locked(int rank, const Status &why, Calls *calls);
   void pump();
 

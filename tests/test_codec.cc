@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "codec/compress.h"
 #include "codec/half.h"
 #include "codec/kernels.h"
 #include "codec/wire.h"
@@ -295,6 +296,58 @@ TEST(WireCodec, SixteenBitWiresRoundToNearestEven) {
   EXPECT_EQ(y[3], 999424.0f);  // 1e6 to 8 significant bits
   EXPECT_EQ(codec::wire_size(Wire::kBF16, 10), 20u);
   EXPECT_EQ(codec::wire_size(Wire::kInt8, 1025), 1025u + 16u);
+}
+
+TEST(Shuffle, GroupsEachByteOfEveryElementAndUndoes) {
+  const Bytes in = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // two 4-byte elements and 3 bytes left over
+  Bytes out(in.size()), back(in.size());
+  codec::shuffle(in.data(), in.size(), 4, out.data());
+  EXPECT_EQ(out, (Bytes{1, 5, 2, 6, 3, 7, 4, 8, 9, 10, 11}));
+  codec::unshuffle(out.data(), out.size(), 4, back.data());
+  EXPECT_EQ(back, in);
+}
+
+TEST(Compressor, RoundTripsAndRefusesWhatIsNotItsFrame) {
+  if (!codec::compression_available()) GTEST_SKIP() << "built without zstd";
+  codec::Compressor z;
+  Bytes f32(65536 * 4);
+  for (size_t i = 0; i < 65536; ++i) {
+    const float v = static_cast<float>(i % 1000) * 0.5f;
+    std::memcpy(f32.data() + 4 * i, &v, 4);
+  }
+  Bytes frame(f32.size()), back(f32.size());
+  const size_t n = z.compress(f32.data(), f32.size(), 4, frame.data(), frame.size());
+  ASSERT_GT(n, 0u);
+  EXPECT_LT(n, f32.size() / 4);
+  ASSERT_TRUE(z.decompress(frame.data(), n, 4, back.data(), back.size()).ok());
+  EXPECT_EQ(back, f32);
+  // In place: the frame at the start of the destination.
+  Bytes inplace(f32.size());
+  std::memcpy(inplace.data(), frame.data(), n);
+  ASSERT_TRUE(z.decompress(inplace.data(), n, 4, inplace.data(), inplace.size()).ok());
+  EXPECT_EQ(inplace, f32);
+
+  Bytes random(50000);
+  std::mt19937 rng(3);
+  for (auto &b : random) b = static_cast<uint8_t>(rng());
+  EXPECT_EQ(z.compress(random.data(), random.size(), 1, frame.data(), frame.size()), 0u) << "nothing to gain: declined";
+
+  auto code = [&](const uint8_t *src, size_t len, size_t want) {
+    return z.decompress(src, len, 4, back.data(), want).code();
+  };
+  EXPECT_EQ(code(frame.data(), n, f32.size() - 4), WCCL_ERR_PROTOCOL) << "another size";
+  EXPECT_EQ(code(frame.data(), n - 1, f32.size()), WCCL_ERR_PROTOCOL) << "truncated";
+  EXPECT_EQ(code(random.data(), 1000, f32.size()), WCCL_ERR_PROTOCOL) << "not a frame";
+  Bytes two(2 * n);
+  std::memcpy(two.data(), frame.data(), n);
+  std::memcpy(two.data() + n, frame.data(), n);
+  EXPECT_EQ(code(two.data(), two.size(), f32.size()), WCCL_ERR_PROTOCOL) << "a second frame after it";
+  Bytes flipped(frame.begin(), frame.begin() + static_cast<long>(n));
+  flipped[n / 2] ^= 0xFF;
+  // zstd frames carry no checksum here: a corrupted one fails or yields other bytes, which state
+  // sync's hash of the whole tensor then refuses.
+  const Status corrupted = z.decompress(flipped.data(), n, 4, back.data(), f32.size());
+  EXPECT_TRUE(!corrupted.ok() || back != f32);
 }
 
 }  // namespace

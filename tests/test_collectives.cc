@@ -398,6 +398,7 @@ std::vector<SyncCall> sync_all(const std::vector<Communicator *> &comms, std::ve
 }
 
 TEST_F(CollectivesTest, StateSyncJoinerCatchesUpFromThreeDonors) {
+  extra_config_["sync_compress"] = "off";  // byte counts below are exact
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);
   std::vector<State> states = {State(true), State(true), State(true), State(false)};  // comms[3] joined late
@@ -411,7 +412,7 @@ TEST_F(CollectivesTest, StateSyncJoinerCatchesUpFromThreeDonors) {
   }
   EXPECT_EQ(calls[3].stats.sources, 3u) << "striped over all three donors";
   EXPECT_EQ(calls[3].stats.tensors_received, 4u);
-  EXPECT_EQ(calls[3].stats.bytes_received, kBig * sizeof(float));
+  EXPECT_EQ(calls[3].stats.bytes_received, kBig * sizeof(float)) << "sync_compress=off: every byte as it is";
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(calls[i].stats.bytes_received, 0u);
     EXPECT_GT(calls[i].stats.bytes_sent, kBig * sizeof(float) / 4) << "donor " << i << " sent a third";
@@ -432,6 +433,22 @@ TEST_F(CollectivesTest, StateSyncJoinerCatchesUpFromThreeDonors) {
     EXPECT_EQ(calls[i].stats.tensors_received, i == 1 ? 1u : 0u);
   }
   EXPECT_TRUE(states[1].t == want.t);
+}
+
+// With sync_compress on (the default), whether a donor compresses depends on how fast this machine
+// compresses against how fast its loopback carries bytes; either way the joiner ends with the
+// elected tensors, and never receives more than their size.
+TEST_F(CollectivesTest, StateSyncWithCompressionWhereItPays) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<State> states = {State(true), State(true), State(true), State(false)};
+  auto calls = sync_all(raw(comms), states, {3, 3, 3, 0});
+  for (auto &c : calls) ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+  EXPECT_TRUE(states[3].t == State(true).t);
+  EXPECT_LE(calls[3].stats.bytes_received, kBig * sizeof(float));
+  EXPECT_GT(calls[3].stats.bytes_received, 0u);
+  std::printf("joiner received %llu wire bytes for %zu tensor bytes\n",
+              static_cast<unsigned long long>(calls[3].stats.bytes_received), kBig * sizeof(float));
 }
 
 TEST_F(CollectivesTest, StateSyncMismatchIsRefusedEverywhereBeforeDataMoves) {
@@ -460,6 +477,7 @@ TEST_F(CollectivesTest, StateSyncMismatchIsRefusedEverywhereBeforeDataMoves) {
 // A donor dies mid-transfer: the survivors re-form without it inside the call and the joiner
 // completes from the two that remain.
 TEST_F(CollectivesTest, StateSyncDonorLostMidTransferIsCompletedByTheOthers) {
+  extra_config_["sync_compress"] = "off";  // the loss must land mid-transfer, by raw bytes received
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);
   std::vector<State> states = {State(true), State(true), State(true), State(false)};
@@ -491,6 +509,7 @@ TEST_F(CollectivesTest, StateSyncDonorLostMidTransferIsCompletedByTheOthers) {
 
 // The only donor dies: PEER_LOST, with the joiner's tensors and revision as they were.
 TEST_F(CollectivesTest, StateSyncWithNoDonorLeftFailsWithTensorsUntouched) {
+  extra_config_["sync_compress"] = "off";
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);
   std::vector<State> states = {State(true), State(false), State(false), State(false)};  // one donor

@@ -2,11 +2,13 @@
 // phase over the in-memory channel (algo/state_sync.h).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "algo/state_sync.h"
+#include "codec/compress.h"
 #include "codec/hash.h"
 #include "memory_channel.h"
 
@@ -199,6 +201,8 @@ TEST(Plan, MismatchesAndConflictsAreNamed) {
 // Runs the plan's data phase on every member over the in-memory channel (shuffled delivery).
 struct Members {
   std::vector<std::vector<std::vector<uint8_t>>> tensors;  // [rank][tensor]
+  SyncJob::Compress compress = SyncJob::Compress::kOff;
+  std::vector<size_t> elem_bytes;
   std::vector<std::vector<uint8_t>> stage;
   std::vector<SyncJob> jobs;
   std::vector<Status> status;
@@ -232,6 +236,8 @@ void run_members(Members &m, const std::vector<MemberState> &states, size_t piec
       job.tensor_bytes.push_back(t.size());
     }
     place_received(&job, r);
+    job.compress = m.compress;
+    job.elem_bytes = m.elem_bytes;
     m.stage[static_cast<size_t>(r)].assign(job.stage_bytes, 0xEE);
     channels.push_back(fabric.channel(r));
     exchanges.push_back(std::make_unique<Exchange>(*channels.back(), Exchange::Clock::now() + std::chrono::seconds(30)));
@@ -301,6 +307,40 @@ TEST(RunSync, TwoJoinersCatchUpFromThreeDonorsStripedAndVerified) {
     }
     EXPECT_EQ(m.tensors[i], r == 1 || r == 4 ? m.tensors[i] : good) << "run_sync never writes tensors";
   }
+}
+
+TEST(RunSync, CompressedPiecesArriveIntactAndShorter) {
+  if (!codec::compression_available()) GTEST_SKIP() << "built without zstd";
+  // Tensor 0: F32 values with few distinct exponents (compress well once shuffled); tensor 1:
+  // random bytes (no piece shrinks: sent as they are); tensor 2: 5 bytes (shorter than a frame).
+  std::vector<std::vector<uint8_t>> good(3);
+  good[0].resize(300000 * 4);
+  for (size_t i = 0; i < 300000; ++i) {
+    const float v = 1.0f + static_cast<float>(i % 4096) / 4096.0f;
+    std::memcpy(good[0].data() + i * 4, &v, 4);
+  }
+  good[1] = bytes_of(9, 200000);
+  good[2] = {1, 2, 3, 4, 5};
+  Members m;
+  m.tensors = {good, good, {std::vector<uint8_t>(good[0].size(), 0), std::vector<uint8_t>(good[1].size(), 0),
+                            std::vector<uint8_t>(5, 0)}};
+  std::vector<MemberState> states = {describe(good, 2), describe(good, 2), describe(m.tensors[2], 0)};
+  test::Fabric fabric(3, {true, 11});
+  m.compress = SyncJob::Compress::kAlways;
+  m.elem_bytes = {4, 1, 1};
+  run_members(m, states, 65536, fabric);
+  for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(m.status[r].ok()) << m.status[r].to_string();
+  const SyncJob &job = m.jobs[2];
+  for (size_t t = 0; t < 3; ++t) {
+    std::vector<uint8_t> got(m.stage[2].begin() + static_cast<long>(job.stage_offset[t]),
+                             m.stage[2].begin() + static_cast<long>(job.stage_offset[t] + good[t].size()));
+    EXPECT_EQ(got, good[t]) << "tensor " << t;
+  }
+  const uint64_t raw = good[0].size() + good[1].size() + good[2].size();
+  EXPECT_LT(m.received[2], good[1].size() + good[2].size() + good[0].size() / 2) << "tensor 0 shrank";
+  EXPECT_GE(m.received[2], good[1].size() + good[2].size()) << "random bytes do not";
+  EXPECT_EQ(m.sent[0] + m.sent[1], m.received[2]);
+  EXPECT_LT(m.received[2], raw);
 }
 
 TEST(RunSync, CorruptBytesFailTheHashCheck) {

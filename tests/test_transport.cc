@@ -180,6 +180,36 @@ TEST_P(TransportTest, LengthMismatchFailsTheLinkWithProtocol) {
   EXPECT_TRUE(s.ok() || s.code() == WCCL_ERR_IO) << s.to_string();
 }
 
+TEST_P(TransportTest, AReceiveWithACapacityTakesAnyShorterMessageAndReportsItsLength) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  // A message of several frames (3 MiB: frame_bytes is at most 1 MiB here), and an empty one.
+  const size_t n = 3u << 20;
+  std::vector<uint8_t> src(n), dst(n + 1000, 0xEE);
+  fill_pattern(src.data(), n, 5);
+  size_t len = 12345, empty_len = 12345;
+  Done sent, got, sent_empty, got_empty;
+  ASSERT_TRUE(p.server_link->recv({0, 0, 1}, dst.data(), dst.size(), &len, got.callback()).ok());
+  ASSERT_TRUE(p.client_link->send({0, 0, 1}, src.data(), n, sent.callback()).ok());
+  ASSERT_TRUE(p.server_link->recv({0, 0, 2}, dst.data(), 10, &empty_len, got_empty.callback()).ok());
+  ASSERT_TRUE(p.client_link->send({0, 0, 2}, src.data(), 0, sent_empty.callback()).ok());
+  ASSERT_TRUE(got.wait().ok());
+  ASSERT_TRUE(got_empty.wait().ok());
+  EXPECT_EQ(len, n);
+  EXPECT_EQ(empty_len, 0u);
+  EXPECT_EQ(check_pattern(dst.data(), n, 5), n);
+  EXPECT_EQ(dst[n], 0xEE) << "nothing past the message";
+  // A message longer than the capacity fails the link with PROTOCOL, naming both.
+  Done too_long, sent_long;
+  ASSERT_TRUE(p.server_link->recv({0, 0, 3}, dst.data(), 4000, &len, too_long.callback()).ok());
+  ASSERT_TRUE(p.client_link->send({0, 0, 3}, src.data(), 5000, sent_long.callback()).ok());
+  const Status st = too_long.wait();
+  EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << st.to_string();
+  EXPECT_NE(st.message().find("5000 bytes but its receive holds at most 4000"), std::string::npos) << st.message();
+  (void)sent_long.wait();
+}
+
 TEST_P(TransportTest, SecondReceiveOfTheSameKeyIsInvalidUsage) {
   LinkPair p;
   open_pair(p, config("server"), config("client"));

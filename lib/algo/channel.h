@@ -5,8 +5,10 @@
 //
 // Contract. send and recv return at once; `done` runs exactly once, on any thread, and must not
 // block. An error *returned* means nothing happened and done will not run. A (peer, tag) pair
-// names one message per direction within an operation, and is used once. A message may only be
-// received into a buffer of exactly its length. Messages from one peer may be delivered in any
+// names one message per direction within an operation, and is used once. With `got` null a
+// message may only be received into a buffer of exactly its length; with `got`, into one of at
+// least its length (capacity `len`), and *got holds its length before done runs OK (a longer
+// message fails the receive with PROTOCOL). Messages from one peer may be delivered in any
 // order, but an implementation may hold back a message until the receive for every message sent
 // before it on that path has been posted (the transport does): so receives must be posted in the
 // order the peer sends, which every algorithm here does. abort() fails every pending operation
@@ -29,7 +31,7 @@ class Channel {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual Status send(int peer, uint32_t tag, const void *data, size_t len, Completion done) = 0;
-  virtual Status recv(int peer, uint32_t tag, void *data, size_t len, Completion done) = 0;
+  virtual Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, Completion done) = 0;
   virtual void abort(const Status &why) = 0;
 };
 

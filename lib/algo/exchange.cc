@@ -7,6 +7,7 @@ struct Exchange::Shared {
   std::condition_variable cv;
   std::deque<State> states;
   size_t outstanding = 0;
+  uint64_t received = 0;  // bytes of the receives completed
   Status failure;
 };
 
@@ -15,7 +16,7 @@ Exchange::Exchange(Channel &channel, Clock::time_point deadline)
 
 Exchange::~Exchange() { finish(); }
 
-Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len) {
+Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len, size_t *got) {
   Ticket t;
   {
     std::lock_guard<std::mutex> lock(s_->mu);
@@ -24,17 +25,19 @@ Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data
     ++s_->outstanding;
   }
   auto shared = s_;
-  Completion done = [shared, t](const Status &st) {
+  const uint64_t counted = is_send ? 0 : len;
+  Completion done = [shared, t, counted, got](const Status &st) {
     {
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->states[t] = st.ok() ? State::kOk : State::kFailed;
+      if (st.ok()) shared->received += got != nullptr ? *got : counted;
       if (!st.ok() && shared->failure.ok()) shared->failure = st;
       --shared->outstanding;
     }
     shared->cv.notify_all();
   };
   // Not under mu: a channel may complete inline.
-  Status st = is_send ? ch_.send(peer, tag, data, len, std::move(done)) : ch_.recv(peer, tag, data, len, std::move(done));
+  Status st = is_send ? ch_.send(peer, tag, data, len, std::move(done)) : ch_.recv(peer, tag, data, len, got, std::move(done));
   if (!st.ok()) {
     std::lock_guard<std::mutex> lock(s_->mu);
     s_->states[t] = State::kFailed;
@@ -42,17 +45,22 @@ Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data
     --s_->outstanding;
   } else if (is_send) {
     bytes_sent_ += len;
-  } else {
-    bytes_received_ += len;
   }
   return t;
 }
 
 Exchange::Ticket Exchange::send(int peer, uint32_t tag, const void *data, size_t len) {
-  return post(true, peer, tag, const_cast<void *>(data), len);
+  return post(true, peer, tag, const_cast<void *>(data), len, nullptr);
 }
 
-Exchange::Ticket Exchange::recv(int peer, uint32_t tag, void *data, size_t len) { return post(false, peer, tag, data, len); }
+Exchange::Ticket Exchange::recv(int peer, uint32_t tag, void *data, size_t len, size_t *got) {
+  return post(false, peer, tag, data, len, got);
+}
+
+uint64_t Exchange::bytes_received() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->received;
+}
 
 Status Exchange::wait(Ticket t) {
   std::unique_lock<std::mutex> lock(s_->mu);

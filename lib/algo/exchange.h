@@ -31,7 +31,9 @@ class Exchange {
   int size() const { return ch_.size(); }
 
   Ticket send(int peer, uint32_t tag, const void *data, size_t len);
-  Ticket recv(int peer, uint32_t tag, void *data, size_t len);
+  // With `got`, len is a capacity and *got the message's length once the ticket completes
+  // (Channel::recv). Received bytes are counted as receives complete.
+  Ticket recv(int peer, uint32_t tag, void *data, size_t len, size_t *got = nullptr);
   Status wait(Ticket t);
   bool done(Ticket t) const;  // completed successfully (no waiting)
   // Waits for every posted operation; the first failure if any.
@@ -44,18 +46,17 @@ class Exchange {
   void finish();
 
   uint64_t bytes_sent() const { return bytes_sent_; }
-  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t bytes_received() const;
 
  private:
   struct Shared;  // outlives the Exchange if a completion is somehow still due
   enum class State : uint8_t { kPending, kOk, kFailed };
-  Ticket post(bool is_send, int peer, uint32_t tag, void *data, size_t len);
+  Ticket post(bool is_send, int peer, uint32_t tag, void *data, size_t len, size_t *got);
 
   Channel &ch_;
   Clock::time_point deadline_;
   std::shared_ptr<Shared> s_;
   uint64_t bytes_sent_ = 0;
-  uint64_t bytes_received_ = 0;
   bool finished_ = false;
 };
 

@@ -45,6 +45,7 @@ Communicator::Communicator(const Config &cfg)
       listen_(cfg.str("listen")), heartbeat_(cfg.integer("heartbeat_ms")),
       join_timeout_(cfg.integer("join_timeout_ms")), op_timeout_(cfg.integer("op_timeout_ms")),
       chunk_bytes_(static_cast<size_t>(cfg.integer("chunk_bytes"))),
+      sync_compress_(cfg.flag("sync_compress")),
       tree_max_bytes_(static_cast<size_t>(cfg.integer("tree_max_bytes"))) {
   info_.name = cfg.peer_name();
   info_.address = cfg.str("advertise");
@@ -561,7 +562,7 @@ void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId p
       std::lock_guard<std::mutex> lock(mu_);
       if (epoch != epoch_ || revoked_ || aborted_ || left_ || why.code() == WCCL_ERR_ABORTED) return;
     }
-    WCCL_LOG(log_, kWarn, "ring link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
+    WCCL_LOG(log_, kWarn, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
     ControlMessage broken = message(MessageType::kLinkBroken);
     broken.other = peer;

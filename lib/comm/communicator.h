@@ -73,6 +73,7 @@ class Communicator {
   std::vector<coord::PeerId> ring() const;  // the current epoch's members, in ring order
   coord::PeerId id() const { return id_; }
   size_t chunk_bytes() const { return chunk_bytes_; }  // the configured pipelining unit
+  bool sync_compress() const { return sync_compress_; }  // config key sync_compress
   // Waits up to `timeout` for the revocation of the current epoch; true if it happened.
   bool wait_revoked(std::chrono::milliseconds timeout) const;
   // The links of the current epoch to this peer's neighbours (ring and trees) by rank, once all
@@ -156,6 +157,7 @@ class Communicator {
 
   // Operations, under mu_.
   const size_t chunk_bytes_;
+  const bool sync_compress_;
   const size_t tree_max_bytes_;
   Status epoch_failure_;         // why operations of the current epoch fail (OK while it is sound)
   uint64_t next_seq_ = 0;        // the last number given in this epoch

@@ -17,10 +17,10 @@ Status LinkChannel::send(int peer, uint32_t tag, const void *data, size_t len, a
   return l.value()->send(net::MessageKey{epoch_, seq_, tag}, data, len, std::move(done));
 }
 
-Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, algo::Completion done) {
+Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) {
   auto l = link(peer);
   if (!l.ok()) return l.status();
-  return l.value()->recv(net::MessageKey{epoch_, seq_, tag}, data, len, std::move(done));
+  return l.value()->recv(net::MessageKey{epoch_, seq_, tag}, data, len, got, std::move(done));
 }
 
 void LinkChannel::abort(const Status &why) {

@@ -18,7 +18,7 @@ class LinkChannel : public algo::Channel {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override;
-  Status recv(int peer, uint32_t tag, void *data, size_t len, algo::Completion done) override;
+  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) override;
   void abort(const Status &why) override;
 
  private:

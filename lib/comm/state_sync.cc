@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "codec/compress.h"
 #include "codec/hash.h"
 
 namespace wccl::comm {
@@ -79,9 +80,10 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
   mine.mode = mode;
   mine.revision = *revision;
   std::vector<void *> data;
-  std::vector<size_t> bytes;
+  std::vector<size_t> bytes, elem_bytes;
   for (const SyncTensor &t : tensors) {
     bytes.push_back(t.count * codec::dtype_size(t.dtype));
+    elem_bytes.push_back(codec::dtype_size(t.dtype));
     data.push_back(t.data);
     mine.tensors.push_back({t.name, t.dtype, t.count, codec::hash64(t.data, bytes.back())});
   }
@@ -92,6 +94,9 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
     auto job = std::make_shared<algo::SyncJob>();
     job->tensors = data;
     job->tensor_bytes = bytes;
+    job->elem_bytes = elem_bytes;
+    job->compress = comm.sync_compress() && codec::compression_available() ? algo::SyncJob::Compress::kAuto
+                                                                            : algo::SyncJob::Compress::kOff;
     Status st = attempt(comm, mine, elected.get(), job, &s);
     if (job->plan && !elected) elected = std::make_unique<algo::SyncTarget>(job->plan->target);
     if (st.ok()) {

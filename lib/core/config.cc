@@ -35,6 +35,8 @@ constexpr KeySpec kKeys[] = {
      "largest frame payload a sender cuts a message into"},
     {"chunk_bytes", "1M", Kind::kBytes, 4096, 1LL << 30,
      "pipelining unit of the collectives: a message carries at most this many bytes of a buffer"},
+    {"sync_compress", "on", Kind::kOnOff, 0, 0,
+     "state sync sends pieces zstd-compressed (byte-shuffled) where that pays (docs/algorithms.md); off: never"},
     {"tree_max_bytes", "256K", Kind::kBytes, 0, 1LL << 40,
      "algo=AUTO runs the tree all-reduce up to this many bytes and the ring above (docs/algorithms.md)"},
     {"sock_buf_bytes", "0", Kind::kBytes, 0, 1LL << 30,

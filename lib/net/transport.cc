@@ -558,8 +558,12 @@ Status Link::send(const MessageKey &key, const void *data, size_t len, Completio
 }
 
 Status Link::recv(const MessageKey &key, void *data, size_t len, Completion done) {
+  return recv(key, data, len, nullptr, std::move(done));
+}
+
+Status Link::recv(const MessageKey &key, void *data, size_t len, size_t *got, Completion done) {
   if (data == nullptr && len > 0) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "recv: data is NULL");
-  RecvOp op{static_cast<uint8_t *>(data), len, 0, 0, std::move(done)};
+  RecvOp op{static_cast<uint8_t *>(data), len, got, got == nullptr, 0, 0, std::move(done)};
   return core_->post([self = shared_from_this(), key, op = std::move(op)]() mutable { self->do_recv(key, std::move(op)); });
 }
 
@@ -655,10 +659,14 @@ Result<Link::RxBegin> Link::rx_begin(Stream *stream, const FrameHeader &h, uint8
     return RxBegin::kPark;
   }
   RecvOp &op = it->second;
+  if (!op.sized && h.msg_len <= op.len) {  // the first frame of a receive with a capacity
+    op.len = h.msg_len;
+    op.sized = true;
+  }
   if (h.msg_len != op.len) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "message %s is %llu bytes but its receive expects %llu",
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "message %s is %llu bytes but its receive %s %llu",
                       h.key.to_string().c_str(), static_cast<unsigned long long>(h.msg_len),
-                      static_cast<unsigned long long>(op.len));
+                      op.sized ? "expects" : "holds at most", static_cast<unsigned long long>(op.len));
   }
   // Counting bytes as frames begin (not as they finish) means that once a message is complete no
   // other stream can still be writing into its buffer, whatever a faulty peer repeats.
@@ -677,6 +685,7 @@ void Link::rx_done(const FrameHeader &h) {
   RecvOp &op = it->second;
   op.received += h.length;
   if (op.received == op.len) {
+    if (op.got != nullptr) *op.got = op.len;
     defer([done = std::move(op.done)] { done(Status()); });
     recvs_.erase(it);
   }

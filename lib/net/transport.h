@@ -69,6 +69,9 @@ class Link : public std::enable_shared_from_this<Link> {
   // of another length fails the link with PROTOCOL). A second receive of a key already waiting
   // completes with INVALID_USAGE. On failure data may hold part of the message.
   Status recv(const MessageKey &key, void *data, size_t len, Completion done);
+  // The same into a buffer of capacity len: a message of at most len bytes is accepted (a longer
+  // one fails the link with PROTOCOL) and *got holds its length before done runs OK.
+  Status recv(const MessageKey &key, void *data, size_t len, size_t *got, Completion done);
   // Fails the link with `why` (ABORTED if why is OK): pending operations complete with it.
   void close(Status why = Status());
   // Runs fn on the link's loop thread, in order with the other work posted there (before
@@ -104,7 +107,9 @@ class Link : public std::enable_shared_from_this<Link> {
   };
   struct RecvOp {
     uint8_t *data;
-    uint64_t len;
+    uint64_t len;           // the message's length; with `got`, the capacity until a frame fixes it
+    size_t *got;            // null: exactly len bytes; else any length up to len, reported here
+    bool sized = false;     // a frame has fixed the length (always, without `got`)
     uint64_t reserved = 0;  // bytes of frames begun: no stream may write past len in total
     uint64_t received = 0;  // bytes of frames finished
     Completion done;
