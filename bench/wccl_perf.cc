@@ -54,6 +54,7 @@ struct Options {
   bool check = true, json = false, tls = true;
   int dtype = WCCL_F32, op = WCCL_SUM, algo = WCCL_ALGO_AUTO;
   std::vector<int> wires = {WCCL_WIRE_NATIVE};  // --wire: each size is measured with each, in turn
+  std::vector<int> compress = {WCCL_COMPRESS_OFF};  // --compress: likewise, within each wire
   int timeout_s = 900;
 };
 
@@ -69,6 +70,7 @@ const char kUsage[] =
     "  -o OP              sum avg min max prod (default sum)\n"
     "  -a ALGO            auto ring tree (default auto)\n"
     "  --wire W[,W...]    native fp16 bf16 int8 (default native); several: each size with each in turn\n"
+    "  --compress C[,C..] off zstd auto (default off); several: each wire with each in turn\n"
     "  --tls on|off       with --local: TLS (default on) or plaintext\n"
     "  --timeout-s S      with --local: give up on the peers after S seconds (default 900)\n"
     "  --json             print one JSON object instead of the table\n";
@@ -98,6 +100,20 @@ const char *const kTypes[] = {"f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i
 const char *const kOps[] = {"sum", "avg", "min", "max", "prod"};
 const char *const kAlgos[] = {"auto", "ring", "tree"};
 const char *const kWires[] = {"native", "fp16", "bf16", "int8"};
+const char *const kCompress[] = {"off", "zstd", "auto"};
+
+// A comma-separated list of names, as their indices; false if one is unknown.
+bool find_list(const char *const *names, int count, const std::string &s, std::vector<int> *out) {
+  out->clear();
+  for (size_t at = 0; at <= s.size();) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const int i = find(names, count, s.substr(at, comma - at));
+    if (i < 0) return false;
+    out->push_back(i);
+    at = comma + 1;
+  }
+  return true;
+}
 
 bool parse(int argc, char **argv, Options *o) {
   for (int i = 1; i < argc; ++i) {
@@ -147,14 +163,9 @@ bool parse(int argc, char **argv, Options *o) {
       o->algo = find(kAlgos, 3, v);
       ok = o->algo >= 0;
     } else if (f == "--wire") {
-      o->wires.clear();
-      for (size_t at = 0; ok && at <= v.size();) {
-        const size_t comma = std::min(v.find(',', at), v.size());
-        const int w = find(kWires, 4, v.substr(at, comma - at));
-        ok = w >= 0;
-        o->wires.push_back(w);
-        at = comma + 1;
-      }
+      ok = find_list(kWires, 4, v, &o->wires);
+    } else if (f == "--compress") {
+      ok = find_list(kCompress, 3, v, &o->compress);
     } else if (f == "--tls") {
       ok = v == "on" || v == "off";
       o->tls = v == "on";
@@ -261,6 +272,7 @@ int64_t wrong(const Options &o, int wire, const void *buf, size_t count, int siz
 
 struct Row {
   int codec = WCCL_WIRE_NATIVE;  // the wccl_wire_t it ran with
+  int compress = WCCL_COMPRESS_OFF;
   size_t bytes = 0, count = 0;
   double time_us = 0, algbw = 0, busbw = 0;
   uint64_t wire = 0;
@@ -284,16 +296,19 @@ int run_peer(const Options &o) {
   if (print && !o.json) {
     std::printf("# wccl-perf: allreduce, %d peers, algo %s, iters %d, warmup %d, check %s\n", size, kAlgos[o.algo],
                 o.iters, o.warmup, o.check && o.op == WCCL_SUM ? "on" : "off");
-    std::printf("# %10s %12s %6s %6s %6s %6s %12s %12s %12s %12s %8s\n", "size", "count", "type", "redop", "wire", "algo",
-                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wire(B)", "#wrong");
+    std::printf("# %10s %12s %6s %6s %6s %4s %6s %12s %12s %12s %12s %8s\n", "size", "count", "type", "redop", "wire",
+                "zstd", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wire(B)", "#wrong");
     std::fflush(stdout);
   }
   std::vector<Row> rows;
   for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
    for (int wire : o.wires) {
+   for (int z : o.compress) {
     opts.wire = wire;
+    opts.compress = z;
     Row row;
     row.codec = wire;
+    row.compress = z;
     row.count = bytes / es;
     row.bytes = row.count * es;
     std::unique_ptr<uint8_t[]> buf(new uint8_t[row.bytes + 1]);
@@ -331,10 +346,12 @@ int run_peer(const Options &o) {
       } else {
         std::snprintf(w, sizeof(w), "%" PRId64, row.wrong);
       }
-      std::printf("  %10zu %12zu %6s %6s %6s %6s %12.1f %12.3f %12.3f %12" PRIu64 " %8s\n", row.bytes, row.count,
-                  kTypes[o.dtype], kOps[o.op], kWires[wire], algo, row.time_us, row.algbw, row.busbw, row.wire, w);
+      std::printf("  %10zu %12zu %6s %6s %6s %4s %6s %12.1f %12.3f %12.3f %12" PRIu64 " %8s\n", row.bytes, row.count,
+                  kTypes[o.dtype], kOps[o.op], kWires[wire], kCompress[z], algo, row.time_us, row.algbw, row.busbw,
+                  row.wire, w);
       std::fflush(stdout);
     }
+   }
    }
     if (bytes > o.max_bytes / o.factor) break;
     bytes *= o.factor;
@@ -356,9 +373,10 @@ int run_peer(const Options &o) {
         std::snprintf(w, sizeof(w), "%" PRId64, r.wrong);
       }
       std::printf("%s{\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"wire\": \"%s\", "
-                  "\"time_us\": %.3f, \"algbw\": %.6g, \"busbw\": %.6g, \"wire_bytes\": %" PRIu64 ", \"wrong\": %s}",
-                  i == 0 ? "" : ", ", r.bytes, r.count, kTypes[o.dtype], kOps[o.op], kWires[r.codec], r.time_us, r.algbw,
-                  r.busbw, r.wire, w);
+                  "\"compress\": \"%s\", \"time_us\": %.3f, \"algbw\": %.6g, \"busbw\": %.6g, \"wire_bytes\": %" PRIu64
+                  ", \"wrong\": %s}",
+                  i == 0 ? "" : ", ", r.bytes, r.count, kTypes[o.dtype], kOps[o.op], kWires[r.codec], kCompress[r.compress],
+                  r.time_us, r.algbw, r.busbw, r.wire, w);
     }
     std::printf("]}\n");
     std::fflush(stdout);

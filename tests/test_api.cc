@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 
+#include "codec/compress.h"
 #include "wccl/wccl.h"
 
 namespace {
@@ -256,8 +257,8 @@ TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
   o.wire = 4;
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->wire 4");
   o = wccl_opts_default();
-  o.compress = WCCL_COMPRESS_ZSTD;
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_UNSUPPORTED, "compression");
+  o.compress = 3;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->compress 3");
   o = wccl_opts_default();
   o.algo = 7;
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->algo");
@@ -275,6 +276,14 @@ TEST_F(CollectiveApi, OnePeerCollectivesComplete) {
   float in[3] = {1, 2, 3}, out[3] = {0, 0, 0};
   ASSERT_EQ(wccl_allreduce(in, out, 3, WCCL_F32, WCCL_AVG, comm_, nullptr), WCCL_OK) << wccl_last_error();
   EXPECT_EQ(out[2], 3.0f);
+  wccl_opts_t zstd = wccl_opts_default();
+  for (int32_t mode : {WCCL_COMPRESS_ZSTD, WCCL_COMPRESS_AUTO}) {
+    zstd.compress = mode;
+    out[2] = 0;
+    EXPECT_EQ(wccl_allreduce(in, out, 3, WCCL_F32, WCCL_SUM, comm_, &zstd),
+              wccl::codec::compression_available() ? WCCL_OK : WCCL_ERR_UNSUPPORTED)
+        << wccl_last_error();
+  }
   wccl_request_t *req = nullptr;
   ASSERT_EQ(wccl_ibarrier(&req, comm_, nullptr), WCCL_OK);
   wccl_op_stats_t stats;

@@ -201,7 +201,7 @@ TEST(Plan, MismatchesAndConflictsAreNamed) {
 // Runs the plan's data phase on every member over the in-memory channel (shuffled delivery).
 struct Members {
   std::vector<std::vector<std::vector<uint8_t>>> tensors;  // [rank][tensor]
-  SyncJob::Compress compress = SyncJob::Compress::kOff;
+  Compress compress = Compress::kOff;
   std::vector<size_t> elem_bytes;
   std::vector<std::vector<uint8_t>> stage;
   std::vector<SyncJob> jobs;
@@ -326,7 +326,7 @@ TEST(RunSync, CompressedPiecesArriveIntactAndShorter) {
                             std::vector<uint8_t>(5, 0)}};
   std::vector<MemberState> states = {describe(good, 2), describe(good, 2), describe(m.tensors[2], 0)};
   test::Fabric fabric(3, {true, 11});
-  m.compress = SyncJob::Compress::kAlways;
+  m.compress = Compress::kAlways;
   m.elem_bytes = {4, 1, 1};
   run_members(m, states, 65536, fabric);
   for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(m.status[r].ok()) << m.status[r].to_string();

@@ -253,10 +253,16 @@ typedef enum wccl_algo {
   WCCL_ALGO_TREE = 2  /* two binary trees (latency-optimal); all-reduce only, ignored elsewhere */
 } wccl_algo_t;
 
+/* zstd on the wire, lossless: results are the same bits as without. Each member decides for its own
+ * sends (members may differ); every member accepts both forms. UNSUPPORTED in a library built
+ * without zstd. */
 typedef enum wccl_compress {
   WCCL_COMPRESS_OFF = 0,
-  WCCL_COMPRESS_ZSTD = 1, /* not in this release: UNSUPPORTED */
-  WCCL_COMPRESS_AUTO = 2  /* not in this release: UNSUPPORTED */
+  WCCL_COMPRESS_ZSTD = 1, /* every message of 4 KiB or more that shrinks goes as a zstd frame of its
+                             bytes shuffled by element byte */
+  WCCL_COMPRESS_AUTO = 2  /* where it pays: this member measures its link on its first 4 MiB of the
+                             operation, then compresses if a trial message shrinks to 7/8 or less and
+                             zstd outpaces the link (docs/algorithms.md) */
 } wccl_compress_t;
 
 /* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <vector>
+
+#include "algo/send_codec.h"
 
 namespace wccl::algo {
 namespace {
@@ -38,10 +41,26 @@ size_t segments(size_t max_elems, size_t esize, size_t chunk_bytes) {
   return std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
 }
 
+// The element size the byte shuffle of c's messages groups by: the dtype's, or the wire codec's.
+size_t shuffle_bytes(const Collective &c) {
+  switch (c.wire) {
+    case codec::Wire::kNative: return dtype_size(c.dtype);
+    case codec::Wire::kInt8: return 1;
+    case codec::Wire::kF16:
+    case codec::Wire::kBF16: return 2;
+  }
+  return 1;
+}
+
 // A schedule: the receives of one operation in the order its peers send them, each followed by
 // an action (reduce, forward). The driver keeps kWindow receives posted ahead, so the network
 // fills the next chunk while the worker handles this one. A receive that lands in memory an
 // earlier send still reads names that send as its gate, and is posted only once it completed.
+//
+// Compression (c.compress, algo/send_codec.h): a send may go as a zstd frame held in one of the
+// schedule's buffers until it completes; every receive is posted with a capacity of its length
+// and a shorter message is expanded in place before its action runs, whatever this peer's own
+// setting.
 class Schedule {
  public:
   struct Step {
@@ -53,7 +72,8 @@ class Schedule {
     std::function<Status(const uint8_t *staged)> then;
   };
 
-  Schedule(Exchange &ex, size_t send_slots) : ex_(ex), sends_(send_slots, kNotIssued) {}
+  Schedule(Exchange &ex, size_t send_slots, const Collective &c)
+      : ex_(ex), sends_(send_slots, kNotIssued), es_(shuffle_bytes(c)), codec_(c.compress, 1) {}
   // Nothing may still write into the staging slots (or read the buffers of an algorithm that
   // declared them before its Schedule) once they are freed: on failure that means aborting the
   // channel and draining it here.
@@ -63,7 +83,21 @@ class Schedule {
 
   // Sends, remembering the ticket in `slot` (kNoGate: nobody gates on it). Zero bytes send nothing.
   void send(size_t slot, int peer, uint32_t tag, const void *data, size_t len) {
-    const Ticket t = len == 0 ? kSkipped : ex_.send(peer, tag, data, len);
+    Ticket t = kSkipped;
+    if (len != 0) {
+      reap();
+      if (free_.empty()) {
+        frames_.emplace_back();
+        free_.push_back(frames_.size() - 1);
+      }
+      const size_t buf = free_.back();
+      size_t wire = len;
+      const uint8_t *bytes = codec_.encode(0, static_cast<const uint8_t *>(data), len, es_, &frames_[buf], &wire);
+      const bool raw = wire == len;
+      if (!raw) free_.pop_back();  // held until the send completes
+      t = ex_.send(peer, tag, bytes, wire);
+      in_flight_.push_back({t, wire, raw ? kNoBuffer : buf});
+    }
     if (slot != kNoGate) sends_[slot] = t;
   }
   Status wait_send(size_t slot) {
@@ -82,6 +116,7 @@ class Schedule {
     staging_.resize(stage_bytes * kWindow);
     uint8_t *const staging = staging_.data();
     std::vector<Ticket> recvs(steps_.size(), kNotIssued);
+    std::vector<size_t> got(steps_.size(), 0);
     size_t posted = 0;
     auto gate_open = [&](const Step &s) {
       if (s.gate == kNoGate) return true;
@@ -94,7 +129,7 @@ class Schedule {
         recvs[k] = kSkipped;
       } else {
         uint8_t *dst = s.dst ? s.dst : staging + (k % kWindow) * stage_bytes;
-        recvs[k] = ex_.recv(s.peer, s.tag, dst, s.len);
+        recvs[k] = ex_.recv(s.peer, s.tag, dst, s.len, &got[k]);
       }
     };
     for (size_t k = 0; k < steps_.size(); ++k) {
@@ -103,18 +138,45 @@ class Schedule {
         WCCL_RETURN_IF_ERROR(wait_send(steps_[k].gate));
         post(posted++);
       }
-      if (recvs[k] != kSkipped) WCCL_RETURN_IF_ERROR(ex_.wait(recvs[k]));
       const Step &s = steps_[k];
-      WCCL_RETURN_IF_ERROR(s.then(s.dst ? s.dst : staging + (k % kWindow) * stage_bytes));
+      uint8_t *at = s.dst ? s.dst : staging + (k % kWindow) * stage_bytes;
+      if (recvs[k] != kSkipped) {
+        WCCL_RETURN_IF_ERROR(ex_.wait(recvs[k]));
+        if (got[k] != s.len) WCCL_RETURN_IF_ERROR(unzstd_.decompress(at, got[k], es_, at, s.len));
+      }
+      WCCL_RETURN_IF_ERROR(s.then(at));
     }
     return ex_.wait_all();
   }
 
  private:
+  static constexpr size_t kNoBuffer = std::numeric_limits<size_t>::max();
+  struct InFlight {
+    Ticket ticket;
+    size_t wire;
+    size_t buffer;  // the frame buffer it reads, or kNoBuffer
+  };
+  // Sends complete in order on each link but not across links: retire the finished ones at the
+  // front, telling the codec (its link probe) and freeing their frame buffers.
+  void reap() {
+    while (!in_flight_.empty() && ex_.done(in_flight_.front().ticket)) {
+      const InFlight &f = in_flight_.front();
+      codec_.sent(f.wire, f.buffer == kNoBuffer);
+      if (f.buffer != kNoBuffer) free_.push_back(f.buffer);
+      in_flight_.pop_front();
+    }
+  }
+
   Exchange &ex_;
   std::vector<Ticket> sends_;
   std::vector<Step> steps_;
   std::vector<uint8_t> staging_;  // kWindow receive slots
+  const size_t es_;
+  SendCodec codec_;
+  std::deque<std::vector<uint8_t>> frames_;  // compressed sends' bytes (stable addresses)
+  std::vector<size_t> free_;                 // frames_ not read by a send in flight
+  std::deque<InFlight> in_flight_;
+  codec::Compressor unzstd_;
 };
 
 // Ring all-reduce: a reduce-scatter, then an all-gather, each n-1 steps around the ring, every
@@ -135,7 +197,7 @@ Status ring_allreduce(Exchange &ex, const Collective &c) {
     return Span{b.begin + s.begin, s.count};
   };
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
-  Schedule sched(ex, 2 * (n - 1) * nseg);
+  Schedule sched(ex, 2 * (n - 1) * nseg, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = seg(r - 1, j);
     sched.send(tag(0, j), next, tag(0, j), in + s.begin * es, s.count * es);
@@ -189,7 +251,7 @@ Status tree_allreduce(Exchange &ex, const Collective &c) {
   auto down = [&](int t, size_t j) { return static_cast<uint32_t>((2 * t + 1) * nseg + j); };
   const TreeNode node[2] = {tree_node(0, r, n), tree_node(1, r, n)};
   auto leaf = [&](int t) { return node[t].child[0] < 0 && node[t].child[1] < 0; };
-  Schedule sched(ex, 4 * nseg);
+  Schedule sched(ex, 4 * nseg, c);
   for (size_t j = 0; j < nseg; ++j) {
     for (int t = 0; t < 2; ++t) {
       const Span s = seg(t, j);
@@ -248,7 +310,7 @@ Status chain_broadcast(Exchange &ex, const Collective &c) {
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const int distance = mod(r - c.root, n);
   const size_t nseg = segments(c.count, es, c.chunk_bytes);
-  Schedule sched(ex, 0);
+  Schedule sched(ex, 0, c);
   if (distance == 0) {
     for (size_t j = 0; j < nseg; ++j) {
       const Span s = split(c.count, nseg, j);
@@ -276,7 +338,7 @@ Status ring_allgather(Exchange &ex, const Collective &c) {
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const size_t nseg = segments(c.count, es, c.chunk_bytes);
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
-  Schedule sched(ex, 0);
+  Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
     sched.send(kNoGate, next, tag(0, j), static_cast<const uint8_t *>(c.in) + s.begin * es, s.count * es);
@@ -308,7 +370,7 @@ Status ring_reduce_scatter(Exchange &ex, const Collective &c) {
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
   std::vector<uint8_t> partial[2];
   for (auto &p : partial) p.resize(n > 2 ? block : 0);
-  Schedule sched(ex, (n - 1) * nseg);
+  Schedule sched(ex, (n - 1) * nseg, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
     sched.send(tag(0, j), next, tag(0, j), in + static_cast<size_t>(mod(r - 1, n)) * block + s.begin * es, s.count * es);
@@ -383,7 +445,7 @@ Status ring_allreduce_coded(Exchange &ex, const Collective &c) {
   auto count_of = [&](size_t i) { return seg(static_cast<long>(i / nseg), i % nseg).count; };
   WireRegions partials(w, static_cast<size_t>(n) * nseg, count_of), finals(w, static_cast<size_t>(n) * nseg, count_of);
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
-  Schedule sched(ex, 0);
+  Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = seg(r - 1, j);
     const size_t k = region(r - 1, j);
@@ -447,7 +509,7 @@ Status tree_allreduce_coded(Exchange &ex, const Collective &c) {
   auto down = [&](int t, size_t j) { return static_cast<uint32_t>((2 * t + 1) * nseg + j); };
   const TreeNode node[2] = {tree_node(0, r, n), tree_node(1, r, n)};
   auto leaf = [&](int t) { return node[t].child[0] < 0 && node[t].child[1] < 0; };
-  Schedule sched(ex, 0);
+  Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     for (int t = 0; t < 2; ++t) {
       if (!leaf(t)) continue;
@@ -508,7 +570,7 @@ Status chain_broadcast_coded(Exchange &ex, const Collective &c) {
   const int distance = mod(r - c.root, n);
   const size_t nseg = segments(c.count, wire_elem_bytes(w), c.chunk_bytes);
   WireRegions wire(w, nseg, [&](size_t j) { return split(c.count, nseg, j).count; });
-  Schedule sched(ex, 0);
+  Schedule sched(ex, 0, c);
   if (distance == 0) {
     for (size_t j = 0; j < nseg; ++j) {
       const Span s = split(c.count, nseg, j);
@@ -540,7 +602,7 @@ Status ring_allgather_coded(Exchange &ex, const Collective &c) {
   auto region = [&](long block, size_t j) { return static_cast<size_t>(mod(block, n)) * nseg + j; };
   WireRegions wire(w, static_cast<size_t>(n) * nseg, [&](size_t i) { return split(c.count, nseg, i % nseg).count; });
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
-  Schedule sched(ex, 0);
+  Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
     const size_t k = region(r, j);
@@ -577,7 +639,7 @@ Status ring_reduce_scatter_coded(Exchange &ex, const Collective &c) {
   WireRegions wire(w, static_cast<size_t>(n) * nseg, [&](size_t i) { return split(c.count, nseg, i % nseg).count; });
   std::vector<float> partial(split(c.count, nseg, 0).count);  // one segment, encoded before reuse
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
-  Schedule sched(ex, 0);
+  Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
     const size_t k = region(r - 1, j);

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "algo/exchange.h"
+#include "algo/send_codec.h"
 #include "algo/state_sync.h"
 #include "codec/reduce.h"
 #include "codec/wire.h"
@@ -43,6 +44,9 @@ struct Collective {
   // produced it, which then keeps what it decodes from its own bytes, so all peers still end
   // bit-identical. Barrier ignores it.
   codec::Wire wire = codec::Wire::kNative;
+  // zstd on the wire (opts.compress; algo/send_codec.h): lossless, so results are unchanged. A
+  // peer decides for its own sends; every peer accepts both forms.
+  Compress compress = Compress::kOff;
   const void *in = nullptr;
   void *out = nullptr;
   // kStateSync: the member's job (algo/state_sync.h); out is its staging buffer of count bytes

@@ -2,7 +2,6 @@
 #include "algo/state_sync.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -268,62 +267,6 @@ void place_received(SyncJob *job, int rank) {
 
 namespace {
 
-// A donor's compression decisions (see run_sync in the header). Compressing pays when this donor
-// compresses faster than its link carries bytes (the sends pipeline: the slower of the two sets
-// the pace) and the tensor shrinks enough. The link's rate is measured on the donor's first
-// kProbeBytes, sent as they are; then each tensor's next piece is a trial that measures the
-// compressor on it.
-class DonorCodec {
- public:
-  using Clock = std::chrono::steady_clock;
-  static constexpr size_t kProbeBytes = size_t{4} << 20;
-  explicit DonorCodec(const SyncJob &job) : job_(job), mode_(job.tensors.size(), kUntried) {}
-
-  // The bytes to send for tr: the tensor's own, or a zstd frame in slot (kept until the send
-  // completes). Sets *len.
-  const uint8_t *encode(const Transfer &tr, std::vector<uint8_t> *slot, size_t *len) {
-    const uint8_t *raw = static_cast<const uint8_t *>(job_.tensors[tr.tensor]) + tr.offset;
-    *len = tr.bytes;
-    if (posted_raw_ == 0) started_ = Clock::now();
-    int &mode = mode_[tr.tensor];
-    const bool always = job_.compress == SyncJob::Compress::kAlways;
-    if (job_.compress == SyncJob::Compress::kOff || mode == kRaw || (!always && link_bytes_per_ns_ <= 0)) {
-      posted_raw_ += tr.bytes;
-      return raw;
-    }
-    slot->resize(tr.bytes);
-    const auto t0 = Clock::now();
-    const size_t n = codec_.compress(raw, tr.bytes, elem_bytes(tr.tensor), slot->data(), slot->size());
-    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-    if (mode == kUntried) {
-      const bool faster = always || (ns > 0 && static_cast<double>(tr.bytes) / ns > link_bytes_per_ns_);
-      mode = n != 0 && n <= tr.bytes / 8 * 7 && faster ? kCompressed : kRaw;
-    }
-    if (n == 0) return raw;
-    *len = n;
-    return slot->data();
-  }
-  // A send completed; `raw` if it carried a piece as it is.
-  void sent(size_t wire_bytes, bool raw) {
-    if (!raw || link_bytes_per_ns_ > 0) return;
-    retired_raw_ += wire_bytes;
-    if (retired_raw_ >= kProbeBytes) {
-      const double ns = std::chrono::duration<double, std::nano>(Clock::now() - started_).count();
-      link_bytes_per_ns_ = ns > 0 ? static_cast<double>(retired_raw_) / ns : 0;
-    }
-  }
-  size_t elem_bytes(uint32_t t) const { return t < job_.elem_bytes.size() ? job_.elem_bytes[t] : 1; }
-
- private:
-  enum { kUntried, kCompressed, kRaw };
-  const SyncJob &job_;
-  std::vector<int> mode_;
-  codec::Compressor codec_;
-  Clock::time_point started_{};
-  size_t posted_raw_ = 0, retired_raw_ = 0;
-  double link_bytes_per_ns_ = 0;  // measured on the first kProbeBytes; 0 until then
-};
-
 // A message of the plan this member posted.
 struct Posted {
   Exchange::Ticket ticket;
@@ -337,8 +280,9 @@ struct Posted {
 Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
   const int me = ex.rank();
   const std::vector<Transfer> &transfers = job.plan->transfers;
-  DonorCodec donor(job);
+  SendCodec donor(job.compress, job.tensors.size());
   codec::Compressor receiver;
+  auto elem_bytes = [&](uint32_t t) { return t < job.elem_bytes.size() ? job.elem_bytes[t] : size_t{1}; };
   std::vector<std::vector<uint8_t>> slots(kSyncWindow);  // compressed sends in flight
   size_t sends = 0;
   std::deque<Posted> window;  // references stay valid: only the ends change
@@ -350,7 +294,7 @@ Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
       donor.sent(p.len, p.len == p.tr->bytes);
     } else if (p.len != p.tr->bytes) {
       uint8_t *piece = stage + job.stage_offset[p.tr->tensor] + p.tr->offset;
-      const Status st = receiver.decompress(piece, p.len, donor.elem_bytes(p.tr->tensor), piece, p.tr->bytes);
+      const Status st = receiver.decompress(piece, p.len, elem_bytes(p.tr->tensor), piece, p.tr->bytes);
       if (!st.ok()) return st.with_context("state sync: a piece from rank " + std::to_string(p.tr->donor));
     }
     window.pop_front();
@@ -363,7 +307,9 @@ Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
       // At most kSyncWindow messages are outstanding, so the send that last used this slot,
       // kSyncWindow sends ago, has been retired.
       size_t len = 0;
-      const uint8_t *bytes = donor.encode(tr, &slots[sends++ % kSyncWindow], &len);
+      const uint8_t *raw = static_cast<const uint8_t *>(job.tensors[tr.tensor]) + tr.offset;
+      const uint8_t *bytes =
+          donor.encode(tr.tensor, raw, tr.bytes, elem_bytes(tr.tensor), &slots[sends++ % kSyncWindow], &len);
       window.push_back({ex.send(tr.receiver, tag, bytes, len), &tr, true, len});
     } else if (tr.receiver == me) {
       window.push_back({0, &tr, false, 0});

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algo/exchange.h"
+#include "algo/send_codec.h"
 #include "codec/reduce.h"
 #include "core/status.h"
 
@@ -94,9 +95,8 @@ struct SyncJob {
   std::vector<size_t> elem_bytes;  // each tensor's element size, for the byte shuffle (empty: 1)
   std::vector<size_t> stage_offset;
   size_t stage_bytes = 0;
-  // Donors send zstd frames: never, where that pays (run_sync), or for every piece that shrinks
-  // (kAlways: a test knob that forces the compressed path whatever the link's speed).
-  enum class Compress { kOff, kAuto, kAlways };
+  // Donors send zstd frames: never, where that pays (SendCodec, one key per tensor), or for every
+  // piece that shrinks (kAlways: a test knob that forces the compressed path whatever the link).
   Compress compress = Compress::kOff;
 };
 
@@ -109,12 +109,8 @@ void place_received(SyncJob *job, int rank);
 // elected hash (PROTOCOL naming it if one differs). Never writes the member's tensors.
 //
 // Compression. A piece travels either as its bytes or, shorter, as one zstd frame of its
-// byte-shuffled bytes (codec/compress.h); the receiver tells them apart by length. With
-// job.compress a donor measures its link on the first 4 MiB it sends (as they are), then tries
-// one piece of each tensor: a tensor is compressed from then on if that piece shrank to 7/8 or
-// less and compressing it ran faster than the link (the two pipeline, so the slower sets the
-// pace: on a fast link compression would cost more time than the bytes it saves). Receivers
-// always accept both forms.
+// byte-shuffled bytes, as the donor's SendCodec decides (algo/send_codec.h, one key per tensor);
+// the receiver tells them apart by length and expands the frame in place.
 Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage);
 inline constexpr size_t kSyncWindow = 16;
 

@@ -6,6 +6,7 @@
 #include "algo/collectives.h"
 #include "api/guard.h"
 #include "comm/communicator.h"
+#include "codec/compress.h"
 #include "comm/state_sync.h"
 #include "coord/coordinator.h"
 #include "core/config.h"
@@ -194,10 +195,15 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
                  "%s: opts->compress %d is not a wccl_compress_t", fn, o.compress);
   WCCL_CHECK_ARG(o.timeout_ms >= 0, "%s: opts->timeout_ms is negative", fn);
   WCCL_CHECK_ARG(o.reserved == 0, "%s: opts->reserved must be 0", fn);
-  if (o.compress != WCCL_COMPRESS_OFF) return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: compression is not in this release", fn);
+  if (o.compress != WCCL_COMPRESS_OFF && !codec::compression_available()) {
+    return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: compression needs zstd, which this library was built without", fn);
+  }
   if (o.cuda_stream != nullptr) return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: CUDA streams are not in this release", fn);
   c->algo = static_cast<algo::Algo>(o.algo);
   c->wire = static_cast<codec::Wire>(o.wire);
+  c->compress = o.compress == WCCL_COMPRESS_ZSTD   ? algo::Compress::kAlways
+                : o.compress == WCCL_COMPRESS_AUTO ? algo::Compress::kAuto
+                                                   : algo::Compress::kOff;
   *timeout = std::chrono::milliseconds(o.timeout_ms);
   return Status();
 }

@@ -35,12 +35,14 @@ inline uint64_t merge(uint64_t h, uint64_t acc) { return (h ^ round(0, acc)) * K
 }  // namespace
 
 uint64_t hash64(const void *data, size_t len) {
+  // Walks by counting the bytes left, never by comparing pointers past the end (data may be null
+  // when len is 0).
   const uint8_t *p = static_cast<const uint8_t *>(data);
-  const uint8_t *const end = p + len;
+  size_t left = len;
   uint64_t h;
-  if (len >= 32) {
+  if (left >= 32) {
     uint64_t a = K1 + K2, b = K2, c = 0, d = 0 - K1;
-    for (const uint8_t *const last = end - 32; p <= last; p += 32) {
+    for (; left >= 32; p += 32, left -= 32) {
       a = round(a, load64(p));
       b = round(b, load64(p + 8));
       c = round(c, load64(p + 16));
@@ -52,12 +54,13 @@ uint64_t hash64(const void *data, size_t len) {
     h = K5;
   }
   h += static_cast<uint64_t>(len);
-  for (; p + 8 <= end; p += 8) h = rotl(h ^ round(0, load64(p)), 27) * K1 + K4;
-  if (p + 4 <= end) {
+  for (; left >= 8; p += 8, left -= 8) h = rotl(h ^ round(0, load64(p)), 27) * K1 + K4;
+  if (left >= 4) {
     h = rotl(h ^ (static_cast<uint64_t>(load32(p)) * K1), 23) * K2 + K3;
     p += 4;
+    left -= 4;
   }
-  for (; p < end; ++p) h = rotl(h ^ (*p * K5), 11) * K1;
+  for (; left > 0; ++p, --left) h = rotl(h ^ (*p * K5), 11) * K1;
   h ^= h >> 33;
   h *= K2;
   h ^= h >> 29;

@@ -95,8 +95,8 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
     job->tensors = data;
     job->tensor_bytes = bytes;
     job->elem_bytes = elem_bytes;
-    job->compress = comm.sync_compress() && codec::compression_available() ? algo::SyncJob::Compress::kAuto
-                                                                            : algo::SyncJob::Compress::kOff;
+    job->compress = comm.sync_compress() && codec::compression_available() ? algo::Compress::kAuto
+                                                                            : algo::Compress::kOff;
     Status st = attempt(comm, mine, elected.get(), job, &s);
     if (job->plan && !elected) elected = std::make_unique<algo::SyncTarget>(job->plan->target);
     if (st.ok()) {
@@ -105,9 +105,10 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
     }
     // A member was lost (the epoch was revoked): re-form the survivors, admitting nobody, and
     // finish towards the same elected state from the donors that remain. Only a smaller epoch is
-    // worth another attempt; a revocation that lost nobody (a member's OP_FAILED) is returned.
+    // worth another attempt; a revocation that lost nobody (a member's OP_FAILED) is returned, and
+    // so is a PEER_LOST with the epoch intact (no remaining donor holds a tensor).
     const int before = comm.size();
-    if (st.code() != WCCL_ERR_PEER_LOST) return st;
+    if (st.code() != WCCL_ERR_PEER_LOST || !comm.revoked()) return st;
     const Status reformed = comm.reform();
     if (!reformed.ok()) return reformed.with_context("state sync: re-forming the survivors after a loss");
     if (comm.size() >= before) return st;

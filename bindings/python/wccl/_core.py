@@ -43,7 +43,8 @@ class Algo(IntEnum):
 
 
 class Compress(IntEnum):
-    """wccl_compress_t (ZSTD and AUTO are not in this release: UnsupportedError)."""
+    """wccl_compress_t: zstd on the wire, lossless; ZSTD for every message that shrinks, AUTO where
+    this member measures that it pays (UnsupportedError in a library built without zstd)."""
 
     OFF = 0
     ZSTD = 1
