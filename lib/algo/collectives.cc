@@ -116,7 +116,6 @@ class Schedule {
     staging_.resize(stage_bytes * kWindow);
     uint8_t *const staging = staging_.data();
     std::vector<Ticket> recvs(steps_.size(), kNotIssued);
-    std::vector<size_t> got(steps_.size(), 0);
     size_t posted = 0;
     auto gate_open = [&](const Step &s) {
       if (s.gate == kNoGate) return true;
@@ -129,7 +128,7 @@ class Schedule {
         recvs[k] = kSkipped;
       } else {
         uint8_t *dst = s.dst ? s.dst : staging + (k % kWindow) * stage_bytes;
-        recvs[k] = ex_.recv(s.peer, s.tag, dst, s.len, &got[k]);
+        recvs[k] = ex_.recv(s.peer, s.tag, dst, s.len, /*any_length=*/true);
       }
     };
     for (size_t k = 0; k < steps_.size(); ++k) {
@@ -142,7 +141,8 @@ class Schedule {
       uint8_t *at = s.dst ? s.dst : staging + (k % kWindow) * stage_bytes;
       if (recvs[k] != kSkipped) {
         WCCL_RETURN_IF_ERROR(ex_.wait(recvs[k]));
-        if (got[k] != s.len) WCCL_RETURN_IF_ERROR(unzstd_.decompress(at, got[k], es_, at, s.len));
+        const size_t got = ex_.length(recvs[k]);
+        if (got != s.len) WCCL_RETURN_IF_ERROR(unzstd_.decompress(at, got, es_, at, s.len));
       }
       WCCL_RETURN_IF_ERROR(s.then(at));
     }

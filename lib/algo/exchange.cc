@@ -6,6 +6,9 @@ struct Exchange::Shared {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<State> states;
+  // Per ticket, its length; an any-length receive's channel writes the message's length here
+  // (this outlives every completion, unlike the caller's stack).
+  std::deque<size_t> lengths;
   size_t outstanding = 0;
   uint64_t received = 0;  // bytes of the receives completed
   Status failure;
@@ -16,21 +19,23 @@ Exchange::Exchange(Channel &channel, Clock::time_point deadline)
 
 Exchange::~Exchange() { finish(); }
 
-Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len, size_t *got) {
+Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len, bool any_length) {
   Ticket t;
+  size_t *got = nullptr;
   {
     std::lock_guard<std::mutex> lock(s_->mu);
     t = s_->states.size();
     s_->states.push_back(State::kPending);
+    s_->lengths.push_back(len);
+    if (any_length) got = &s_->lengths.back();  // deque: stays put as more are pushed
     ++s_->outstanding;
   }
   auto shared = s_;
-  const uint64_t counted = is_send ? 0 : len;
-  Completion done = [shared, t, counted, got](const Status &st) {
+  Completion done = [shared, t, is_send](const Status &st) {
     {
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->states[t] = st.ok() ? State::kOk : State::kFailed;
-      if (st.ok()) shared->received += got != nullptr ? *got : counted;
+      if (st.ok() && !is_send) shared->received += shared->lengths[t];
       if (!st.ok() && shared->failure.ok()) shared->failure = st;
       --shared->outstanding;
     }
@@ -50,11 +55,16 @@ Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data
 }
 
 Exchange::Ticket Exchange::send(int peer, uint32_t tag, const void *data, size_t len) {
-  return post(true, peer, tag, const_cast<void *>(data), len, nullptr);
+  return post(true, peer, tag, const_cast<void *>(data), len, false);
 }
 
-Exchange::Ticket Exchange::recv(int peer, uint32_t tag, void *data, size_t len, size_t *got) {
-  return post(false, peer, tag, data, len, got);
+Exchange::Ticket Exchange::recv(int peer, uint32_t tag, void *data, size_t len, bool any_length) {
+  return post(false, peer, tag, data, len, any_length);
+}
+
+size_t Exchange::length(Ticket t) const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->lengths[t];
 }
 
 uint64_t Exchange::bytes_received() const {

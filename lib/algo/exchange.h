@@ -31,9 +31,11 @@ class Exchange {
   int size() const { return ch_.size(); }
 
   Ticket send(int peer, uint32_t tag, const void *data, size_t len);
-  // With `got`, len is a capacity and *got the message's length once the ticket completes
-  // (Channel::recv). Received bytes are counted as receives complete.
-  Ticket recv(int peer, uint32_t tag, void *data, size_t len, size_t *got = nullptr);
+  // With any_length, len is a capacity: a message of at most len bytes is accepted, and length(t)
+  // gives its length once the ticket completed (Channel::recv). Received bytes are counted as
+  // receives complete.
+  Ticket recv(int peer, uint32_t tag, void *data, size_t len, bool any_length = false);
+  size_t length(Ticket t) const;  // a completed receive's length (a send's: its length)
   Status wait(Ticket t);
   bool done(Ticket t) const;  // completed successfully (no waiting)
   // Waits for every posted operation; the first failure if any.
@@ -51,7 +53,7 @@ class Exchange {
  private:
   struct Shared;  // outlives the Exchange if a completion is somehow still due
   enum class State : uint8_t { kPending, kOk, kFailed };
-  Ticket post(bool is_send, int peer, uint32_t tag, void *data, size_t len, size_t *got);
+  Ticket post(bool is_send, int peer, uint32_t tag, void *data, size_t len, bool any_length);
 
   Channel &ch_;
   Clock::time_point deadline_;

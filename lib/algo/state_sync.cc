@@ -272,29 +272,27 @@ struct Posted {
   Exchange::Ticket ticket;
   const Transfer *tr;
   bool is_send;
-  size_t len;  // a send's wire bytes; a receive's length once it completes
+  size_t len;  // a send's wire bytes
 };
 
-}  // namespace
-
-Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
+// Posts and retires the plan's messages of this member; compressed sends read `slots`.
+Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, std::vector<std::vector<uint8_t>> *slots) {
   const int me = ex.rank();
   const std::vector<Transfer> &transfers = job.plan->transfers;
   SendCodec donor(job.compress, job.tensors.size());
   codec::Compressor receiver;
   auto elem_bytes = [&](uint32_t t) { return t < job.elem_bytes.size() ? job.elem_bytes[t] : size_t{1}; };
-  std::vector<std::vector<uint8_t>> slots(kSyncWindow);  // compressed sends in flight
   size_t sends = 0;
-  std::deque<Posted> window;  // references stay valid: only the ends change
+  std::deque<Posted> window;
   // Waits for the oldest message; a compressed piece received is expanded in place.
   auto retire = [&]() -> Status {
     Posted &p = window.front();
     WCCL_RETURN_IF_ERROR(ex.wait(p.ticket));
     if (p.is_send) {
       donor.sent(p.len, p.len == p.tr->bytes);
-    } else if (p.len != p.tr->bytes) {
+    } else if (const size_t got = ex.length(p.ticket); got != p.tr->bytes) {
       uint8_t *piece = stage + job.stage_offset[p.tr->tensor] + p.tr->offset;
-      const Status st = receiver.decompress(piece, p.len, elem_bytes(p.tr->tensor), piece, p.tr->bytes);
+      const Status st = receiver.decompress(piece, got, elem_bytes(p.tr->tensor), piece, p.tr->bytes);
       if (!st.ok()) return st.with_context("state sync: a piece from rank " + std::to_string(p.tr->donor));
     }
     window.pop_front();
@@ -309,12 +307,11 @@ Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
       size_t len = 0;
       const uint8_t *raw = static_cast<const uint8_t *>(job.tensors[tr.tensor]) + tr.offset;
       const uint8_t *bytes =
-          donor.encode(tr.tensor, raw, tr.bytes, elem_bytes(tr.tensor), &slots[sends++ % kSyncWindow], &len);
+          donor.encode(tr.tensor, raw, tr.bytes, elem_bytes(tr.tensor), &(*slots)[sends++ % kSyncWindow], &len);
       window.push_back({ex.send(tr.receiver, tag, bytes, len), &tr, true, len});
     } else if (tr.receiver == me) {
-      window.push_back({0, &tr, false, 0});
-      Posted &p = window.back();
-      p.ticket = ex.recv(tr.donor, tag, stage + job.stage_offset[tr.tensor] + tr.offset, tr.bytes, &p.len);
+      window.push_back({ex.recv(tr.donor, tag, stage + job.stage_offset[tr.tensor] + tr.offset, tr.bytes, true), &tr,
+                        false, tr.bytes});
     } else {
       continue;
     }
@@ -323,6 +320,16 @@ Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
     if (window.size() >= kSyncWindow) WCCL_RETURN_IF_ERROR(retire());
   }
   while (!window.empty()) WCCL_RETURN_IF_ERROR(retire());
+  return Status();
+}
+
+}  // namespace
+
+Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
+  std::vector<std::vector<uint8_t>> slots(kSyncWindow);  // compressed sends in flight
+  const Status st = transfer(ex, job, stage, &slots);
+  ex.finish();  // before slots go: after a failure, sends may still read them
+  WCCL_RETURN_IF_ERROR(st);
   for (size_t t = 0; t < job.stage_offset.size(); ++t) {
     if (job.stage_offset[t] == SyncJob::kNotReceived) continue;
     if (codec::hash64(stage + job.stage_offset[t], job.tensor_bytes[t]) != job.plan->target.hashes[t]) {
