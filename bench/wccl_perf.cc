@@ -55,6 +55,7 @@ struct Options {
   int dtype = WCCL_F32, op = WCCL_SUM, algo = WCCL_ALGO_AUTO;
   std::vector<int> wires = {WCCL_WIRE_NATIVE};  // --wire: each size is measured with each, in turn
   std::vector<int> compress = {WCCL_COMPRESS_OFF};  // --compress: likewise, within each wire
+  bool weights = false;  // --data weights: weight-like F32 values instead of the checked pattern
   int timeout_s = 900;
 };
 
@@ -71,6 +72,8 @@ const char kUsage[] =
     "  -a ALGO            auto ring tree (default auto)\n"
     "  --wire W[,W...]    native fp16 bf16 int8 (default native); several: each size with each in turn\n"
     "  --compress C[,C..] off zstd auto (default off); several: each wire with each in turn\n"
+    "  --data D           pattern (default: exact sums, checked; compresses extremely well) or weights\n"
+    "                     (f32 only, unchecked: about normal, deviation 0.02, as model weights; for --compress)\n"
     "  --tls on|off       with --local: TLS (default on) or plaintext\n"
     "  --timeout-s S      with --local: give up on the peers after S seconds (default 900)\n"
     "  --json             print one JSON object instead of the table\n";
@@ -164,6 +167,9 @@ bool parse(int argc, char **argv, Options *o) {
       ok = o->algo >= 0;
     } else if (f == "--wire") {
       ok = find_list(kWires, 4, v, &o->wires);
+    } else if (f == "--data") {
+      ok = v == "pattern" || v == "weights";
+      o->weights = v == "weights";
     } else if (f == "--compress") {
       ok = find_list(kCompress, 3, v, &o->compress);
     } else if (f == "--tls") {
@@ -185,6 +191,11 @@ bool parse(int argc, char **argv, Options *o) {
     std::fprintf(stderr, "wccl-perf: give exactly one of --local and --coordinator\n%s", kUsage);
     return false;
   }
+  if (o->weights && o->dtype != WCCL_F32) {
+    std::fprintf(stderr, "wccl-perf: --data weights is f32 only\n");
+    return false;
+  }
+  if (o->weights) o->check = false;
   for (int w : o->wires) {
     if (w != WCCL_WIRE_NATIVE && o->dtype != WCCL_F32) {
       std::fprintf(stderr, "wccl-perf: --wire %s carries f32 only\n", kWires[w]);
@@ -230,6 +241,19 @@ void store(int dtype, void *buf, size_t i, int64_t v) {
 }
 
 void fill(const Options &o, void *buf, size_t count, int rank) {
+  if (o.weights) {  // a sum of four uniforms (xorshift64, seeded by the rank), deviation 0.02
+    uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1);
+    auto uniform = [&x] {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      return static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
+    };
+    for (size_t i = 0; i < count; ++i) {
+      static_cast<float *>(buf)[i] = (uniform() + uniform() + uniform() + uniform() - 2.0f) * 0.0346f;
+    }
+    return;
+  }
   const int m = modulus(o.dtype);
   for (size_t i = 0; i < count; ++i) store(o.dtype, buf, i, static_cast<int64_t>(rank + 1) * static_cast<int64_t>(i % m + 1));
 }

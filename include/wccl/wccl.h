@@ -260,7 +260,7 @@ typedef enum wccl_compress {
   WCCL_COMPRESS_OFF = 0,
   WCCL_COMPRESS_ZSTD = 1, /* every message of 4 KiB or more that shrinks goes as a zstd frame of its
                              bytes shuffled by element byte */
-  WCCL_COMPRESS_AUTO = 2  /* where it pays: this member measures its link on its first 4 MiB of the
+  WCCL_COMPRESS_AUTO = 2  /* where it pays: this member measures its link on its first 12 MiB of the
                              operation, then compresses if a trial message shrinks to 7/8 or less and
                              zstd outpaces the link (docs/algorithms.md) */
 } wccl_compress_t;

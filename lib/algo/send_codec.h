@@ -22,15 +22,17 @@ enum class Compress {
 
 inline constexpr size_t kMinCompressBytes = 4096;  // shorter messages go as they are
 
-// kAuto: the sender measures its link on its first kProbeBytes, sent as they are (the rate at which
-// its sends complete), then tries one message of each stream of data (`key`: a tensor, or the
-// whole operation): the key is compressed from then on if that message shrank to 7/8 or less and
-// zstd ran faster than the link. Compressing and sending pipeline, so the slower sets the pace: on
+// kAuto: the sender measures its link on its first kProbeSkip + kProbeBytes, sent as they are (the
+// rate at which its sends complete, after the first kProbeSkip, which mostly fill socket buffers),
+// then tries one message of each stream of data (`key`: a tensor, or the whole operation): the key
+// is compressed from then on if that message shrank to 7/8 or less and zstd ran faster than the
+// link. Compressing and sending pipeline, so the slower sets the pace: on
 // a link faster than zstd, compression would cost more time than the bytes it saves.
 class SendCodec {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr size_t kProbeBytes = size_t{4} << 20;
+  static constexpr size_t kProbeSkip = size_t{4} << 20;
+  static constexpr size_t kProbeBytes = size_t{8} << 20;
   SendCodec(Compress mode, size_t keys) : mode_(mode), decided_(keys, kUntried) {}
 
   // The bytes to send for len bytes at src (elements of es bytes) of stream `key`: src itself, or
@@ -45,10 +47,11 @@ class SendCodec {
   Compress mode_;
   std::vector<int> decided_;
   codec::Compressor zstd_;
-  Clock::time_point started_{};
-  bool started_set_ = false;
   size_t retired_raw_ = 0;
-  double link_bytes_per_ns_ = 0;  // measured on the first kProbeBytes; 0 until then
+  bool probing_ = false;
+  Clock::time_point probe_start_{};
+  size_t probe_from_ = 0;
+  double link_bytes_per_ns_ = 0;  // measured by the probe; 0 until then
 };
 
 }  // namespace wccl::algo
