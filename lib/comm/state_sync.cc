@@ -65,7 +65,7 @@ Status attempt(Communicator &comm, const algo::MemberState &mine, const algo::Sy
   c.count = job->stage_bytes;
   c.sync = job;
   OpStats op_stats;
-  const Status st = run_op(comm, c, &op_stats);
+  Status st = run_op(comm, c, &op_stats);
   s->bytes_sent += op_stats.bytes_sent;
   s->bytes_received += op_stats.bytes_received;
   return st;
