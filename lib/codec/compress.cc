@@ -40,11 +40,13 @@ struct Compressor::Contexts {
   }
 };
 
-Compressor::Compressor() : z_(std::make_unique<Contexts>()) {}
+Compressor::Compressor() = default;
 Compressor::~Compressor() = default;
 
 size_t Compressor::compress(const void *src, size_t len, size_t es, void *dst, size_t cap) {
-  if (z_->c == nullptr || len == 0) return 0;
+  if (len == 0) return 0;
+  if (!z_) z_ = std::make_unique<Contexts>();
+  if (z_->c == nullptr) return 0;
   shuffled_.resize(len);
   shuffle(static_cast<const uint8_t *>(src), len, es, shuffled_.data());
   const size_t n = ZSTD_compressCCtx(z_->c, dst, cap, shuffled_.data(), len, 1);
@@ -53,6 +55,7 @@ size_t Compressor::compress(const void *src, size_t len, size_t es, void *dst, s
 }
 
 Status Compressor::decompress(const void *src, size_t n, size_t es, void *dst, size_t len) {
+  if (!z_) z_ = std::make_unique<Contexts>();
   if (z_->d == nullptr) return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "no memory for a zstd context");
   const unsigned long long content = ZSTD_getFrameContentSize(src, n);
   if (content != len) {

@@ -22,7 +22,8 @@ bool compression_available();
 void shuffle(const uint8_t *in, size_t len, size_t es, uint8_t *out);
 void unshuffle(const uint8_t *in, size_t len, size_t es, uint8_t *out);
 
-// One thread's compression state (zstd contexts and a shuffle buffer), reused across calls.
+// One thread's compression state (zstd contexts and a shuffle buffer), reused across calls. The
+// contexts are made on first use: every collective's schedule holds one, and most never compress.
 class Compressor {
  public:
   Compressor();
