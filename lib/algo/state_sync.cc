@@ -61,6 +61,15 @@ bool same_state(const MemberState &a, const MemberState &b) {
   return true;
 }
 
+// m holds target: its revision and every tensor's hash (the lists are known to match in length).
+bool holds(const MemberState &m, const SyncTarget &target) {
+  if (m.revision != target.revision) return false;
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (m.tensors[i].hash != target.hashes[i]) return false;
+  }
+  return true;
+}
+
 std::string describe(const TensorInfo &t) {
   return "\"" + t.name + "\" " + codec::dtype_name(t.dtype) + " x " + std::to_string(t.count);
 }
@@ -119,18 +128,6 @@ Result<int> elect(const std::vector<MemberState> &members) {
 }
 
 }  // namespace
-
-const char *sync_mode_name(SyncMode m) {
-  switch (m) {
-    case SyncMode::kPopular:
-      return "popular";
-    case SyncMode::kSendOnly:
-      return "send-only";
-    case SyncMode::kReceiveOnly:
-      return "receive-only";
-  }
-  return "?";
-}
 
 std::vector<uint8_t> encode_state(const MemberState &s) {
   std::vector<uint8_t> out;
@@ -204,9 +201,7 @@ Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece
     }
     plan.target = *keep;
     for (int r = 0; r < n && plan.elected < 0; ++r) {
-      MemberState held{SyncMode::kPopular, keep->revision, members[static_cast<size_t>(r)].tensors};
-      for (size_t t = 0; t < held.tensors.size(); ++t) held.tensors[t].hash = keep->hashes[t];
-      if (same_state(held, members[static_cast<size_t>(r)])) plan.elected = r;
+      if (holds(members[static_cast<size_t>(r)], *keep)) plan.elected = r;
     }
   } else {
     Result<int> elected = elect(members);

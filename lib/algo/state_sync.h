@@ -26,7 +26,6 @@ enum class SyncMode : int {
   kReceiveOnly = 2,  // takes the elected state; never a candidate, never a donor
 };
 inline constexpr int kSyncModeCount = 3;
-const char *sync_mode_name(SyncMode m);
 
 struct TensorInfo {
   std::string name;
