@@ -1,4 +1,4 @@
-// cuda/device.h on CUDA. The arithmetic mirrors lib/codec/kernels_impl.cc step for step with
+// cuda/wccl_cuda.h on CUDA. The arithmetic mirrors lib/codec/kernels_impl.cc step for step with
 // explicitly rounded intrinsics (__fmul_rn, __fadd_rn, ...), which nvcc never fuses into a
 // multiply-add, so every result matches the CPU kernels bit for bit.
 #include <cuda_runtime.h>
@@ -11,7 +11,7 @@
 
 #include "codec/half.h"
 #include "codec/kernels.h"
-#include "device.h"
+#include "wccl_cuda.h"
 
 namespace wccl::gpu {
 namespace {
@@ -211,6 +211,35 @@ __global__ void reduce16_kernel(RedOp op, uint16_t *dst, const uint16_t *a, cons
   }
 }
 
+// codec::finish_avg: integers divide in 64 bits, floats with one correctly rounded division.
+template <typename T>
+__global__ void divide_kernel(T *d, size_t n, int by) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_integral_v<T>) {
+      d[i] = static_cast<T>(static_cast<long long>(d[i]) / static_cast<long long>(by));
+    } else if constexpr (std::is_same_v<T, float>) {
+      d[i] = __fdiv_rn(d[i], static_cast<float>(by));
+    } else {
+      d[i] = __ddiv_rn(d[i], static_cast<double>(by));
+    }
+  }
+}
+
+template <bool kBf16>
+__global__ void divide16_kernel(uint16_t *d, size_t n, int by) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float x = kBf16 ? codec::bf16_to_float(d[i]) : codec::half_to_float(d[i]);
+    const float r = __fdiv_rn(x, static_cast<float>(by));
+    d[i] = kBf16 ? codec::float_to_bf16(r) : codec::float_to_half(r);
+  }
+}
+
+template <typename T>
+Status launch_divide(void *dst, size_t n, int by, void *stream) {
+  divide_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(static_cast<T *>(dst), n, by);
+  return cuda_status(cudaGetLastError(), "average kernel");
+}
+
 template <typename T>
 Status launch_reduce(RedOp op, void *dst, const void *a, const void *b, size_t n, void *stream) {
   reduce_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(op, static_cast<T *>(dst), static_cast<const T *>(a),
@@ -235,15 +264,17 @@ bool available() {
   return yes;
 }
 
-bool is_device_pointer(const void *p) {
-  if (p == nullptr || !available()) return false;
+int device_ordinal(const void *p) {
+  if (p == nullptr || !available()) return -1;
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     (void)cudaGetLastError();  // unregistered host memory reports an error on older runtimes
-    return false;
+    return -1;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device : -1;
 }
+
+Status set_device(int ordinal) { return cuda_status(cudaSetDevice(ordinal), "cudaSetDevice"); }
 
 Status alloc(void **p, size_t bytes) {
   *p = nullptr;
@@ -254,14 +285,60 @@ void free(void *p) {
   if (p != nullptr) (void)cudaFree(p);
 }
 
+Status alloc_pinned(void **p, size_t bytes) {
+  *p = nullptr;
+  return cuda_status(cudaHostAlloc(p, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+}
+
+void free_pinned(void *p) {
+  if (p != nullptr) (void)cudaFreeHost(p);
+}
+
 Status copy(void *dst, const void *src, size_t bytes) {
   if (bytes == 0) return Status();
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
 }
 
+Status copy_async(void *dst, const void *src, size_t bytes, void *stream) {
+  if (bytes == 0) return Status();
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)), "cudaMemcpyAsync");
+}
+
+Status stream_create(void **stream) {
+  cudaStream_t s = nullptr;
+  const Status st = cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  *stream = st.ok() ? s : nullptr;
+  return st;
+}
+
+void stream_destroy(void *stream) {
+  if (stream != nullptr) (void)cudaStreamDestroy(as_stream(stream));
+}
+
+Status event_record(void *stream, void **event) {
+  *event = nullptr;
+  cudaEvent_t e = nullptr;
+  WCCL_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+  const Status st = cuda_status(cudaEventRecord(e, stream != nullptr ? as_stream(stream) : cudaStreamLegacy), "cudaEventRecord");
+  if (!st.ok()) {
+    (void)cudaEventDestroy(e);
+    return st;
+  }
+  *event = e;
+  return Status();
+}
+
+Status stream_wait(void *stream, void *event) {
+  return cuda_status(cudaStreamWaitEvent(as_stream(stream), static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+}
+
+void event_destroy(void *event) {
+  if (event != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
 Status synchronize(void *stream) { return cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize"); }
 
-Status int8_encode(const float *src, size_t n, uint8_t *dst, void *stream) {
+Status int8_encode(const float *src, size_t n, uint8_t *dst, void *stream, size_t first) {
   if (n == 0) return Status();
   const size_t blocks = (n + kInt8Block - 1) / kInt8Block;
   if (blocks > INT_MAX) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements are too many for one encode", n);
@@ -280,13 +357,14 @@ Status int8_encode(const float *src, size_t n, uint8_t *dst, void *stream) {
   WCCL_RETURN_IF_ERROR(synchronize(stream));
   if (first_bad == ULLONG_MAX) return Status();
   float value = 0;
-  WCCL_RETURN_IF_ERROR(copy(&value, src + first_bad, sizeof(value)));
+  WCCL_RETURN_IF_ERROR(copy_async(&value, src + first_bad, sizeof(value), stream));
+  WCCL_RETURN_IF_ERROR(synchronize(stream));
   if (!std::isfinite(value)) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element %llu is %s, which the int8 wire cannot carry", first_bad,
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element %llu is %s, which the int8 wire cannot carry", first + first_bad,
                       std::isnan(value) ? "NaN" : "Inf");
   }
   return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the int8 block of elements %llu..%llu spans more than the float range; use another wire",
-                    first_bad, first_bad + (n - first_bad < kInt8Block ? n - first_bad : kInt8Block) - 1);
+                    first + first_bad, first + first_bad + (n - first_bad < kInt8Block ? n - first_bad : kInt8Block) - 1);
 }
 
 Status int8_decode(const uint8_t *src, size_t n, float *dst, void *stream) {
@@ -325,6 +403,28 @@ Status reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, s
         reduce16_kernel<false><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(op, d, x, y, n);
       }
       return cuda_status(cudaGetLastError(), "reduce kernel");
+    }
+  }
+  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "unknown dtype %d", static_cast<int>(t));
+}
+
+Status finish_avg(Dtype t, void *dst, size_t n, int by, void *stream) {
+  if (n == 0) return Status();
+  switch (t) {
+    case Dtype::kF32: return launch_divide<float>(dst, n, by, stream);
+    case Dtype::kF64: return launch_divide<double>(dst, n, by, stream);
+    case Dtype::kI8: return launch_divide<int8_t>(dst, n, by, stream);
+    case Dtype::kU8: return launch_divide<uint8_t>(dst, n, by, stream);
+    case Dtype::kI32: return launch_divide<int32_t>(dst, n, by, stream);
+    case Dtype::kI64: return launch_divide<int64_t>(dst, n, by, stream);
+    case Dtype::kF16: case Dtype::kBF16: {
+      auto *d = static_cast<uint16_t *>(dst);
+      if (t == Dtype::kBF16) {
+        divide16_kernel<true><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(d, n, by);
+      } else {
+        divide16_kernel<false><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(d, n, by);
+      }
+      return cuda_status(cudaGetLastError(), "average kernel");
     }
   }
   return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "unknown dtype %d", static_cast<int>(t));

@@ -1,5 +1,5 @@
-// cuda/device.h in a build without CUDA: the same symbols, reporting UNSUPPORTED.
-#include "device.h"
+// cuda/wccl_cuda.h in a build without CUDA: the same symbols, reporting UNSUPPORTED.
+#include "wccl_cuda.h"
 
 namespace wccl::gpu {
 namespace {
@@ -9,15 +9,33 @@ Status unsupported() { return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "this build of wc
 }  // namespace
 
 bool available() { return false; }
-bool is_device_pointer(const void *) { return false; }
+int device_ordinal(const void *) { return -1; }
+Status set_device(int) { return unsupported(); }
 Status alloc(void **p, size_t) {
   *p = nullptr;
   return unsupported();
 }
 void free(void *) {}
+Status alloc_pinned(void **p, size_t) {
+  *p = nullptr;
+  return unsupported();
+}
+void free_pinned(void *) {}
 Status copy(void *, const void *, size_t) { return unsupported(); }
+Status copy_async(void *, const void *, size_t, void *) { return unsupported(); }
 Status synchronize(void *) { return unsupported(); }
-Status int8_encode(const float *, size_t, uint8_t *, void *) { return unsupported(); }
+Status stream_create(void **stream) {
+  *stream = nullptr;
+  return unsupported();
+}
+void stream_destroy(void *) {}
+Status event_record(void *, void **event) {
+  *event = nullptr;
+  return unsupported();
+}
+Status stream_wait(void *, void *) { return unsupported(); }
+void event_destroy(void *) {}
+Status int8_encode(const float *, size_t, uint8_t *, void *, size_t) { return unsupported(); }
 Status int8_decode(const uint8_t *, size_t, float *, void *) { return unsupported(); }
 Status int8_decode_add(const uint8_t *, size_t, float *, const float *, void *) { return unsupported(); }
 Status f16_encode(const float *, size_t, uint16_t *, void *) { return unsupported(); }
@@ -25,5 +43,6 @@ Status f16_decode(const uint16_t *, size_t, float *, void *) { return unsupporte
 Status bf16_encode(const float *, size_t, uint16_t *, void *) { return unsupported(); }
 Status bf16_decode(const uint16_t *, size_t, float *, void *) { return unsupported(); }
 Status reduce_into(codec::Dtype, codec::RedOp, void *, const void *, const void *, size_t, void *) { return unsupported(); }
+Status finish_avg(codec::Dtype, void *, size_t, int, void *) { return unsupported(); }
 
 }  // namespace wccl::gpu

@@ -14,6 +14,7 @@
 
 #include "algo/collectives.h"
 #include "codec/half.h"
+#include "emulated_device.h"
 #include "memory_channel.h"
 
 namespace wccl::test {
@@ -98,8 +99,11 @@ struct Outcome {
 // cancelled, as the communicator does when the coordinator revokes the epoch.
 // The inputs are `ins`, or input(c, n, r) when it is empty.
 // `per_rank`, if set, adjusts each rank's copy of c (peers with different local settings).
+// With `gpu`, every rank's buffers are device memory of that (emulated) GPU, each rank with its
+// own DeviceMemory, as separate processes would have.
 Outcome run_all(Fabric &fabric, Collective c, int n, std::chrono::milliseconds timeout = std::chrono::seconds(60),
-                std::vector<Bytes> ins = {}, std::function<void(Collective *, int)> per_rank = nullptr) {
+                std::vector<Bytes> ins = {}, std::function<void(Collective *, int)> per_rank = nullptr,
+                EmulatedGpu *gpu = nullptr) {
   Outcome o;
   o.status.resize(static_cast<size_t>(n));
   o.out.resize(static_cast<size_t>(n));
@@ -126,7 +130,22 @@ Outcome run_all(Fabric &fabric, Collective c, int n, std::chrono::milliseconds t
       o.out[i].assign(algo::out_count(c, n) * codec::dtype_size(c.dtype), 0xEE);
       mine.in = o.in_after[i].data();
       mine.out = o.out[i].data();
-      Status st = algo::run(*exchanges[i], mine);
+      Status st;
+      if (gpu != nullptr) {
+        std::unique_ptr<algo::DeviceMemory> memory = algo::DeviceMemory::create(*gpu, &st);
+        void *din = gpu->alloc_copy(mine.in, o.in_after[i].size());
+        void *dout = gpu->alloc_copy(mine.out, o.out[i].size());
+        mine.in = din;
+        mine.out = dout;
+        mine.memory = memory.get();
+        if (memory) st = algo::run(*exchanges[i], mine);
+        o.in_after[i] = gpu->read(din, o.in_after[i].size());
+        o.out[i] = gpu->read(dout, o.out[i].size());
+        gpu->free(din);
+        gpu->free(dout);
+      } else {
+        st = algo::run(*exchanges[i], mine);
+      }
       if (!st.ok()) {
         for (auto &e : exchanges) e->cancel(WCCL_ERROR(WCCL_ERR_PEER_LOST, "rank %d failed", r));
       }
@@ -161,19 +180,26 @@ struct Shape {
 
 class AlgoTest : public ::testing::TestWithParam<std::tuple<int, size_t, Shape>> {};
 
+// One case of the sweeps: several segments per block, so that the pipelined paths run.
+Collective sweep_case(Shape shape, size_t count, int n, Dtype t, RedOp op, codec::Wire wire) {
+  Collective c;
+  c.kind = shape.kind;
+  c.algo = shape.algo;
+  c.count = count;
+  c.dtype = t;
+  c.op = op;
+  c.wire = wire;
+  c.root = static_cast<int>(count % static_cast<size_t>(n));
+  c.chunk_bytes = count > 5000 ? 4096 : 64;
+  return c;
+}
+
 TEST_P(AlgoTest, MatchesSerialReference) {
   const auto [n, count, shape] = GetParam();
   const bool reduces = shape.kind == Kind::kAllreduce || shape.kind == Kind::kReduceScatter;
   for (int t = 0; t < codec::kDtypeCount; ++t) {
     for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
-      Collective c;
-      c.kind = shape.kind;
-      c.algo = shape.algo;
-      c.count = count;
-      c.dtype = static_cast<Dtype>(t);
-      c.op = static_cast<RedOp>(op);
-      c.root = static_cast<int>(count % static_cast<size_t>(n));
-      c.chunk_bytes = count > 5000 ? 4096 : 64;  // several segments per block: the pipelined paths run
+      const Collective c = sweep_case(shape, count, n, static_cast<Dtype>(t), static_cast<RedOp>(op), codec::Wire::kNative);
       ASSERT_TRUE(algo::check(c, n).ok());
       Fabric fabric(n);
       SCOPED_TRACE(std::string(codec::dtype_name(c.dtype)) + " " + codec::redop_name(c.op));
@@ -187,12 +213,14 @@ std::string shape_name(const Shape &s) {
   return std::string(algo::kind_name(s.kind)) + (s.kind == Kind::kAllreduce ? std::string("_") + algo::algo_name(s.algo) : "");
 }
 
+const auto kEveryShape =
+    ::testing::Values(Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
+                      Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing});
+
 INSTANTIATE_TEST_SUITE_P(
     Sweep, AlgoTest,
     ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8, 16), ::testing::Values<size_t>(0, 1, 2, 7, 13, 1009, 65537),
-                       ::testing::Values(Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
-                                         Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
-                                         Shape{Kind::kReduceScatter, Algo::kRing})),
+                       kEveryShape),
     [](const auto &p) {
       return "n" + std::to_string(std::get<0>(p.param)) + "_count" + std::to_string(std::get<1>(p.param)) + "_" +
              shape_name(std::get<2>(p.param));
@@ -206,6 +234,11 @@ INSTANTIATE_TEST_SUITE_P(
 // delivered in random order.
 using WireParam = std::tuple<int, size_t, Shape, codec::Wire>;
 class WireTest : public ::testing::TestWithParam<WireParam> {};
+
+std::string wire_param_name(const ::testing::TestParamInfo<WireParam> &p) {
+  return "n" + std::to_string(std::get<0>(p.param)) + "_count" + std::to_string(std::get<1>(p.param)) + "_" +
+         shape_name(std::get<2>(p.param)) + "_" + codec::wire_name(std::get<3>(p.param));
+}
 
 std::vector<Bytes> random_inputs(const Collective &c, int n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -251,14 +284,7 @@ TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
   const auto [n, count, shape, wire] = GetParam();
   const bool reduces = shape.kind == Kind::kAllreduce || shape.kind == Kind::kReduceScatter;
   for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
-    Collective c;
-    c.kind = shape.kind;
-    c.algo = shape.algo;
-    c.count = count;
-    c.op = static_cast<RedOp>(op);
-    c.wire = wire;
-    c.root = static_cast<int>(count % static_cast<size_t>(n));
-    c.chunk_bytes = count > 5000 ? 4096 : 64;
+    const Collective c = sweep_case(shape, count, n, Dtype::kF32, static_cast<RedOp>(op), wire);
     ASSERT_TRUE(algo::check(c, n).ok());
     SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::redop_name(c.op));
     const std::vector<Bytes> ins = random_inputs(c, n, static_cast<uint32_t>(count + n));
@@ -311,14 +337,9 @@ TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(
     Sweep, WireTest,
     ::testing::Combine(::testing::Values(1, 2, 3, 5, 8), ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
-                       ::testing::Values(Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
-                                         Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
-                                         Shape{Kind::kReduceScatter, Algo::kRing}),
+                       kEveryShape,
                        ::testing::Values(codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8)),
-    [](const auto &p) {
-      return "n" + std::to_string(std::get<0>(p.param)) + "_count" + std::to_string(std::get<1>(p.param)) + "_" +
-             shape_name(std::get<2>(p.param)) + "_" + codec::wire_name(std::get<3>(p.param));
-    });
+    wire_param_name);
 
 TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
   const int n = 4;
@@ -350,16 +371,19 @@ TEST(Algo, NanOnTheInt8WireFailsNamingTheElement) {
   std::vector<Bytes> ins = random_inputs(c, n, 2);
   const float nan = std::nanf("");
   std::memcpy(ins[1].data() + 4321 * 4, &nan, 4);
-  Fabric fabric(n);
-  const Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), ins);
-  bool named = false;
-  for (int r = 0; r < n; ++r) {
-    EXPECT_FALSE(o.status[static_cast<size_t>(r)].ok());
-    EXPECT_EQ(o.in_after[static_cast<size_t>(r)], o.in[static_cast<size_t>(r)]);
-    named |= o.status[static_cast<size_t>(r)].code() == WCCL_ERR_INVALID_ARGUMENT &&
-             o.status[static_cast<size_t>(r)].message().find("element 4321 is NaN") != std::string::npos;
+  for (bool on_device : {false, true}) {
+    EmulatedGpu gpu;
+    Fabric fabric(n);
+    const Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), ins, nullptr, on_device ? &gpu : nullptr);
+    bool named = false;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_FALSE(o.status[static_cast<size_t>(r)].ok());
+      EXPECT_EQ(o.in_after[static_cast<size_t>(r)], o.in[static_cast<size_t>(r)]);
+      named |= o.status[static_cast<size_t>(r)].code() == WCCL_ERR_INVALID_ARGUMENT &&
+               o.status[static_cast<size_t>(r)].message().find("element 4321 is NaN") != std::string::npos;
+    }
+    EXPECT_TRUE(named) << (on_device ? "device" : "host");
   }
-  EXPECT_TRUE(named);
   c.dtype = Dtype::kF64;
   EXPECT_EQ(algo::check(c, n).code(), WCCL_ERR_INVALID_ARGUMENT);
 }
@@ -509,6 +533,120 @@ TEST(Algo, DeadlineEndsAWaitForAPeerThatNeverSends) {
   Status st = algo::run(ex, c);
   EXPECT_EQ(st.code(), WCCL_ERR_TIMEOUT) << st.to_string();
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+// --- Device buffers ---------------------------------------------------------------------------------
+// The same schedules with every rank's buffers on an emulated GPU (tests/emulated_device.h): the
+// device path must give the host path's bytes exactly, since its kernels compute the same bits.
+
+class DeviceTest : public ::testing::TestWithParam<WireParam> {};
+
+TEST_P(DeviceTest, SameBitsAsHostMemory) {
+  const auto [n, count, shape, wire] = GetParam();
+  const bool reduces = shape.kind == Kind::kAllreduce || shape.kind == Kind::kReduceScatter;
+  EmulatedGpu gpu;
+  for (int t = 0; t < (wire == codec::Wire::kNative ? codec::kDtypeCount : 1); ++t) {
+    for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
+      const Collective c = sweep_case(shape, count, n, static_cast<Dtype>(t), static_cast<RedOp>(op), wire);
+      ASSERT_TRUE(algo::check(c, n).ok());
+      SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::dtype_name(c.dtype) + " " + codec::redop_name(c.op));
+      const std::vector<Bytes> ins = wire == codec::Wire::kNative ? std::vector<Bytes>{} : random_inputs(c, n, 7);
+      Fabric host_fabric(n), device_fabric(n);
+      const Outcome host = run_all(host_fabric, c, n, std::chrono::seconds(60), ins);
+      const Outcome device = run_all(device_fabric, c, n, std::chrono::seconds(60), ins, nullptr, &gpu);
+      for (int r = 0; r < n; ++r) {
+        const size_t i = static_cast<size_t>(r);
+        ASSERT_TRUE(device.status[i].ok()) << "rank " << r << ": " << device.status[i].to_string();
+        ASSERT_EQ(device.in_after[i], device.in[i]) << "rank " << r << " changed its input";
+        ASSERT_EQ(device.out[i], host.out[i]) << "rank " << r << " differs from the host path";
+        ASSERT_EQ(device.bytes_sent[i], host.bytes_sent[i]) << "rank " << r;
+      }
+      ASSERT_EQ(gpu.live_allocations(), 0u) << "device memory left allocated";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sweep, DeviceTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 5), ::testing::Values<size_t>(0, 7, 65537),
+                       kEveryShape,
+                       ::testing::Values(codec::Wire::kNative, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8)),
+    wire_param_name);
+
+// DESIGN §7: with a wire codec only the encoded bytes cross PCIe, each way, through page-locked
+// memory. A native ring all-reduce moves its elements across about 2(n-1)/n times each way; the
+// INT8 ring about a quarter of that.
+TEST(Device, OnlyWireBytesCrossPcie) {
+  const int n = 4;
+  Collective c;
+  c.count = 1 << 20;
+  c.chunk_bytes = 1 << 18;
+  uint64_t crossed[2] = {0, 0};
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+    c.wire = w;
+    EmulatedGpu gpu;
+    Fabric fabric(n);
+    const Outcome o = run_all(fabric, c, n, std::chrono::seconds(60), random_inputs(c, n, 3), nullptr, &gpu);
+    for (const Status &st : o.status) ASSERT_TRUE(st.ok()) << st.to_string();
+    crossed[w == codec::Wire::kInt8] = gpu.to_device_bytes() + gpu.to_host_bytes();
+    EXPECT_GT(gpu.pinned_allocations(), 0u);
+  }
+  const double bytes = 4.0 * c.count * n;  // every rank's elements
+  EXPECT_LT(static_cast<double>(crossed[0]) / bytes, 4.2) << "native";
+  const double ratio = static_cast<double>(crossed[1]) / static_cast<double>(crossed[0]);
+  EXPECT_LT(ratio, 0.30) << "int8 moved " << crossed[1] << " bytes across PCIe, native " << crossed[0];
+}
+
+TEST(Device, CompressedMessagesFromDeviceBuffers) {
+  if (!codec::compression_available()) GTEST_SKIP() << "built without zstd";
+  const int n = 3;
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+    Collective c;
+    c.count = 100003;
+    c.wire = w;
+    c.compress = algo::Compress::kAlways;
+    c.chunk_bytes = 32768;
+    EmulatedGpu gpu;
+    Fabric host_fabric(n), device_fabric(n);
+    const Outcome host = run_all(host_fabric, c, n);
+    const Outcome device = run_all(device_fabric, c, n, std::chrono::seconds(60), {}, nullptr, &gpu);
+    for (int r = 0; r < n; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      ASSERT_TRUE(device.status[i].ok()) << device.status[i].to_string();
+      EXPECT_EQ(device.out[i], host.out[i]);
+      EXPECT_EQ(device.bytes_sent[i], host.bytes_sent[i]);
+      EXPECT_LT(device.bytes_sent[i], 2 * c.count * 4 / 2) << "input() compresses";
+    }
+  }
+}
+
+// A GPU call that fails anywhere in the operation fails it with WCCL_ERR_CUDA on that rank
+// (NO_MEMORY where it was an allocation; the others are cancelled), leaves every input as it was,
+// and leaks no device memory.
+TEST(Device, AFaultAnywhereFailsTheOperationCleanly) {
+  const int n = 3;
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+    for (long k : {0L, 1L, 5L, 40L, 200L}) {
+      Collective c;
+      c.count = 30011;
+      c.chunk_bytes = 4096;
+      c.wire = w;
+      EmulatedGpu gpu;
+      gpu.fail_after(k);
+      Fabric fabric(n);
+      const Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), random_inputs(c, n, 5), nullptr, &gpu);
+      int cuda = 0;
+      for (int r = 0; r < n; ++r) {
+        const size_t i = static_cast<size_t>(r);
+        EXPECT_FALSE(o.status[i].ok()) << "fault after " << k;
+        EXPECT_EQ(o.in_after[i], o.in[i]);
+        cuda += o.status[i].code() == WCCL_ERR_CUDA || o.status[i].code() == WCCL_ERR_NO_MEMORY;  // alloc
+      }
+      EXPECT_EQ(cuda, 1) << codec::wire_name(w) << ", fault after " << k << ": " << o.status[0].to_string() << " / "
+                         << o.status[1].to_string() << " / " << o.status[2].to_string();
+      EXPECT_EQ(gpu.live_allocations(), 0u);
+    }
+  }
 }
 
 TEST(Algo, TreesAreComplementary) {

@@ -2,11 +2,15 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "codec/compress.h"
+#include "emulated_device.h"
 #include "wccl/wccl.h"
+#include "wccl_cuda.h"
 
 namespace {
 
@@ -294,6 +298,49 @@ TEST_F(CollectiveApi, OnePeerCollectivesComplete) {
   EXPECT_EQ(wccl_test(req, &done), WCCL_OK);
   EXPECT_EQ(done, 1) << "a collected request stays done";
   wccl_request_free(req);
+}
+
+// Device buffers as the C API sees them, on an emulated GPU (tests/emulated_device.h).
+TEST_F(CollectiveApi, DeviceBuffersAreFoundCheckedAndOrderedAfterTheCallersStream) {
+  wccl::test::EmulatedGpu gpu;
+  gpu.install();
+  const float in[3] = {1, 2, 3}, zero[3] = {0, 0, 0};
+  float host[3] = {7, 7, 7};
+  void *din = gpu.alloc_copy(zero, sizeof(zero));
+  void *dout = gpu.alloc_copy(zero, sizeof(zero));
+  auto expect = [](wccl_result_t got, wccl_result_t want, const std::string &words) {
+    EXPECT_EQ(got, want) << wccl_last_error();
+    EXPECT_NE(std::string(wccl_last_error()).find(words), std::string::npos) << wccl_last_error();
+  };
+  expect(wccl_allreduce(host, dout, 3, WCCL_F32, WCCL_SUM, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "sendbuf is in host memory and recvbuf in emulated-gpu; both must be on one device or both in host memory");
+  expect(wccl_allgather(din, host, 3, WCCL_F32, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "sendbuf is in emulated-gpu and recvbuf in host memory");
+  wccl_opts_t o = wccl_opts_default();
+  o.cuda_stream = &o;  // any non-null stream with host buffers
+  if (wccl::gpu::available()) {
+    expect(wccl_allreduce(host, host, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "these are host memory");
+  } else {
+    expect(wccl_allreduce(host, host, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_UNSUPPORTED, "no CUDA");
+  }
+  EXPECT_EQ(host[0], 7.0f);
+  // The input reaches din on a stream of the caller's that nothing has run yet: the operation
+  // waits for it.
+  wccl::gpu::Stream stream = nullptr;
+  ASSERT_TRUE(gpu.create_stream(&stream).ok());
+  ASSERT_TRUE(gpu.copy(din, in, sizeof(in), stream).ok());
+  o.cuda_stream = stream;
+  o.wire = WCCL_WIRE_INT8;
+  ASSERT_EQ(wccl_allreduce(din, dout, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_OK) << wccl_last_error();
+  const std::vector<uint8_t> got = gpu.read(dout, sizeof(in));
+  EXPECT_EQ(std::memcmp(got.data(), in, sizeof(in)), 0) << "a world of one copies the input";
+  ASSERT_EQ(wccl_broadcast(dout, dout, 3, WCCL_F32, 0, comm_, nullptr), WCCL_OK) << wccl_last_error();
+  gpu.destroy_stream(stream);
+  gpu.free(din);
+  gpu.free(dout);
+  wccl_comm_destroy(comm_);  // it keeps device scratch: it goes before the (emulated) GPU
+  comm_ = nullptr;
+  EXPECT_EQ(gpu.live_allocations(), 0u);
 }
 
 TEST_F(CollectiveApi, StateSyncArgumentsAreChecked) {

@@ -10,6 +10,7 @@
 
 #include "comm/state_sync.h"
 #include "comm_fixture.h"
+#include "emulated_device.h"
 
 namespace wccl::comm {
 namespace {
@@ -320,6 +321,102 @@ TEST_F(CollectivesTest, APeerThatNeverCallsMakesTheOthersTimeOutAndRevokesTheEpo
   EXPECT_TRUE(v == before);
   for (const Status &st : CommTest::update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(comms[0]->size(), 4) << "a timeout loses nobody";
+}
+
+// Device buffers on an (emulated) GPU through communicators over TLS: each member's input reaches
+// the device on its own stream, which the operation waits for (opts.cuda_stream), and the result
+// lands in device memory, bit-identical to host memory's; a GPU fault on one member fails the
+// operation there with the CUDA error and PEER_LOST elsewhere, every recvbuf untouched, and the
+// retry after update succeeds.
+TEST_F(CollectivesTest, DeviceBuffersOnAGpu) {
+  test::EmulatedGpu gpu;
+  gpu.install();
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  const int n = 4;
+  std::vector<Communicator *> by_rank(n);
+  for (auto &c : comms) by_rank[static_cast<size_t>(c->rank())] = c.get();
+  const size_t count = 300007;
+  std::vector<std::vector<float>> in(n);
+  std::vector<void *> din(n), dout(n);
+  std::vector<gpu::Stream> streams(n);
+  const std::vector<float> untouched(count, -1.0f);
+  for (int r = 0; r < n; ++r) {
+    in[r] = filled(count, r + 1);
+    const std::vector<float> garbage(count, 1e30f);
+    din[r] = gpu.alloc_copy(garbage.data(), count * 4);
+    dout[r] = gpu.alloc_copy(untouched.data(), count * 4);
+    ASSERT_TRUE(gpu.create_stream(&streams[r]).ok());
+  }
+  // Submits on every member, then (fault_after >= 0) arms a fault, then waits for every outcome.
+  auto run_all_ranks = [&](codec::Wire wire, long fault_after) {
+    std::vector<Status> st(n);
+    std::vector<std::shared_ptr<Op>> ops(n);
+    for (int r = 0; r < n; ++r) {
+      // The input reaches the device on the caller's stream, not yet run when the call is made.
+      EXPECT_TRUE(gpu.copy(din[r], in[r].data(), count * 4, streams[r]).ok());
+      Collective c = allreduce(din[r], dout[r], count, algo::Algo::kRing);
+      c.wire = wire;
+      c.device = &gpu;
+      c.after = streams[r];
+      auto op = by_rank[r]->submit(c, 0ms);
+      if (op.ok()) ops[r] = op.value();
+      st[r] = op.status();
+    }
+    if (fault_after >= 0) gpu.fail_after(fault_after);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      if (ops[r]) threads.emplace_back([&, r] { st[r] = by_rank[r]->wait(ops[r], nullptr); });
+    }
+    for (auto &t : threads) t.join();
+    return st;
+  };
+  std::vector<float> host_int8;
+  for (codec::Wire wire : {codec::Wire::kNative, codec::Wire::kInt8}) {
+    SCOPED_TRACE(codec::wire_name(wire));
+    const std::vector<Status> st = run_all_ranks(wire, -1);
+    std::vector<std::vector<uint8_t>> got(n);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+      got[r] = gpu.read(dout[r], count * 4);
+      EXPECT_EQ(got[r], got[0]) << "rank " << r << " differs from rank 0";
+    }
+    std::vector<float> out(count);
+    std::memcpy(out.data(), got[0].data(), count * 4);
+    for (size_t i = 0; i < count; ++i) {
+      const float want = pattern(1 + 2 + 3 + 4, i);
+      if (wire == codec::Wire::kNative) {
+        ASSERT_EQ(out[i], want) << "element " << i;
+      } else {
+        ASSERT_NEAR(out[i], want, 4 * 4 * 250.0 / 510 + 1e-3) << "element " << i;
+      }
+    }
+  }
+  // A fault on some member's GPU, somewhere in the operation.
+  for (int r = 0; r < n; ++r) gpu.write(dout[r], untouched.data(), count * 4);
+  const std::vector<Status> st = run_all_ranks(codec::Wire::kInt8, 10);
+  int own = 0;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(st[r].ok()) << "rank " << r;
+    own += st[r].code() == WCCL_ERR_CUDA;
+    if (st[r].code() != WCCL_ERR_CUDA) {
+      EXPECT_EQ(st[r].code(), WCCL_ERR_PEER_LOST) << st[r].to_string();
+    }
+    EXPECT_EQ(gpu.read(dout[r], count * 4), std::vector<uint8_t>(reinterpret_cast<const uint8_t *>(untouched.data()),
+                                                                   reinterpret_cast<const uint8_t *>(untouched.data()) + count * 4))
+        << "rank " << r << "'s recvbuf changed";
+  }
+  EXPECT_EQ(own, 1);
+  for (const Status &u : update_all(raw(comms))) ASSERT_TRUE(u.ok()) << u.to_string();
+  for (auto &c : comms) by_rank[static_cast<size_t>(c->rank())] = c.get();
+  for (const Status &s : run_all_ranks(codec::Wire::kInt8, -1)) EXPECT_TRUE(s.ok()) << s.to_string();
+  comms.clear();
+  for (int r = 0; r < n; ++r) {
+    gpu.free(din[r]);
+    gpu.free(dout[r]);
+    gpu.destroy_stream(streams[r]);
+  }
+  EXPECT_EQ(gpu.live_allocations(), 0u) << "the communicators freed their device memory";
 }
 
 TEST_F(CollectivesTest, BarrierReturnsOnlyOnceEveryoneCalledIt) {

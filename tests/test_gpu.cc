@@ -1,4 +1,4 @@
-// The GPU kernels (cuda/device.h) against their oracle, the CPU kernels: the same bytes out of
+// The GPU kernels (cuda/wccl_cuda.h) against their oracle, the CPU kernels: the same bytes out of
 // every encode and the same floats out of every decode and reduction. Skipped where no GPU is
 // present; in a build without CUDA, checks that every entry point reports UNSUPPORTED.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include "codec/half.h"
 #include "codec/kernels.h"
 #include "codec/wire.h"
-#include "device.h"
+#include "wccl_cuda.h"
 
 namespace wccl::test {
 namespace {
@@ -127,8 +127,8 @@ TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {
   const Status st = gpu::int8_encode(dx.as<float>(), x.size(), denc.as<uint8_t>(), nullptr);
   EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(st.message().find("element 4321 is NaN"), std::string::npos) << st.message();
-  EXPECT_TRUE(gpu::is_device_pointer(dx.as<void>()));
-  EXPECT_FALSE(gpu::is_device_pointer(x.data()));
+  EXPECT_GE(gpu::device_ordinal(dx.as<void>()), 0);
+  EXPECT_EQ(gpu::device_ordinal(x.data()), -1);
 }
 
 #else
@@ -136,7 +136,7 @@ TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {
 TEST(GpuStubs, EveryEntryPointReportsUnsupported) {
   EXPECT_FALSE(gpu::available());
   float f = 0;
-  EXPECT_FALSE(gpu::is_device_pointer(&f));
+  EXPECT_EQ(gpu::device_ordinal(&f), -1);
   void *p = &f;
   EXPECT_EQ(gpu::alloc(&p, 16).code(), WCCL_ERR_UNSUPPORTED);
   EXPECT_EQ(p, nullptr);

@@ -198,17 +198,20 @@ WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
  *   revoked). The caller's buffers hold exactly what they held before the call, in-place
  *   operations included. Call wccl_comm_update, then retry the same call.
  * Other results: INVALID_ARGUMENT (names the argument), INVALID_USAGE (after leave; more than 256
- * operations in flight), UNSUPPORTED (an option this build does not have: compression and CUDA
- * streams arrive with later releases), ABORTED, TIMEOUT (no outcome
+ * operations in flight), UNSUPPORTED (an option this build does not have: compression without zstd,
+ * a CUDA stream without CUDA), CUDA (a CUDA call failed on this member, device buffers only; the
+ * others get PEER_LOST), ABORTED, TIMEOUT (no outcome
  * within the timeout: this peer gave up, which revokes the epoch; buffers are untouched, but the
  * others may have committed: state sync heals that, see docs/fault-tolerance.md). On any error
  * the buffers are untouched.
  *
- * Buffers are host memory (device memory is detected and refused with UNSUPPORTED in this
- * release); they may overlap (in place is allowed everywhere). The input must not
- * change and the output must not be read until the operation has completed. The library reads
- * the input during the operation and writes the output once, after the commit, from a scratch
- * buffer of the output's size that it keeps for reuse (up to two per communicator).
+ * Buffers are host memory, or device memory of one CUDA device (found from the pointers; both
+ * buffers in the same place, INVALID_ARGUMENT otherwise). With device buffers the GPU reduces,
+ * encodes and decodes, and only message bytes cross PCIe (docs/algorithms.md, "Device buffers").
+ * Buffers may overlap (in place is allowed everywhere). The input must not change and the output
+ * must not be read until the operation has completed. The library reads the input during the
+ * operation and writes the output once, after the commit, from a scratch buffer of the output's
+ * size in the same memory, which it keeps for reuse (up to two per communicator).
  */
 typedef enum wccl_dtype {
   WCCL_F32 = 0,
@@ -273,11 +276,14 @@ typedef struct wccl_opts {
   int32_t algo;       /* wccl_algo_t */
   int32_t compress;   /* wccl_compress_t */
   int32_t reserved;   /* 0 */
-  void *cuda_stream;  /* NULL: no CUDA stream ordering (the only value this release accepts) */
+  void *cuda_stream;  /* device buffers: a cudaStream_t whose work enqueued before the call the
+                         operation waits for before reading sendbuf (NULL: the legacy default
+                         stream); the result is in recvbuf when wccl_wait returns. Must be NULL
+                         with host buffers */
   int64_t timeout_ms; /* the whole operation, call to outcome; 0: config key op_timeout_ms */
 } wccl_opts_t;
 
-/* NATIVE wire, AUTO algorithm, no compression, no CUDA stream, op_timeout_ms. */
+/* NATIVE wire, AUTO algorithm, no compression, the default CUDA stream, op_timeout_ms. */
 WCCL_API wccl_opts_t wccl_opts_default(void);
 
 /* What an operation cost, filled by wccl_wait. */

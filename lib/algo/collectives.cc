@@ -21,6 +21,8 @@ constexpr Ticket kSkipped = std::numeric_limits<Ticket>::max() - 1;
 // while the worker reduces the previous chunk.
 constexpr size_t kWindow = 4;
 
+Memory &memory_of(const Collective &c) { return c.memory != nullptr ? *c.memory : host_memory(); }
+
 int mod(long a, int n) { return static_cast<int>(((a % n) + n) % n); }
 
 // Elements [begin, begin + count) of a buffer.
@@ -70,10 +72,15 @@ class Schedule {
     size_t len = 0;          // bytes; 0: no receive
     size_t gate = kNoGate;   // a send slot that must complete before the receive is posted
     std::function<Status(const uint8_t *staged)> then;
+    bool into_buffer = false;  // dst is in the operation's buffers (add_to_buffer), else host memory
   };
 
   Schedule(Exchange &ex, size_t send_slots, const Collective &c)
-      : ex_(ex), sends_(send_slots, kNotIssued), es_(shuffle_bytes(c)), codec_(c.compress, 1) {}
+      : ex_(ex),
+        mem_(c.memory != nullptr ? *c.memory : host_memory()),
+        sends_(send_slots, kNotIssued),
+        es_(shuffle_bytes(c)),
+        codec_(c.compress, 1) {}
   // Nothing may still write into the staging slots (or read the buffers of an algorithm that
   // declared them before its Schedule) once they are freed: on failure that means aborting the
   // channel and draining it here.
@@ -82,10 +89,24 @@ class Schedule {
   Schedule &operator=(const Schedule &) = delete;
 
   // Sends, remembering the ticket in `slot` (kNoGate: nobody gates on it). Zero bytes send nothing.
-  void send(size_t slot, int peer, uint32_t tag, const void *data, size_t len) {
+  // `data` is host memory, or with from_buffer, in the operation's buffers: on a device, those
+  // bytes are copied to a page-locked block held until the send completes.
+  void send(size_t slot, int peer, uint32_t tag, const void *data, size_t len, bool from_buffer = false) {
     Ticket t = kSkipped;
     if (len != 0) {
       reap();
+      size_t copy = kNoBuffer;
+      if (from_buffer && !mem_.host()) {
+        const Status st = take_copy(len, &copy);
+        const Status copied = st.ok() ? mem_.to_host(copies_[copy].get(), data, len) : st;
+        if (!copied.ok()) {
+          if (copy != kNoBuffer) free_copies_.push_back(copy);
+          ex_.cancel(copied);  // the operation fails with it at its next wait
+          if (slot != kNoGate) sends_[slot] = kSkipped;
+          return;
+        }
+        data = copies_[copy].get();
+      }
       if (free_.empty()) {
         frames_.emplace_back();
         free_.push_back(frames_.size() - 1);
@@ -95,10 +116,18 @@ class Schedule {
       const uint8_t *bytes = codec_.encode(0, static_cast<const uint8_t *>(data), len, es_, &frames_[buf], &wire);
       const bool raw = wire == len;
       if (!raw) free_.pop_back();  // held until the send completes
+      if (!raw && copy != kNoBuffer) {
+        free_copies_.push_back(copy);  // the frame holds the bytes now
+        copy = kNoBuffer;
+      }
       t = ex_.send(peer, tag, bytes, wire);
-      in_flight_.push_back({t, wire, raw ? kNoBuffer : buf});
+      in_flight_.push_back({t, wire, raw ? kNoBuffer : buf, copy});
     }
     if (slot != kNoGate) sends_[slot] = t;
+  }
+  // A send from the operation's buffers.
+  void send_buffer(size_t slot, int peer, uint32_t tag, const void *data, size_t len) {
+    send(slot, peer, tag, data, len, true);
   }
   Status wait_send(size_t slot) {
     const Ticket t = sends_[slot];
@@ -107,14 +136,22 @@ class Schedule {
   }
 
   void add(Step s) { steps_.push_back(std::move(s)); }
+  // A step whose receive lands in the operation's buffers (dst); on a device, through a host
+  // staging slot.
+  void add_to_buffer(Step s) {
+    s.into_buffer = true;
+    steps_.push_back(std::move(s));
+  }
 
   Status run() {
+    const bool staged_buffers = !mem_.host();
+    auto staged = [&](const Step &s) { return !s.dst || (s.into_buffer && staged_buffers); };
     size_t stage_bytes = 0;
     for (const Step &s : steps_) {
-      if (!s.dst) stage_bytes = std::max(stage_bytes, s.len);
+      if (staged(s)) stage_bytes = std::max(stage_bytes, s.len);
     }
-    staging_.resize(stage_bytes * kWindow);
-    uint8_t *const staging = staging_.data();
+    WCCL_RETURN_IF_ERROR(mem_.host_bytes(stage_bytes * kWindow, &staging_));
+    uint8_t *const staging = staging_.get();
     std::vector<Ticket> recvs(steps_.size(), kNotIssued);
     size_t posted = 0;
     auto gate_open = [&](const Step &s) {
@@ -127,7 +164,7 @@ class Schedule {
       if (s.peer < 0 || s.len == 0) {
         recvs[k] = kSkipped;
       } else {
-        uint8_t *dst = s.dst ? s.dst : staging + (k % kWindow) * stage_bytes;
+        uint8_t *dst = staged(s) ? staging + (k % kWindow) * stage_bytes : s.dst;
         recvs[k] = ex_.recv(s.peer, s.tag, dst, s.len, /*any_length=*/true);
       }
     };
@@ -138,11 +175,12 @@ class Schedule {
         post(posted++);
       }
       const Step &s = steps_[k];
-      uint8_t *at = s.dst ? s.dst : staging + (k % kWindow) * stage_bytes;
+      uint8_t *at = staged(s) ? staging + (k % kWindow) * stage_bytes : s.dst;
       if (recvs[k] != kSkipped) {
         WCCL_RETURN_IF_ERROR(ex_.wait(recvs[k]));
         const size_t got = ex_.length(recvs[k]);
         if (got != s.len) WCCL_RETURN_IF_ERROR(unzstd_.decompress(at, got, es_, at, s.len));
+        if (s.dst && at != s.dst) WCCL_RETURN_IF_ERROR(mem_.from_host(s.dst, at, s.len));
       }
       WCCL_RETURN_IF_ERROR(s.then(at));
     }
@@ -155,7 +193,25 @@ class Schedule {
     Ticket ticket;
     size_t wire;
     size_t buffer;  // the frame buffer it reads, or kNoBuffer
+    size_t copy;    // the page-locked copy it reads, or kNoBuffer
   };
+  // A page-locked block of at least len bytes for a copy of a device buffer's bytes.
+  Status take_copy(size_t len, size_t *at) {
+    if (!free_copies_.empty()) {
+      *at = free_copies_.back();
+      free_copies_.pop_back();
+      if (copy_bytes_[*at] >= len) return Status();
+      WCCL_RETURN_IF_ERROR(mem_.host_bytes(len, &copies_[*at]));
+      copy_bytes_[*at] = len;
+      return Status();
+    }
+    Bytes b;
+    WCCL_RETURN_IF_ERROR(mem_.host_bytes(len, &b));
+    copies_.push_back(std::move(b));
+    copy_bytes_.push_back(len);
+    *at = copies_.size() - 1;
+    return Status();
+  }
   // Sends complete in order on each link but not across links: retire the finished ones at the
   // front, telling the codec (its link probe) and freeing their frame buffers.
   void reap() {
@@ -163,18 +219,23 @@ class Schedule {
       const InFlight &f = in_flight_.front();
       codec_.sent(f.wire, f.buffer == kNoBuffer);
       if (f.buffer != kNoBuffer) free_.push_back(f.buffer);
+      if (f.copy != kNoBuffer) free_copies_.push_back(f.copy);
       in_flight_.pop_front();
     }
   }
 
   Exchange &ex_;
+  Memory &mem_;
   std::vector<Ticket> sends_;
   std::vector<Step> steps_;
-  std::vector<uint8_t> staging_;  // kWindow receive slots
+  Bytes staging_;  // kWindow receive slots
   const size_t es_;
   SendCodec codec_;
   std::deque<std::vector<uint8_t>> frames_;  // compressed sends' bytes (stable addresses)
   std::vector<size_t> free_;                 // frames_ not read by a send in flight
+  std::deque<Bytes> copies_;                 // device bytes being sent (page-locked)
+  std::vector<size_t> copy_bytes_;
+  std::vector<size_t> free_copies_;          // copies_ not read by a send in flight
   std::deque<InFlight> in_flight_;
   codec::Compressor unzstd_;
 };
@@ -185,6 +246,7 @@ class Schedule {
 // elements; after n-1 steps this peer holds the final block r. All-gather step s: send block r-s,
 // receive the final block r-s-1 and forward it unchanged. Message tag: step * nseg + segment.
 Status ring_allreduce(Exchange &ex, const Collective &c) {
+  Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
   const size_t es = dtype_size(c.dtype);
   const auto *in = static_cast<const uint8_t *>(c.in);
@@ -200,17 +262,17 @@ Status ring_allreduce(Exchange &ex, const Collective &c) {
   Schedule sched(ex, 2 * (n - 1) * nseg, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = seg(r - 1, j);
-    sched.send(tag(0, j), next, tag(0, j), in + s.begin * es, s.count * es);
+    sched.send_buffer(tag(0, j), next, tag(0, j), in + s.begin * es, s.count * es);
   }
   for (int step = 0; step < n - 1; ++step) {
     for (size_t j = 0; j < nseg; ++j) {
       const Span s = seg(r - step - 2, j);
       const int fwd = step + 1;  // reduce-scatter step n-1 is all-gather step 0
-      sched.add({prev, tag(step, j), nullptr, s.count * es, kNoGate, [=, &sched, &c](const uint8_t *got) {
+      sched.add({prev, tag(step, j), nullptr, s.count * es, kNoGate, [=, &sched, &c, &mem](const uint8_t *got) {
                    uint8_t *dst = out + s.begin * es;
-                   codec::reduce_into(c.dtype, c.op, dst, in + s.begin * es, got, s.count);
-                   if (fwd == n - 1 && c.op == codec::RedOp::kAvg) codec::finish_avg(c.dtype, dst, s.count, n);
-                   sched.send(tag(fwd, j), next, tag(fwd, j), dst, s.count * es);
+                   WCCL_RETURN_IF_ERROR(mem.reduce_into(c.dtype, c.op, dst, in + s.begin * es, got, s.count));
+                   if (fwd == n - 1 && c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, dst, s.count, n));
+                   sched.send_buffer(tag(fwd, j), next, tag(fwd, j), dst, s.count * es);
                    return Status();
                  }});
     }
@@ -222,8 +284,8 @@ Status ring_allreduce(Exchange &ex, const Collective &c) {
       // This block left through reduce-scatter step `step` (from `in` at step 0).
       const size_t gate = step == 0 ? kNoGate : tag(step, j);
       const int at = n - 1 + step;
-      sched.add({prev, tag(at, j), dst, s.count * es, gate, [=, &sched](const uint8_t *) {
-                   if (step < n - 2) sched.send(tag(at + 1, j), next, tag(at + 1, j), dst, s.count * es);
+      sched.add_to_buffer({prev, tag(at, j), dst, s.count * es, gate, [=, &sched](const uint8_t *) {
+                   if (step < n - 2) sched.send_buffer(tag(at + 1, j), next, tag(at + 1, j), dst, s.count * es);
                    return Status();
                  }});
     }
@@ -237,6 +299,7 @@ Status ring_allreduce(Exchange &ex, const Collective &c) {
 // node combines its own elements, then child 0's, then child 1's; the root's result goes down
 // unchanged. Tags: (2t) * nseg + j going up tree t, (2t + 1) * nseg + j coming down.
 Status tree_allreduce(Exchange &ex, const Collective &c) {
+  Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
   const size_t es = dtype_size(c.dtype);
   const auto *in = static_cast<const uint8_t *>(c.in);
@@ -255,7 +318,7 @@ Status tree_allreduce(Exchange &ex, const Collective &c) {
   for (size_t j = 0; j < nseg; ++j) {
     for (int t = 0; t < 2; ++t) {
       const Span s = seg(t, j);
-      if (leaf(t)) sched.send(up(t, j), node[t].parent, up(t, j), in + s.begin * es, s.count * es);
+      if (leaf(t)) sched.send_buffer(up(t, j), node[t].parent, up(t, j), in + s.begin * es, s.count * es);
     }
   }
   for (size_t j = 0; j < nseg; ++j) {
@@ -266,17 +329,17 @@ Status tree_allreduce(Exchange &ex, const Collective &c) {
       const int last = node[t].child[1] >= 0 ? 1 : 0;
       for (int ci = 0; ci <= last; ++ci) {
         const TreeNode nd = node[t];
-        sched.add({nd.child[ci], up(t, j), nullptr, s.count * es, kNoGate, [=, &sched, &c](const uint8_t *got) {
+        sched.add({nd.child[ci], up(t, j), nullptr, s.count * es, kNoGate, [=, &sched, &c, &mem](const uint8_t *got) {
                      if (ci == 0) {
-                       codec::reduce_into(c.dtype, c.op, dst, in + s.begin * es, got, s.count);
+                       WCCL_RETURN_IF_ERROR(mem.reduce_into(c.dtype, c.op, dst, in + s.begin * es, got, s.count));
                      } else {
-                       codec::reduce(c.dtype, c.op, dst, got, s.count);
+                       WCCL_RETURN_IF_ERROR(mem.reduce_into(c.dtype, c.op, dst, dst, got, s.count));
                      }
                      if (ci < last) return Status();
                      if (nd.parent >= 0) {
-                       sched.send(up(t, j), nd.parent, up(t, j), dst, s.count * es);
+                       sched.send_buffer(up(t, j), nd.parent, up(t, j), dst, s.count * es);
                      } else if (c.op == codec::RedOp::kAvg) {
-                       codec::finish_avg(c.dtype, dst, s.count, n);
+                       WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, dst, s.count, n));
                      }
                      return Status();
                    }});
@@ -290,9 +353,9 @@ Status tree_allreduce(Exchange &ex, const Collective &c) {
       const TreeNode nd = node[t];
       // An interior node's partial went up from dst: the final value may land there only after.
       const size_t gate = leaf(t) || nd.parent < 0 ? kNoGate : up(t, j);
-      sched.add({nd.parent, down(t, j), dst, nd.parent >= 0 ? s.count * es : 0, gate, [=, &sched](const uint8_t *) {
+      sched.add_to_buffer({nd.parent, down(t, j), dst, nd.parent >= 0 ? s.count * es : 0, gate, [=, &sched](const uint8_t *) {
                    for (int child : nd.child) {
-                     if (child >= 0) sched.send(kNoGate, child, down(t, j), dst, s.count * es);
+                     if (child >= 0) sched.send_buffer(kNoGate, child, down(t, j), dst, s.count * es);
                    }
                    return Status();
                  }});
@@ -314,16 +377,16 @@ Status chain_broadcast(Exchange &ex, const Collective &c) {
   if (distance == 0) {
     for (size_t j = 0; j < nseg; ++j) {
       const Span s = split(c.count, nseg, j);
-      sched.send(kNoGate, next, static_cast<uint32_t>(j), static_cast<const uint8_t *>(c.in) + s.begin * es, s.count * es);
+      sched.send_buffer(kNoGate, next, static_cast<uint32_t>(j), static_cast<const uint8_t *>(c.in) + s.begin * es, s.count * es);
     }
-    if (c.count != 0) std::memcpy(out, c.in, c.count * es);
+    WCCL_RETURN_IF_ERROR(memory_of(c).copy(out, c.in, c.count * es));
     return sched.run();
   }
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
     uint8_t *dst = out + s.begin * es;
-    sched.add({prev, static_cast<uint32_t>(j), dst, s.count * es, kNoGate, [=, &sched](const uint8_t *) {
-                 if (distance < n - 1) sched.send(kNoGate, next, static_cast<uint32_t>(j), dst, s.count * es);
+    sched.add_to_buffer({prev, static_cast<uint32_t>(j), dst, s.count * es, kNoGate, [=, &sched](const uint8_t *) {
+                 if (distance < n - 1) sched.send_buffer(kNoGate, next, static_cast<uint32_t>(j), dst, s.count * es);
                  return Status();
                }});
   }
@@ -341,15 +404,15 @@ Status ring_allgather(Exchange &ex, const Collective &c) {
   Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
-    sched.send(kNoGate, next, tag(0, j), static_cast<const uint8_t *>(c.in) + s.begin * es, s.count * es);
+    sched.send_buffer(kNoGate, next, tag(0, j), static_cast<const uint8_t *>(c.in) + s.begin * es, s.count * es);
   }
-  if (block != 0) std::memcpy(out + static_cast<size_t>(r) * block, c.in, block);
+  WCCL_RETURN_IF_ERROR(memory_of(c).copy(out + static_cast<size_t>(r) * block, c.in, block));
   for (int step = 0; step < n - 1; ++step) {
     for (size_t j = 0; j < nseg; ++j) {
       const Span s = split(c.count, nseg, j);
       uint8_t *dst = out + static_cast<size_t>(mod(r - step - 1, n)) * block + s.begin * es;
-      sched.add({prev, tag(step, j), dst, s.count * es, kNoGate, [=, &sched](const uint8_t *) {
-                   if (step < n - 2) sched.send(kNoGate, next, tag(step + 1, j), dst, s.count * es);
+      sched.add_to_buffer({prev, tag(step, j), dst, s.count * es, kNoGate, [=, &sched](const uint8_t *) {
+                   if (step < n - 2) sched.send_buffer(kNoGate, next, tag(step + 1, j), dst, s.count * es);
                    return Status();
                  }});
     }
@@ -361,6 +424,7 @@ Status ring_allgather(Exchange &ex, const Collective &c) {
 // elements. Partials alternate between two block buffers; a buffer is overwritten only after
 // the send that read it two steps earlier completed.
 Status ring_reduce_scatter(Exchange &ex, const Collective &c) {
+  Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
   const size_t es = dtype_size(c.dtype), block = c.count * es;
   const auto *in = static_cast<const uint8_t *>(c.in);
@@ -368,26 +432,26 @@ Status ring_reduce_scatter(Exchange &ex, const Collective &c) {
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const size_t nseg = segments(c.count, es, c.chunk_bytes);
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
-  std::vector<uint8_t> partial[2];
-  for (auto &p : partial) p.resize(n > 2 ? block : 0);
+  Bytes partial[2];
+  for (auto &p : partial) WCCL_RETURN_IF_ERROR(mem.scratch(n > 2 ? block : 0, &p));
   Schedule sched(ex, (n - 1) * nseg, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
-    sched.send(tag(0, j), next, tag(0, j), in + static_cast<size_t>(mod(r - 1, n)) * block + s.begin * es, s.count * es);
+    sched.send_buffer(tag(0, j), next, tag(0, j), in + static_cast<size_t>(mod(r - 1, n)) * block + s.begin * es, s.count * es);
   }
   for (int step = 0; step < n - 1; ++step) {
     for (size_t j = 0; j < nseg; ++j) {
       const Span s = split(c.count, nseg, j);
       const uint8_t *mine = in + static_cast<size_t>(mod(r - step - 2, n)) * block + s.begin * es;
       const bool final = step == n - 2;
-      uint8_t *dst = final ? out + s.begin * es : partial[step % 2].data() + s.begin * es;
-      sched.add({prev, tag(step, j), nullptr, s.count * es, kNoGate, [=, &sched, &c](const uint8_t *got) {
+      uint8_t *dst = final ? out + s.begin * es : partial[step % 2].get() + s.begin * es;
+      sched.add({prev, tag(step, j), nullptr, s.count * es, kNoGate, [=, &sched, &c, &mem](const uint8_t *got) {
                    if (!final && step >= 2) WCCL_RETURN_IF_ERROR(sched.wait_send(tag(step - 1, j)));
-                   codec::reduce_into(c.dtype, c.op, dst, mine, got, s.count);
+                   WCCL_RETURN_IF_ERROR(mem.reduce_into(c.dtype, c.op, dst, mine, got, s.count));
                    if (final) {
-                     if (c.op == codec::RedOp::kAvg) codec::finish_avg(c.dtype, dst, s.count, n);
+                     if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, dst, s.count, n));
                    } else {
-                     sched.send(tag(step + 1, j), next, tag(step + 1, j), dst, s.count * es);
+                     sched.send_buffer(tag(step + 1, j), next, tag(step + 1, j), dst, s.count * es);
                    }
                    return Status();
                  }});
@@ -409,27 +473,29 @@ class WireRegions {
   template <typename CountOf>
   WireRegions(codec::Wire w, size_t regions, CountOf count_of) : offset_(regions + 1, 0) {
     for (size_t i = 0; i < regions; ++i) offset_[i + 1] = offset_[i] + codec::wire_size(w, count_of(i));
-    bytes_.resize(offset_.back());
   }
-  uint8_t *at(size_t i) { return bytes_.data() + offset_[i]; }
+  // Host memory for the regions (page-locked where mem is a device's); before at().
+  Status allocate(Memory &mem) { return mem.host_bytes(offset_.back(), &bytes_); }
+  uint8_t *at(size_t i) { return bytes_.get() + offset_[i]; }
   size_t len(size_t i) const { return offset_[i + 1] - offset_[i]; }
 
  private:
   std::vector<size_t> offset_;
-  std::vector<uint8_t> bytes_;
+  Bytes bytes_;
 };
 
 // The final value of a span: encode it once, keep what decodes from those bytes (so this peer
 // holds exactly what every receiver will), and leave the bytes in `wire` to send.
-Status encode_final(codec::Wire w, float *value, size_t count, uint8_t *wire, size_t len, size_t first) {
-  WCCL_RETURN_IF_ERROR(codec::encode(w, value, count, wire, first));
-  return codec::decode(w, wire, len, count, value);
+Status encode_final(Memory &mem, codec::Wire w, float *value, size_t count, uint8_t *wire, size_t len, size_t first) {
+  WCCL_RETURN_IF_ERROR(mem.encode(w, value, count, wire, first));
+  return mem.decode(w, wire, len, count, value);
 }
 
 // Ring all-reduce (the steps of ring_allreduce). Reduce-scatter hops decode the partial they
 // receive into F32, add this peer's elements and encode again; the owner of a finished block
 // encodes it once with encode_final, and the all-gather forwards those bytes verbatim.
 Status ring_allreduce_coded(Exchange &ex, const Collective &c) {
+  Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
   const codec::Wire w = c.wire;
   const auto *in = static_cast<const float *>(c.in);
@@ -444,12 +510,14 @@ Status ring_allreduce_coded(Exchange &ex, const Collective &c) {
   auto region = [&](long block, size_t j) { return static_cast<size_t>(mod(block, n)) * nseg + j; };
   auto count_of = [&](size_t i) { return seg(static_cast<long>(i / nseg), i % nseg).count; };
   WireRegions partials(w, static_cast<size_t>(n) * nseg, count_of), finals(w, static_cast<size_t>(n) * nseg, count_of);
+  WCCL_RETURN_IF_ERROR(partials.allocate(mem));
+  WCCL_RETURN_IF_ERROR(finals.allocate(mem));
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
   Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = seg(r - 1, j);
     const size_t k = region(r - 1, j);
-    WCCL_RETURN_IF_ERROR(codec::encode(w, in + s.begin, s.count, partials.at(k), s.begin));
+    WCCL_RETURN_IF_ERROR(mem.encode(w, in + s.begin, s.count, partials.at(k), s.begin));
     sched.send(kNoGate, next, tag(0, j), partials.at(k), partials.len(k));
   }
   for (int step = 0; step < n - 1; ++step) {
@@ -458,16 +526,16 @@ Status ring_allreduce_coded(Exchange &ex, const Collective &c) {
       const size_t k = region(r - step - 2, j);
       const int fwd = step + 1;
       sched.add({prev, tag(step, j), nullptr, partials.len(k), kNoGate,
-                 [=, &sched, &c, &partials, &finals](const uint8_t *got) {
+                 [=, &sched, &mem, &c, &partials, &finals](const uint8_t *got) {
                    float *dst = out + s.begin;
-                   WCCL_RETURN_IF_ERROR(codec::decode_reduce(w, c.op, got, partials.len(k), s.count, dst, in + s.begin));
+                   WCCL_RETURN_IF_ERROR(mem.decode_reduce(w, c.op, got, partials.len(k), s.count, dst, in + s.begin));
                    if (fwd < n - 1) {
-                     WCCL_RETURN_IF_ERROR(codec::encode(w, dst, s.count, partials.at(k), s.begin));
+                     WCCL_RETURN_IF_ERROR(mem.encode(w, dst, s.count, partials.at(k), s.begin));
                      sched.send(kNoGate, next, tag(fwd, j), partials.at(k), partials.len(k));
                      return Status();
                    }
-                   if (c.op == codec::RedOp::kAvg) codec::finish_avg(codec::Dtype::kF32, dst, s.count, n);
-                   WCCL_RETURN_IF_ERROR(encode_final(w, dst, s.count, finals.at(k), finals.len(k), s.begin));
+                   if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(codec::Dtype::kF32, dst, s.count, n));
+                   WCCL_RETURN_IF_ERROR(encode_final(mem, w, dst, s.count, finals.at(k), finals.len(k), s.begin));
                    sched.send(kNoGate, next, tag(fwd, j), finals.at(k), finals.len(k));
                    return Status();
                  }});
@@ -478,8 +546,8 @@ Status ring_allreduce_coded(Exchange &ex, const Collective &c) {
       const Span s = seg(r - step - 1, j);
       const size_t k = region(r - step - 1, j);
       const int at = n - 1 + step;
-      sched.add({prev, tag(at, j), finals.at(k), finals.len(k), kNoGate, [=, &sched, &finals](const uint8_t *got) {
-                   WCCL_RETURN_IF_ERROR(codec::decode(w, got, finals.len(k), s.count, out + s.begin));
+      sched.add({prev, tag(at, j), finals.at(k), finals.len(k), kNoGate, [=, &sched, &mem, &finals](const uint8_t *got) {
+                   WCCL_RETURN_IF_ERROR(mem.decode(w, got, finals.len(k), s.count, out + s.begin));
                    if (step < n - 2) sched.send(kNoGate, next, tag(at + 1, j), got, finals.len(k));
                    return Status();
                  }});
@@ -492,6 +560,7 @@ Status ring_allreduce_coded(Exchange &ex, const Collective &c) {
 // each interior node and encoded again; the root encodes the result once (encode_final), and
 // the way down forwards its bytes verbatim.
 Status tree_allreduce_coded(Exchange &ex, const Collective &c) {
+  Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
   const codec::Wire w = c.wire;
   const auto *in = static_cast<const float *>(c.in);
@@ -505,6 +574,8 @@ Status tree_allreduce_coded(Exchange &ex, const Collective &c) {
   auto region = [&](int t, size_t j) { return static_cast<size_t>(t) * nseg + j; };
   auto count_of = [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; };
   WireRegions ups(w, 2 * nseg, count_of), downs(w, 2 * nseg, count_of);
+  WCCL_RETURN_IF_ERROR(ups.allocate(mem));
+  WCCL_RETURN_IF_ERROR(downs.allocate(mem));
   auto up = [&](int t, size_t j) { return static_cast<uint32_t>((2 * t) * nseg + j); };
   auto down = [&](int t, size_t j) { return static_cast<uint32_t>((2 * t + 1) * nseg + j); };
   const TreeNode node[2] = {tree_node(0, r, n), tree_node(1, r, n)};
@@ -515,7 +586,7 @@ Status tree_allreduce_coded(Exchange &ex, const Collective &c) {
       if (!leaf(t)) continue;
       const Span s = seg(t, j);
       const size_t k = region(t, j);
-      WCCL_RETURN_IF_ERROR(codec::encode(w, in + s.begin, s.count, ups.at(k), s.begin));
+      WCCL_RETURN_IF_ERROR(mem.encode(w, in + s.begin, s.count, ups.at(k), s.begin));
       sched.send(kNoGate, node[t].parent, up(t, j), ups.at(k), ups.len(k));
     }
   }
@@ -528,16 +599,16 @@ Status tree_allreduce_coded(Exchange &ex, const Collective &c) {
       const int last = node[t].child[1] >= 0 ? 1 : 0;
       for (int ci = 0; ci <= last; ++ci) {
         const TreeNode nd = node[t];
-        sched.add({nd.child[ci], up(t, j), nullptr, ups.len(k), kNoGate, [=, &sched, &c, &ups, &downs](const uint8_t *got) {
-                     WCCL_RETURN_IF_ERROR(codec::decode_reduce(w, c.op, got, ups.len(k), s.count, dst, ci == 0 ? in + s.begin : dst));
+        sched.add({nd.child[ci], up(t, j), nullptr, ups.len(k), kNoGate, [=, &sched, &mem, &c, &ups, &downs](const uint8_t *got) {
+                     WCCL_RETURN_IF_ERROR(mem.decode_reduce(w, c.op, got, ups.len(k), s.count, dst, ci == 0 ? in + s.begin : dst));
                      if (ci < last) return Status();
                      if (nd.parent >= 0) {
-                       WCCL_RETURN_IF_ERROR(codec::encode(w, dst, s.count, ups.at(k), s.begin));
+                       WCCL_RETURN_IF_ERROR(mem.encode(w, dst, s.count, ups.at(k), s.begin));
                        sched.send(kNoGate, nd.parent, up(t, j), ups.at(k), ups.len(k));
                        return Status();
                      }
-                     if (c.op == codec::RedOp::kAvg) codec::finish_avg(codec::Dtype::kF32, dst, s.count, n);
-                     return encode_final(w, dst, s.count, downs.at(k), downs.len(k), s.begin);
+                     if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(codec::Dtype::kF32, dst, s.count, n));
+                     return encode_final(mem, w, dst, s.count, downs.at(k), downs.len(k), s.begin);
                    }});
       }
     }
@@ -548,8 +619,8 @@ Status tree_allreduce_coded(Exchange &ex, const Collective &c) {
       const size_t k = region(t, j);
       const TreeNode nd = node[t];
       sched.add({nd.parent, down(t, j), downs.at(k), nd.parent >= 0 ? downs.len(k) : 0, kNoGate,
-                 [=, &sched, &downs](const uint8_t *) {
-                   if (nd.parent >= 0) WCCL_RETURN_IF_ERROR(codec::decode(w, downs.at(k), downs.len(k), s.count, out + s.begin));
+                 [=, &sched, &mem, &downs](const uint8_t *) {
+                   if (nd.parent >= 0) WCCL_RETURN_IF_ERROR(mem.decode(w, downs.at(k), downs.len(k), s.count, out + s.begin));
                    for (int child : nd.child) {
                      if (child >= 0) sched.send(kNoGate, child, down(t, j), downs.at(k), downs.len(k));
                    }
@@ -563,6 +634,7 @@ Status tree_allreduce_coded(Exchange &ex, const Collective &c) {
 // Broadcast down the chain: the root encodes once (and keeps what it decodes), the others decode
 // and forward the bytes verbatim.
 Status chain_broadcast_coded(Exchange &ex, const Collective &c) {
+  Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
   const codec::Wire w = c.wire;
   auto *out = static_cast<float *>(c.out);
@@ -570,20 +642,21 @@ Status chain_broadcast_coded(Exchange &ex, const Collective &c) {
   const int distance = mod(r - c.root, n);
   const size_t nseg = segments(c.count, wire_elem_bytes(w), c.chunk_bytes);
   WireRegions wire(w, nseg, [&](size_t j) { return split(c.count, nseg, j).count; });
+  WCCL_RETURN_IF_ERROR(wire.allocate(mem));
   Schedule sched(ex, 0, c);
   if (distance == 0) {
     for (size_t j = 0; j < nseg; ++j) {
       const Span s = split(c.count, nseg, j);
-      WCCL_RETURN_IF_ERROR(codec::encode(w, static_cast<const float *>(c.in) + s.begin, s.count, wire.at(j), s.begin));
+      WCCL_RETURN_IF_ERROR(mem.encode(w, static_cast<const float *>(c.in) + s.begin, s.count, wire.at(j), s.begin));
       sched.send(kNoGate, next, static_cast<uint32_t>(j), wire.at(j), wire.len(j));
-      WCCL_RETURN_IF_ERROR(codec::decode(w, wire.at(j), wire.len(j), s.count, out + s.begin));
+      WCCL_RETURN_IF_ERROR(mem.decode(w, wire.at(j), wire.len(j), s.count, out + s.begin));
     }
     return sched.run();
   }
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
-    sched.add({prev, static_cast<uint32_t>(j), wire.at(j), wire.len(j), kNoGate, [=, &sched, &wire](const uint8_t *got) {
-                 WCCL_RETURN_IF_ERROR(codec::decode(w, got, wire.len(j), s.count, out + s.begin));
+    sched.add({prev, static_cast<uint32_t>(j), wire.at(j), wire.len(j), kNoGate, [=, &sched, &mem, &wire](const uint8_t *got) {
+                 WCCL_RETURN_IF_ERROR(mem.decode(w, got, wire.len(j), s.count, out + s.begin));
                  if (distance < n - 1) sched.send(kNoGate, next, static_cast<uint32_t>(j), got, wire.len(j));
                  return Status();
                }});
@@ -594,6 +667,7 @@ Status chain_broadcast_coded(Exchange &ex, const Collective &c) {
 // Ring all-gather: each peer encodes its contribution once (and keeps what it decodes); the
 // blocks travel the ring verbatim.
 Status ring_allgather_coded(Exchange &ex, const Collective &c) {
+  Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
   const codec::Wire w = c.wire;
   auto *out = static_cast<float *>(c.out);
@@ -601,23 +675,24 @@ Status ring_allgather_coded(Exchange &ex, const Collective &c) {
   const size_t nseg = segments(c.count, wire_elem_bytes(w), c.chunk_bytes);
   auto region = [&](long block, size_t j) { return static_cast<size_t>(mod(block, n)) * nseg + j; };
   WireRegions wire(w, static_cast<size_t>(n) * nseg, [&](size_t i) { return split(c.count, nseg, i % nseg).count; });
+  WCCL_RETURN_IF_ERROR(wire.allocate(mem));
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
   Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
     const size_t k = region(r, j);
     float *mine = out + static_cast<size_t>(r) * c.count + s.begin;
-    WCCL_RETURN_IF_ERROR(codec::encode(w, static_cast<const float *>(c.in) + s.begin, s.count, wire.at(k), s.begin));
+    WCCL_RETURN_IF_ERROR(mem.encode(w, static_cast<const float *>(c.in) + s.begin, s.count, wire.at(k), s.begin));
     sched.send(kNoGate, next, tag(0, j), wire.at(k), wire.len(k));
-    WCCL_RETURN_IF_ERROR(codec::decode(w, wire.at(k), wire.len(k), s.count, mine));
+    WCCL_RETURN_IF_ERROR(mem.decode(w, wire.at(k), wire.len(k), s.count, mine));
   }
   for (int step = 0; step < n - 1; ++step) {
     for (size_t j = 0; j < nseg; ++j) {
       const Span s = split(c.count, nseg, j);
       const size_t k = region(r - step - 1, j);
       float *dst = out + static_cast<size_t>(mod(r - step - 1, n)) * c.count + s.begin;
-      sched.add({prev, tag(step, j), wire.at(k), wire.len(k), kNoGate, [=, &sched, &wire](const uint8_t *got) {
-                   WCCL_RETURN_IF_ERROR(codec::decode(w, got, wire.len(k), s.count, dst));
+      sched.add({prev, tag(step, j), wire.at(k), wire.len(k), kNoGate, [=, &sched, &mem, &wire](const uint8_t *got) {
+                   WCCL_RETURN_IF_ERROR(mem.decode(w, got, wire.len(k), s.count, dst));
                    if (step < n - 2) sched.send(kNoGate, next, tag(step + 1, j), got, wire.len(k));
                    return Status();
                  }});
@@ -629,6 +704,7 @@ Status ring_allgather_coded(Exchange &ex, const Collective &c) {
 // Ring reduce-scatter: each hop decodes, combines in F32 and encodes the partial again; the last
 // hop keeps its block in F32 (nobody else holds that block, so nothing needs to match).
 Status ring_reduce_scatter_coded(Exchange &ex, const Collective &c) {
+  Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
   const codec::Wire w = c.wire;
   const auto *in = static_cast<const float *>(c.in);
@@ -637,14 +713,17 @@ Status ring_reduce_scatter_coded(Exchange &ex, const Collective &c) {
   const size_t nseg = segments(c.count, wire_elem_bytes(w), c.chunk_bytes);
   auto region = [&](long block, size_t j) { return static_cast<size_t>(mod(block, n)) * nseg + j; };
   WireRegions wire(w, static_cast<size_t>(n) * nseg, [&](size_t i) { return split(c.count, nseg, i % nseg).count; });
-  std::vector<float> partial(split(c.count, nseg, 0).count);  // one segment, encoded before reuse
+  WCCL_RETURN_IF_ERROR(wire.allocate(mem));
+  Bytes partial_bytes;  // one segment, encoded before reuse
+  WCCL_RETURN_IF_ERROR(mem.scratch(split(c.count, nseg, 0).count * sizeof(float), &partial_bytes));
+  auto *const partial = reinterpret_cast<float *>(partial_bytes.get());
   auto tag = [&](int step, size_t j) { return static_cast<uint32_t>(step * nseg + j); };
   Schedule sched(ex, 0, c);
   for (size_t j = 0; j < nseg; ++j) {
     const Span s = split(c.count, nseg, j);
     const size_t k = region(r - 1, j);
     const size_t first = static_cast<size_t>(mod(r - 1, n)) * c.count + s.begin;
-    WCCL_RETURN_IF_ERROR(codec::encode(w, in + first, s.count, wire.at(k), first));
+    WCCL_RETURN_IF_ERROR(mem.encode(w, in + first, s.count, wire.at(k), first));
     sched.send(kNoGate, next, tag(0, j), wire.at(k), wire.len(k));
   }
   for (int step = 0; step < n - 1; ++step) {
@@ -653,14 +732,14 @@ Status ring_reduce_scatter_coded(Exchange &ex, const Collective &c) {
       const size_t first = static_cast<size_t>(mod(r - step - 2, n)) * c.count + s.begin;
       const size_t k = region(r - step - 2, j);
       const bool final = step == n - 2;
-      sched.add({prev, tag(step, j), nullptr, wire.len(k), kNoGate, [=, &sched, &c, &wire, &partial](const uint8_t *got) {
-                   float *dst = final ? out + s.begin : partial.data();
-                   WCCL_RETURN_IF_ERROR(codec::decode_reduce(w, c.op, got, wire.len(k), s.count, dst, in + first));
+      sched.add({prev, tag(step, j), nullptr, wire.len(k), kNoGate, [=, &sched, &c, &mem, &wire](const uint8_t *got) {
+                   float *dst = final ? out + s.begin : partial;
+                   WCCL_RETURN_IF_ERROR(mem.decode_reduce(w, c.op, got, wire.len(k), s.count, dst, in + first));
                    if (final) {
-                     if (c.op == codec::RedOp::kAvg) codec::finish_avg(codec::Dtype::kF32, dst, s.count, n);
+                     if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(codec::Dtype::kF32, dst, s.count, n));
                      return Status();
                    }
-                   WCCL_RETURN_IF_ERROR(codec::encode(w, dst, s.count, wire.at(k), first));
+                   WCCL_RETURN_IF_ERROR(mem.encode(w, dst, s.count, wire.at(k), first));
                    sched.send(kNoGate, next, tag(step + 1, j), wire.at(k), wire.len(k));
                    return Status();
                  }});
@@ -675,8 +754,7 @@ Status dispatch(Exchange &ex, const Collective &c) {
   if (c.kind == Kind::kBarrier) return Status();  // the commit step is the barrier
   if (c.kind == Kind::kStateSync) return run_sync(ex, *c.sync, static_cast<uint8_t *>(c.out));
   if (n == 1) {
-    if (out_bytes != 0 && c.out != c.in) std::memcpy(c.out, c.in, out_bytes);
-    return Status();
+    return memory_of(c).copy(c.out, c.in, out_bytes);
   }
   if (c.wire != codec::Wire::kNative) {
     switch (c.kind) {

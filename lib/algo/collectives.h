@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "algo/exchange.h"
+#include "algo/memory.h"
 #include "algo/send_codec.h"
 #include "algo/state_sync.h"
 #include "codec/reduce.h"
@@ -49,6 +50,12 @@ struct Collective {
   Compress compress = Compress::kOff;
   const void *in = nullptr;
   void *out = nullptr;
+  // Device buffers: the GPU holding in and out (null: host memory), and the caller's stream whose
+  // work so far the operation waits for (opts.cuda_stream; null: the legacy default stream). The
+  // communicator turns them into `memory`, where the algorithms find in and out (null: host).
+  gpu::Device *device = nullptr;
+  gpu::Stream after = nullptr;
+  Memory *memory = nullptr;
   // kStateSync: the member's job (algo/state_sync.h); out is its staging buffer of count bytes
   // (dtype kU8) and in is unused.
   std::shared_ptr<const SyncJob> sync;

@@ -10,7 +10,8 @@
 #include "comm/state_sync.h"
 #include "coord/coordinator.h"
 #include "core/config.h"
-#include "device.h"
+#include "wccl_cuda.h"
+#include "gpu/device.h"
 #include "wccl/wccl.h"
 
 struct wccl_config {
@@ -198,7 +199,7 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
   if (o.compress != WCCL_COMPRESS_OFF && !codec::compression_available()) {
     return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: compression needs zstd, which this library was built without", fn);
   }
-  if (o.cuda_stream != nullptr) return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: CUDA streams are not in this release", fn);
+  c->after = o.cuda_stream;
   c->algo = static_cast<algo::Algo>(o.algo);
   c->wire = static_cast<codec::Wire>(o.wire);
   c->compress = o.compress == WCCL_COMPRESS_ZSTD   ? algo::Compress::kAlways
@@ -208,15 +209,28 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
   return Status();
 }
 
-// Checks the buffers for c on the communicator's current size.
-Status check_buffers(const char *fn, const algo::Collective &c, wccl_comm_t *comm, bool needs_in) {
+// Checks the buffers for c on the communicator's current size, and finds the device they are on.
+Status check_buffers(const char *fn, algo::Collective &c, wccl_comm_t *comm, bool needs_in) {
   const size_t n = static_cast<size_t>(std::max(1, comm->impl->size()));
   const size_t es = codec::dtype_size(c.dtype);
   WCCL_CHECK_ARG(c.count <= (SIZE_MAX / es) / n, "%s: count %zu is too large", fn, c.count);
   if (algo::in_count(c, static_cast<int>(n)) != 0 && needs_in) WCCL_CHECK_ARG(c.in != nullptr, "%s: sendbuf is NULL", fn);
   if (algo::out_count(c, static_cast<int>(n)) != 0) WCCL_CHECK_ARG(c.out != nullptr, "%s: recvbuf is NULL", fn);
-  if (gpu::is_device_pointer(c.in) || gpu::is_device_pointer(c.out)) {
-    return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: device buffers are not in this release; pass host memory", fn);
+  // Both buffers on one GPU, or both in host memory (a buffer the call does not use is not asked).
+  const bool uses_in = algo::in_count(c, static_cast<int>(n)) != 0 && needs_in;
+  const bool uses_out = algo::out_count(c, static_cast<int>(n)) != 0;
+  gpu::Device *in_dev = uses_in ? gpu::device_of(c.in) : nullptr;
+  gpu::Device *out_dev = uses_out ? gpu::device_of(c.out) : nullptr;
+  if (uses_in && uses_out && in_dev != out_dev) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: sendbuf is in %s and recvbuf in %s; both must be on one device or both in host memory",
+                      fn, in_dev != nullptr ? in_dev->name().c_str() : "host memory",
+                      out_dev != nullptr ? out_dev->name().c_str() : "host memory");
+  }
+  c.device = in_dev != nullptr ? in_dev : out_dev;
+  if (c.after != nullptr && c.device == nullptr) {
+    if (!gpu::available()) return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: opts->cuda_stream is set, but this library has no CUDA", fn);
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "%s: opts->cuda_stream orders device buffers, and these are host memory (synchronize the stream first)", fn);
   }
   return Status();
 }
@@ -444,7 +458,7 @@ wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, s
                      fn, t.name, t.dtype);
       WCCL_CHECK_ARG(t.device == WCCL_DEVICE_HOST || t.device == WCCL_DEVICE_CUDA,
                      "%s: tensor \"%s\": device %d is not a wccl_device_t", fn, t.name, t.device);
-      if (t.device == WCCL_DEVICE_CUDA || wccl::gpu::is_device_pointer(t.data)) {
+      if (t.device == WCCL_DEVICE_CUDA || wccl::gpu::device_of(t.data) != nullptr) {
         return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: tensor \"%s\" is device memory; device tensors are not in this release",
                           fn, t.name);
       }

@@ -106,9 +106,11 @@ void reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, siz
   }
 }
 
+// Integers divide in 64 bits: `by` (a member count) need not fit the element type.
 template <typename T>
 void divide(T *__restrict d, size_t n, int by) {
-  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / static_cast<T>(by));
+  using Wide = std::conditional_t<std::is_integral_v<T>, int64_t, T>;
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<Wide>(d[i]) / static_cast<Wide>(by));
 }
 template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
 void divide16(uint16_t *__restrict d, size_t n, int by) {

@@ -605,6 +605,20 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
     op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);
     if (op->result_bytes != 0) op->results.push_back({c.out, 0, op->result_bytes});
   }
+  if (c.device != nullptr) {
+    std::unique_ptr<algo::DeviceMemory> &memory = device_memory_[c.device];
+    if (!memory) {
+      Status st;
+      memory = algo::DeviceMemory::create(*c.device, &st);
+      if (!memory) {
+        device_memory_.erase(c.device);
+        return st;
+      }
+    }
+    op->device = memory.get();
+    op->c.memory = memory.get();
+    WCCL_RETURN_IF_ERROR(c.device->record(c.after, &op->ready));
+  }
   op->epoch = epoch_;
   op->seq = ++next_seq_;
   op->rank = rank_;
@@ -658,7 +672,7 @@ ControlMessage Communicator::fail_here(const std::shared_ptr<Op> &op, const Stat
   // Running out of time or memory, or data the wire codec cannot carry (a NaN on the INT8 wire),
   // is this peer's own outcome; anything else (a broken link, a refused frame) means the epoch is
   // lost, as the others will hear.
-  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY ||
+  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY || why.code() == WCCL_ERR_CUDA ||
                    why.code() == WCCL_ERR_INVALID_ARGUMENT;
   decide(op, own ? why : lost);
   ControlMessage report = message(MessageType::kOpFailed);
@@ -688,7 +702,8 @@ void Communicator::work() {
 // Worker thread: the data phase of one operation, then its report to the coordinator.
 void Communicator::run(const std::shared_ptr<Op> &op) {
   std::map<int, std::shared_ptr<net::Link>> links;
-  std::unique_ptr<uint8_t[]> scratch;
+  algo::Memory &memory = op->c.memory != nullptr ? *op->c.memory : algo::host_memory();
+  algo::Bytes scratch;
   size_t scratch_bytes = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -716,11 +731,15 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
       return;
     }
     links = links_;
-    // A scratch buffer from the spares (the smallest that fits), or a new one.
+    // A scratch buffer in the operation's memory from the spares (the smallest that fits), or a
+    // new one.
     scratch_bytes = op->result_bytes;
     auto best = spare_.end();
     for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-      if (it->first >= scratch_bytes && (best == spare_.end() || it->first < best->first)) best = it;
+      if (it->second.get_deleter().memory == &memory && it->first >= scratch_bytes &&
+          (best == spare_.end() || it->first < best->first)) {
+        best = it;
+      }
     }
     if (best != spare_.end()) {
       scratch_bytes = best->first;
@@ -728,10 +747,17 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
       spare_.erase(best);
     }
   }
-  if (!scratch && scratch_bytes != 0) scratch.reset(new (std::nothrow) uint8_t[scratch_bytes]);
-  if (!scratch && scratch_bytes != 0) {
-    const Status st = WCCL_ERROR(WCCL_ERR_NO_MEMORY, "no memory for the %zu-byte result buffer of operation %llu",
-                                 scratch_bytes, static_cast<unsigned long long>(op->seq));
+  Status ready = scratch || scratch_bytes == 0 ? Status() : memory.scratch(scratch_bytes, &scratch);
+  if (!ready.ok()) {
+    ready = WCCL_ERROR(ready.code(), "the %zu-byte result buffer of operation %llu: %s", scratch_bytes,
+                       static_cast<unsigned long long>(op->seq), ready.message().c_str());
+  }
+  if (ready.ok() && op->ready != nullptr) {  // the caller's stream has reached the call
+    ready = op->device->wait_for(op->ready);
+    op->ready = nullptr;
+  }
+  if (!ready.ok()) {
+    const Status &st = ready;
     ControlMessage report;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -763,7 +789,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     // Data this peer's wire codec cannot carry (a NaN on the INT8 wire) could never have been
     // sent: that is the operation's outcome here even if the revocation it causes (its
     // neighbours see its links close) reached this peer first.
-    const bool data_error = st.code() == WCCL_ERR_INVALID_ARGUMENT;
+    const bool data_error = st.code() == WCCL_ERR_INVALID_ARGUMENT || st.code() == WCCL_ERR_CUDA;
     if (aborted_) {
       decide(op, WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
     } else if (!data_error && (!epoch_failure_.ok() || epoch_ != op->epoch)) {
@@ -789,12 +815,24 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
 Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::unique_lock<std::mutex> &lock) {
   if (op->state == Op::State::kDecided) {
     op->state = Op::State::kFinished;
-    std::unique_ptr<uint8_t[]> scratch = std::move(op->scratch);
+    algo::Bytes scratch = std::move(op->scratch);
     if (op->outcome.ok() && !op->results.empty()) {
       // The op is this caller's alone now: copy without holding the communicator's lock.
       lock.unlock();
-      for (const Op::ResultCopy &r : op->results) std::memcpy(r.to, scratch.get() + r.from, r.bytes);
+      Status copied;
+      for (const Op::ResultCopy &r : op->results) {
+        if (op->device != nullptr) {
+          copied = op->device->copy_out(r.to, scratch.get() + r.from, r.bytes);
+          if (!copied.ok()) break;
+        } else {
+          std::memcpy(r.to, scratch.get() + r.from, r.bytes);
+        }
+      }
       lock.lock();
+      if (!copied.ok()) {  // committed everywhere, but this member's result did not reach its buffer
+        op->outcome = WCCL_ERROR(copied.code(), "operation %llu committed, but copying its result out failed: %s",
+                                 static_cast<unsigned long long>(op->seq), copied.message().c_str());
+      }
     }
     if (scratch) {
       if (spare_.size() >= kMaxSpareBuffers) {

@@ -156,6 +156,9 @@ class Communicator {
   std::map<std::pair<uint64_t, coord::PeerId>, std::shared_ptr<net::Link>> early_;
 
   // Operations, under mu_.
+  // One per GPU that held a caller's buffers; outlives every Op's and spare's scratch (declared
+  // before them).
+  std::map<gpu::Device *, std::unique_ptr<algo::DeviceMemory>> device_memory_;
   const size_t chunk_bytes_;
   const bool sync_compress_;
   const size_t tree_max_bytes_;
@@ -167,7 +170,7 @@ class Communicator {
   algo::Exchange *running_exchange_ = nullptr;  // cancelled on revocation or abort
   std::map<uint64_t, std::shared_ptr<Op>> awaiting_;  // data phase done: seq -> op
   size_t undecided_ = 0;  // queued + running + awaiting
-  std::vector<std::pair<size_t, std::unique_ptr<uint8_t[]>>> spare_;  // scratch buffers for reuse
+  std::vector<std::pair<size_t, algo::Bytes>> spare_;  // scratch buffers for reuse (host or device)
   bool stop_ = false;
   std::thread worker_;
 };

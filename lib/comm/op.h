@@ -20,8 +20,9 @@ struct OpStats {
   algo::Algo algo = algo::Algo::kRing;  // the algorithm that ran (kAuto resolved)
 };
 
-// The result lands in a scratch buffer and is copied to the caller's buffer only once the
-// operation is committed, so a failed operation leaves the caller's buffers as they were.
+// The result lands in a scratch buffer (in the memory of the caller's buffers) and is copied to
+// the caller's buffer only once the operation is committed, so a failed operation leaves the
+// caller's buffers as they were.
 class Op {
  public:
   using Clock = std::chrono::steady_clock;
@@ -41,7 +42,18 @@ class Op {
     size_t bytes = 0;
   };
 
+  Op() = default;
+  ~Op() {
+    if (ready != nullptr) device->device().destroy_event(ready);
+  }
+  Op(const Op &) = delete;
+  Op &operator=(const Op &) = delete;
+
   algo::Collective c;  // c.in is the caller's input; c.out points into scratch while it runs
+  // Device buffers: the communicator's memory on their GPU (c.memory), and an event of the
+  // caller's stream recorded at the call, which the data phase waits for (null once it has).
+  algo::DeviceMemory *device = nullptr;
+  gpu::Event ready = nullptr;
   std::vector<ResultCopy> results;
   size_t result_bytes = 0;  // the scratch buffer the data phase needs
   uint64_t epoch = 0;
@@ -53,7 +65,7 @@ class Op {
   // Guarded by the communicator's mutex.
   State state = State::kQueued;
   Status outcome;
-  std::unique_ptr<uint8_t[]> scratch;
+  algo::Bytes scratch;  // in c.memory
   size_t scratch_bytes = 0;
   OpStats stats;
   Clock::time_point decided_at;

@@ -171,11 +171,8 @@ def test_tensors_on_other_devices_are_refused(members):
     assert members(1, fn) == [True]
 
 
-# Device buffers in the collectives are issue 5's remaining part: until they land the library
-# refuses them (UNSUPPORTED), and this test says so by failing strictly as expected; once they
-# land it passes, and the marker must go.
+# CUDA tensors go to the library as device pointers, ordered after torch's current stream.
 @pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs torch with a CUDA device")
-@pytest.mark.xfail(strict=True, raises=wccl.UnsupportedError, reason="device buffers are not in this release")
 def test_cuda_tensors(members):
     def fn(comm):
         t = torch.full((1000,), comm.rank + 1.0, device="cuda")

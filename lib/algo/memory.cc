@@ -1,0 +1,253 @@
+#include "algo/memory.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+namespace wccl::algo {
+
+void ReturnBytes::operator()(uint8_t *p) const {
+  if (p != nullptr && memory != nullptr) memory->give_back(p, device);
+}
+
+namespace {
+
+class HostMemory final : public Memory {
+ public:
+  bool host() const override { return true; }
+  const char *name() const override { return "host"; }
+  Status host_bytes(size_t n, Bytes *out) override { return scratch(n, out); }
+  Status scratch(size_t n, Bytes *out) override {
+    out->reset();
+    if (n == 0) return Status();
+    auto *p = new (std::nothrow) uint8_t[n];
+    if (p == nullptr) return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "no memory for %zu bytes of host scratch", n);
+    *out = Bytes(p, ReturnBytes{this, false});
+    return Status();
+  }
+  Status copy(void *dst, const void *src, size_t n) override {
+    if (n != 0 && dst != src) std::memmove(dst, src, n);
+    return Status();
+  }
+  Status to_host(uint8_t *dst, const void *src, size_t n) override { return copy(dst, src, n); }
+  Status from_host(void *dst, const uint8_t *src, size_t n) override { return copy(dst, src, n); }
+  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
+                     size_t count) override {
+    codec::reduce_into(t, op, dst, mine, got, count);
+    return Status();
+  }
+  Status finish_avg(codec::Dtype t, void *dst, size_t count, int by) override {
+    codec::finish_avg(t, dst, count, by);
+    return Status();
+  }
+  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire, size_t first) override {
+    return codec::encode(w, src, count, wire, first);
+  }
+  Status decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) override {
+    return codec::decode(w, wire, len, count, dst);
+  }
+  Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
+                       const float *mine) override {
+    return codec::decode_reduce(w, op, wire, len, count, dst, mine);
+  }
+
+ protected:
+  void give_back(uint8_t *p, bool) override { delete[] p; }
+};
+
+}  // namespace
+
+Memory &host_memory() {
+  static HostMemory *host = new HostMemory;  // never destroyed: scratch may be returned at exit
+  return *host;
+}
+
+// --- DeviceMemory ---------------------------------------------------------------------------------
+
+std::unique_ptr<DeviceMemory> DeviceMemory::create(gpu::Device &device, Status *st) {
+  gpu::Stream work = nullptr, commit = nullptr;
+  *st = device.create_stream(&work);
+  if (st->ok()) *st = device.create_stream(&commit);
+  if (!st->ok()) {
+    device.destroy_stream(work);
+    return nullptr;
+  }
+  return std::unique_ptr<DeviceMemory>(new DeviceMemory(device, work, commit));
+}
+
+DeviceMemory::DeviceMemory(gpu::Device &device, gpu::Stream work, gpu::Stream commit)
+    : dev_(device), work_(work), commit_(commit) {}
+
+DeviceMemory::~DeviceMemory() {
+  (void)dev_.synchronize(work_);
+  (void)dev_.synchronize(commit_);
+  workspace_.reset();
+  decoded_.reset();
+  dev_.destroy_stream(work_);
+  dev_.destroy_stream(commit_);
+  for (uint8_t *p : spare_pinned_) dev_.free_pinned(p);
+}
+
+Status DeviceMemory::host_bytes(size_t n, Bytes *out) {
+  out->reset();
+  if (n == 0) return Status();
+  {
+    // The smallest spare that fits and is at most twice as large.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto best = spare_pinned_.end();
+    for (auto it = spare_pinned_.begin(); it != spare_pinned_.end(); ++it) {
+      const size_t size = pinned_size_[*it];
+      if (size >= n && size / 2 <= n && (best == spare_pinned_.end() || size < pinned_size_[*best])) best = it;
+    }
+    if (best != spare_pinned_.end()) {
+      *out = Bytes(*best, ReturnBytes{this, false});
+      spare_pinned_.erase(best);
+      return Status();
+    }
+  }
+  void *p = nullptr;
+  const Status st = dev_.alloc_pinned(&p, n);
+  if (!st.ok()) {
+    return WCCL_ERROR(st.code() == WCCL_ERR_CUDA ? WCCL_ERR_NO_MEMORY : st.code(), "%s: %zu bytes of page-locked memory: %s",
+                      name(), n, st.message().c_str());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  pinned_size_[static_cast<uint8_t *>(p)] = n;
+  *out = Bytes(static_cast<uint8_t *>(p), ReturnBytes{this, false});
+  return Status();
+}
+
+Status DeviceMemory::scratch(size_t n, Bytes *out) {
+  out->reset();
+  if (n == 0) return Status();
+  void *p = nullptr;
+  const Status st = dev_.alloc(&p, n);
+  if (!st.ok()) {
+    return WCCL_ERROR(st.code() == WCCL_ERR_CUDA ? WCCL_ERR_NO_MEMORY : st.code(), "%s: %zu bytes of device memory: %s",
+                      name(), n, st.message().c_str());
+  }
+  *out = Bytes(static_cast<uint8_t *>(p), ReturnBytes{this, true});
+  return Status();
+}
+
+void DeviceMemory::give_back(uint8_t *p, bool device) {
+  // A call that failed midway may have left work queued that still uses the memory.
+  (void)dev_.synchronize(work_);
+  if (device) {
+    dev_.free(p);
+    return;
+  }
+  uint8_t *evict = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_pinned_.push_back(p);
+    if (spare_pinned_.size() > kMaxSparePinned) {
+      evict = spare_pinned_.front();
+      spare_pinned_.erase(spare_pinned_.begin());
+      pinned_size_.erase(evict);
+    }
+  }
+  if (evict != nullptr) dev_.free_pinned(evict);
+}
+
+Status DeviceMemory::workspace(size_t n, uint8_t **at) {
+  if (workspace_bytes_ < n) {
+    workspace_.reset();
+    workspace_bytes_ = 0;
+    WCCL_RETURN_IF_ERROR(scratch(n, &workspace_));
+    workspace_bytes_ = n;
+  }
+  *at = workspace_.get();
+  return Status();
+}
+
+Status DeviceMemory::copy(void *dst, const void *src, size_t n) {
+  if (n == 0 || dst == src) return Status();
+  WCCL_RETURN_IF_ERROR(dev_.copy(dst, src, n, work_));
+  return dev_.synchronize(work_);
+}
+
+Status DeviceMemory::to_host(uint8_t *dst, const void *src, size_t n) { return copy(dst, src, n); }
+
+Status DeviceMemory::from_host(void *dst, const uint8_t *src, size_t n) { return copy(dst, src, n); }
+
+Status DeviceMemory::reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
+                                 size_t count) {
+  if (count == 0) return Status();
+  const size_t bytes = count * codec::dtype_size(t);
+  uint8_t *ws = nullptr;
+  WCCL_RETURN_IF_ERROR(workspace(bytes, &ws));
+  WCCL_RETURN_IF_ERROR(dev_.copy(ws, got, bytes, work_));
+  WCCL_RETURN_IF_ERROR(dev_.reduce_into(t, op, dst, mine, ws, count, work_));
+  return dev_.synchronize(work_);
+}
+
+Status DeviceMemory::finish_avg(codec::Dtype t, void *dst, size_t count, int by) {
+  if (count == 0) return Status();
+  WCCL_RETURN_IF_ERROR(dev_.finish_avg(t, dst, count, by, work_));
+  return dev_.synchronize(work_);
+}
+
+Status DeviceMemory::encode(codec::Wire w, const float *src, size_t count, uint8_t *wire, size_t first) {
+  if (w == codec::Wire::kNative) return to_host(wire, src, count * 4);
+  if (count == 0) return Status();
+  const size_t len = codec::wire_size(w, count);
+  uint8_t *ws = nullptr;
+  WCCL_RETURN_IF_ERROR(workspace(len, &ws));
+  WCCL_RETURN_IF_ERROR(dev_.encode(w, src, count, ws, first, work_));
+  WCCL_RETURN_IF_ERROR(dev_.copy(wire, ws, len, work_));
+  return dev_.synchronize(work_);
+}
+
+Status DeviceMemory::decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) {
+  WCCL_RETURN_IF_ERROR(codec::validate(w, wire, len, count));
+  if (w == codec::Wire::kNative) return from_host(dst, wire, len);
+  if (count == 0) return Status();
+  uint8_t *ws = nullptr;
+  WCCL_RETURN_IF_ERROR(workspace(len, &ws));
+  WCCL_RETURN_IF_ERROR(dev_.copy(ws, wire, len, work_));
+  WCCL_RETURN_IF_ERROR(dev_.decode(w, ws, count, dst, work_));
+  return dev_.synchronize(work_);
+}
+
+Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count,
+                                   float *dst, const float *mine) {
+  WCCL_RETURN_IF_ERROR(codec::validate(w, wire, len, count));
+  if (count == 0) return Status();
+  uint8_t *ws = nullptr;
+  WCCL_RETURN_IF_ERROR(workspace(len, &ws));
+  WCCL_RETURN_IF_ERROR(dev_.copy(ws, wire, len, work_));
+  if (w == codec::Wire::kInt8 && (op == codec::RedOp::kSum || op == codec::RedOp::kAvg)) {
+    WCCL_RETURN_IF_ERROR(dev_.int8_decode_add(ws, count, dst, mine, work_));  // fused, as on the CPU
+  } else {
+    const size_t bytes = count * sizeof(float);
+    if (w != codec::Wire::kNative && decoded_bytes_ < bytes) {
+      decoded_.reset();
+      decoded_bytes_ = 0;
+      WCCL_RETURN_IF_ERROR(scratch(bytes, &decoded_));
+      decoded_bytes_ = bytes;
+    }
+    const float *decoded = reinterpret_cast<const float *>(ws);
+    if (w != codec::Wire::kNative) {
+      WCCL_RETURN_IF_ERROR(dev_.decode(w, ws, count, reinterpret_cast<float *>(decoded_.get()), work_));
+      decoded = reinterpret_cast<const float *>(decoded_.get());
+    }
+    WCCL_RETURN_IF_ERROR(dev_.reduce_into(codec::Dtype::kF32, op, dst, mine, decoded, count, work_));
+  }
+  return dev_.synchronize(work_);
+}
+
+Status DeviceMemory::wait_for(gpu::Event e) {
+  const Status st = dev_.wait(work_, e);
+  dev_.destroy_event(e);
+  return st;
+}
+
+Status DeviceMemory::copy_out(void *dst, const void *src, size_t n) {
+  if (n == 0) return Status();
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  WCCL_RETURN_IF_ERROR(dev_.copy(dst, src, n, commit_));
+  return dev_.synchronize(commit_);
+}
+
+}  // namespace wccl::algo
