@@ -110,6 +110,28 @@ std::vector<float> random_floats(size_t n, float lo, float hi, std::mt19937 &rng
   return v;
 }
 
+// AVG over more members than the element type can count: integers divide in 64 bits, with
+// truncation toward zero.
+TEST(CodecTiers, IntegerAverageDividesByAnyMemberCount) {
+  for (Tier tier : codec::kTiers) {
+    const Kernels *k = codec::kernels_for(tier);
+    if (k == nullptr) continue;
+    int8_t i8[2] = {120, -120};
+    k->finish_avg(Dtype::kI8, i8, 2, 200);
+    EXPECT_EQ(i8[0], 0) << k->name;
+    EXPECT_EQ(i8[1], 0) << k->name;
+    uint8_t u8 = 255;
+    k->finish_avg(Dtype::kU8, &u8, 1, 256);
+    EXPECT_EQ(u8, 0) << k->name;
+    u8 = 200;
+    k->finish_avg(Dtype::kU8, &u8, 1, 7);
+    EXPECT_EQ(u8, 28) << k->name;
+    int32_t i32 = -15;
+    k->finish_avg(Dtype::kI32, &i32, 1, 7);
+    EXPECT_EQ(i32, -2) << k->name;
+  }
+}
+
 TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
   const Kernels &ref = *codec::kernels_for(Tier::kScalar);
   std::mt19937 rng(11);

@@ -115,6 +115,10 @@ TEST_F(GpuTest, ReductionsMatchTheCpuBitForBit) {
       ASSERT_TRUE(gpu::reduce_into(t, op, da.as<void>(), da.as<void>(), db.as<void>(), n, nullptr).ok());
       ASSERT_TRUE(gpu::synchronize(nullptr).ok());
       ASSERT_EQ(da.host(), want) << codec::dtype_name(t) << " " << codec::redop_name(op);
+      codec::finish_avg(t, want.data(), n, 7);
+      ASSERT_TRUE(gpu::finish_avg(t, da.as<void>(), n, 7, nullptr).ok());
+      ASSERT_TRUE(gpu::synchronize(nullptr).ok());
+      ASSERT_EQ(da.host(), want) << codec::dtype_name(t) << " " << codec::redop_name(op) << " then averaged over 7";
     }
   }
 }
@@ -143,6 +147,10 @@ TEST(GpuStubs, EveryEntryPointReportsUnsupported) {
   uint8_t b[16];
   EXPECT_EQ(gpu::int8_encode(&f, 1, b, nullptr).code(), WCCL_ERR_UNSUPPORTED);
   EXPECT_EQ(gpu::reduce_into(Dtype::kF32, RedOp::kSum, &f, &f, &f, 1, nullptr).code(), WCCL_ERR_UNSUPPORTED);
+  EXPECT_EQ(gpu::finish_avg(Dtype::kF32, &f, 1, 2, nullptr).code(), WCCL_ERR_UNSUPPORTED);
+  void *stream = &f;
+  EXPECT_EQ(gpu::stream_create(&stream).code(), WCCL_ERR_UNSUPPORTED);
+  EXPECT_EQ(stream, nullptr);
 }
 
 #endif
