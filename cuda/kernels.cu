@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "codec/half.h"
+#include "codec/hash.h"
 #include "codec/kernels.h"
 #include "wccl_cuda.h"
 
@@ -406,6 +407,20 @@ Status reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, s
     }
   }
   return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "unknown dtype %d", static_cast<int>(t));
+}
+
+__global__ void hash_blocks_kernel(const uint8_t *data, size_t len, uint64_t *out, size_t blocks) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < blocks; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t at = i * codec::kHashBlock;
+    out[i] = codec::hash64(data + at, len - at < codec::kHashBlock ? len - at : codec::kHashBlock);
+  }
+}
+
+Status hash_blocks(const void *data, size_t len, uint64_t *out, void *stream) {
+  const size_t blocks = codec::hash_blocks(len);
+  if (blocks == 0) return Status();
+  hash_blocks_kernel<<<grid_for(blocks), kThreads, 0, as_stream(stream)>>>(static_cast<const uint8_t *>(data), len, out, blocks);
+  return cuda_status(cudaGetLastError(), "hash kernel");
 }
 
 Status finish_avg(Dtype t, void *dst, size_t n, int by, void *stream) {

@@ -44,5 +44,6 @@ Status bf16_encode(const float *, size_t, uint16_t *, void *) { return unsupport
 Status bf16_decode(const uint16_t *, size_t, float *, void *) { return unsupported(); }
 Status reduce_into(codec::Dtype, codec::RedOp, void *, const void *, const void *, size_t, void *) { return unsupported(); }
 Status finish_avg(codec::Dtype, void *, size_t, int, void *) { return unsupported(); }
+Status hash_blocks(const void *, size_t, uint64_t *, void *) { return unsupported(); }
 
 }  // namespace wccl::gpu

@@ -62,5 +62,8 @@ Status bf16_decode(const uint16_t *src, size_t n, float *dst, void *stream);
 Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t n, void *stream);
 // dst[i] /= by, as codec::finish_avg.
 Status finish_avg(codec::Dtype t, void *dst, size_t n, int by, void *stream);
+// out[i] = codec::hash64 of block i of the len bytes at data (codec/hash.h: codec::hash_blocks(len)
+// blocks of codec::kHashBlock bytes), one thread per block.
+Status hash_blocks(const void *data, size_t len, uint64_t *out, void *stream);
 
 }  // namespace wccl::gpu

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "codec/hash.h"
 #include "codec/kernels.h"
 
 namespace wccl::test {
@@ -229,6 +231,21 @@ Status EmulatedGpu::finish_avg(codec::Dtype t, void *dst, size_t count, int by, 
   enqueue(s, [this, t, dst, count, by] {
     uint8_t *d = at(dst, count * codec::dtype_size(t));
     if (d != nullptr) codec::finish_avg(t, d, count, by);
+  });
+  return Status();
+}
+
+Status EmulatedGpu::hash_blocks(const void *data, size_t len, uint64_t *out, gpu::Stream s) {
+  WCCL_RETURN_IF_ERROR(fault("hash_blocks"));
+  enqueue(s, [this, data, len, out] {
+    const size_t blocks = codec::hash_blocks(len);
+    const uint8_t *in = at(data, len);
+    auto *h = reinterpret_cast<uint64_t *>(at(out, blocks * sizeof(uint64_t)));
+    if (in == nullptr || h == nullptr) return;
+    for (size_t i = 0; i < blocks; ++i) {
+      const size_t from = i * codec::kHashBlock;
+      h[i] = codec::hash64(in + from, std::min(codec::kHashBlock, len - from));
+    }
   });
   return Status();
 }

@@ -67,6 +67,7 @@ class EmulatedGpu final : public gpu::EmulatedDevice {
   Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t count,
                      gpu::Stream s) override;
   Status finish_avg(codec::Dtype t, void *dst, size_t count, int by, gpu::Stream s) override;
+  Status hash_blocks(const void *data, size_t len, uint64_t *out, gpu::Stream s) override;
 
  private:
   struct Queue {

@@ -335,6 +335,14 @@ TEST_F(CollectiveApi, DeviceBuffersAreFoundCheckedAndOrderedAfterTheCallersStrea
   const std::vector<uint8_t> got = gpu.read(dout, sizeof(in));
   EXPECT_EQ(std::memcmp(got.data(), in, sizeof(in)), 0) << "a world of one copies the input";
   ASSERT_EQ(wccl_broadcast(dout, dout, 3, WCCL_F32, 0, comm_, nullptr), WCCL_OK) << wccl_last_error();
+  // State sync takes device tensors, whose `device` must say so.
+  wccl_tensor_t t = {"w", dout, 3, WCCL_F32, WCCL_DEVICE_HOST};
+  uint64_t rev = 4;
+  expect(wccl_state_sync(comm_, &t, 1, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "tensor \"w\" is WCCL_DEVICE_HOST, but its data is device memory of emulated-gpu");
+  t.device = WCCL_DEVICE_CUDA;
+  ASSERT_EQ(wccl_state_sync(comm_, &t, 1, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_OK) << wccl_last_error();
+  EXPECT_EQ(rev, 4u);
   gpu.destroy_stream(stream);
   gpu.free(din);
   gpu.free(dout);
@@ -365,7 +373,12 @@ TEST_F(CollectiveApi, StateSyncArgumentsAreChecked) {
   expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "\"b\": dtype 12");
   t[1].dtype = WCCL_F32;
   t[1].device = WCCL_DEVICE_CUDA;
-  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_UNSUPPORTED, "device tensors");
+  if (wccl::gpu::available()) {
+    expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+           "\"b\" is WCCL_DEVICE_CUDA, but its data is not device memory");
+  } else {
+    expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_UNSUPPORTED, "this library has no CUDA");
+  }
   t[1].device = WCCL_DEVICE_HOST;
   t[1].data = nullptr;
   expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "\"b\": data is NULL");

@@ -535,6 +535,53 @@ TEST_F(CollectivesTest, StateSyncJoinerCatchesUpFromThreeDonors) {
 // With sync_compress on (the default), whether a donor compresses depends on how fast this machine
 // compresses against how fast its loopback carries bytes; either way the joiner ends with the
 // elected tensors, and never receives more than their size.
+// Device tensors (on an emulated GPU) next to host tensors: a joiner whose zeroed tensors are
+// device memory catches up from a donor with device tensors and two with host tensors; then a
+// drifted device tensor is found by its GPU hash, and only it moves.
+TEST_F(CollectivesTest, StateSyncWithDeviceTensors) {
+  test::EmulatedGpu gpu;
+  gpu.install();
+  extra_config_["sync_compress"] = "off";
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<State> states = {State(true), State(true), State(true), State(false)};
+  std::vector<std::vector<SyncTensor>> lists;
+  std::vector<void *> allocated;
+  for (size_t i = 0; i < 4; ++i) {
+    lists.push_back(states[i].tensors());
+    if (i != 0 && i != 3) continue;  // members 0 and 3 hold theirs on the GPU
+    for (SyncTensor &t : lists.back()) {
+      t.data = gpu.alloc_copy(t.data, t.count * sizeof(float));
+      t.device = &gpu;
+      allocated.push_back(t.data);
+    }
+  }
+  auto device_tensor = [&](size_t member, size_t k) {
+    const std::vector<uint8_t> b = gpu.read(lists[member][k].data, lists[member][k].count * sizeof(float));
+    std::vector<float> v(lists[member][k].count);
+    if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
+    return v;
+  };
+  auto calls = sync_all(raw(comms), states, {7, 7, 7, 0}, lists);
+  const State want(true);
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(calls[i].status.ok()) << "member " << i << ": " << calls[i].status.to_string();
+  EXPECT_EQ(calls[3].stats.sources, 3u) << "the device donor sends too";
+  EXPECT_EQ(calls[3].stats.bytes_received, kBig * sizeof(float));
+  for (size_t k = 0; k < want.t.size(); ++k) EXPECT_TRUE(device_tensor(3, k) == want.t[k]) << "tensor " << k;
+  std::vector<float> drifted = device_tensor(0, 3);
+  drifted[2] = -1.0f;
+  gpu.write(lists[0][3].data, drifted.data(), drifted.size() * sizeof(float));
+  calls = sync_all(raw(comms), states, {8, 8, 8, 8}, lists);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(calls[i].status.ok()) << calls[i].status.to_string();
+    EXPECT_EQ(calls[i].stats.bytes_received, i == 0 ? 12u : 0u);
+  }
+  EXPECT_TRUE(device_tensor(0, 3) == want.t[3]);
+  comms.clear();  // they keep memory on the GPU
+  for (void *p : allocated) gpu.free(p);
+  EXPECT_EQ(gpu.live_allocations(), 0u);
+}
+
 TEST_F(CollectivesTest, StateSyncWithCompressionWhereItPays) {
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);

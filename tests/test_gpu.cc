@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codec/half.h"
+#include "codec/hash.h"
 #include "codec/kernels.h"
 #include "codec/wire.h"
 #include "wccl_cuda.h"
@@ -121,6 +122,19 @@ TEST_F(GpuTest, ReductionsMatchTheCpuBitForBit) {
       ASSERT_EQ(da.host(), want) << codec::dtype_name(t) << " " << codec::redop_name(op) << " then averaged over 7";
     }
   }
+}
+
+TEST_F(GpuTest, TensorHashBlocksMatchTheCpu) {
+  std::vector<uint8_t> x(5 * codec::kHashBlock + 13);
+  std::mt19937 rng(3);
+  for (auto &b : x) b = static_cast<uint8_t>(rng());
+  const size_t blocks = codec::hash_blocks(x.size());
+  DeviceBuffer dx(x.data(), x.size()), dh(blocks * 8);
+  ASSERT_TRUE(gpu::hash_blocks(dx.as<void>(), x.size(), dh.as<uint64_t>(), nullptr).ok());
+  const Bytes h = dh.host();
+  std::vector<uint64_t> hashes(blocks);
+  std::memcpy(hashes.data(), h.data(), h.size());
+  EXPECT_EQ(codec::combine_block_hashes(hashes.data(), blocks), codec::tensor_hash(x.data(), x.size()));
 }
 
 TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {

@@ -10,6 +10,7 @@
 #include "algo/state_sync.h"
 #include "codec/compress.h"
 #include "codec/hash.h"
+#include "emulated_device.h"
 #include "memory_channel.h"
 
 namespace wccl::algo {
@@ -47,6 +48,29 @@ TEST(Hash, DoesNotDependOnAlignment) {
   std::vector<uint8_t> a(300), b(301);
   for (size_t i = 0; i < a.size(); ++i) a[i] = b[i + 1] = static_cast<uint8_t>(i * 37);
   EXPECT_EQ(codec::hash64(a.data(), a.size()), codec::hash64(b.data() + 1, a.size()));
+}
+
+// A tensor's hash covers its 16 KiB blocks in order, and a GPU computes the same one.
+TEST(Hash, TensorHashIsPerBlockAndTheGpuAgrees) {
+  std::vector<uint8_t> buf(3 * codec::kHashBlock + 7);
+  std::mt19937 rng(9);
+  for (auto &b : buf) b = static_cast<uint8_t>(rng());
+  EXPECT_EQ(codec::tensor_hash(buf.data(), 100), codec::combine_block_hashes(std::vector<uint64_t>{codec::hash64(buf.data(), 100)}.data(), 1));
+  const uint64_t whole = codec::tensor_hash(buf.data(), buf.size());
+  std::swap(buf[10], buf[codec::kHashBlock + 10]);  // the same bytes in other blocks
+  EXPECT_NE(codec::tensor_hash(buf.data(), buf.size()), whole);
+  std::swap(buf[10], buf[codec::kHashBlock + 10]);
+  test::EmulatedGpu gpu;
+  Status st;
+  std::unique_ptr<DeviceMemory> memory = DeviceMemory::create(gpu, &st);
+  ASSERT_TRUE(memory) << st.to_string();
+  for (size_t len : {size_t{0}, size_t{1}, codec::kHashBlock - 1, codec::kHashBlock, codec::kHashBlock + 1, buf.size()}) {
+    void *d = gpu.alloc_copy(buf.data(), len);
+    uint64_t h = 0;
+    ASSERT_TRUE(memory->hash(d, len, &h).ok());
+    EXPECT_EQ(h, codec::tensor_hash(buf.data(), len)) << "length " << len;
+    gpu.free(d);
+  }
 }
 
 MemberState state(SyncMode mode, uint64_t revision, std::vector<uint64_t> hashes) {
@@ -266,7 +290,7 @@ MemberState describe(const std::vector<std::vector<uint8_t>> &tensors, uint64_t 
   s.revision = revision;
   for (size_t i = 0; i < tensors.size(); ++i) {
     s.tensors.push_back({"w" + std::to_string(i), Dtype::kU8, tensors[i].size(),
-                         codec::hash64(tensors[i].data(), tensors[i].size())});
+                         codec::tensor_hash(tensors[i].data(), tensors[i].size())});
   }
   return s;
 }

@@ -354,13 +354,14 @@ typedef enum wccl_sync_mode {
 
 typedef enum wccl_device {
   WCCL_DEVICE_HOST = 0,
-  WCCL_DEVICE_CUDA = 1 /* not in this release: UNSUPPORTED */
+  WCCL_DEVICE_CUDA = 1 /* CUDA device memory, hashed and sent by its GPU (UNSUPPORTED without CUDA) */
 } wccl_device_t;
 
 /* One named tensor of the shared state. */
 typedef struct wccl_tensor {
   const char *name; /* unique within the call, 1 to 1024 bytes */
-  void *data;       /* count elements of dtype; written only when this member receives the tensor */
+  void *data;       /* count elements of dtype, host or device memory (`device`); written only
+                       when this member receives the tensor */
   size_t count;
   int32_t dtype;  /* wccl_dtype_t */
   int32_t device; /* wccl_device_t */
@@ -389,7 +390,9 @@ typedef struct wccl_sync_stats {
  * Errors: INVALID_ARGUMENT for a bad argument (naming it); INVALID_USAGE, on every member alike
  * and before any tensor data moves, when the members' tensor lists differ (naming the first
  * difference: count, name, dtype or element count) or send-only members disagree or every member
- * is receive-only; UNSUPPORTED for device tensors; the collectives' other errors. A member lost
+ * is receive-only; INVALID_ARGUMENT when `device` disagrees with where `data` is; UNSUPPORTED for
+ * a CUDA tensor without CUDA; the collectives' other errors. Device tensors must be ready (the
+ * caller's streams synchronized) when the call is made. A member lost
  * during the call does not end it: the survivors re-form the epoch without it (admitting no
  * joiner; pending joiners wait for the next wccl_comm_update), and finish towards the state
  * elected before the loss from the remaining donors, so rank, size and epoch may change inside

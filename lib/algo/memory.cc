@@ -4,6 +4,8 @@
 #include <cstring>
 #include <new>
 
+#include "codec/hash.h"
+
 namespace wccl::algo {
 
 void ReturnBytes::operator()(uint8_t *p) const {
@@ -133,6 +135,7 @@ Status DeviceMemory::scratch(size_t n, Bytes *out) {
 void DeviceMemory::give_back(uint8_t *p, bool device) {
   // A call that failed midway may have left work queued that still uses the memory.
   (void)dev_.synchronize(work_);
+  (void)dev_.synchronize(commit_);
   if (device) {
     dev_.free(p);
     return;
@@ -241,6 +244,22 @@ Status DeviceMemory::wait_for(gpu::Event e) {
   const Status st = dev_.wait(work_, e);
   dev_.destroy_event(e);
   return st;
+}
+
+Status DeviceMemory::hash(const void *data, size_t len, uint64_t *out) {
+  const size_t blocks = codec::hash_blocks(len);
+  std::vector<uint64_t> hashes(blocks);
+  if (blocks != 0) {
+    Bytes device_hashes;
+    WCCL_RETURN_IF_ERROR(scratch(blocks * sizeof(uint64_t), &device_hashes));
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    auto *h = reinterpret_cast<uint64_t *>(device_hashes.get());
+    WCCL_RETURN_IF_ERROR(dev_.hash_blocks(data, len, h, commit_));
+    WCCL_RETURN_IF_ERROR(dev_.copy(hashes.data(), h, blocks * sizeof(uint64_t), commit_));
+    WCCL_RETURN_IF_ERROR(dev_.synchronize(commit_));
+  }
+  *out = codec::combine_block_hashes(hashes.data(), blocks);
+  return Status();
 }
 
 Status DeviceMemory::copy_out(void *dst, const void *src, size_t n) {

@@ -100,6 +100,9 @@ class DeviceMemory final : public Memory {
   Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
                        const float *mine) override;
 
+  // codec::tensor_hash of len bytes of this device's memory, hashed by the GPU, on the caller's
+  // thread (the commit's stream).
+  Status hash(const void *data, size_t len, uint64_t *out);
   // Makes the data phase's stream wait for `e` (an event of the caller's stream); e is released.
   Status wait_for(gpu::Event e);
   // The commit: copies n bytes between any two of this device's memory and host memory, on the

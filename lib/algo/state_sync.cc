@@ -13,7 +13,7 @@ namespace wccl::algo {
 namespace {
 
 constexpr uint32_t kMagic = 0x31535357;  // "WSS1" little-endian
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;  // 2: hashes are codec::tensor_hash (of 16 KiB blocks' hash64s)
 
 class Writer {
  public:
@@ -270,8 +270,16 @@ struct Posted {
   size_t len;  // a send's wire bytes
 };
 
-// Posts and retires the plan's messages of this member; compressed sends read `slots`.
-Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, std::vector<std::vector<uint8_t>> *slots) {
+// What this member's sends read while in flight, one of each per window slot: a compressed
+// piece, and a device tensor's piece copied to host memory.
+struct SendSlots {
+  std::vector<std::vector<uint8_t>> frames = std::vector<std::vector<uint8_t>>(kSyncWindow);
+  std::vector<Bytes> copies = std::vector<Bytes>(kSyncWindow);
+  std::vector<size_t> copy_bytes = std::vector<size_t>(kSyncWindow, 0);
+};
+
+// Posts and retires the plan's messages of this member.
+Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, SendSlots *slots) {
   const int me = ex.rank();
   const std::vector<Transfer> &transfers = job.plan->transfers;
   SendCodec donor(job.compress, job.tensors.size());
@@ -299,10 +307,18 @@ Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, std::vector<st
     if (tr.donor == me) {
       // At most kSyncWindow messages are outstanding, so the send that last used this slot,
       // kSyncWindow sends ago, has been retired.
+      const size_t slot = sends++ % kSyncWindow;
       size_t len = 0;
       const uint8_t *raw = static_cast<const uint8_t *>(job.tensors[tr.tensor]) + tr.offset;
-      const uint8_t *bytes =
-          donor.encode(tr.tensor, raw, tr.bytes, elem_bytes(tr.tensor), &(*slots)[sends++ % kSyncWindow], &len);
+      if (DeviceMemory *device = tr.tensor < job.device.size() ? job.device[tr.tensor] : nullptr) {
+        if (slots->copy_bytes[slot] < tr.bytes) {
+          WCCL_RETURN_IF_ERROR(device->host_bytes(tr.bytes, &slots->copies[slot]));
+          slots->copy_bytes[slot] = tr.bytes;
+        }
+        WCCL_RETURN_IF_ERROR(device->to_host(slots->copies[slot].get(), raw, tr.bytes));
+        raw = slots->copies[slot].get();
+      }
+      const uint8_t *bytes = donor.encode(tr.tensor, raw, tr.bytes, elem_bytes(tr.tensor), &slots->frames[slot], &len);
       window.push_back({ex.send(tr.receiver, tag, bytes, len), &tr, true, len});
     } else if (tr.receiver == me) {
       window.push_back({ex.recv(tr.donor, tag, stage + job.stage_offset[tr.tensor] + tr.offset, tr.bytes, true), &tr,
@@ -321,13 +337,13 @@ Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, std::vector<st
 }  // namespace
 
 Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
-  std::vector<std::vector<uint8_t>> slots(kSyncWindow);  // compressed sends in flight
+  SendSlots slots;
   const Status st = transfer(ex, job, stage, &slots);
   ex.finish();  // before slots go: after a failure, sends may still read them
   WCCL_RETURN_IF_ERROR(st);
   for (size_t t = 0; t < job.stage_offset.size(); ++t) {
     if (job.stage_offset[t] == SyncJob::kNotReceived) continue;
-    if (codec::hash64(stage + job.stage_offset[t], job.tensor_bytes[t]) != job.plan->target.hashes[t]) {
+    if (codec::tensor_hash(stage + job.stage_offset[t], job.tensor_bytes[t]) != job.plan->target.hashes[t]) {
       return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state sync: tensor %zu as received does not hash to the elected state's",
                         t);
     }

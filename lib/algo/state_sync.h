@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algo/exchange.h"
+#include "algo/memory.h"
 #include "algo/send_codec.h"
 #include "codec/reduce.h"
 #include "core/status.h"
@@ -31,7 +32,7 @@ struct TensorInfo {
   std::string name;
   codec::Dtype dtype = codec::Dtype::kU8;
   uint64_t count = 0;
-  uint64_t hash = 0;  // codec::hash64 of the tensor's bytes
+  uint64_t hash = 0;  // codec::tensor_hash of the tensor's bytes
 };
 
 struct MemberState {
@@ -86,10 +87,12 @@ Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece
 
 // What one member runs the data phase with: its tensors (sent from, and written after the commit),
 // and for each tensor where it lands in the staging buffer (kNotReceived if it does not receive it).
+// The staging buffer is host memory; a tensor may be a GPU's (device).
 struct SyncJob {
   static constexpr size_t kNotReceived = SIZE_MAX;
   std::shared_ptr<const SyncPlan> plan;
   std::vector<void *> tensors;
+  std::vector<DeviceMemory *> device;  // each tensor's GPU, null for host memory (empty: all host)
   std::vector<size_t> tensor_bytes;
   std::vector<size_t> elem_bytes;  // each tensor's element size, for the byte shuffle (empty: 1)
   std::vector<size_t> stage_offset;

@@ -458,15 +458,23 @@ wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, s
                      fn, t.name, t.dtype);
       WCCL_CHECK_ARG(t.device == WCCL_DEVICE_HOST || t.device == WCCL_DEVICE_CUDA,
                      "%s: tensor \"%s\": device %d is not a wccl_device_t", fn, t.name, t.device);
-      if (t.device == WCCL_DEVICE_CUDA || wccl::gpu::device_of(t.data) != nullptr) {
-        return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: tensor \"%s\" is device memory; device tensors are not in this release",
+      wccl::gpu::Device *device = wccl::gpu::device_of(t.data);
+      if (t.device == WCCL_DEVICE_CUDA && device == nullptr && t.count != 0) {
+        if (!wccl::gpu::available()) {
+          return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: tensor \"%s\" is WCCL_DEVICE_CUDA, and this library has no CUDA", fn,
+                            t.name);
+        }
+        return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" is WCCL_DEVICE_CUDA, but its data is not device memory",
                           fn, t.name);
       }
+      WCCL_CHECK_ARG(t.device == WCCL_DEVICE_CUDA || device == nullptr,
+                     "%s: tensor \"%s\" is WCCL_DEVICE_HOST, but its data is device memory of %s", fn, t.name,
+                     device != nullptr ? device->name().c_str() : "");
       const auto dtype = static_cast<wccl::codec::Dtype>(t.dtype);
       WCCL_CHECK_ARG(t.count <= SIZE_MAX / wccl::codec::dtype_size(dtype), "%s: tensor \"%s\": count %zu is too large", fn,
                      t.name, t.count);
       WCCL_CHECK_ARG(t.count == 0 || t.data != nullptr, "%s: tensor \"%s\": data is NULL", fn, t.name);
-      list.push_back({t.name, t.data, dtype, t.count});
+      list.push_back({t.name, t.data, dtype, t.count, device});
     }
     wccl::comm::SyncStats s;
     uint64_t rev = *revision;

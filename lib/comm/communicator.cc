@@ -593,31 +593,25 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
   op->c.chunk_bytes = chunk_bytes_;
   op->c.algo = choose(c, n);
   WCCL_RETURN_IF_ERROR(algo::check(op->c, n));
+  if (c.device != nullptr) {
+    Result<algo::DeviceMemory *> memory = device_memory_locked(c.device);
+    if (!memory.ok()) return memory.status();
+    op->device = memory.value();
+    op->c.memory = memory.value();
+    WCCL_RETURN_IF_ERROR(c.device->record(c.after, &op->ready));
+  }
   if (c.kind == algo::Kind::kStateSync) {
     const algo::SyncJob &job = *c.sync;
     op->result_bytes = job.stage_bytes;
     for (size_t t = 0; t < job.stage_offset.size(); ++t) {
       if (job.stage_offset[t] != algo::SyncJob::kNotReceived) {
-        op->results.push_back({job.tensors[t], job.stage_offset[t], job.tensor_bytes[t]});
+        op->results.push_back({job.tensors[t], job.stage_offset[t], job.tensor_bytes[t],
+                                 t < job.device.size() ? job.device[t] : nullptr});
       }
     }
   } else {
     op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);
-    if (op->result_bytes != 0) op->results.push_back({c.out, 0, op->result_bytes});
-  }
-  if (c.device != nullptr) {
-    std::unique_ptr<algo::DeviceMemory> &memory = device_memory_[c.device];
-    if (!memory) {
-      Status st;
-      memory = algo::DeviceMemory::create(*c.device, &st);
-      if (!memory) {
-        device_memory_.erase(c.device);
-        return st;
-      }
-    }
-    op->device = memory.get();
-    op->c.memory = memory.get();
-    WCCL_RETURN_IF_ERROR(c.device->record(c.after, &op->ready));
+    if (op->result_bytes != 0) op->results.push_back({c.out, 0, op->result_bytes, op->device});
   }
   op->epoch = epoch_;
   op->seq = ++next_seq_;
@@ -632,6 +626,24 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
   ++undecided_;
   cv_.notify_all();
   return op;
+}
+
+Result<algo::DeviceMemory *> Communicator::device_memory(gpu::Device *device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_memory_locked(device);
+}
+
+Result<algo::DeviceMemory *> Communicator::device_memory_locked(gpu::Device *device) {
+  std::unique_ptr<algo::DeviceMemory> &memory = device_memory_[device];
+  if (!memory) {
+    Status st;
+    memory = algo::DeviceMemory::create(*device, &st);
+    if (!memory) {
+      device_memory_.erase(device);
+      return st;
+    }
+  }
+  return memory.get();
 }
 
 // algo=AUTO: the tree all-reduce below tree_max_bytes, where latency dominates (2 log2 n message
@@ -821,8 +833,8 @@ Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::
       lock.unlock();
       Status copied;
       for (const Op::ResultCopy &r : op->results) {
-        if (op->device != nullptr) {
-          copied = op->device->copy_out(r.to, scratch.get() + r.from, r.bytes);
+        if (r.device != nullptr) {
+          copied = r.device->copy_out(r.to, scratch.get() + r.from, r.bytes);
           if (!copied.ok()) break;
         } else {
           std::memcpy(r.to, scratch.get() + r.from, r.bytes);

@@ -74,6 +74,9 @@ class Communicator {
   coord::PeerId id() const { return id_; }
   size_t chunk_bytes() const { return chunk_bytes_; }  // the configured pipelining unit
   bool sync_compress() const { return sync_compress_; }  // config key sync_compress
+  // This communicator's memory on `device` (made on first use; it lives as long as the
+  // communicator), for state sync's device tensors. Collectives find theirs in submit().
+  Result<algo::DeviceMemory *> device_memory(gpu::Device *device);
   // Waits up to `timeout` for the revocation of the current epoch; true if it happened.
   bool wait_revoked(std::chrono::milliseconds timeout) const;
   // The links of the current epoch to this peer's neighbours (ring and trees) by rank, once all
@@ -159,6 +162,7 @@ class Communicator {
   // One per GPU that held a caller's buffers; outlives every Op's and spare's scratch (declared
   // before them).
   std::map<gpu::Device *, std::unique_ptr<algo::DeviceMemory>> device_memory_;
+  Result<algo::DeviceMemory *> device_memory_locked(gpu::Device *device);
   const size_t chunk_bytes_;
   const bool sync_compress_;
   const size_t tree_max_bytes_;

@@ -40,6 +40,7 @@ class Op {
     void *to = nullptr;
     size_t from = 0;
     size_t bytes = 0;
+    algo::DeviceMemory *device = nullptr;  // copies with this GPU (`to` or the scratch on it); null: memcpy
   };
 
   Op() = default;

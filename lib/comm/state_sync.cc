@@ -81,11 +81,23 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
   mine.revision = *revision;
   std::vector<void *> data;
   std::vector<size_t> bytes, elem_bytes;
+  std::vector<algo::DeviceMemory *> device;
   for (const SyncTensor &t : tensors) {
     bytes.push_back(t.count * codec::dtype_size(t.dtype));
     elem_bytes.push_back(codec::dtype_size(t.dtype));
     data.push_back(t.data);
-    mine.tensors.push_back({t.name, t.dtype, t.count, codec::hash64(t.data, bytes.back())});
+    uint64_t hash = 0;
+    if (t.device != nullptr) {
+      Result<algo::DeviceMemory *> memory = comm.device_memory(t.device);
+      if (!memory.ok()) return memory.status().with_context("state sync: tensor \"" + t.name + "\"");
+      device.push_back(memory.value());
+      const Status hashed = memory.value()->hash(t.data, bytes.back(), &hash);
+      if (!hashed.ok()) return hashed.with_context("state sync: hashing tensor \"" + t.name + "\"");
+    } else {
+      device.push_back(nullptr);
+      hash = codec::tensor_hash(t.data, bytes.back());
+    }
+    mine.tensors.push_back({t.name, t.dtype, t.count, hash});
   }
   SyncStats s;
   std::shared_ptr<const algo::SyncJob> done;
@@ -93,6 +105,7 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
   for (;;) {
     auto job = std::make_shared<algo::SyncJob>();
     job->tensors = data;
+    job->device = device;
     job->tensor_bytes = bytes;
     job->elem_bytes = elem_bytes;
     job->compress = comm.sync_compress() && codec::compression_available() ? algo::Compress::kAuto

@@ -16,6 +16,7 @@ struct SyncTensor {
   void *data = nullptr;
   codec::Dtype dtype = codec::Dtype::kU8;
   size_t count = 0;
+  gpu::Device *device = nullptr;  // the GPU holding data; null: host memory
 };
 
 struct SyncStats {
@@ -29,7 +30,9 @@ struct SyncStats {
 };
 
 // Every member of the epoch calls it with the same tensor list (names, dtypes, counts, in one
-// order). Three operations of the communicator, each committed like a collective: all-gathers of
+// order); each member's tensors may be host or device memory, independently. A device tensor is
+// hashed by its GPU, sent from it through page-locked memory, and written by a copy to it at the
+// commit; the received bytes are staged and checked in host memory. Three operations of the communicator, each committed like a collective: all-gathers of
 // the members' descriptions (length, then the padded descriptions), then, if any member differs
 // from the elected state, the data phase (algo::run_sync), whose received tensors are copied into
 // the member's tensors only once it is committed. On OK every member holds the elected tensors and

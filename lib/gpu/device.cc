@@ -90,6 +90,10 @@ class CudaDevice final : public Device {
     WCCL_RETURN_IF_ERROR(set_device(ordinal_));
     return gpu::finish_avg(t, dst, count, by, s);
   }
+  Status hash_blocks(const void *data, size_t len, uint64_t *out, Stream s) override {
+    WCCL_RETURN_IF_ERROR(set_device(ordinal_));
+    return gpu::hash_blocks(data, len, out, s);
+  }
 
  private:
   const int ordinal_;

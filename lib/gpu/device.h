@@ -55,6 +55,9 @@ class Device {
   virtual Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t count,
                              Stream s) = 0;
   virtual Status finish_avg(codec::Dtype t, void *dst, size_t count, int by, Stream s) = 0;
+  // out[i] = codec::hash64 of block i (codec::kHashBlock bytes, the last shorter) of the len
+  // bytes at data: codec::hash_blocks(len) hashes into device memory.
+  virtual Status hash_blocks(const void *data, size_t len, uint64_t *out, Stream s) = 0;
 };
 
 // The device whose memory p points into, or null (host memory, or this build has no CUDA). The

@@ -181,3 +181,14 @@ def test_cuda_tensors(members):
 
     for t in members(2, fn):
         assert t.tolist() == [3.0] * 1000
+
+
+@pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs torch with a CUDA device")
+def test_cuda_tensors_in_sync_state(members):
+    def fn(comm):
+        w = torch.arange(100000, dtype=torch.float32, device="cuda") * (comm.rank == 0)
+        stats = comm.sync_state({"w": w}, revision=5 if comm.rank == 0 else 0)
+        return stats.revision, float(w.sum().item())
+
+    want = float(sum(range(100000)))
+    assert members(2, fn) == [(5, want), (5, want)]

@@ -327,8 +327,13 @@ class Communicator:
         ``revision``. InvalidUsageError (the same on every member, before data moves) names the first
         difference between the members' tensor lists. A member lost during the call is replaced by
         the remaining donors (rank, size and epoch may change); PeerLostError, with the arrays as
-        they were, only when no remaining member holds a tensor some member lacks."""
+        they were, only when no remaining member holds a tensor some member lacks. CUDA tensors are
+        hashed and sent by their GPU (after this call synchronizes their current streams)."""
         buffers = [export(array, True, f"tensor {name!r}") for name, array in tensors.items()]
+        for b in buffers:
+            if b.cuda:  # the library reads them on its own streams: the work queued on them must be done
+                import torch  # only reached with a CUDA tensor in hand
+                torch.cuda.current_stream(b.owner.device).synchronize()
         try:
             names = [str(name).encode() for name in tensors]
             table = (_lib.Tensor * max(1, len(buffers)))()
