@@ -241,7 +241,7 @@ Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t
 }
 
 Status DeviceMemory::wait_for(gpu::Event e) {
-  const Status st = dev_.wait(work_, e);
+  Status st = dev_.wait(work_, e);
   dev_.destroy_event(e);
   return st;
 }
