@@ -83,8 +83,8 @@ DeviceMemory::DeviceMemory(gpu::Device &device, gpu::Stream work, gpu::Stream co
 DeviceMemory::~DeviceMemory() {
   (void)dev_.synchronize(work_);
   (void)dev_.synchronize(commit_);
-  workspace_.reset();
-  decoded_.reset();
+  workspace_.bytes.reset();
+  decoded_.bytes.reset();
   dev_.destroy_stream(work_);
   dev_.destroy_stream(commit_);
   for (uint8_t *p : spare_pinned_) dev_.free_pinned(p);
@@ -153,14 +153,14 @@ void DeviceMemory::give_back(uint8_t *p, bool device) {
   if (evict != nullptr) dev_.free_pinned(evict);
 }
 
-Status DeviceMemory::workspace(size_t n, uint8_t **at) {
-  if (workspace_bytes_ < n) {
-    workspace_.reset();
-    workspace_bytes_ = 0;
-    WCCL_RETURN_IF_ERROR(scratch(n, &workspace_));
-    workspace_bytes_ = n;
+Status DeviceMemory::Grown::at_least(DeviceMemory &memory, size_t n, uint8_t **at) {
+  if (size < n) {
+    bytes.reset();
+    size = 0;
+    WCCL_RETURN_IF_ERROR(memory.scratch(n, &bytes));
+    size = n;
   }
-  *at = workspace_.get();
+  *at = bytes.get();
   return Status();
 }
 
@@ -179,7 +179,7 @@ Status DeviceMemory::reduce_into(codec::Dtype t, codec::RedOp op, void *dst, con
   if (count == 0) return Status();
   const size_t bytes = count * codec::dtype_size(t);
   uint8_t *ws = nullptr;
-  WCCL_RETURN_IF_ERROR(workspace(bytes, &ws));
+  WCCL_RETURN_IF_ERROR(workspace_.at_least(*this, bytes, &ws));
   WCCL_RETURN_IF_ERROR(dev_.copy(ws, got, bytes, work_));
   WCCL_RETURN_IF_ERROR(dev_.reduce_into(t, op, dst, mine, ws, count, work_));
   return dev_.synchronize(work_);
@@ -196,7 +196,7 @@ Status DeviceMemory::encode(codec::Wire w, const float *src, size_t count, uint8
   if (count == 0) return Status();
   const size_t len = codec::wire_size(w, count);
   uint8_t *ws = nullptr;
-  WCCL_RETURN_IF_ERROR(workspace(len, &ws));
+  WCCL_RETURN_IF_ERROR(workspace_.at_least(*this, len, &ws));
   WCCL_RETURN_IF_ERROR(dev_.encode(w, src, count, ws, first, work_));
   WCCL_RETURN_IF_ERROR(dev_.copy(wire, ws, len, work_));
   return dev_.synchronize(work_);
@@ -207,7 +207,7 @@ Status DeviceMemory::decode(codec::Wire w, const uint8_t *wire, size_t len, size
   if (w == codec::Wire::kNative) return from_host(dst, wire, len);
   if (count == 0) return Status();
   uint8_t *ws = nullptr;
-  WCCL_RETURN_IF_ERROR(workspace(len, &ws));
+  WCCL_RETURN_IF_ERROR(workspace_.at_least(*this, len, &ws));
   WCCL_RETURN_IF_ERROR(dev_.copy(ws, wire, len, work_));
   WCCL_RETURN_IF_ERROR(dev_.decode(w, ws, count, dst, work_));
   return dev_.synchronize(work_);
@@ -218,22 +218,17 @@ Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t
   WCCL_RETURN_IF_ERROR(codec::validate(w, wire, len, count));
   if (count == 0) return Status();
   uint8_t *ws = nullptr;
-  WCCL_RETURN_IF_ERROR(workspace(len, &ws));
+  WCCL_RETURN_IF_ERROR(workspace_.at_least(*this, len, &ws));
   WCCL_RETURN_IF_ERROR(dev_.copy(ws, wire, len, work_));
   if (w == codec::Wire::kInt8 && (op == codec::RedOp::kSum || op == codec::RedOp::kAvg)) {
     WCCL_RETURN_IF_ERROR(dev_.int8_decode_add(ws, count, dst, mine, work_));  // fused, as on the CPU
   } else {
-    const size_t bytes = count * sizeof(float);
-    if (w != codec::Wire::kNative && decoded_bytes_ < bytes) {
-      decoded_.reset();
-      decoded_bytes_ = 0;
-      WCCL_RETURN_IF_ERROR(scratch(bytes, &decoded_));
-      decoded_bytes_ = bytes;
-    }
-    const float *decoded = reinterpret_cast<const float *>(ws);
+    const float *decoded = reinterpret_cast<const float *>(ws);  // the native wire's bytes are floats
     if (w != codec::Wire::kNative) {
-      WCCL_RETURN_IF_ERROR(dev_.decode(w, ws, count, reinterpret_cast<float *>(decoded_.get()), work_));
-      decoded = reinterpret_cast<const float *>(decoded_.get());
+      uint8_t *floats = nullptr;
+      WCCL_RETURN_IF_ERROR(decoded_.at_least(*this, count * sizeof(float), &floats));
+      WCCL_RETURN_IF_ERROR(dev_.decode(w, ws, count, reinterpret_cast<float *>(floats), work_));
+      decoded = reinterpret_cast<const float *>(floats);
     }
     WCCL_RETURN_IF_ERROR(dev_.reduce_into(codec::Dtype::kF32, op, dst, mine, decoded, count, work_));
   }

@@ -114,15 +114,17 @@ class DeviceMemory final : public Memory {
  private:
   DeviceMemory(gpu::Device &device, gpu::Stream work, gpu::Stream commit);
   void give_back(uint8_t *p, bool device) override;
-  // Device workspace of at least n bytes: where host bytes land before a kernel reads them.
-  Status workspace(size_t n, uint8_t **at);
+  // Device memory that grows to the largest request (the data phase's, on the worker thread).
+  struct Grown {
+    Bytes bytes;
+    size_t size = 0;
+    Status at_least(DeviceMemory &memory, size_t n, uint8_t **at);
+  };
 
   gpu::Device &dev_;
   gpu::Stream work_, commit_;
-  Bytes workspace_;
-  size_t workspace_bytes_ = 0;
-  Bytes decoded_;  // decode_reduce's floats when it cannot fuse
-  size_t decoded_bytes_ = 0;
+  Grown workspace_;  // where host bytes land before a kernel reads them
+  Grown decoded_;    // decode_reduce's floats when it cannot fuse
   std::mutex mu_;  // the pinned blocks
   std::map<uint8_t *, size_t> pinned_size_;
   std::vector<uint8_t *> spare_pinned_;  // oldest first
