@@ -77,7 +77,7 @@ class Schedule {
 
   Schedule(Exchange &ex, size_t send_slots, const Collective &c)
       : ex_(ex),
-        mem_(c.memory != nullptr ? *c.memory : host_memory()),
+        mem_(memory_of(c)),
         sends_(send_slots, kNotIssued),
         es_(shuffle_bytes(c)),
         codec_(c.compress, 1) {}
@@ -97,15 +97,23 @@ class Schedule {
       reap();
       size_t copy = kNoBuffer;
       if (from_buffer && !mem_.host()) {
-        const Status st = take_copy(len, &copy);
-        const Status copied = st.ok() ? mem_.to_host(copies_[copy].get(), data, len) : st;
+        // A page-locked block no send in flight reads, grown to len.
+        if (free_copies_.empty()) {
+          copies_.emplace_back();
+          free_copies_.push_back(copies_.size() - 1);
+        }
+        copy = free_copies_.back();
+        free_copies_.pop_back();
+        uint8_t *bytes = nullptr;
+        Status copied = copies_[copy].reserve(mem_, GrowingBytes::Kind::kHost, len, &bytes);
+        if (copied.ok()) copied = mem_.to_host(bytes, data, len);
         if (!copied.ok()) {
-          if (copy != kNoBuffer) free_copies_.push_back(copy);
+          free_copies_.push_back(copy);
           ex_.cancel(copied);  // the operation fails with it at its next wait
           if (slot != kNoGate) sends_[slot] = kSkipped;
           return;
         }
-        data = copies_[copy].get();
+        data = bytes;
       }
       if (free_.empty()) {
         frames_.emplace_back();
@@ -195,23 +203,7 @@ class Schedule {
     size_t buffer;  // the frame buffer it reads, or kNoBuffer
     size_t copy;    // the page-locked copy it reads, or kNoBuffer
   };
-  // A page-locked block of at least len bytes for a copy of a device buffer's bytes.
-  Status take_copy(size_t len, size_t *at) {
-    if (!free_copies_.empty()) {
-      *at = free_copies_.back();
-      free_copies_.pop_back();
-      if (copy_bytes_[*at] >= len) return Status();
-      WCCL_RETURN_IF_ERROR(mem_.host_bytes(len, &copies_[*at]));
-      copy_bytes_[*at] = len;
-      return Status();
-    }
-    Bytes b;
-    WCCL_RETURN_IF_ERROR(mem_.host_bytes(len, &b));
-    copies_.push_back(std::move(b));
-    copy_bytes_.push_back(len);
-    *at = copies_.size() - 1;
-    return Status();
-  }
+
   // Sends complete in order on each link but not across links: retire the finished ones at the
   // front, telling the codec (its link probe) and freeing their frame buffers.
   void reap() {
@@ -233,8 +225,7 @@ class Schedule {
   SendCodec codec_;
   std::deque<std::vector<uint8_t>> frames_;  // compressed sends' bytes (stable addresses)
   std::vector<size_t> free_;                 // frames_ not read by a send in flight
-  std::deque<Bytes> copies_;                 // device bytes being sent (page-locked)
-  std::vector<size_t> copy_bytes_;
+  std::deque<GrowingBytes> copies_;          // device bytes being sent (page-locked)
   std::vector<size_t> free_copies_;          // copies_ not read by a send in flight
   std::deque<InFlight> in_flight_;
   codec::Compressor unzstd_;

@@ -64,6 +64,16 @@ Memory &host_memory() {
   return *host;
 }
 
+Status GrowingBytes::reserve(Memory &memory, Kind kind, size_t n, uint8_t **at) {
+  if (size_ < n) {
+    reset();
+    WCCL_RETURN_IF_ERROR(kind == Kind::kHost ? memory.host_bytes(n, &bytes_) : memory.scratch(n, &bytes_));
+    size_ = n;
+  }
+  *at = bytes_.get();
+  return Status();
+}
+
 // --- DeviceMemory ---------------------------------------------------------------------------------
 
 std::unique_ptr<DeviceMemory> DeviceMemory::create(gpu::Device &device, Status *st) {
@@ -83,8 +93,8 @@ DeviceMemory::DeviceMemory(gpu::Device &device, gpu::Stream work, gpu::Stream co
 DeviceMemory::~DeviceMemory() {
   (void)dev_.synchronize(work_);
   (void)dev_.synchronize(commit_);
-  workspace_.bytes.reset();
-  decoded_.bytes.reset();
+  workspace_.reset();
+  decoded_.reset();
   dev_.destroy_stream(work_);
   dev_.destroy_stream(commit_);
   for (uint8_t *p : spare_pinned_) dev_.free_pinned(p);
@@ -153,17 +163,6 @@ void DeviceMemory::give_back(uint8_t *p, bool device) {
   if (evict != nullptr) dev_.free_pinned(evict);
 }
 
-Status DeviceMemory::Grown::at_least(DeviceMemory &memory, size_t n, uint8_t **at) {
-  if (size < n) {
-    bytes.reset();
-    size = 0;
-    WCCL_RETURN_IF_ERROR(memory.scratch(n, &bytes));
-    size = n;
-  }
-  *at = bytes.get();
-  return Status();
-}
-
 Status DeviceMemory::copy(void *dst, const void *src, size_t n) {
   if (n == 0 || dst == src) return Status();
   WCCL_RETURN_IF_ERROR(dev_.copy(dst, src, n, work_));
@@ -179,7 +178,7 @@ Status DeviceMemory::reduce_into(codec::Dtype t, codec::RedOp op, void *dst, con
   if (count == 0) return Status();
   const size_t bytes = count * codec::dtype_size(t);
   uint8_t *ws = nullptr;
-  WCCL_RETURN_IF_ERROR(workspace_.at_least(*this, bytes, &ws));
+  WCCL_RETURN_IF_ERROR(workspace_.reserve(*this, GrowingBytes::Kind::kScratch, bytes, &ws));
   WCCL_RETURN_IF_ERROR(dev_.copy(ws, got, bytes, work_));
   WCCL_RETURN_IF_ERROR(dev_.reduce_into(t, op, dst, mine, ws, count, work_));
   return dev_.synchronize(work_);
@@ -196,7 +195,7 @@ Status DeviceMemory::encode(codec::Wire w, const float *src, size_t count, uint8
   if (count == 0) return Status();
   const size_t len = codec::wire_size(w, count);
   uint8_t *ws = nullptr;
-  WCCL_RETURN_IF_ERROR(workspace_.at_least(*this, len, &ws));
+  WCCL_RETURN_IF_ERROR(workspace_.reserve(*this, GrowingBytes::Kind::kScratch, len, &ws));
   WCCL_RETURN_IF_ERROR(dev_.encode(w, src, count, ws, first, work_));
   WCCL_RETURN_IF_ERROR(dev_.copy(wire, ws, len, work_));
   return dev_.synchronize(work_);
@@ -207,7 +206,7 @@ Status DeviceMemory::decode(codec::Wire w, const uint8_t *wire, size_t len, size
   if (w == codec::Wire::kNative) return from_host(dst, wire, len);
   if (count == 0) return Status();
   uint8_t *ws = nullptr;
-  WCCL_RETURN_IF_ERROR(workspace_.at_least(*this, len, &ws));
+  WCCL_RETURN_IF_ERROR(workspace_.reserve(*this, GrowingBytes::Kind::kScratch, len, &ws));
   WCCL_RETURN_IF_ERROR(dev_.copy(ws, wire, len, work_));
   WCCL_RETURN_IF_ERROR(dev_.decode(w, ws, count, dst, work_));
   return dev_.synchronize(work_);
@@ -218,7 +217,7 @@ Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t
   WCCL_RETURN_IF_ERROR(codec::validate(w, wire, len, count));
   if (count == 0) return Status();
   uint8_t *ws = nullptr;
-  WCCL_RETURN_IF_ERROR(workspace_.at_least(*this, len, &ws));
+  WCCL_RETURN_IF_ERROR(workspace_.reserve(*this, GrowingBytes::Kind::kScratch, len, &ws));
   WCCL_RETURN_IF_ERROR(dev_.copy(ws, wire, len, work_));
   if (w == codec::Wire::kInt8 && (op == codec::RedOp::kSum || op == codec::RedOp::kAvg)) {
     WCCL_RETURN_IF_ERROR(dev_.int8_decode_add(ws, count, dst, mine, work_));  // fused, as on the CPU
@@ -226,7 +225,7 @@ Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t
     const float *decoded = reinterpret_cast<const float *>(ws);  // the native wire's bytes are floats
     if (w != codec::Wire::kNative) {
       uint8_t *floats = nullptr;
-      WCCL_RETURN_IF_ERROR(decoded_.at_least(*this, count * sizeof(float), &floats));
+      WCCL_RETURN_IF_ERROR(decoded_.reserve(*this, GrowingBytes::Kind::kScratch, count * sizeof(float), &floats));
       WCCL_RETURN_IF_ERROR(dev_.decode(w, ws, count, reinterpret_cast<float *>(floats), work_));
       decoded = reinterpret_cast<const float *>(floats);
     }

@@ -73,6 +73,22 @@ class Memory {
 
 Memory &host_memory();
 
+// Bytes of a Memory that grow to the largest size asked for; growing does not keep the contents.
+class GrowingBytes {
+ public:
+  enum class Kind { kHost, kScratch };  // from Memory::host_bytes or Memory::scratch
+  // At least n bytes at *at.
+  Status reserve(Memory &memory, Kind kind, size_t n, uint8_t **at);
+  void reset() {
+    bytes_.reset();
+    size_ = 0;
+  }
+
+ private:
+  Bytes bytes_;
+  size_t size_ = 0;
+};
+
 // One GPU's memory, for the operations of one communicator: the worker thread runs the data
 // phases, a caller's thread the copies of committed results (copy_out, on a stream of its own).
 // Keeps a few page-locked blocks for reuse, since allocating them is slow.
@@ -114,17 +130,12 @@ class DeviceMemory final : public Memory {
  private:
   DeviceMemory(gpu::Device &device, gpu::Stream work, gpu::Stream commit);
   void give_back(uint8_t *p, bool device) override;
-  // Device memory that grows to the largest request (the data phase's, on the worker thread).
-  struct Grown {
-    Bytes bytes;
-    size_t size = 0;
-    Status at_least(DeviceMemory &memory, size_t n, uint8_t **at);
-  };
 
   gpu::Device &dev_;
   gpu::Stream work_, commit_;
-  Grown workspace_;  // where host bytes land before a kernel reads them
-  Grown decoded_;    // decode_reduce's floats when it cannot fuse
+  // Device memory of the data phase (the worker thread's).
+  GrowingBytes workspace_;  // where host bytes land before a kernel reads them
+  GrowingBytes decoded_;    // decode_reduce's floats when it cannot fuse
   std::mutex mu_;  // the pinned blocks
   std::map<uint8_t *, size_t> pinned_size_;
   std::vector<uint8_t *> spare_pinned_;  // oldest first

@@ -274,8 +274,7 @@ struct Posted {
 // piece, and a device tensor's piece copied to host memory.
 struct SendSlots {
   std::vector<std::vector<uint8_t>> frames = std::vector<std::vector<uint8_t>>(kSyncWindow);
-  std::vector<Bytes> copies = std::vector<Bytes>(kSyncWindow);
-  std::vector<size_t> copy_bytes = std::vector<size_t>(kSyncWindow, 0);
+  std::vector<GrowingBytes> copies = std::vector<GrowingBytes>(kSyncWindow);
 };
 
 // Posts and retires the plan's messages of this member.
@@ -311,12 +310,10 @@ Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, SendSlots *slo
       size_t len = 0;
       const uint8_t *raw = static_cast<const uint8_t *>(job.tensors[tr.tensor]) + tr.offset;
       if (DeviceMemory *device = tr.tensor < job.device.size() ? job.device[tr.tensor] : nullptr) {
-        if (slots->copy_bytes[slot] < tr.bytes) {
-          WCCL_RETURN_IF_ERROR(device->host_bytes(tr.bytes, &slots->copies[slot]));
-          slots->copy_bytes[slot] = tr.bytes;
-        }
-        WCCL_RETURN_IF_ERROR(device->to_host(slots->copies[slot].get(), raw, tr.bytes));
-        raw = slots->copies[slot].get();
+        uint8_t *copy = nullptr;
+        WCCL_RETURN_IF_ERROR(slots->copies[slot].reserve(*device, GrowingBytes::Kind::kHost, tr.bytes, &copy));
+        WCCL_RETURN_IF_ERROR(device->to_host(copy, raw, tr.bytes));
+        raw = copy;
       }
       const uint8_t *bytes = donor.encode(tr.tensor, raw, tr.bytes, elem_bytes(tr.tensor), &slots->frames[slot], &len);
       window.push_back({ex.send(tr.receiver, tag, bytes, len), &tr, true, len});
