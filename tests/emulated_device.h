@@ -6,8 +6,8 @@
 //   - a stream runs its work only when synchronized (or when a stream waiting on it is), so a
 //     caller that reads a result before synchronizing reads stale bytes;
 //   - kernels are the CPU kernels, which the GPU's match bit for bit (test_gpu).
-// It counts the bytes that cross "PCIe" in each direction, and can fail its Nth call with
-// WCCL_ERR_CUDA, as a GPU fault would.
+// It counts the bytes that cross "PCIe" in each direction, and can fail its Nth call (any but
+// synchronize) with WCCL_ERR_CUDA, as a GPU fault would.
 #pragma once
 
 #include <atomic>
@@ -46,6 +46,7 @@ class EmulatedGpu final : public gpu::EmulatedDevice {
   size_t live_allocations() const;
   // The call after `calls` more fails with WCCL_ERR_CUDA (negative: never).
   void fail_after(long calls) { fail_countdown_ = calls; }
+  uint64_t calls() const { return calls_; }  // so far, of those fail_after counts
 
   // gpu::Device
   const std::string &name() const override { return name_; }
@@ -96,6 +97,7 @@ class EmulatedGpu final : public gpu::EmulatedDevice {
   Queue legacy_;  // the null stream
   std::atomic<uint64_t> h2d_{0}, d2h_{0}, pinned_allocs_{0};
   std::atomic<long> fail_countdown_{-1};
+  std::atomic<uint64_t> calls_{0};
 };
 
 }  // namespace wccl::test

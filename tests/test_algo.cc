@@ -629,11 +629,20 @@ TEST(Device, CompressedMessagesFromDeviceBuffers) {
 TEST(Device, AFaultAnywhereFailsTheOperationCleanly) {
   const int n = 3;
   for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
-    for (long k : {0L, 1L, 5L, 40L, 200L}) {
-      Collective c;
-      c.count = 30011;
-      c.chunk_bytes = 4096;
-      c.wire = w;
+    Collective c;
+    c.count = 30011;
+    c.chunk_bytes = 4096;
+    c.wire = w;
+    // The calls of a clean run: faults go at its first ones and up to a quarter of the way in,
+    // before any rank can have finished.
+    EmulatedGpu clean;
+    Fabric clean_fabric(n);
+    for (const Status &st : run_all(clean_fabric, c, n, std::chrono::seconds(20), random_inputs(c, n, 5), nullptr, &clean).status) {
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    const long total = static_cast<long>(clean.calls());
+    ASSERT_GT(total, 100) << "calls of a clean run";
+    for (long k : {0L, 1L, 5L, total / 8, total / 4}) {
       EmulatedGpu gpu;
       gpu.fail_after(k);
       Fabric fabric(n);
@@ -646,7 +655,7 @@ TEST(Device, AFaultAnywhereFailsTheOperationCleanly) {
         cuda += o.status[i].code() == WCCL_ERR_CUDA || o.status[i].code() == WCCL_ERR_NO_MEMORY;  // alloc
       }
       EXPECT_EQ(cuda, 1) << codec::wire_name(w) << ", fault after " << k << ": " << o.status[0].to_string() << " / "
-                         << o.status[1].to_string() << " / " << o.status[2].to_string();
+                         << o.status[1].to_string() << " / " << o.status[2].to_string() << " (of " << total << " calls)";
       EXPECT_EQ(gpu.live_allocations(), 0u);
     }
   }
