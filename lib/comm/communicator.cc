@@ -59,10 +59,15 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   auto transport = net::Transport::create(cfg);
   if (!transport.ok()) return transport.status();
   c->transport_ = std::move(transport).value();
+  Config control_cfg = cfg;  // control messages are small: one connection carries them
+  WCCL_RETURN_IF_ERROR(control_cfg.set("streams", "1"));
+  auto control = net::Transport::create(control_cfg);
+  if (!control.ok()) return control.status();
+  c->control_ = std::move(control).value();
   Communicator *self = c.get();
   auto port = c->transport_->listen(c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->on_peer_link(l); });
   if (!port.ok()) return port.status();
-  auto link = c->transport_->connect_sync(c->coordinator_);
+  auto link = c->control_->connect_sync(c->coordinator_);
   if (!link.ok()) return unreachable(link.status().with_context("coordinator " + c->coordinator_));
   if (c->info_.address.empty()) {
     const std::string &host = link.value()->local_host();
@@ -78,7 +83,7 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   }
   ControlMessage hello = c->message(MessageType::kJoin);
   WCCL_RETURN_IF_ERROR(c->send(hello));
-  WCCL_RETURN_IF_ERROR(c->transport_->every(c->heartbeat_, [self] { self->on_heartbeat_tick(); }));
+  WCCL_RETURN_IF_ERROR(c->control_->every(c->heartbeat_, [self] { self->on_heartbeat_tick(); }));
   std::unique_lock<std::mutex> lock(c->mu_);
   WCCL_RETURN_IF_ERROR(c->wait(lock, c->join_timeout_, "admission", [&] { return c->epochs_seen_ > 0; }));
   WCCL_LOG(c->log_, kInfo, "joined group \"%s\": epoch %llu, rank %d of %zu", c->group_.c_str(),
@@ -97,15 +102,18 @@ Communicator::~Communicator() {
     fail_undecided(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was destroyed"));
   }
   cv_.notify_all();
-  // The worker's data phase, cancelled above, closes its links and drains on the loop thread,
+  // The worker's data phase, cancelled above, closes its links and drains on the data thread,
   // which still runs.
   if (worker_.joinable()) worker_.join();
-  // The transport's destructor runs this communicator's last callbacks on its loop thread, and
-  // they may still call transport_ (its calls then return ABORTED). unique_ptr::reset would null
-  // transport_ before that, so the transport is deleted in place and released afterwards.
-  if (transport_) {
-    delete transport_.get();
-    (void)transport_.release();
+  // A transport's destructor runs this communicator's last callbacks on its loop thread, and
+  // they may still call either transport (whose calls then return ABORTED). unique_ptr::reset
+  // would null the pointer before that, so each is deleted in place and released afterwards. The
+  // control side goes first: no heartbeat or coordinator message reaches a half-closed peer.
+  for (std::unique_ptr<net::Transport> *t : {&control_, &transport_}) {
+    if (*t) {
+      delete t->get();
+      (void)t->release();
+    }
   }
 }
 
@@ -265,7 +273,7 @@ std::set<int> Communicator::neighbours() const {
   return out;
 }
 
-// --- loop thread -------------------------------------------------------------------------------
+// --- control and data threads -------------------------------------------------------------------
 
 void Communicator::on_control(const ControlMessage &m) {
   switch (m.type) {
@@ -405,7 +413,7 @@ void Communicator::reconnect() {
     backoff_ = std::min(std::max(backoff_ * 2, heartbeat_), heartbeat_ * 8);
     next_attempt_ = Clock::now() + backoff_;
   }
-  Status st = transport_->connect(coordinator_, [this](Result<std::shared_ptr<net::Link>> link) {
+  Status st = control_->connect(coordinator_, [this](Result<std::shared_ptr<net::Link>> link) {
     if (!link.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       reconnecting_ = false;

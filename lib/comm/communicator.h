@@ -14,8 +14,11 @@
 //
 // Threading: the public calls may come from any thread; join/update/leave/wait block the caller
 // (each with its timeout) and abort() from another thread ends any of those waits with ABORTED.
-// The coordinator's messages and the links are handled on the communicator's own transport
-// thread. Two communicators in one process (two groups) are independent: no global state.
+// The communicator has two transport threads of its own: the control thread carries the
+// coordinator link (one TCP connection) and the heartbeat timer; the data thread carries the
+// links to the other members. A data thread saturated by bulk TLS (a core's worth at a few Gbit/s)
+// then never delays a heartbeat: otherwise a busy member could be declared silent. Two
+// communicators in one process (two groups) are independent: no global state.
 #pragma once
 
 #include <chrono>
@@ -96,11 +99,12 @@ class Communicator {
 
  private:
   explicit Communicator(const Config &cfg);
-  // Loop thread:
+  // Control thread:
   void on_control(const coord::ControlMessage &m);
   void on_control_closed(const Status &why);
   void on_heartbeat_tick();
   void reconnect();
+  // Data thread (open_links also on the control thread: it only starts connects):
   void open_links();
   void on_peer_link(const std::shared_ptr<net::Link> &link);
   void adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link);
@@ -131,10 +135,11 @@ class Communicator {
   std::string coordinator_, group_, listen_;
   coord::PeerInfo info_;
   std::chrono::milliseconds heartbeat_, join_timeout_, op_timeout_;
-  std::unique_ptr<net::Transport> transport_;
+  std::unique_ptr<net::Transport> control_;    // the coordinator link and the heartbeat timer
+  std::unique_ptr<net::Transport> transport_;  // the links to the other members
 
-  // Guards the state below. Never held while calling into a link, channel or transport: on the
-  // loop thread those run completions inline, and completions take it.
+  // Guards the state below. Never held while calling into a link, channel or transport: on their
+  // loop threads those run completions inline, and completions take it.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::shared_ptr<coord::ControlChannel> channel_;  // null while the coordinator is away
