@@ -194,31 +194,21 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
 
 enum class Fault { kKill, kStop };
 
-// The buffers of the three in-process members, written before they join: first touching 1.5 GiB
-// while the members' heartbeats must flow (every 100 ms, declared silent after 800) could starve
-// them on a loaded two-core machine.
-struct FaultBuffers {
-  std::vector<std::vector<float>> send, recv, send_before, recv_before;
-  std::vector<int> multiplier;
-  explicit FaultBuffers(bool in_place) : send(3), recv(3), send_before(3), recv_before(3), multiplier{1, 2, 3} {
-    for (size_t k = 0; k < 3; ++k) {
-      send[k] = filled(kBig, multiplier[k]);
-      if (!in_place) recv[k].assign(kBig, 12345.0f);
-      send_before[k] = send[k];
-      recv_before[k] = recv[k];
-    }
-  }
-};
-
 // Three members in this process, one in its own process that is killed or frozen while a 256 MiB
 // all-reduce is under way.
 void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place, std::vector<std::unique_ptr<Communicator>> &comms,
-                         MemberProcess &victim, FaultBuffers &b) {
+                         MemberProcess &victim) {
   ASSERT_EQ(comms.size(), 3u);
   ASSERT_NE(victim.line(20s).find("size 4 epoch 1"), std::string::npos);
-  std::vector<std::vector<float>> &send = b.send, &recv = b.recv;
-  const std::vector<std::vector<float>> &send_before = b.send_before, &recv_before = b.recv_before;
-  const std::vector<int> &multiplier = b.multiplier;
+  std::vector<std::vector<float>> send(3), recv(3), send_before(3), recv_before(3);
+  std::vector<int> multiplier(3);
+  for (size_t k = 0; k < 3; ++k) {
+    multiplier[k] = comms[k]->rank() + 1;
+    send[k] = filled(kBig, multiplier[k]);
+    if (!in_place) recv[k].assign(kBig, 12345.0f);
+    send_before[k] = send[k];
+    recv_before[k] = recv[k];
+  }
   victim.command("allreduce " + std::to_string(kBig));
   std::vector<std::future<Status>> running;
   for (size_t k = 0; k < 3; ++k) {
@@ -260,10 +250,9 @@ class FaultTest : public CollectivesTest, public testing::WithParamInterface<std
 
 TEST_P(FaultTest, SurvivorsReturnPeerLostWithBuffersIntactAndTheRetrySucceeds) {
   const auto [fault, in_place] = GetParam();
-  FaultBuffers buffers(in_place);
   MemberProcess victim(port_, pki_.node("victim"));
   auto comms = join_all(3);
-  fault_mid_allreduce(*this, fault, in_place, comms, victim, buffers);
+  fault_mid_allreduce(*this, fault, in_place, comms, victim);
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, FaultTest,
