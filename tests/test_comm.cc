@@ -1,6 +1,10 @@
 // Communicators against a real coordinator over TLS on 127.0.0.1: four peers agree, a fifth is
 // admitted at update, ring links of each epoch carry messages, a killed or frozen member process
 // is detected, graceful leave, abort from another thread, coordinator restart, groups.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "comm_fixture.h"
 
 namespace wccl::comm {
@@ -141,12 +145,51 @@ TEST_F(CommTest, TwoGroupsInOneProcessAreIndependent) {
   EXPECT_EQ(b.value()->rank(), 0);
 }
 
+// Issue 15: anyone who reaches the coordinator's port opens thousands of connections from one
+// address and sends nothing; a member from another address still joins, at once.
+TEST_F(CommTest, IdleConnectionsFromOneAddressDoNotLockOutAMember) {
+  std::vector<int> idle;
+  sockaddr_in from{}, to{};
+  from.sin_family = to.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2
+  to.sin_addr.s_addr = htonl(0x7f000001);
+  to.sin_port = htons(static_cast<uint16_t>(port_));
+  for (int i = 0; i < 3000; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&from), sizeof(from)), 0);
+    (void)connect(fd, reinterpret_cast<sockaddr *>(&to), sizeof(to));  // EINPROGRESS
+    idle.push_back(fd);
+  }
+  const auto start = Clock::now();
+  Config cfg = peer_config("member");
+  auto joined = Communicator::join(cfg);
+  ASSERT_TRUE(joined.ok()) << joined.status().to_string();
+  EXPECT_LT(Clock::now() - start, 5s);
+  EXPECT_EQ(joined.value()->size(), 1);
+  // The coordinator kept few of them, and those for a short hello deadline: most were reset.
+  std::this_thread::sleep_for(4s);  // hello_timeout_ms (3 s) and the sweep's period
+  int reset = 0;
+  for (int fd : idle) {
+    char byte;
+    const ssize_t n = recv(fd, &byte, 1, 0);
+    reset += n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE));
+    close(fd);
+  }
+  EXPECT_GE(reset, 3000 - 64) << "connections beyond the per-address limit are refused, the rest time out";
+}
+
 TEST_F(CommTest, JoinWithoutCoordinatorOrWithABadCertificateFails) {
   Config cfg = peer_config("nobody");
   ASSERT_TRUE(cfg.set("coordinator", "").ok());
   EXPECT_EQ(Communicator::join(cfg).status().code(), WCCL_ERR_INVALID_ARGUMENT);
   ASSERT_TRUE(cfg.set("coordinator", "127.0.0.1:1").ok());
-  EXPECT_EQ(Communicator::join(cfg).status().code(), WCCL_ERR_COORDINATOR_UNREACHABLE);
+  ASSERT_TRUE(cfg.set("join_timeout_ms", "1000").ok());  // a refused connection is retried until then
+  const auto start = std::chrono::steady_clock::now();
+  const Status unreachable = Communicator::join(cfg).status();
+  EXPECT_EQ(unreachable.code(), WCCL_ERR_COORDINATOR_UNREACHABLE);
+  EXPECT_NE(unreachable.message().find("attempts"), std::string::npos) << unreachable.to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   auto foreign = pki_.foreign_node("intruder");
   foreign.ca = coord_files_.ca;
   Config bad = make_config("intruder", &foreign);

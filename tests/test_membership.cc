@@ -94,9 +94,11 @@ TEST_F(MembershipTest, JoinerWaitsAndIsAdmittedWhenEveryMemberUpdates) {
   std::vector<Notice> pending = of_kind(m.take_notices(), Kind::kPending);
   ASSERT_EQ(pending.size(), 4u) << "every member hears that one joiner waits";
   EXPECT_EQ(pending[0].joiners, 1u);
-  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, t).ok());
-  EXPECT_TRUE(m.take_notices().empty()) << "the barrier waits for D";
-  ASSERT_TRUE(m.update(D, 1, t).ok());
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
+  for (const Notice &n : m.take_notices()) {
+    EXPECT_EQ(n.kind, Kind::kBarrier) << "the barrier waits for D; members only hear where A stopped";
+  }
+  ASSERT_TRUE(m.update(D, 1, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 2u);
   expect_announced(m.take_notices(), 2, {A, B, C, D, E});
   EXPECT_EQ(m.joiners(), 0u);
@@ -108,19 +110,76 @@ TEST_F(MembershipTest, ReformDropsTheLostButAdmitsNoJoinerUntilAPlainUpdate) {
   ASSERT_TRUE(m.join(E, info(E), t).ok());
   m.disconnected(D, t);
   (void)m.take_notices();
-  ASSERT_TRUE(m.update(A, 1, t, /*admit=*/false).ok());
-  ASSERT_TRUE(m.update(B, 1, t).ok());  // one REFORM among the arrivals holds the joiners
-  ASSERT_TRUE(m.update(C, 1, t, false).ok());
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, m.committed(), t, /*admit=*/false).ok());
   EXPECT_EQ(m.epoch(), 2u);
   expect_announced(m.take_notices(), 2, {A, B, C});
   EXPECT_EQ(m.joiners(), 1u) << "E still waits";
-  for (PeerId p : {A, B}) ASSERT_TRUE(m.update(p, 2, t).ok());
-  ASSERT_TRUE(m.update(C, 2, t).ok());
+  for (PeerId p : {A, B}) ASSERT_TRUE(m.update(p, 2, m.committed(), t).ok());
+  ASSERT_TRUE(m.update(C, 2, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 3u);
   expect_announced(m.take_notices(), 3, {A, B, C, E});
   // Without a loss or a joiner, a REFORM confirms the epoch like an update.
-  for (PeerId p : {A, B, C, E}) ASSERT_TRUE(m.update(p, 3, t, false).ok());
+  for (PeerId p : {A, B, C, E}) ASSERT_TRUE(m.update(p, 3, m.committed(), t, false).ok());
   EXPECT_EQ(m.epoch(), 3u);
+}
+
+// Issue 15: members that disagree about which operation they are in never wait for each other.
+TEST_F(MembershipTest, AnUpdateArrivalTellsTheOthersWhereItStopped) {
+  Membership m(options());
+  form(m, {A, B, C});
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.done(p, 1, 1, t).ok());
+  ASSERT_EQ(m.committed(), 1u);
+  (void)m.take_notices();
+  ASSERT_TRUE(m.update(A, 1, 1, t).ok());
+  std::vector<Notice> barrier = of_kind(m.take_notices(), Kind::kBarrier);
+  ASSERT_EQ(barrier.size(), 2u) << "B and C hear that A stopped after operation 1";
+  for (const Notice &n : barrier) {
+    EXPECT_NE(n.to, A);
+    EXPECT_EQ(n.seq, 1u);
+    EXPECT_EQ(n.epoch, 1u);
+  }
+  EXPECT_FALSE(m.revoked());
+  ASSERT_TRUE(m.update(B, 1, 1, t).ok());
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kBarrier).empty()) << "only the first arrival is announced";
+}
+
+TEST_F(MembershipTest, AnArrivalBehindAnotherMembersCompletedOperationRevokes) {
+  Membership m(options());
+  form(m, {A, B, C});
+  ASSERT_TRUE(m.done(B, 1, 1, t).ok());  // B completed operation 1, which A never runs
+  (void)m.take_notices();
+  ASSERT_TRUE(m.update(A, 1, 0, t).ok());
+  EXPECT_TRUE(m.revoked());
+  std::vector<Notice> revoked = of_kind(m.take_notices(), Kind::kRevoked);
+  ASSERT_EQ(revoked.size(), 3u);
+  EXPECT_NE(revoked[0].reason.find("different operations"), std::string::npos) << revoked[0].reason;
+  // Everyone updates: the next epoch has the same members.
+  for (PeerId p : {B, C}) ASSERT_TRUE(m.update(p, 1, 0, t).ok());
+  EXPECT_EQ(m.epoch(), 2u);
+  expect_announced(m.take_notices(), 2, {A, B, C});
+}
+
+TEST_F(MembershipTest, AnArrivalAfterMoreOperationsThanCommittedRevokes) {
+  Membership m(options());
+  form(m, {A, B});
+  ASSERT_TRUE(m.update(A, 1, 3, t).ok());
+  EXPECT_TRUE(m.revoked());
+}
+
+TEST_F(MembershipTest, AReformGivesWayToAnUpdateAtTheSameBarrier) {
+  Membership m(options());
+  form(m, {A, B, C});
+  m.op_failed(B, 1, 1, "mismatch", t);  // revoked: state sync's members re-form, a joiner's loop updates
+  (void)m.take_notices();
+  ASSERT_TRUE(m.update(A, 1, 0, t, /*admit=*/false).ok());
+  ASSERT_TRUE(m.update(C, 1, 0, t).ok());
+  std::vector<Notice> refused = of_kind(m.take_notices(), Kind::kRefused);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].to, A);
+  EXPECT_EQ(m.update(B, 1, 0, t, false).code(), WCCL_ERR_PEER_LOST) << "a later REFORM is refused at once";
+  EXPECT_EQ(m.epoch(), 1u) << "the barrier waits for A and B's updates";
+  for (PeerId p : {A, B}) ASSERT_TRUE(m.update(p, 1, 0, t).ok());
+  EXPECT_EQ(m.epoch(), 2u);
 }
 
 TEST_F(MembershipTest, ALostPeersReformIsRefusedAndItsUpdateRejoins) {
@@ -129,18 +188,18 @@ TEST_F(MembershipTest, ALostPeersReformIsRefusedAndItsUpdateRejoins) {
   t += 1500ms;  // C stays silent
   for (PeerId p : {A, B}) m.heartbeat(p, t);
   m.tick(t);
-  Status st = m.update(C, 1, t, /*admit=*/false);
+  Status st = m.update(C, 1, m.committed(), t, /*admit=*/false);
   EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST) << st.to_string();
   EXPECT_EQ(m.joiners(), 0u);
-  ASSERT_TRUE(m.update(C, 1, t).ok());
+  ASSERT_TRUE(m.update(C, 1, m.committed(), t).ok());
   EXPECT_EQ(m.joiners(), 1u) << "a plain update re-registers it";
 }
 
 TEST_F(MembershipTest, UpdateWithoutChangeConfirmsTheSameEpoch) {
   Membership m(options());
   form(m, {A, B});
-  ASSERT_TRUE(m.update(A, 1, t).ok());
-  ASSERT_TRUE(m.update(B, 1, t).ok());
+  ASSERT_TRUE(m.update(A, 1, m.committed(), t).ok());
+  ASSERT_TRUE(m.update(B, 1, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 1u);
   expect_announced(m.take_notices(), 1, {A, B});
 }
@@ -148,8 +207,8 @@ TEST_F(MembershipTest, UpdateWithoutChangeConfirmsTheSameEpoch) {
 TEST_F(MembershipTest, LostMemberRevokesTheEpochAndTheBarrierStopsWaitingForIt) {
   Membership m(options());
   form(m, {A, B, C});
-  ASSERT_TRUE(m.update(A, 1, t).ok());
-  ASSERT_TRUE(m.update(B, 1, t).ok());
+  ASSERT_TRUE(m.update(A, 1, m.committed(), t).ok());
+  ASSERT_TRUE(m.update(B, 1, m.committed(), t).ok());
   m.disconnected(C, t);
   std::vector<Notice> n = m.take_notices();
   std::vector<Notice> revoked = of_kind(n, Kind::kRevoked);
@@ -216,19 +275,19 @@ TEST_F(MembershipTest, LostPeerNeverSlipsBackButRejoinsThroughUpdate) {
   ASSERT_EQ(removed.size(), 1u);
   EXPECT_EQ(removed[0].to, C);
   EXPECT_NE(removed[0].reason.find("declared lost"), std::string::npos);
-  ASSERT_TRUE(m.update(C, 1, t + 20ms).ok()) << "its update registers it as a joiner";
+  ASSERT_TRUE(m.update(C, 1, m.committed(), t + 20ms).ok()) << "its update registers it as a joiner";
   EXPECT_EQ(m.joiners(), 1u);
-  ASSERT_TRUE(m.update(A, 1, t + 30ms).ok());
-  ASSERT_TRUE(m.update(B, 1, t + 30ms).ok());
+  ASSERT_TRUE(m.update(A, 1, m.committed(), t + 30ms).ok());
+  ASSERT_TRUE(m.update(B, 1, m.committed(), t + 30ms).ok());
   expect_announced(m.take_notices(), 2, {A, B, C});
 }
 
 TEST_F(MembershipTest, GracefulLeaveFailsNobodyEvenWhenTheLeaverArrivesLast) {
   Membership m(options());
   form(m, {A, B, C});
-  ASSERT_TRUE(m.update(A, 1, t).ok());
-  ASSERT_TRUE(m.update(B, 1, t).ok());
-  ASSERT_TRUE(m.leave(C, 1, t).ok());
+  ASSERT_TRUE(m.update(A, 1, m.committed(), t).ok());
+  ASSERT_TRUE(m.update(B, 1, m.committed(), t).ok());
+  ASSERT_TRUE(m.leave(C, 1, m.committed(), t).ok());
   std::vector<Notice> n = m.take_notices();
   EXPECT_TRUE(of_kind(n, Kind::kRevoked).empty()) << "a graceful leave revokes nothing";
   std::vector<Notice> removed = of_kind(n, Kind::kRemoved);
@@ -245,9 +304,10 @@ TEST_F(MembershipTest, BadCallsAreRefusedAndChangeNothing) {
   EXPECT_EQ(m.join(A, info(A), t).code(), WCCL_ERR_INVALID_USAGE);
   ASSERT_TRUE(m.join(C, info(C), t).ok());
   EXPECT_EQ(of_kind(m.take_notices(), Kind::kPending).size(), 2u);
-  EXPECT_EQ(m.update(C, 1, t).code(), WCCL_ERR_INVALID_USAGE) << "joiners do not update";
-  EXPECT_EQ(m.update(A, 7, t).code(), WCCL_ERR_PROTOCOL);
-  EXPECT_EQ(m.update(D, 1, t).code(), WCCL_ERR_INVALID_USAGE);
+  EXPECT_TRUE(m.update(C, 1, m.committed(), t).ok()) << "a joiner's update waits with it";
+  EXPECT_EQ(m.update(C, 1, m.committed(), t, /*admit=*/false).code(), WCCL_ERR_PEER_LOST) << "a joiner re-forms nothing";
+  EXPECT_EQ(m.update(A, 7, m.committed(), t).code(), WCCL_ERR_PROTOCOL);
+  EXPECT_EQ(m.update(D, 1, m.committed(), t).code(), WCCL_ERR_INVALID_USAGE);
   EXPECT_EQ(m.epoch(), 1u);
   EXPECT_TRUE(m.take_notices().empty());
 }
@@ -269,8 +329,8 @@ TEST_F(MembershipTest, RestartedCoordinatorContinuesFromWhatPeersReport) {
   m.tick(t + 1000ms);  // C never came back
   EXPECT_TRUE(m.revoked());
   m.take_notices();
-  ASSERT_TRUE(m.update(A, 5, t + 1010ms).ok());
-  ASSERT_TRUE(m.update(B, 5, t + 1010ms).ok());
+  ASSERT_TRUE(m.update(A, 5, m.committed(), t + 1010ms).ok());
+  ASSERT_TRUE(m.update(B, 5, m.committed(), t + 1010ms).ok());
   expect_announced(m.take_notices(), 6, {A, B, E});
 }
 
@@ -317,11 +377,11 @@ TEST_F(MembershipTest, ChurnKeepsEveryDecisionConsistent) {
         case 1:
         case 2:
           for (const Member &x : ring) {  // a disconnected peer is dead: it calls nothing
-            if (gone.count(x.id) == 0 && rng() % 4 != 0) (void)m.update(x.id, m.epoch(), t);
+            if (gone.count(x.id) == 0 && rng() % 4 != 0) (void)m.update(x.id, m.epoch(), m.committed(), t);
           }
           break;
         case 3:
-          if (some != 0 && gone.count(some) == 0) (void)m.leave(some, m.epoch(), t);
+          if (some != 0 && gone.count(some) == 0) (void)m.leave(some, m.epoch(), m.committed(), t);
           break;
         case 4:
           if (some != 0) {
@@ -368,8 +428,8 @@ TEST_F(MembershipTest, RejoinOrderDoesNotMatterAfterARestart) {
   expect_announced(m.take_notices(), 4, {A, B});
   ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, 0, t).ok());  // B saw epoch 5 before the crash
   expect_announced(m.take_notices(), 5, {A, B});    // A too is told of epoch 5
-  ASSERT_TRUE(m.update(A, 5, t).ok());
-  ASSERT_TRUE(m.update(B, 5, t).ok());
+  ASSERT_TRUE(m.update(A, 5, m.committed(), t).ok());
+  ASSERT_TRUE(m.update(B, 5, m.committed(), t).ok());
   EXPECT_EQ(of_kind(m.take_notices(), Kind::kEpoch).size(), 2u);
 }
 
@@ -383,7 +443,7 @@ TEST_F(MembershipTest, AdoptedEpochRemovesPeersOutsideIt) {
   EXPECT_EQ(removed[0].to, E);
   EXPECT_NE(removed[0].reason.find("superseded"), std::string::npos);
   expect_announced(n, 5, {A, B});
-  ASSERT_TRUE(m.update(E, 1, t).ok()) << "E joins again through its update";
+  ASSERT_TRUE(m.update(E, 1, m.committed(), t).ok()) << "E joins again through its update";
   EXPECT_EQ(m.joiners(), 1u);
 }
 
@@ -397,11 +457,11 @@ TEST_F(MembershipTest, RejoinWithABadReportIsRefused) {
 TEST_F(MembershipTest, LeaverThatDisconnectsBeforeTheBarrierRevokesNothing) {
   Membership m(options());
   form(m, {A, B, C});
-  ASSERT_TRUE(m.leave(C, 1, t).ok());
+  ASSERT_TRUE(m.leave(C, 1, m.committed(), t).ok());
   m.disconnected(C, t);  // it leaves and goes at once, before A and B update
   EXPECT_TRUE(of_kind(m.take_notices(), Kind::kRevoked).empty());
-  ASSERT_TRUE(m.update(A, 1, t).ok());
-  ASSERT_TRUE(m.update(B, 1, t).ok());
+  ASSERT_TRUE(m.update(A, 1, m.committed(), t).ok());
+  ASSERT_TRUE(m.update(B, 1, m.committed(), t).ok());
   expect_announced(m.take_notices(), 2, {A, B});
 }
 
@@ -415,8 +475,8 @@ TEST_F(MembershipTest, LostPeerCannotRejoinItsOldEpochAsAMember) {
   m.take_notices();
   ASSERT_TRUE(m.rejoin(C, info(C), 1, m.ring(), 0, t).ok());  // back once more
   EXPECT_EQ(m.joiners(), 1u) << "still a joiner, never a member of the epoch it was lost from";
-  ASSERT_TRUE(m.update(A, 1, t).ok());
-  ASSERT_TRUE(m.update(B, 1, t).ok());
+  ASSERT_TRUE(m.update(A, 1, m.committed(), t).ok());
+  ASSERT_TRUE(m.update(B, 1, m.committed(), t).ok());
   expect_announced(m.take_notices(), 2, {A, B, C});
 }
 
@@ -464,8 +524,8 @@ TEST_F(MembershipTest, ALossBeforeTheLastDoneFailsTheOperationForEveryone) {
   EXPECT_EQ(of_kind(n, Kind::kRevoked).size(), 2u);
   ASSERT_TRUE(m.done(C, 1, 1, t).ok());  // too late: C is lost, and the epoch revoked
   EXPECT_TRUE(of_kind(m.take_notices(), Kind::kCommit).empty());
-  ASSERT_TRUE(m.update(A, 1, t).ok());
-  ASSERT_TRUE(m.update(B, 1, t).ok());
+  ASSERT_TRUE(m.update(A, 1, m.committed(), t).ok());
+  ASSERT_TRUE(m.update(B, 1, m.committed(), t).ok());
   expect_announced(m.take_notices(), 2, {A, B});
   ASSERT_TRUE(m.done(A, 2, 1, t).ok());
   ASSERT_TRUE(m.done(B, 2, 1, t).ok());
@@ -482,7 +542,7 @@ TEST_F(MembershipTest, AFailedOperationRevokesTheEpochWithoutLosingAnyone) {
   EXPECT_NE(of_kind(n, Kind::kRevoked)[0].reason.find("ring link broke"), std::string::npos);
   ASSERT_TRUE(m.done(C, 1, 1, t).ok());
   EXPECT_TRUE(of_kind(m.take_notices(), Kind::kCommit).empty());
-  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, t).ok());
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
   expect_announced(m.take_notices(), 2, {A, B, C});
 }
 

@@ -67,8 +67,24 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   Communicator *self = c.get();
   auto port = c->transport_->listen(c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->on_peer_link(l); });
   if (!port.ok()) return port.status();
+  // A coordinator that is not listening yet, or that refuses connections while too many from this
+  // address are in set-up, is tried again with backoff until join_timeout_ms; the last cause is
+  // what the caller hears. A TLS rejection (AUTH) or a bad address is final at once.
+  const auto join_deadline = Clock::now() + c->join_timeout_;
+  auto backoff = std::chrono::milliseconds(50);
+  int attempts = 1;
   auto link = c->control_->connect_sync(c->coordinator_);
-  if (!link.ok()) return unreachable(link.status().with_context("coordinator " + c->coordinator_));
+  while (!link.ok() && (link.status().code() == WCCL_ERR_IO || link.status().code() == WCCL_ERR_TIMEOUT) &&
+         Clock::now() + backoff < join_deadline) {
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+    ++attempts;
+    link = c->control_->connect_sync(c->coordinator_);
+  }
+  if (!link.ok()) {
+    return unreachable(link.status().with_context(
+        format("coordinator %s (%d attempt%s)", c->coordinator_.c_str(), attempts, attempts == 1 ? "" : "s")));
+  }
   if (c->info_.address.empty()) {
     const std::string &host = link.value()->local_host();
     c->info_.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
@@ -149,19 +165,35 @@ Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milli
 
 // Sends an UPDATE or LEAVE for the current epoch and waits until `answered` (a counter of the
 // coordinator messages that answer it) moves, or the coordinator refuses with ERROR.
+// A peer declared lost while it waits (frozen past peer_timeout_ms) hears REMOVED: the request it
+// sent was forgotten with it, so an UPDATE is sent again (it re-registers the peer as a joiner) and
+// a REFORM fails with PEER_LOST.
 Status Communicator::membership_call(MessageType type, const char *what, const uint64_t &answered) {
   std::unique_lock<std::mutex> lock(mu_);
   if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
   if (!channel_) return unreachable(control_down_.with_context(what));
   const uint64_t before = answered, errors = errors_seen_;
-  ControlMessage m = message(type);
-  m.epoch = epoch_;
-  std::shared_ptr<coord::ControlChannel> ch = channel_;
-  lock.unlock();
-  WCCL_RETURN_IF_ERROR(ch->send(m));
-  lock.lock();
-  WCCL_RETURN_IF_ERROR(wait(lock, op_timeout_, what, [&] { return answered > before || errors_seen_ > errors; }));
-  return answered > before ? Status() : last_error_;
+  const auto deadline = Clock::now() + op_timeout_;
+  for (;;) {
+    const uint64_t removals = removals_seen_;
+    ControlMessage m = message(type);
+    m.epoch = epoch_;
+    m.seq = next_seq_;
+    std::shared_ptr<coord::ControlChannel> ch = channel_;
+    if (!ch) return unreachable(control_down_.with_context(what));
+    lock.unlock();
+    WCCL_RETURN_IF_ERROR(ch->send(m));
+    lock.lock();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    WCCL_RETURN_IF_ERROR(wait(lock, std::max(left, std::chrono::milliseconds(0)), what, [&] {
+      return answered > before || errors_seen_ > errors || removals_seen_ > removals;
+    }));
+    if (answered > before) return Status();
+    if (errors_seen_ > errors) return last_error_;
+    if (type != MessageType::kUpdate) {
+      return WCCL_ERROR(WCCL_ERR_PEER_LOST, "%s: this peer was declared lost while it waited; update to join again", what);
+    }
+  }
 }
 
 Status Communicator::update() { return barrier_call(MessageType::kUpdate, "update"); }
@@ -285,6 +317,7 @@ void Communicator::on_control(const ControlMessage &m) {
           // The same epoch confirmed (nothing changed at the update, or a restarted coordinator
           // adopted it): its links and its operation numbering carry on.
           pending_ = 0;
+          barrier_ops_ = kNoBarrier;
           ++epochs_seen_;
           cv_.notify_all();
           break;
@@ -301,6 +334,7 @@ void Communicator::on_control(const ControlMessage &m) {
         epoch_failure_ = Status();
         next_seq_ = 0;
         committed_seq_ = 0;
+        barrier_ops_ = kNoBarrier;
         pending_ = 0;  // admission takes every waiting joiner; later ones are announced anew
         ++epochs_seen_;
       }
@@ -350,6 +384,19 @@ void Communicator::on_control(const ControlMessage &m) {
         }
       }
       cv_.notify_all();
+      break;
+    }
+    case MessageType::kBarrier: {
+      ControlMessage report;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (m.epoch != epoch_ || revoked_) break;
+        barrier_ops_ = std::min(barrier_ops_, m.seq);
+        if (next_seq_ <= barrier_ops_) break;  // this peer stops there too, or will run into it
+        report = revoke_here(barrier_ops_ + 1);
+      }
+      cv_.notify_all();
+      (void)send(report);
       break;
     }
     case MessageType::kProbe:
@@ -570,7 +617,9 @@ void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId p
       std::lock_guard<std::mutex> lock(mu_);
       if (epoch != epoch_ || revoked_ || aborted_ || left_ || why.code() == WCCL_ERR_ABORTED) return;
     }
-    WCCL_LOG(log_, kWarn, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
+    // Not a warning: a peer that leaves or dies closes its links, and what that does to the group
+    // (a revocation, logged as a warning) is the coordinator's to decide after its probe.
+    WCCL_LOG(log_, kInfo, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
     ControlMessage broken = message(MessageType::kLinkBroken);
     broken.other = peer;
@@ -581,6 +630,18 @@ void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId p
 // --- operations --------------------------------------------------------------------------------
 
 Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std::chrono::milliseconds timeout) {
+  ControlMessage mismatch;
+  Result<std::shared_ptr<Op>> op = submit_locked(c, timeout, &mismatch);
+  if (mismatch.type == MessageType::kOpFailed) {
+    cv_.notify_all();
+    (void)send(mismatch);
+  }
+  return op;
+}
+
+Result<std::shared_ptr<Op>> Communicator::submit_locked(const algo::Collective &c, std::chrono::milliseconds timeout,
+                                                        ControlMessage *report) {
+  ControlMessage &mismatch = *report;
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", algo::kind_name(c.kind));
   if (left_ || rank_ < 0) {
@@ -594,6 +655,12 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
   if (undecided_ >= kMaxOpsInFlight) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: %zu operations are already in flight (the most a communicator takes)",
                       algo::kind_name(c.kind), undecided_);
+  }
+  if (next_seq_ >= barrier_ops_) {
+    // Another member waits at the update barrier after the operations this peer has run: this one
+    // can never complete. Revoke the epoch rather than wait for it.
+    mismatch = revoke_here(next_seq_ + 1);
+    return epoch_failure_;
   }
   const int n = static_cast<int>(ring_.size());
   auto op = std::make_shared<Op>();
@@ -682,6 +749,20 @@ void Communicator::fail_undecided(const Status &why) {
   if (epoch_failure_.ok() && why.code() != WCCL_ERR_ABORTED) epoch_failure_ = why;
   // The running operation is decided by the worker once its data phase has stopped.
   if (running_exchange_ != nullptr) running_exchange_->cancel(why);
+}
+
+ControlMessage Communicator::revoke_here(uint64_t seq) {
+  revoked_ = true;
+  fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST,
+                            "members are in different operations of epoch %llu: another member waits at the update "
+                            "barrier after %llu operations, and this peer is at operation %llu; update and retry",
+                            static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(barrier_ops_),
+                            static_cast<unsigned long long>(seq)));
+  ControlMessage report = message(MessageType::kOpFailed);
+  report.epoch = epoch_;
+  report.seq = seq;
+  report.text = epoch_failure_.message();
+  return report;
 }
 
 ControlMessage Communicator::fail_here(const std::shared_ptr<Op> &op, const Status &why) {

@@ -90,6 +90,8 @@ class Communicator {
   // timeout for the whole operation (0: op_timeout_ms). Errors: ABORTED; PEER_LOST if the epoch
   // is revoked; INVALID_USAGE after leave() or with kMaxOpsInFlight undecided operations;
   // INVALID_ARGUMENT from algo::check. On error nothing was queued.
+  // An operation past the one after which another member waits at the update barrier (it has run
+  // fewer operations of the epoch) can never complete: it revokes the epoch (PEER_LOST).
   Result<std::shared_ptr<Op>> submit(const algo::Collective &c, std::chrono::milliseconds timeout);
   // Waits for op's outcome (until its deadline: TIMEOUT), copies the result out on success, and
   // fills stats. Call once per op from one thread; later calls return the same outcome.
@@ -122,6 +124,12 @@ class Communicator {
   // op failed on this peer first (`why`): revokes the epoch here, fails every other undecided
   // operation, decides op, and returns the OP_FAILED report to send once mu_ is released.
   coord::ControlMessage fail_here(const std::shared_ptr<Op> &op, const Status &why);
+  // This peer is at operation seq while another member waits at the update barrier after
+  // barrier_ops_: revokes the epoch here, fails every undecided operation, and returns the
+  // OP_FAILED report to send once mu_ is released.
+  coord::ControlMessage revoke_here(uint64_t seq);
+  Result<std::shared_ptr<Op>> submit_locked(const algo::Collective &c, std::chrono::milliseconds timeout,
+                                            coord::ControlMessage *report);
   int rank_of(coord::PeerId id) const;
   std::set<int> neighbours() const;  // ranks this peer links to in the current epoch
   algo::Algo choose(const algo::Collective &c, int n) const;
@@ -174,6 +182,8 @@ class Communicator {
   Status epoch_failure_;         // why operations of the current epoch fail (OK while it is sound)
   uint64_t next_seq_ = 0;        // the last number given in this epoch
   uint64_t committed_seq_ = 0;   // the last COMMIT heard in this epoch
+  static constexpr uint64_t kNoBarrier = ~0ULL;
+  uint64_t barrier_ops_ = kNoBarrier;  // a member waits at the update barrier after this many operations
   std::deque<std::shared_ptr<Op>> queue_;
   std::shared_ptr<Op> running_;
   algo::Exchange *running_exchange_ = nullptr;  // cancelled on revocation or abort

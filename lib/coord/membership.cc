@@ -25,6 +25,7 @@ void Membership::forget(PeerId id) {
   probes_.erase(id);
   arrived_.erase(id);
   leaving_.erase(id);
+  reforming_.erase(id);
   auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
   if (j != joiners_.end()) joiners_.erase(j);
 }
@@ -63,9 +64,13 @@ void Membership::heartbeat(PeerId id, Clock::time_point now) {
                                                   : "this peer is not registered";
 }
 
-Status Membership::update(PeerId id, uint64_t epoch, Clock::time_point now, bool admit) {
+Status Membership::update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit) {
   if (is_joiner(id)) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "a joiner waits for admission; it does not update");
+    // A lost peer that re-registered repeats its update when it hears it was removed: it waits
+    // for admission either way.
+    if (!admit) return WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer waits for admission; it cannot re-form an epoch");
+    live_[id].last_seen = now;
+    return Status();
   }
   auto lost = lost_.find(id);
   if (lost != lost_.end() && !admit) {
@@ -76,10 +81,10 @@ Status Membership::update(PeerId id, uint64_t epoch, Clock::time_point now, bool
     const PeerInfo info = lost->second;
     return join(id, info, now);
   }
-  return arrive(id, epoch, now, /*leaving=*/false, admit);
+  return arrive(id, epoch, ops, now, /*leaving=*/false, admit);
 }
 
-Status Membership::arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving, bool admit) {
+Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving, bool admit) {
   if (!is_member(id)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is not registered",
                       static_cast<unsigned long long>(id));
@@ -90,14 +95,43 @@ Status Membership::arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool
                       static_cast<unsigned long long>(epoch_));
   }
   live_[id].last_seen = now;
+  const bool updating = admit && !leaving;
+  const bool update_waiting = std::any_of(arrived_.begin(), arrived_.end(), [&](PeerId a) {
+    return leaving_.count(a) == 0 && reforming_.count(a) == 0;
+  });
+  const char *gives_way = "a member is at an update barrier, so state sync's re-forming gives way: update and call it again";
+  if (!admit && update_waiting) return WCCL_ERROR(WCCL_ERR_PEER_LOST, "%s", gives_way);
+  if (updating) {
+    for (PeerId r : reforming_) {
+      arrived_.erase(r);
+      notify(Notice::Kind::kRefused, r).reason = gives_way;
+    }
+    reforming_.clear();
+  }
+  const bool first = arrived_.empty();
   arrived_.insert(id);
   if (leaving) leaving_.insert(id);
-  if (!admit) holding_ = true;
+  if (!admit) reforming_.insert(id);
+  if (!revoked_) {
+    const bool ahead = !done_.empty();  // someone completed an operation this member did not run
+    if (ops != committed_ || ahead) {
+      revoke(id, format("members are in different operations: %s reached the update barrier after %llu "
+                        "operations of epoch %llu, %llu are committed%s",
+                        live_[id].info.name.c_str(), static_cast<unsigned long long>(ops),
+                        static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(committed_),
+                        ahead ? " and others completed a later one" : ""));
+    } else if (first) {
+      // Members still running operations learn where this one stopped: one past it is a mismatch.
+      for (const Member &m : ring_) {
+        if (m.id != id && is_member(m.id)) notify(Notice::Kind::kBarrier, m.id).seq = ops;
+      }
+    }
+  }
   maybe_complete_update();
   return Status();
 }
 
-Status Membership::leave(PeerId id, uint64_t epoch, Clock::time_point now) {
+Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now) {
   if (is_joiner(id)) {
     forget(id);
     Notice &n = notify(Notice::Kind::kRemoved, id);
@@ -108,7 +142,7 @@ Status Membership::leave(PeerId id, uint64_t epoch, Clock::time_point now) {
     lost_.erase(id);  // nothing left to leave: it was already removed from the job
     return Status();
   }
-  return arrive(id, epoch, now, /*leaving=*/true, /*admit=*/true);
+  return arrive(id, epoch, ops, now, /*leaving=*/true, /*admit=*/true);
 }
 
 void Membership::disconnected(PeerId id, Clock::time_point now) {
@@ -156,7 +190,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     revoked_ = false;
     arrived_.clear();
     leaving_.clear();
-    holding_ = false;
+    reforming_.clear();
     std::vector<PeerId> outside;
     for (const auto &[known, peer] : live_) {
       if (seen.count(known) == 0 && !is_joiner(known)) outside.push_back(known);
@@ -305,7 +339,7 @@ void Membership::maybe_form_first(Clock::time_point now) {
   committed_ = 0;
   arrived_.clear();
   leaving_.clear();
-  holding_ = false;
+  reforming_.clear();
   announce_epoch();
 }
 
@@ -319,7 +353,7 @@ void Membership::maybe_complete_update() {
   for (const Member &m : ring_) {
     if (is_member(m.id) && leaving_.count(m.id) == 0) next.push_back(m);
   }
-  const bool admit = !holding_;
+  const bool admit = reforming_.empty();
   const bool changed = revoked_ || (admit && !joiners_.empty()) || next.size() != ring_.size();
   const std::set<PeerId> leavers = leaving_;
   for (PeerId id : leavers) {
@@ -333,7 +367,7 @@ void Membership::maybe_complete_update() {
   }
   arrived_.clear();
   leaving_.clear();
-  holding_ = false;
+  reforming_.clear();
   if (changed) {
     ++epoch_;
     ring_ = std::move(next);

@@ -63,15 +63,17 @@ struct Notice {
     kProbe,    // `to` must answer with a heartbeat at once (a neighbour reported a broken link)
     kPending,  // `joiners` peers wait to be admitted at the next update (sent when it changes)
     kCommit,   // operations 1..seq of `epoch` are committed
+    kBarrier,  // a member reached the update barrier of `epoch` after `seq` operations
+    kRefused,  // `to`'s REFORM gave way to a member's UPDATE at the barrier: PEER_LOST (`reason`)
   };
   Kind kind = Kind::kEpoch;
   PeerId to = 0;
   uint64_t epoch = 0;
   std::vector<Member> ring;  // kEpoch
   PeerId lost = 0;           // kRevoked
-  std::string reason;        // kRevoked, kRemoved
+  std::string reason;        // kRevoked, kRemoved, kRefused
   uint32_t joiners = 0;      // kPending
-  uint64_t seq = 0;          // kCommit
+  uint64_t seq = 0;          // kCommit, kBarrier
 };
 
 // Operations a member may report done ahead of the last committed one.
@@ -93,14 +95,23 @@ class Membership {
   // Liveness from a peer (also the answer to a probe). A peer that is neither a member nor a
   // joiner gets a kRemoved notice.
   void heartbeat(PeerId id, Clock::time_point now);
-  // A member of `epoch` reaches the update barrier. A lost peer's update re-registers it as a
-  // joiner. INVALID_USAGE for a joiner (it waits in join), PROTOCOL for a member naming another
-  // epoch than the current one. With admit false (a REFORM: state sync re-forming the survivors to
-  // finish a transfer), the barrier this member reaches admits no joiner (they keep waiting for
-  // the next plain update), and a lost peer gets PEER_LOST instead of re-registering.
-  Status update(PeerId id, uint64_t epoch, Clock::time_point now, bool admit = true);
+  // A member of `epoch` reaches the update barrier after submitting `ops` operations in it. A lost
+  // peer's update re-registers it as a joiner; a joiner's update waits with it (OK). PROTOCOL for
+  // a member naming another epoch than the current one. With admit false (a REFORM: state sync
+  // re-forming the survivors to finish a transfer), the barrier this member reaches admits no
+  // joiner (they keep waiting for the next plain update), and a lost peer gets PEER_LOST instead
+  // of re-registering.
+  //
+  // Members that disagree about where they are must not wait for each other (the stall of issue
+  // 15): an arrival after another number of operations than the epoch has committed, or while a
+  // member reported a later operation done, revokes the epoch; otherwise the first arrival sends
+  // every other member a kBarrier notice with `ops`, and a member that has submitted more
+  // operations reports OP_FAILED (the epoch is revoked). A REFORM and an UPDATE at one barrier
+  // also disagree: the update wins, and every REFORM gets PEER_LOST (a kRefused notice, or the
+  // returned status), so state sync returns and its caller updates too.
+  Status update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit = true);
   // A member leaves gracefully: it counts as arrived at the barrier and is not in the next epoch.
-  Status leave(PeerId id, uint64_t epoch, Clock::time_point now);
+  Status leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now);
   // The peer's control connection closed: it is lost now.
   void disconnected(PeerId id, Clock::time_point now);
   // `reporter` lost its link to `suspect`: the suspect is probed and is lost unless it answers
@@ -145,7 +156,7 @@ class Membership {
   bool is_member(PeerId id) const;
   bool is_joiner(PeerId id) const;
   bool any_member() const;
-  Status arrive(PeerId id, uint64_t epoch, Clock::time_point now, bool leaving, bool admit);
+  Status arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving, bool admit);
   // Removes a lost peer; the caller runs maybe_complete_update() once all losses are in.
   void lose(PeerId id, const std::string &reason);
   void forget(PeerId id);  // drops every trace of a live peer but lost_
@@ -167,7 +178,7 @@ class Membership {
   Clock::time_point last_join_{};
   std::set<PeerId> arrived_;                 // members at the update barrier
   std::set<PeerId> leaving_;                 // of those, the ones leaving
-  bool holding_ = false;                     // one of them asked to admit no joiner (REFORM)
+  std::set<PeerId> reforming_;               // of those, the ones that admit no joiner (REFORM)
   std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
   std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it
   std::vector<Notice> notices_;

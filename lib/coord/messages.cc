@@ -137,6 +137,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
     case MessageType::kLeave:
       w.u64(m.peer);
       w.u64(m.epoch);
+      w.u64(m.seq);
       break;
     case MessageType::kLinkBroken:
       w.u64(m.peer);
@@ -174,6 +175,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.u32(m.count);
       break;
     case MessageType::kCommit:
+    case MessageType::kBarrier:
       w.u64(m.epoch);
       w.u64(m.seq);
       break;
@@ -214,6 +216,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
     case MessageType::kLeave:
       m.peer = r.peer("peer id");
       m.epoch = r.u64("epoch");
+      m.seq = r.u64("operations");
       break;
     case MessageType::kDone:
     case MessageType::kOpFailed:
@@ -251,6 +254,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       m.count = r.u32("count");
       break;
     case MessageType::kCommit:
+    case MessageType::kBarrier:
       m.epoch = r.u64("epoch");
       m.seq = r.u64("operation");
       break;
@@ -289,6 +293,15 @@ ControlMessage to_message(const Notice &n) {
     case Notice::Kind::kCommit:
       m.type = MessageType::kCommit;
       m.seq = n.seq;
+      break;
+    case Notice::Kind::kBarrier:
+      m.type = MessageType::kBarrier;
+      m.seq = n.seq;
+      break;
+    case Notice::Kind::kRefused:
+      m.type = MessageType::kError;
+      m.code = static_cast<uint32_t>(WCCL_ERR_PEER_LOST);
+      m.text = n.reason;
       break;
   }
   return m;

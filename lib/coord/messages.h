@@ -24,12 +24,12 @@ enum class MessageType : uint8_t {
   kJoin = 1,        // peer, group, info
   kRejoin = 2,      // peer, group, info, epoch, ring: after a coordinator restart
   kHeartbeat = 3,   // peer
-  kUpdate = 4,      // peer, epoch
-  kLeave = 5,       // peer, epoch
+  kUpdate = 4,      // peer, epoch, seq (operations this peer submitted in the epoch)
+  kLeave = 5,       // peer, epoch, seq
   kLinkBroken = 6,  // peer, other (the suspect)
   kDone = 7,        // peer, epoch, seq: this peer's data phase of operation seq completed
   kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
-  kReform = 9,      // peer, epoch: an update that admits no joiner (state sync's retry)
+  kReform = 9,      // peer, epoch, seq: an update that admits no joiner (state sync's retry)
   // coordinator -> peer
   kEpoch = 16,      // epoch, ring
   kRevoked = 17,    // epoch, other (the lost peer), text (reason)
@@ -38,6 +38,7 @@ enum class MessageType : uint8_t {
   kError = 20,      // code, text: the coordinator refused the last request
   kPending = 21,    // epoch, count: peers waiting to be admitted at the next update
   kCommit = 22,     // epoch, seq: every member completed operations up to seq: they succeed
+  kBarrier = 23,    // epoch, seq: a member reached the update barrier after seq operations
 };
 
 struct ControlMessage {
@@ -46,7 +47,8 @@ struct ControlMessage {
   std::string group;   // kJoin, kRejoin
   PeerInfo info;       // kJoin, kRejoin
   uint64_t epoch = 0;  // kRejoin, kUpdate, kReform, kLeave, kDone, kOpFailed, and every coordinator message but kError
-  uint64_t seq = 0;    // kDone, kOpFailed, kCommit; kRejoin: the last operation this peer saw committed
+  uint64_t seq = 0;    // kDone, kOpFailed, kCommit, kBarrier; kUpdate, kReform, kLeave: the operations
+                       // this peer submitted in the epoch; kRejoin: the last one it saw committed
   std::vector<Member> ring;  // kRejoin, kEpoch
   PeerId other = 0;    // kLinkBroken (suspect), kRevoked (lost)
   uint32_t code = 0;   // kError: a wccl_result_t

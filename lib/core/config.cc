@@ -60,6 +60,8 @@ constexpr KeySpec kKeys[] = {
      "a peer silent this long is lost and its epoch revoked"},
     {"connect_timeout_ms", "10000", Kind::kInteger, 1, 3600000,
      "limit for TCP connect + TLS handshake + hello of a whole link"},
+    {"hello_timeout_ms", "3000", Kind::kInteger, 1, 3600000,
+     "limit for an accepted connection's TLS handshake + hello (a few WAN round trips)"},
     {"io_timeout_ms", "10000", Kind::kInteger, 1, 3600000,
      "a link with a frame half-received or a write queued that moves no byte for this long fails"},
 };

@@ -26,7 +26,10 @@ namespace {
 constexpr size_t kStagingBytes = 256 << 10;     // socket reads land here unless read directly
 constexpr size_t kDirectReadMin = 64 << 10;     // payload remainders this large skip staging
 constexpr size_t kCoalesceBytes = 16 << 10;     // TLS: smaller payloads share a record with the header
-constexpr size_t kMaxSetupStreams = 256;        // accepted connections of links not yet open
+constexpr size_t kMaxSetupStreams = 1024;       // accepted connections of links not yet open
+// ... of those from one address: enough for the links of a few dozen members behind one NAT
+// opening at once, while a client that opens connections and sends nothing holds few slots.
+constexpr size_t kMaxSetupStreamsPerAddress = 64;
 
 std::string sockaddr_text(const sockaddr *sa) {
   char ip[INET6_ADDRSTRLEN] = "?";
@@ -66,6 +69,13 @@ std::string peer_text(const uv_tcp_t *tcp) {
   return sockaddr_text(reinterpret_cast<sockaddr *>(&ss));
 }
 
+// The peer's IP address without the port: what set-up connections are counted by.
+std::string peer_host(const uv_tcp_t *tcp) {
+  std::string text = peer_text(tcp);
+  const size_t colon = text.rfind(':');
+  return colon == std::string::npos ? text : text.substr(0, colon);
+}
+
 }  // namespace
 
 struct Options {
@@ -74,6 +84,7 @@ struct Options {
   uint32_t frame_bytes = 1 << 20;
   int64_t sock_buf_bytes = 0;
   std::chrono::milliseconds connect_timeout{10000};
+  std::chrono::milliseconds hello_timeout{3000};
   std::chrono::milliseconds io_timeout{10000};
   std::string name;
 };
@@ -89,6 +100,8 @@ class Core : public std::enable_shared_from_this<Core> {
   uv_timer_t sweep{};  // timeouts of set-ups and stalled links
   std::set<std::shared_ptr<Link>> links;  // set-up or open; closed links leave
   std::set<Stream *> pending;             // accepted, hello not yet received
+  std::map<std::string, size_t> pending_from;  // pending streams by peer address
+  Clock::time_point next_refusal_log_{};
   std::map<std::string, std::shared_ptr<Link>> accepting;  // link id -> link in set-up
   struct Listener {
     uv_tcp_t tcp;
@@ -119,6 +132,7 @@ class Core : public std::enable_shared_from_this<Core> {
 
   void on_connection(Listener *l, int status);
   void on_hello(Stream *s, const Hello &hello);
+  void forget_pending(Stream *s);  // s is no longer in set-up (hello received, or closed)
   void sweep_timeouts();
   void shutdown();
   void configure_socket(uv_tcp_t *tcp);
@@ -152,6 +166,8 @@ class Stream {
   int index_ = 0;
   Phase phase_ = Phase::kConnecting;
   Clock::time_point deadline_{};  // pending (server) streams only
+  std::string host_;              // pending (server) streams only: the peer's address
+  bool heard_ = false;            // any byte arrived from the peer
   std::function<void(std::shared_ptr<Link>)> on_link_;  // pending (server) streams only
   std::string peer_;
   std::unique_ptr<TlsEngine> tls_;
@@ -269,6 +285,7 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
     }
   } else if (nread > 0) {
     const size_t n = static_cast<size_t>(nread);
+    s->heard_ = true;
     if (s->link_ != nullptr) s->link_->last_rx_ = Clock::now();
     if (s->direct_read_) {
       s->rx_advance(n);
@@ -511,10 +528,17 @@ void Stream::fail(Status why) {
   if (link_ != nullptr) {
     // A peer that hangs up after the TCP connect but before its hello refused us: it rejected our
     // certificate, or one side has tls=off.
+    // One that hangs up without a byte refused the connection itself (too many connections in
+    // set-up from this address), which is worth retrying.
     if (phase_ != Phase::kConnecting && phase_ != Phase::kOpen && link_->state_ == Link::State::kSetup &&
         why.code() == WCCL_ERR_IO) {
-      why = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up: the peer rejected this side's "
-                       "certificate, or tls=on/off differs between the two sides)", why.message().c_str());
+      if (heard_) {
+        why = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up: the peer rejected this side's "
+                         "certificate, or tls=on/off differs between the two sides)", why.message().c_str());
+      } else {
+        why = WCCL_ERROR(WCCL_ERR_IO, "%s before answering anything: it refused the connection (it may "
+                         "have too many connections in set-up from this address)", why.message().c_str());
+      }
     }
     link_->fail(why);  // closes every stream of the link, this one included
     return;
@@ -530,7 +554,7 @@ void Stream::close() {
   if (closing_) return;
   closing_ = true;
   phase_ = Phase::kClosed;
-  core_->pending.erase(this);
+  core_->forget_pending(this);
   stop_reading();
   // The fd closes now; queued writes complete with ECANCELED before on-close frees the stream.
   uv_close(reinterpret_cast<uv_handle_t *>(&tcp_), [](uv_handle_t *h) { delete static_cast<Stream *>(h->data); });
@@ -839,22 +863,43 @@ void Core::on_connection(Listener *l, int status) {
   }
   size_t in_setup = pending.size();
   for (const auto &[id, link] : accepting) in_setup += static_cast<size_t>(link->ready_);
-  if (in_setup >= kMaxSetupStreams) {
-    WCCL_LOG(log, kWarn, "refusing a connection from %s: %zu connections are already in set-up",
-             peer_text(&s->tcp_).c_str(), in_setup);
-    s->close();
+  const std::string host = peer_host(&s->tcp_);
+  auto from = pending_from.find(host);
+  const size_t from_host = from == pending_from.end() ? 0 : from->second;
+  if (in_setup >= kMaxSetupStreams || from_host >= kMaxSetupStreamsPerAddress) {
+    // Refused with a reset, before any byte, so the client can tell this from a TLS rejection.
+    // Logged once per burst: an attacker must not fill the log either.
+    if (Clock::now() >= next_refusal_log_) {
+      WCCL_LOG(log, kWarn, "refusing connections from %s: %zu connections in set-up (%zu from that address; limits "
+               "%zu and %zu)", host.c_str(), in_setup, from_host, kMaxSetupStreams, kMaxSetupStreamsPerAddress);
+      next_refusal_log_ = Clock::now() + std::chrono::seconds(10);
+    }
+    s->closing_ = true;
+    s->phase_ = Stream::Phase::kClosed;
+    if (uv_tcp_close_reset(&s->tcp_, [](uv_handle_t *h) { delete static_cast<Stream *>(h->data); }) != 0) {
+      uv_close(reinterpret_cast<uv_handle_t *>(&s->tcp_), [](uv_handle_t *h) { delete static_cast<Stream *>(h->data); });
+    }
     return;
   }
   pending.insert(s);
-  s->deadline_ = Clock::now() + opt.connect_timeout;
+  s->host_ = host;
+  ++pending_from[host];
+  // An unauthenticated connection gets a few WAN round trips for its TLS handshake and hello.
+  s->deadline_ = Clock::now() + std::min(opt.hello_timeout, opt.connect_timeout);
   s->on_link_ = l->on_link;
   configure_socket(&s->tcp_);
   s->start_after_connect();
 }
 
 // A connection said hello: it joins the link its id names (which opens once all have).
+void Core::forget_pending(Stream *s) {
+  if (pending.erase(s) == 0) return;
+  auto it = pending_from.find(s->host_);
+  if (it != pending_from.end() && --it->second == 0) pending_from.erase(it);
+}
+
 void Core::on_hello(Stream *s, const Hello &hello) {
-  pending.erase(s);
+  forget_pending(s);
   const std::string id(reinterpret_cast<const char *>(hello.link_id), sizeof(hello.link_id));
   std::shared_ptr<Link> link;
   auto it = accepting.find(id);
@@ -889,7 +934,7 @@ void Core::sweep_timeouts() {
   }
   for (Stream *s : expired) {
     s->fail(WCCL_ERROR(WCCL_ERR_TIMEOUT, "no hello within %lld ms",
-                       static_cast<long long>(opt.connect_timeout.count())));
+                       static_cast<long long>(std::min(opt.hello_timeout, opt.connect_timeout).count())));
   }
   std::vector<std::shared_ptr<Link>> all(links.begin(), links.end());
   for (auto &link : all) {
@@ -931,6 +976,7 @@ Result<std::unique_ptr<Transport>> Transport::create(const Config &cfg) {
   core->opt.frame_bytes = static_cast<uint32_t>(cfg.integer("frame_bytes"));
   core->opt.sock_buf_bytes = cfg.integer("sock_buf_bytes");
   core->opt.connect_timeout = std::chrono::milliseconds(cfg.integer("connect_timeout_ms"));
+  core->opt.hello_timeout = std::chrono::milliseconds(cfg.integer("hello_timeout_ms"));
   core->opt.io_timeout = std::chrono::milliseconds(cfg.integer("io_timeout_ms"));
   core->opt.name = cfg.peer_name();
   if (core->opt.tls) {
@@ -944,7 +990,7 @@ Result<std::unique_ptr<Transport>> Transport::create(const Config &cfg) {
   if (!loop.ok()) return loop.status();
   core->loop = std::move(loop).value();
   // Timeouts are checked by one timer; a timeout fires at most one period late.
-  const auto shortest = std::min(core->opt.connect_timeout, core->opt.io_timeout).count();
+  const auto shortest = std::min({core->opt.connect_timeout, core->opt.hello_timeout, core->opt.io_timeout}).count();
   const uint64_t period = static_cast<uint64_t>(std::clamp<int64_t>(shortest / 4, 5, 250));
   Core *c = core.get();
   Status st = core->loop->post([c, period] {
