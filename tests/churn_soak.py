@@ -17,68 +17,13 @@ import argparse
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-
-def make_pki(d):
-    def run(*args):
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
-
-    run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ca.key")
-    run("req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "2", "-subj", "/O=wccl-soak/CN=ca",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign", "-out", "ca.pem")
-    (d / "node.ext").write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
-                                "extendedKeyUsage=serverAuth,clientAuth\n")
-    run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "node.key")
-    run("req", "-new", "-key", "node.key", "-subj", "/O=wccl-soak/CN=node", "-out", "node.csr")
-    run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-        "-sha256", "-extfile", "node.ext", "-out", "node.pem")
-    return {"TLS_CERT": str(d / "node.pem"), "TLS_KEY": str(d / "node.key"), "TLS_CA": str(d / "ca.pem")}
-
-
-class Member:
-    def __init__(self, name, cmd, env, logdir):
-        self.name = name
-        self.log = open(logdir / f"{name}.log", "w")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        self.started = time.monotonic()
-        self.joined = None
-        self.last_commit = None  # (time, step, epoch, size)
-        self.commits = 0
-        self.wrong = 0
-        self.errors = []
-        self.frozen_until = None
-        self.lines = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            now = time.monotonic()
-            self.lines.append(line.rstrip())
-            del self.lines[:-20]
-            f = line.split()
-            if f and f[0] == "joined":
-                self.joined = now
-            elif f and f[0] == "commit" and len(f) == 6:
-                self.last_commit = (now, int(f[1]), int(f[2]), int(f[3]))
-                self.commits += 1
-                self.wrong += int(f[5])
-            elif f and f[0] == "error":
-                self.errors.append(line.rstrip())
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def signal(self, sig):
-        try:
-            self.proc.send_signal(sig)
-        except ProcessLookupError:
-            pass
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "devkit"))
+from group import Member, make_pki, start_coordinator  # noqa: E402
 
 
 def main():
@@ -102,17 +47,7 @@ def main():
     if args.tls == "on":
         env.update({f"WCCL_{k}": v for k, v in make_pki(tmp).items()})
     env["WCCL_LOG_LEVEL"] = "warn"
-    coord_env = dict(env, WCCL_LISTEN="127.0.0.1:0", WCCL_MIN_PEERS=str(args.members))
-    coord_log = open(tmp / "coord.log", "w")
-    coord = subprocess.Popen([args.coord], env=coord_env, stdout=subprocess.PIPE, stderr=coord_log, text=True)
-    port = None
-    for line in coord.stdout:
-        if "listening on port" in line:
-            port = int(line.split()[-1])
-            break
-    if port is None:
-        print("the coordinator did not start; see", tmp / "coord.log")
-        return 1
+    coord, port = start_coordinator(args.coord, dict(env, WCCL_MIN_PEERS=str(args.members)), tmp / "coord.log")
     env.update(WCCL_COORDINATOR=f"127.0.0.1:{port}", WCCL_LISTEN="127.0.0.1:0", WCCL_JOIN_TIMEOUT_MS="600000")
     members = []
 

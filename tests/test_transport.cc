@@ -525,7 +525,7 @@ TEST(BadFrames, OtherProtocolVersionIsRejectedAtHello) {
   Acceptor acceptor;
   auto port = server.value()->listen("127.0.0.1:0", acceptor.callback());
   ASSERT_TRUE(port.ok());
-  RawPeer raw(port.value(), /*version=*/2);
+  RawPeer raw(port.value(), /*version=*/net::kProtocolVersion + 1);
   EXPECT_TRUE(raw.closed_by_server());
   EXPECT_EQ(acceptor.wait(200ms), nullptr) << "a peer of another protocol version was admitted";
 }

@@ -168,6 +168,7 @@ class Stream {
   Clock::time_point deadline_{};  // pending (server) streams only
   std::string host_;              // pending (server) streams only: the peer's address
   bool heard_ = false;            // any byte arrived from the peer
+  bool reset_ = false;            // the peer reset the connection (RST)
   std::function<void(std::shared_ptr<Link>)> on_link_;  // pending (server) streams only
   std::string peer_;
   std::unique_ptr<TlsEngine> tls_;
@@ -276,6 +277,7 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
   std::shared_ptr<Link> keep = s->link_ != nullptr ? s->link_->shared_from_this() : nullptr;
   if (nread < 0) {
     const bool mid_frame = s->mid_frame();
+    s->reset_ = nread == UV_ECONNRESET;
     if (nread == UV_EOF) {
       s->fail(WCCL_ERROR(WCCL_ERR_IO, "peer %s closed the connection%s", s->peer_.c_str(),
                          mid_frame ? " in the middle of a frame" : ""));
@@ -516,6 +518,7 @@ void Stream::on_write(uv_write_t *r, int status) {
   if (link == nullptr || s->closing_) return;  // the link already failed and released its ops
   std::shared_ptr<Link> keep = link->shared_from_this();
   if (status < 0) {
+    s->reset_ = status == UV_ECONNRESET || status == UV_EPIPE;
     s->fail(WCCL_ERROR(io_code(status), "write to %s: %s", s->peer_.c_str(), uv_strerror(status)));
   } else if (req->op != nullptr) {
     link->frame_sent(req->op, req->frame_len);
@@ -528,16 +531,16 @@ void Stream::fail(Status why) {
   if (link_ != nullptr) {
     // A peer that hangs up after the TCP connect but before its hello refused us: it rejected our
     // certificate, or one side has tls=off.
-    // One that hangs up without a byte refused the connection itself (too many connections in
-    // set-up from this address), which is worth retrying.
+    // One that resets it without a byte refused the connection itself (too many connections in
+    // set-up from this address), or died: worth retrying, and no certificate's fault.
     if (phase_ != Phase::kConnecting && phase_ != Phase::kOpen && link_->state_ == Link::State::kSetup &&
         why.code() == WCCL_ERR_IO) {
-      if (heard_) {
+      if (heard_ || !reset_) {
         why = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up: the peer rejected this side's "
                          "certificate, or tls=on/off differs between the two sides)", why.message().c_str());
       } else {
-        why = WCCL_ERROR(WCCL_ERR_IO, "%s before answering anything: it refused the connection (it may "
-                         "have too many connections in set-up from this address)", why.message().c_str());
+        why = WCCL_ERROR(WCCL_ERR_IO, "%s before answering anything: it refused the connection (too many "
+                         "connections in set-up from this address) or went away", why.message().c_str());
       }
     }
     link_->fail(why);  // closes every stream of the link, this one included
