@@ -90,6 +90,12 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
     c->info_.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                        std::to_string(port.value());
   }
+  c->view_ = std::make_unique<MemberView>(c->id_, c->group_, c->info_);
+  ControlMessage hello;
+  {
+    std::lock_guard<std::mutex> lock(c->mu_);
+    hello = c->view_->begin_join();
+  }
   auto channel = coord::ControlChannel::open(
       link.value(), [self](const ControlMessage &m) { self->on_control(m); },
       [self](const Status &why) { self->on_control_closed(why); });
@@ -97,13 +103,13 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
     std::lock_guard<std::mutex> lock(c->mu_);
     c->channel_ = std::move(channel);
   }
-  ControlMessage hello = c->message(MessageType::kJoin);
   WCCL_RETURN_IF_ERROR(c->send(hello));
   WCCL_RETURN_IF_ERROR(c->control_->every(c->heartbeat_, [self] { self->on_heartbeat_tick(); }));
   std::unique_lock<std::mutex> lock(c->mu_);
-  WCCL_RETURN_IF_ERROR(c->wait(lock, c->join_timeout_, "admission", [&] { return c->epochs_seen_ > 0; }));
-  WCCL_LOG(c->log_, kInfo, "joined group \"%s\": epoch %llu, rank %d of %zu", c->group_.c_str(),
-           static_cast<unsigned long long>(c->epoch_), c->rank_, c->ring_.size());
+  WCCL_RETURN_IF_ERROR(c->wait(lock, c->join_timeout_, "admission", [&] { return c->view_->call_answered(); }));
+  WCCL_RETURN_IF_ERROR(c->view_->call_status());
+  WCCL_LOG(c->log_, kInfo, "joined group \"%s\": epoch %llu, rank %d of %d", c->group_.c_str(),
+           static_cast<unsigned long long>(c->view_->epoch()), c->view_->rank(), c->view_->size());
   lock.unlock();
   c->worker_ = std::thread([self] { self->work(); });
   return c;
@@ -113,9 +119,8 @@ Communicator::~Communicator() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     closing_ = true;
-    aborted_ = true;
     stop_ = true;
-    fail_undecided(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was destroyed"));
+    if (view_) (void)apply(view_->abort(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was destroyed")));
   }
   cv_.notify_all();
   // The worker's data phase, cancelled above, closes its links and drains on the data thread,
@@ -133,12 +138,10 @@ Communicator::~Communicator() {
   }
 }
 
-ControlMessage Communicator::message(MessageType type) const {
-  ControlMessage m;
-  m.type = type;
-  m.peer = id_;
-  m.group = group_;
-  m.info = info_;
+ControlMessage Communicator::link_broken(coord::PeerId suspect) const {
+  ControlMessage m = view_->heartbeat();
+  m.type = MessageType::kLinkBroken;
+  m.other = suspect;
   return m;
 }
 
@@ -155,8 +158,8 @@ Status Communicator::send(const ControlMessage &m) {
 template <typename Pred>
 Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what,
                           Pred done) {
-  cv_.wait_for(lock, timeout, [&] { return aborted_ || done() || !channel_; });
-  if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
+  cv_.wait_for(lock, timeout, [&] { return view_->aborted() || done() || !channel_; });
+  if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
   if (done()) return Status();
   if (!channel_) return unreachable(control_down_.with_context(what));
   return WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s: no decision from the coordinator within %lld ms", what,
@@ -165,66 +168,40 @@ Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milli
 
 // Sends an UPDATE or LEAVE for the current epoch and waits until `answered` (a counter of the
 // coordinator messages that answer it) moves, or the coordinator refuses with ERROR.
-// A peer declared lost while it waits (frozen past peer_timeout_ms) hears REMOVED: the request it
-// sent was forgotten with it, so an UPDATE is sent again (it re-registers the peer as a joiner) and
-// a REFORM fails with PEER_LOST.
-Status Communicator::membership_call(MessageType type, const char *what, const uint64_t &answered) {
+// Sends an UPDATE, REFORM or LEAVE for the current epoch and waits for the coordinator's answer
+// (MemberView::call has the rules).
+Status Communicator::membership_call(MessageType type, const char *what) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
+  if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
   if (!channel_) return unreachable(control_down_.with_context(what));
-  const uint64_t before = answered, errors = errors_seen_;
-  const auto deadline = Clock::now() + op_timeout_;
-  for (;;) {
-    const uint64_t removals = removals_seen_;
-    ControlMessage m = message(type);
-    m.epoch = epoch_;
-    m.seq = next_seq_;
-    std::shared_ptr<coord::ControlChannel> ch = channel_;
-    if (!ch) return unreachable(control_down_.with_context(what));
-    lock.unlock();
-    WCCL_RETURN_IF_ERROR(ch->send(m));
-    lock.lock();
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    WCCL_RETURN_IF_ERROR(wait(lock, std::max(left, std::chrono::milliseconds(0)), what, [&] {
-      return answered > before || errors_seen_ > errors || removals_seen_ > removals;
-    }));
-    if (answered > before) return Status();
-    if (errors_seen_ > errors) return last_error_;
-    if (type != MessageType::kUpdate) {
-      return WCCL_ERROR(WCCL_ERR_PEER_LOST, "%s: this peer was declared lost while it waited; update to join again", what);
-    }
+  Actions actions;
+  WCCL_RETURN_IF_ERROR(view_->call(type, &actions));
+  Effects effects = apply(std::move(actions));
+  lock.unlock();
+  carry_out(std::move(effects));
+  lock.lock();
+  const Status answered = wait(lock, op_timeout_, what, [&] { return view_->call_answered(); });
+  if (!answered.ok()) {
+    view_->cancel_call();
+    return answered;
   }
+  return view_->call_status();
 }
 
-Status Communicator::update() { return barrier_call(MessageType::kUpdate, "update"); }
+Status Communicator::update() { return membership_call(MessageType::kUpdate, "update"); }
 
-Status Communicator::reform() { return barrier_call(MessageType::kReform, "reform"); }
+Status Communicator::reform() { return membership_call(MessageType::kReform, "reform"); }
 
-Status Communicator::barrier_call(MessageType type, const char *what) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (undecided_ != 0) {
-      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: %zu operations of this peer are not decided yet; wait for them first",
-                        what, undecided_);
-    }
-  }
-  return membership_call(type, what, epochs_seen_);
-}
-
-Status Communicator::leave() {
-  WCCL_RETURN_IF_ERROR(membership_call(MessageType::kLeave, "leave", removals_seen_));
-  std::lock_guard<std::mutex> lock(mu_);
-  left_ = true;  // no more heartbeats: the coordinator has forgotten this peer
-  return Status();
-}
+Status Communicator::leave() { return membership_call(MessageType::kLeave, "leave"); }
 
 void Communicator::abort() {
+  Effects effects;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    aborted_ = true;
-    fail_undecided(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
+    effects = apply(view_->abort(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted")));
   }
   cv_.notify_all();
+  carry_out(std::move(effects));
   (void)transport_->post([this] {
     std::map<int, std::shared_ptr<net::Link>> links;
     {
@@ -238,188 +215,103 @@ void Communicator::abort() {
 
 int Communicator::rank() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return rank_;
+  return view_->rank();
 }
 
 int Communicator::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(ring_.size());
+  return view_->size();
 }
 
 uint64_t Communicator::epoch() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return epoch_;
+  return view_->epoch();
 }
 
 bool Communicator::revoked() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return revoked_;
+  return view_->revoked();
 }
 
 std::vector<coord::PeerId> Communicator::ring() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<coord::PeerId> out;
-  for (const coord::Member &m : ring_) out.push_back(m.id);
+  for (const coord::Member &m : view_->ring()) out.push_back(m.id);
   return out;
 }
 
 int Communicator::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return pending_;
+  return view_->pending();
 }
 
 bool Communicator::wait_revoked(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return revoked_; });
+  return cv_.wait_for(lock, timeout, [&] { return view_->revoked(); });
 }
 
 Status Communicator::links(std::chrono::milliseconds timeout, std::map<int, std::shared_ptr<net::Link>> *out) {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool open = cv_.wait_for(lock, timeout, [&] { return aborted_ || links_.size() == neighbours().size(); });
-  if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "links: the communicator was aborted");
+  const bool open =
+      cv_.wait_for(lock, timeout, [&] { return view_->aborted() || links_.size() == view_->neighbours().size(); });
+  if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "links: the communicator was aborted");
   if (!open) {
     return WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu are not open after %lld ms",
-                      static_cast<unsigned long long>(epoch_), static_cast<long long>(timeout.count()));
+                      static_cast<unsigned long long>(view_->epoch()), static_cast<long long>(timeout.count()));
   }
   *out = links_;
   return Status();
 }
 
-int Communicator::rank_of(coord::PeerId id) const {
-  for (size_t i = 0; i < ring_.size(); ++i) {
-    if (ring_[i].id == id) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-// Every other member: the collectives exchange messages with the ring's next and previous peers
-// and the parent and children in both trees (algo::tree_node), and state sync between any donor
-// and any receiver. A link costs its connections and one handshake per epoch, which is small for
-// the tens of members a WAN job has.
-std::set<int> Communicator::neighbours() const {
-  std::set<int> out;
-  const int n = static_cast<int>(ring_.size());
-  for (int r = 0; rank_ >= 0 && r < n; ++r) {
-    if (r != rank_) out.insert(r);
-  }
-  return out;
-}
-
 // --- control and data threads -------------------------------------------------------------------
 
 void Communicator::on_control(const ControlMessage &m) {
-  switch (m.type) {
-    case MessageType::kEpoch: {
-      std::map<int, std::shared_ptr<net::Link>> old;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (m.epoch == epoch_ && m.ring == ring_ && rank_ >= 0 && !revoked_) {
-          // The same epoch confirmed (nothing changed at the update, or a restarted coordinator
-          // adopted it): its links and its operation numbering carry on.
-          pending_ = 0;
-          barrier_ops_ = kNoBarrier;
-          ++epochs_seen_;
-          cv_.notify_all();
-          break;
-        }
-        // Operations of the previous epoch that are still undecided can no longer commit.
-        fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu ended before the operation was committed",
-                                  static_cast<unsigned long long>(epoch_)));
-        // The epoch and its links change together: nobody may see the new epoch with old links.
-        old.swap(links_);
-        epoch_ = m.epoch;
-        ring_ = m.ring;
-        rank_ = rank_of(id_);
-        revoked_ = false;
-        epoch_failure_ = Status();
-        next_seq_ = 0;
-        committed_seq_ = 0;
-        barrier_ops_ = kNoBarrier;
-        pending_ = 0;  // admission takes every waiting joiner; later ones are announced anew
-        ++epochs_seen_;
-      }
-      const Status ended = WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended");
-      for (auto &[rank, l] : old) l->close(ended);
-      cv_.notify_all();
-      open_links();
-      break;
-    }
-    case MessageType::kRevoked: {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (m.epoch != epoch_) break;
-        revoked_ = true;
-        fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu was revoked: %s", static_cast<unsigned long long>(m.epoch),
-                                  m.text.c_str()));
-      }
-      WCCL_LOG(log_, kWarn, "epoch %llu revoked: %s", static_cast<unsigned long long>(m.epoch), m.text.c_str());
-      cv_.notify_all();
-      break;
-    }
-    case MessageType::kRemoved: {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        // Declared lost (or the epoch moved on without us): this epoch is over for us too.
-        if (m.text == "left") {
-          left_ = true;  // its links close now without it being anyone's failure
-        } else {
-          revoked_ = true;
-          fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer was removed from epoch %llu: %s",
-                                    static_cast<unsigned long long>(epoch_), m.text.c_str()));
-        }
-        ++removals_seen_;
-      }
-      cv_.notify_all();
-      break;
-    }
-    case MessageType::kCommit: {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (m.epoch != epoch_ || m.seq <= committed_seq_) break;
-        committed_seq_ = m.seq;
-        while (!awaiting_.empty() && awaiting_.begin()->first <= m.seq) {
-          auto op = awaiting_.begin()->second;
-          awaiting_.erase(awaiting_.begin());
-          decide(op, Status());
-        }
-      }
-      cv_.notify_all();
-      break;
-    }
-    case MessageType::kBarrier: {
-      ControlMessage report;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (m.epoch != epoch_ || revoked_) break;
-        barrier_ops_ = std::min(barrier_ops_, m.seq);
-        if (next_seq_ <= barrier_ops_) break;  // this peer stops there too, or will run into it
-        report = revoke_here(barrier_ops_ + 1);
-      }
-      cv_.notify_all();
-      (void)send(report);
-      break;
-    }
-    case MessageType::kProbe:
-      (void)send(message(MessageType::kHeartbeat));
-      break;
-    case MessageType::kPending: {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (m.epoch == epoch_) pending_ = static_cast<int>(m.count);
-      break;
-    }
-    case MessageType::kError: {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        const auto code = static_cast<wccl_result_t>(m.code);
-        last_error_ = WCCL_ERROR(code == WCCL_OK ? WCCL_ERR_PROTOCOL : code, "the coordinator refused: %s", m.text.c_str());
-        ++errors_seen_;
-      }
-      cv_.notify_all();
-      break;
-    }
-    default:
-      break;
+  Effects effects;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    effects = apply(view_->on_message(m));
   }
+  cv_.notify_all();
+  carry_out(std::move(effects));
+}
+
+Communicator::Effects Communicator::apply(Actions actions) {
+  Effects e;
+  for (Action &a : actions) {
+    switch (a.kind) {
+      case Action::Kind::kSend:
+        e.sends.push_back(std::move(a.message));
+        break;
+      case Action::Kind::kDecide: {
+        auto it = ops_.find({a.epoch, a.seq});
+        if (it == ops_.end()) break;
+        decide(it->second, std::move(a.status));
+        ops_.erase(it);
+        break;
+      }
+      case Action::Kind::kCancelRunning:
+        if (running_exchange_ != nullptr) running_exchange_->cancel(a.status);
+        break;
+      case Action::Kind::kEpochChanged:
+        // The epoch and its links change together: nobody may see the new epoch with old links.
+        for (auto &[rank, l] : links_) e.closing.emplace(rank, std::move(l));
+        links_.clear();
+        e.open_links = true;
+        break;
+      case Action::Kind::kWarn:
+        e.warnings.push_back(std::move(a.status));
+        break;
+    }
+  }
+  return e;
+}
+
+void Communicator::carry_out(Effects effects) {
+  for (const Status &w : effects.warnings) WCCL_LOG(log_, kWarn, "%s", w.message().c_str());
+  const Status ended = WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended");
+  for (auto &[rank, l] : effects.closing) l->close(ended);
+  if (effects.open_links) open_links();
+  for (const ControlMessage &m : effects.sends) (void)send(m);
 }
 
 void Communicator::on_control_closed(const Status &why) {
@@ -438,13 +330,15 @@ void Communicator::on_control_closed(const Status &why) {
 
 void Communicator::on_heartbeat_tick() {
   bool connected;
+  ControlMessage beat;
   {
     std::lock_guard<std::mutex> lock(mu_);
     connected = channel_ != nullptr;
-    if (aborted_ || left_) return;
+    if (view_->aborted() || view_->left()) return;
+    beat = view_->heartbeat();
   }
   if (connected) {
-    (void)send(message(MessageType::kHeartbeat));
+    (void)send(beat);
   } else {
     reconnect();
   }
@@ -467,31 +361,19 @@ void Communicator::reconnect() {
       control_down_ = link.status();
       return;
     }
-    ControlMessage again = message(MessageType::kRejoin);
     auto channel = coord::ControlChannel::open(
         link.value(), [this](const ControlMessage &m) { on_control(m); },
         [this](const Status &why) { on_control_closed(why); });
-    std::vector<ControlMessage> done;
+    std::vector<ControlMessage> again;
     {
       std::lock_guard<std::mutex> lock(mu_);
       reconnecting_ = false;
-      again.epoch = epoch_;
-      again.seq = committed_seq_;
-      again.ring = ring_;
       channel_ = std::move(channel);
-      // Operations waiting for their decision report their DONE again: the coordinator may be
-      // a new one that never heard it.
-      for (const auto &[seq, op] : awaiting_) {
-        ControlMessage d = message(MessageType::kDone);
-        d.epoch = op->epoch;
-        d.seq = seq;
-        done.push_back(d);
-      }
+      again = view_->rejoin();
     }
     WCCL_LOG(log_, kInfo, "reconnected to the coordinator; rejoining at epoch %llu",
-             static_cast<unsigned long long>(again.epoch));
-    (void)send(again);
-    for (const ControlMessage &d : done) (void)send(d);
+             static_cast<unsigned long long>(again.front().epoch));
+    for (const ControlMessage &m : again) (void)send(m);
     cv_.notify_all();
   });
   if (!st.ok()) {
@@ -510,10 +392,10 @@ void Communicator::open_links() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) return;
-    epoch = epoch_;
-    for (int r : neighbours()) {
-      const coord::Member &m = ring_[static_cast<size_t>(r)];
-      if (r > rank_) {
+    epoch = view_->epoch();
+    for (int r : view_->neighbours()) {
+      const coord::Member &m = view_->ring()[static_cast<size_t>(r)];
+      if (r > view_->rank()) {
         to_open.emplace_back(r, m);
         continue;
       }
@@ -535,14 +417,12 @@ void Communicator::open_links() {
         bool stale;
         {
           std::lock_guard<std::mutex> lock(mu_);
-          stale = epoch != epoch_;
+          stale = epoch != view_->epoch();
         }
         if (stale) return;
         WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s", static_cast<unsigned long long>(peer),
                  link.status().to_string().c_str());
-        ControlMessage broken = message(MessageType::kLinkBroken);
-        broken.other = peer;
-        (void)send(broken);
+        (void)send(link_broken(peer));
         return;
       }
       // The hello goes out before the link is handed to anyone, so it is the first message.
@@ -553,7 +433,7 @@ void Communicator::open_links() {
       bool stale;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        stale = epoch != epoch_ || closing_;  // checked with the assignment, under one lock
+        stale = epoch != view_->epoch() || closing_;  // checked with the assignment, under one lock
         if (!stale) links_[rank] = link.value();
       }
       if (stale) {
@@ -586,13 +466,13 @@ void Communicator::adopt(uint64_t epoch, coord::PeerId from, const std::shared_p
   std::shared_ptr<net::Link> replaced;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int r = epoch == epoch_ ? rank_of(from) : -1;
-    if (r >= 0 && r < rank_ && neighbours().count(r) != 0) {
+    const int r = epoch == view_->epoch() ? view_->rank_of(from) : -1;
+    if (r >= 0 && r < view_->rank() && view_->neighbours().count(r) != 0) {
       auto it = links_.find(r);
       if (it != links_.end()) replaced = it->second;
       links_[r] = link;
       adopted = true;
-    } else if (epoch > epoch_ && early_.size() < kMaxEarlyLinks) {
+    } else if (epoch > view_->epoch() && early_.size() < kMaxEarlyLinks) {
       early_[{epoch, from}] = link;  // its EPOCH message reached the neighbour before us
       return;
     }
@@ -615,54 +495,29 @@ void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId p
   (void)link->recv(kLinkSentinel, never.get(), 1, [this, peer, epoch, never](const Status &why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (epoch != epoch_ || revoked_ || aborted_ || left_ || why.code() == WCCL_ERR_ABORTED) return;
+      if (epoch != view_->epoch() || view_->revoked() || view_->aborted() || view_->left() ||
+          why.code() == WCCL_ERR_ABORTED) {
+        return;
+      }
     }
     // Not a warning: a peer that leaves or dies closes its links, and what that does to the group
     // (a revocation, logged as a warning) is the coordinator's to decide after its probe.
     WCCL_LOG(log_, kInfo, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
-    ControlMessage broken = message(MessageType::kLinkBroken);
-    broken.other = peer;
-    (void)send(broken);
+    (void)send(link_broken(peer));
   });
 }
 
 // --- operations --------------------------------------------------------------------------------
 
 Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std::chrono::milliseconds timeout) {
-  ControlMessage mismatch;
-  Result<std::shared_ptr<Op>> op = submit_locked(c, timeout, &mismatch);
-  if (mismatch.type == MessageType::kOpFailed) {
-    cv_.notify_all();
-    (void)send(mismatch);
+  std::unique_lock<std::mutex> lock(mu_);
+  const char *kind = algo::kind_name(c.kind);
+  if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", kind);
+  if (view_->left() || view_->rank() < 0) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: this peer is not a member (it left)", kind);
   }
-  return op;
-}
-
-Result<std::shared_ptr<Op>> Communicator::submit_locked(const algo::Collective &c, std::chrono::milliseconds timeout,
-                                                        ControlMessage *report) {
-  ControlMessage &mismatch = *report;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (aborted_) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", algo::kind_name(c.kind));
-  if (left_ || rank_ < 0) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: this peer is not a member (it left)", algo::kind_name(c.kind));
-  }
-  if (revoked_) {
-    return WCCL_ERROR(WCCL_ERR_PEER_LOST, "%s: epoch %llu is revoked%s%s; call update and retry", algo::kind_name(c.kind),
-                      static_cast<unsigned long long>(epoch_), epoch_failure_.ok() ? "" : ": ",
-                      epoch_failure_.message().c_str());
-  }
-  if (undecided_ >= kMaxOpsInFlight) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: %zu operations are already in flight (the most a communicator takes)",
-                      algo::kind_name(c.kind), undecided_);
-  }
-  if (next_seq_ >= barrier_ops_) {
-    // Another member waits at the update barrier after the operations this peer has run: this one
-    // can never complete. Revoke the epoch rather than wait for it.
-    mismatch = revoke_here(next_seq_ + 1);
-    return epoch_failure_;
-  }
-  const int n = static_cast<int>(ring_.size());
+  const int n = view_->size();
   auto op = std::make_shared<Op>();
   op->c = c;
   op->c.chunk_bytes = chunk_bytes_;
@@ -674,6 +529,16 @@ Result<std::shared_ptr<Op>> Communicator::submit_locked(const algo::Collective &
     op->device = memory.value();
     op->c.memory = memory.value();
     WCCL_RETURN_IF_ERROR(c.device->record(c.after, &op->ready));
+  }
+  Actions actions;
+  uint64_t seq = 0;
+  const Status queued = view_->submit(&seq, &actions);
+  if (!queued.ok()) {
+    Effects effects = apply(std::move(actions));
+    lock.unlock();
+    cv_.notify_all();
+    carry_out(std::move(effects));
+    return queued.with_context(kind);
   }
   if (c.kind == algo::Kind::kStateSync) {
     const algo::SyncJob &job = *c.sync;
@@ -688,17 +553,17 @@ Result<std::shared_ptr<Op>> Communicator::submit_locked(const algo::Collective &
     op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);
     if (op->result_bytes != 0) op->results.push_back({c.out, 0, op->result_bytes, op->device});
   }
-  op->epoch = epoch_;
-  op->seq = ++next_seq_;
-  op->rank = rank_;
+  op->epoch = view_->epoch();
+  op->seq = seq;
+  op->rank = view_->rank();
   op->size = n;
   op->start = Clock::now();
   op->deadline = op->start + (timeout.count() > 0 ? timeout : op_timeout_);
-  op->stats.epoch = epoch_;
+  op->stats.epoch = op->epoch;
   op->stats.world_size = n;
   op->stats.algo = op->c.algo;
+  ops_[{op->epoch, seq}] = op;
   queue_.push_back(op);
-  ++undecided_;
   cv_.notify_all();
   return op;
 }
@@ -737,50 +602,6 @@ void Communicator::decide(const std::shared_ptr<Op> &op, Status outcome) {
   op->outcome = std::move(outcome);
   op->decided_at = Clock::now();
   op->stats.time_us = std::chrono::duration<double, std::micro>(op->decided_at - op->start).count();
-  --undecided_;
-}
-
-void Communicator::fail_undecided(const Status &why) {
-  for (auto &op : queue_) decide(op, why);
-  queue_.clear();
-  for (auto &[seq, op] : awaiting_) decide(op, why);
-  awaiting_.clear();
-  // The first cause is what later operations of the epoch report (an abort has its own flag).
-  if (epoch_failure_.ok() && why.code() != WCCL_ERR_ABORTED) epoch_failure_ = why;
-  // The running operation is decided by the worker once its data phase has stopped.
-  if (running_exchange_ != nullptr) running_exchange_->cancel(why);
-}
-
-ControlMessage Communicator::revoke_here(uint64_t seq) {
-  revoked_ = true;
-  fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST,
-                            "members are in different operations of epoch %llu: another member waits at the update "
-                            "barrier after %llu operations, and this peer is at operation %llu; update and retry",
-                            static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(barrier_ops_),
-                            static_cast<unsigned long long>(seq)));
-  ControlMessage report = message(MessageType::kOpFailed);
-  report.epoch = epoch_;
-  report.seq = seq;
-  report.text = epoch_failure_.message();
-  return report;
-}
-
-ControlMessage Communicator::fail_here(const std::shared_ptr<Op> &op, const Status &why) {
-  revoked_ = true;
-  const Status lost = WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
-                                 static_cast<unsigned long long>(op->seq), why.message().c_str());
-  fail_undecided(lost);
-  // Running out of time or memory, or data the wire codec cannot carry (a NaN on the INT8 wire),
-  // is this peer's own outcome; anything else (a broken link, a refused frame) means the epoch is
-  // lost, as the others will hear.
-  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY || why.code() == WCCL_ERR_CUDA ||
-                   why.code() == WCCL_ERR_INVALID_ARGUMENT;
-  decide(op, own ? why : lost);
-  ControlMessage report = message(MessageType::kOpFailed);
-  report.epoch = op->epoch;
-  report.seq = op->seq;
-  report.text = why.message();
-  return report;
 }
 
 void Communicator::work() {
@@ -790,6 +611,7 @@ void Communicator::work() {
     if (stop_) return;
     std::shared_ptr<Op> op = queue_.front();
     queue_.pop_front();
+    if (!view_->start(op->epoch, op->seq)) continue;  // decided while it was queued
     op->state = Op::State::kRunning;
     running_ = op;
     lock.unlock();
@@ -806,30 +628,28 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   algo::Memory &memory = op->c.memory != nullptr ? *op->c.memory : algo::host_memory();
   algo::Bytes scratch;
   size_t scratch_bytes = 0;
+  // Ends the data phase with st (under mu_): the view decides the operation or sends its DONE.
+  auto end = [&](std::unique_lock<std::mutex> &lock, const Status &st, bool data_error) {
+    Effects effects = apply(view_->finished(op->epoch, op->seq, st, data_error));
+    if (op->state == Op::State::kRunning) op->state = Op::State::kAwaiting;
+    lock.unlock();
+    cv_.notify_all();
+    // A DONE that cannot be sent now is sent again after the reconnection (see reconnect()).
+    carry_out(std::move(effects));
+  };
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto ready = [&] {
-      return aborted_ || revoked_ || epoch_ != op->epoch || links_.size() == neighbours().size();
+      return view_->aborted() || view_->revoked() || view_->epoch() != op->epoch ||
+             links_.size() == view_->neighbours().size();
     };
-    const bool in_time = cv_.wait_until(lock, op->deadline, ready);
-    Status stop;
-    if (aborted_) {
-      stop = WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted");
-    } else if (revoked_ || epoch_ != op->epoch) {
-      stop = epoch_failure_.ok() ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended") : epoch_failure_;
-    } else if (!in_time) {
-      stop = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu did not open before the operation's deadline",
-                        static_cast<unsigned long long>(op->epoch));
+    if (!cv_.wait_until(lock, op->deadline, ready)) {
+      return end(lock, WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu did not open before the operation's deadline",
+                                  static_cast<unsigned long long>(op->epoch)),
+                 false);
     }
-    if (stop.code() == WCCL_ERR_TIMEOUT) {  // this peer's failure: the others must hear
-      const ControlMessage report = fail_here(op, stop);
-      lock.unlock();
-      (void)send(report);
-      return;
-    }
-    if (!stop.ok()) {
-      decide(op, stop);
-      return;
+    if (view_->aborted() || view_->revoked() || view_->epoch() != op->epoch) {
+      return end(lock, WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended"), false);  // the view knows why
     }
     links = links_;
     // A scratch buffer in the operation's memory from the spares (the smallest that fits), or a
@@ -858,59 +678,30 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     op->ready = nullptr;
   }
   if (!ready.ok()) {
-    const Status &st = ready;
-    ControlMessage report;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      report = fail_here(op, st);
-    }
-    (void)send(report);
-    return;
+    std::unique_lock<std::mutex> lock(mu_);
+    return end(lock, ready, /*data_error=*/true);  // this member's own failure, whatever else happened
   }
   LinkChannel channel(op->epoch, op->seq, op->rank, op->size, std::move(links));
   algo::Exchange ex(channel, op->deadline);
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_exchange_ = &ex;
-    if (aborted_) ex.cancel(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
-    else if (!epoch_failure_.ok()) ex.cancel(epoch_failure_);
+    if (view_->aborted()) ex.cancel(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
+    else if (!view_->epoch_failure().ok()) ex.cancel(view_->epoch_failure());
   }
   algo::Collective c = op->c;
   c.out = scratch.get();
   const Status st = algo::run(ex, c);
-  ControlMessage report;
-  bool send_report = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_exchange_ = nullptr;
-    op->stats.bytes_sent = ex.bytes_sent();
-    op->stats.bytes_received = ex.bytes_received();
-    op->scratch = std::move(scratch);
-    op->scratch_bytes = scratch_bytes;
-    // Data this peer's wire codec cannot carry (a NaN on the INT8 wire) could never have been
-    // sent: that is the operation's outcome here even if the revocation it causes (its
-    // neighbours see its links close) reached this peer first.
-    const bool data_error = st.code() == WCCL_ERR_INVALID_ARGUMENT || st.code() == WCCL_ERR_CUDA;
-    if (aborted_) {
-      decide(op, WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
-    } else if (!data_error && (!epoch_failure_.ok() || epoch_ != op->epoch)) {
-      // Revoked while it ran (or it failed because of that): the revocation decides it.
-      decide(op, epoch_failure_.ok() ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended") : epoch_failure_);
-    } else if (st.ok()) {
-      op->state = Op::State::kAwaiting;
-      awaiting_[op->seq] = op;
-      report = message(MessageType::kDone);
-      report.epoch = op->epoch;
-      report.seq = op->seq;
-      send_report = true;
-    } else {
-      report = fail_here(op, st);  // a broken link, the deadline, a data error: the epoch is revoked for everyone
-      send_report = true;
-    }
-  }
-  cv_.notify_all();
-  // A DONE that cannot be sent now is sent again after the reconnection (see reconnect()).
-  if (send_report) (void)send(report);
+  std::unique_lock<std::mutex> lock(mu_);
+  running_exchange_ = nullptr;
+  op->stats.bytes_sent = ex.bytes_sent();
+  op->stats.bytes_received = ex.bytes_received();
+  op->scratch = std::move(scratch);
+  op->scratch_bytes = scratch_bytes;
+  // Data this peer's wire codec cannot carry (a NaN on the INT8 wire) could never have been
+  // sent: that is the operation's outcome here even if the revocation it causes (its neighbours
+  // see its links close) reached this peer first.
+  end(lock, st, st.code() == WCCL_ERR_INVALID_ARGUMENT || st.code() == WCCL_ERR_CUDA);
 }
 
 Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::unique_lock<std::mutex> &lock) {
@@ -966,11 +757,10 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
       const Status timeout = WCCL_ERROR(WCCL_ERR_TIMEOUT, "operation %llu: no outcome within its timeout%s",
                                         static_cast<unsigned long long>(op->seq),
                                         op->state == Op::State::kAwaiting ? " (the coordinator did not decide)" : "");
-      awaiting_.erase(op->seq);
-      queue_.erase(std::remove(queue_.begin(), queue_.end(), op), queue_.end());
-      const ControlMessage report = fail_here(op, timeout);
+      Effects effects = apply(view_->give_up(op->epoch, op->seq, timeout));
       lock.unlock();
-      (void)send(report);
+      cv_.notify_all();
+      carry_out(std::move(effects));
       lock.lock();
     }
   }

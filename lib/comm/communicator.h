@@ -33,6 +33,7 @@
 #include <deque>
 #include <thread>
 
+#include "comm/member.h"
 #include "comm/op.h"
 #include "coord/channel.h"
 #include "coord/membership.h"
@@ -100,7 +101,18 @@ class Communicator {
   Status test(const std::shared_ptr<Op> &op, OpStats *stats);
 
  private:
+  // What the member view decided that must be done outside mu_ (sends, closing links, logging).
+  struct Effects {
+    std::vector<coord::ControlMessage> sends;
+    std::map<int, std::shared_ptr<net::Link>> closing;  // the previous epoch's links
+    bool open_links = false;
+    std::vector<Status> warnings;
+  };
   explicit Communicator(const Config &cfg);
+  // Under mu_: applies the view's actions to this communicator's operations and links.
+  Effects apply(Actions actions);
+  // Without mu_: what apply() left to do.
+  void carry_out(Effects effects);
   // Control thread:
   void on_control(const coord::ControlMessage &m);
   void on_control_closed(const Status &why);
@@ -112,26 +124,13 @@ class Communicator {
   void adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link);
   void watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch);
   Status send(const coord::ControlMessage &m);
-  Status membership_call(coord::MessageType type, const char *what, const uint64_t &answered);
-  Status barrier_call(coord::MessageType type, const char *what);  // update, reform
-  coord::ControlMessage message(coord::MessageType type) const;
+  coord::ControlMessage link_broken(coord::PeerId suspect) const;  // reports a broken neighbour link
+  Status membership_call(coord::MessageType type, const char *what);  // update, reform, leave
   // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout.
   template <typename Pred>
   Status wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what, Pred done);
-  // The operations' side. Under mu_:
+  // Under mu_: op has its outcome.
   void decide(const std::shared_ptr<Op> &op, Status outcome);
-  void fail_undecided(const Status &why);  // every operation not decided yet, and the running one
-  // op failed on this peer first (`why`): revokes the epoch here, fails every other undecided
-  // operation, decides op, and returns the OP_FAILED report to send once mu_ is released.
-  coord::ControlMessage fail_here(const std::shared_ptr<Op> &op, const Status &why);
-  // This peer is at operation seq while another member waits at the update barrier after
-  // barrier_ops_: revokes the epoch here, fails every undecided operation, and returns the
-  // OP_FAILED report to send once mu_ is released.
-  coord::ControlMessage revoke_here(uint64_t seq);
-  Result<std::shared_ptr<Op>> submit_locked(const algo::Collective &c, std::chrono::milliseconds timeout,
-                                            coord::ControlMessage *report);
-  int rank_of(coord::PeerId id) const;
-  std::set<int> neighbours() const;  // ranks this peer links to in the current epoch
   algo::Algo choose(const algo::Collective &c, int n) const;
   // Worker thread:
   void work();
@@ -150,23 +149,13 @@ class Communicator {
   // loop threads those run completions inline, and completions take it.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
+  std::unique_ptr<MemberView> view_;  // the protocol's rules: epoch, ring, operations' numbering and outcomes
   std::shared_ptr<coord::ControlChannel> channel_;  // null while the coordinator is away
   Status control_down_;                             // why channel_ is null
   bool reconnecting_ = false;
   std::chrono::milliseconds backoff_{0};
   std::chrono::steady_clock::time_point next_attempt_{};
-  uint64_t epoch_ = 0;
-  std::vector<coord::Member> ring_;
-  int rank_ = -1;
-  bool revoked_ = false;
-  int pending_ = 0;
-  uint64_t epochs_seen_ = 0;   // EPOCH messages received
-  uint64_t errors_seen_ = 0;   // ERROR messages received
-  Status last_error_;
-  uint64_t removals_seen_ = 0; // REMOVED messages received
-  bool aborted_ = false;
   bool closing_ = false;  // the destructor has begun: the transport may be gone
-  bool left_ = false;     // leave() succeeded
   std::map<int, std::shared_ptr<net::Link>> links_;  // the current epoch's open neighbour links, by rank
   // Links opened to us for epochs not announced to us yet, by (epoch, opener).
   std::map<std::pair<uint64_t, coord::PeerId>, std::shared_ptr<net::Link>> early_;
@@ -179,22 +168,16 @@ class Communicator {
   const size_t chunk_bytes_;
   const bool sync_compress_;
   const size_t tree_max_bytes_;
-  Status epoch_failure_;         // why operations of the current epoch fail (OK while it is sound)
-  uint64_t next_seq_ = 0;        // the last number given in this epoch
-  uint64_t committed_seq_ = 0;   // the last COMMIT heard in this epoch
-  static constexpr uint64_t kNoBarrier = ~0ULL;
-  uint64_t barrier_ops_ = kNoBarrier;  // a member waits at the update barrier after this many operations
-  std::deque<std::shared_ptr<Op>> queue_;
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<Op>> ops_;  // undecided, by (epoch, seq)
+  std::deque<std::shared_ptr<Op>> queue_;  // for the worker, in order (decided ones are skipped)
   std::shared_ptr<Op> running_;
   algo::Exchange *running_exchange_ = nullptr;  // cancelled on revocation or abort
-  std::map<uint64_t, std::shared_ptr<Op>> awaiting_;  // data phase done: seq -> op
-  size_t undecided_ = 0;  // queued + running + awaiting
   std::vector<std::pair<size_t, algo::Bytes>> spare_;  // scratch buffers for reuse (host or device)
   bool stop_ = false;
   std::thread worker_;
 };
 
 // Undecided operations a communicator accepts at once.
-inline constexpr size_t kMaxOpsInFlight = 256;
+inline constexpr size_t kMaxOpsInFlight = MemberView::kMaxOpsInFlight;
 
 }  // namespace wccl::comm

@@ -1,0 +1,336 @@
+#include "comm/member.h"
+
+#include <algorithm>
+
+namespace wccl::comm {
+
+using coord::ControlMessage;
+using coord::MessageType;
+
+ControlMessage MemberView::message(MessageType type) const {
+  ControlMessage m;
+  m.type = type;
+  m.peer = id_;
+  m.group = group_;
+  m.info = info_;
+  return m;
+}
+
+int MemberView::rank_of(coord::PeerId id) const {
+  for (size_t i = 0; i < ring_.size(); ++i) {
+    if (ring_[i].id == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Every other member: the collectives exchange messages with the ring's next and previous peers
+// and the parent and children in both trees (algo::tree_node), and state sync between any donor
+// and any receiver. A link costs its connections and one handshake per epoch, which is small for
+// the tens of members a WAN job has.
+std::set<int> MemberView::neighbours() const {
+  std::set<int> out;
+  const int n = size();
+  for (int r = 0; rank_ >= 0 && r < n; ++r) {
+    if (r != rank_) out.insert(r);
+  }
+  return out;
+}
+
+void MemberView::decide(OpKey op, Status outcome, Actions *out) {
+  if (ops_.erase(op) == 0) return;
+  Action a;
+  a.kind = Action::Kind::kDecide;
+  a.epoch = op.first;
+  a.seq = op.second;
+  a.status = std::move(outcome);
+  out->push_back(std::move(a));
+}
+
+void MemberView::fail_undecided(const Status &why, Actions *out) {
+  std::vector<OpKey> undecided;
+  bool running = false;
+  for (const auto &[key, state] : ops_) {
+    if (state == OpState::kRunning) {
+      running = true;  // decided by finished() once its data phase has stopped
+    } else {
+      undecided.push_back(key);
+    }
+  }
+  for (const OpKey &key : undecided) decide(key, why, out);
+  // The first cause is what later operations of the epoch report (an abort has its own flag).
+  if (epoch_failure_.ok() && why.code() != WCCL_ERR_ABORTED) epoch_failure_ = why;
+  if (running) {
+    Action a;
+    a.kind = Action::Kind::kCancelRunning;
+    a.status = why;
+    out->push_back(std::move(a));
+  }
+}
+
+ControlMessage MemberView::revoke_here(uint64_t seq, const Status &why, Actions *out) {
+  revoked_ = true;
+  fail_undecided(why, out);
+  ControlMessage report = message(MessageType::kOpFailed);
+  report.epoch = epoch_;
+  report.seq = seq;
+  report.text = why.message();
+  return report;
+}
+
+void MemberView::answer(Status st) {
+  if (call_ == Call::kNone) return;
+  call_ = Call::kNone;
+  call_status_ = std::move(st);
+}
+
+Actions MemberView::on_message(const ControlMessage &m) {
+  Actions out;
+  switch (m.type) {
+    case MessageType::kEpoch:
+      if (m.epoch == epoch_ && m.ring == ring_ && rank_ >= 0 && !revoked_) {
+        // The same epoch confirmed (nothing changed at the update, or a restarted coordinator
+        // adopted it): its links and its operation numbering carry on.
+        pending_ = 0;
+        barrier_ops_ = kNoBarrier;
+      } else {
+        // Operations of the previous epoch that are still undecided can no longer commit.
+        fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu ended before the operation was committed",
+                                  static_cast<unsigned long long>(epoch_)),
+                       &out);
+        epoch_ = m.epoch;
+        ring_ = m.ring;
+        rank_ = rank_of(id_);
+        revoked_ = false;
+        epoch_failure_ = Status();
+        next_seq_ = 0;
+        committed_seq_ = 0;
+        barrier_ops_ = kNoBarrier;
+        pending_ = 0;  // admission takes every waiting joiner; later ones are announced anew
+        Action a;
+        a.kind = Action::Kind::kEpochChanged;
+        a.epoch = epoch_;
+        out.push_back(std::move(a));
+      }
+      if (call_ == Call::kJoin || call_ == Call::kUpdate || call_ == Call::kReform) answer(Status());
+      break;
+    case MessageType::kRevoked: {
+      if (m.epoch != epoch_) break;
+      revoked_ = true;
+      const Status why = WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu was revoked: %s",
+                                    static_cast<unsigned long long>(m.epoch), m.text.c_str());
+      fail_undecided(why, &out);
+      Action a;
+      a.kind = Action::Kind::kWarn;
+      a.status = why;
+      out.push_back(std::move(a));
+      break;
+    }
+    case MessageType::kRemoved:
+      if (m.text == "left") {
+        left_ = true;  // its links close now without it being anyone's failure
+        if (call_ == Call::kLeave) answer(Status());
+        break;
+      }
+      // Declared lost (or the epoch moved on without us): this epoch is over for us too.
+      revoked_ = true;
+      fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer was removed from epoch %llu: %s",
+                                static_cast<unsigned long long>(epoch_), m.text.c_str()),
+                     &out);
+      if (call_ == Call::kUpdate) {
+        // The UPDATE it sent was forgotten with it: sent again, it re-registers this peer.
+        Action a;
+        a.message = message(MessageType::kUpdate);
+        a.message.epoch = epoch_;
+        a.message.seq = next_seq_;
+        out.push_back(std::move(a));
+      } else if (call_ == Call::kReform) {
+        answer(WCCL_ERROR(WCCL_ERR_PEER_LOST, "reform: this peer was declared lost while it waited; update to join again"));
+      } else if (call_ == Call::kLeave) {
+        answer(Status());  // nothing left to leave
+      }
+      break;
+    case MessageType::kCommit:
+      if (m.epoch != epoch_ || m.seq <= committed_seq_) break;
+      committed_seq_ = m.seq;
+      // Operations await their commit in order, ahead of the running and queued ones.
+      for (auto it = ops_.lower_bound({epoch_, 0}); it != ops_.end() && it->first.second <= m.seq &&
+                                                     it->second == OpState::kAwaiting;
+           it = ops_.lower_bound({epoch_, 0})) {
+        decide(it->first, Status(), &out);
+      }
+      break;
+    case MessageType::kBarrier: {
+      if (m.epoch != epoch_ || revoked_) break;
+      barrier_ops_ = std::min(barrier_ops_, m.seq);
+      if (next_seq_ <= barrier_ops_) break;  // this peer stops there too, or will run into it
+      Action a;
+      a.message = revoke_here(barrier_ops_ + 1, WCCL_ERROR(WCCL_ERR_PEER_LOST,
+          "members are in different operations of epoch %llu: another member waits at the update barrier after "
+          "%llu operations, and this peer submitted %llu; update and retry",
+          static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(barrier_ops_),
+          static_cast<unsigned long long>(next_seq_)), &out);
+      out.push_back(std::move(a));
+      break;
+    }
+    case MessageType::kProbe: {
+      Action a;
+      a.message = heartbeat();
+      out.push_back(std::move(a));
+      break;
+    }
+    case MessageType::kPending:
+      if (m.epoch == epoch_) pending_ = static_cast<int>(m.count);
+      break;
+    case MessageType::kError: {
+      const auto code = static_cast<wccl_result_t>(m.code);
+      answer(WCCL_ERROR(code == WCCL_OK ? WCCL_ERR_PROTOCOL : code, "the coordinator refused: %s", m.text.c_str()));
+      break;
+    }
+    default:
+      break;
+  }
+  return out;
+}
+
+Status MemberView::submit(uint64_t *seq, Actions *out) {
+  if (left_ || rank_ < 0) return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "this peer is not a member (it left)");
+  if (revoked_) {
+    return WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu is revoked%s%s; call update and retry",
+                      static_cast<unsigned long long>(epoch_), epoch_failure_.ok() ? "" : ": ",
+                      epoch_failure_.message().c_str());
+  }
+  if (ops_.size() >= kMaxOpsInFlight) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%zu operations are already in flight (the most a communicator takes)",
+                      ops_.size());
+  }
+  if (next_seq_ >= barrier_ops_) {
+    // Another member waits at the update barrier after the operations this peer has run: this one
+    // could never complete. Revoke the epoch rather than wait for it.
+    Action a;
+    a.message = revoke_here(next_seq_ + 1, WCCL_ERROR(WCCL_ERR_PEER_LOST,
+        "members are in different operations of epoch %llu: another member waits at the update barrier after "
+        "%llu operations, and this peer called operation %llu; update and retry",
+        static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(barrier_ops_),
+        static_cast<unsigned long long>(next_seq_ + 1)), out);
+    out->push_back(std::move(a));
+    return epoch_failure_;
+  }
+  *seq = ++next_seq_;
+  ops_[{epoch_, *seq}] = OpState::kQueued;
+  return Status();
+}
+
+bool MemberView::start(uint64_t epoch, uint64_t seq) {
+  auto it = ops_.find({epoch, seq});
+  if (it == ops_.end() || it->second != OpState::kQueued) return false;
+  it->second = OpState::kRunning;
+  return true;
+}
+
+Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, bool data_error) {
+  Actions out;
+  const OpKey key{epoch, seq};
+  if (ops_.count(key) == 0) return out;
+  if (aborted_) {
+    decide(key, WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"), &out);
+  } else if (!data_error && (!epoch_failure_.ok() || epoch != epoch_)) {
+    // Revoked while it ran (or it failed because of that): the revocation decides it.
+    decide(key, epoch_failure_.ok() || epoch != epoch_ ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended") : epoch_failure_,
+           &out);
+  } else if (st.ok()) {
+    ops_[key] = OpState::kAwaiting;
+    Action a;
+    a.message = message(MessageType::kDone);
+    a.message.epoch = epoch;
+    a.message.seq = seq;
+    out.push_back(std::move(a));
+  } else {
+    // A broken link, the deadline, a data error: the epoch is revoked for everyone.
+    Action report;
+    report.message = fail_here(key, st, &out);
+    out.push_back(std::move(report));
+  }
+  return out;
+}
+
+Actions MemberView::give_up(uint64_t epoch, uint64_t seq, const Status &why) {
+  Actions out;
+  if (ops_.count({epoch, seq}) == 0) return out;
+  Action report;
+  report.message = fail_here({epoch, seq}, why, &out);
+  out.push_back(std::move(report));
+  return out;
+}
+
+ControlMessage MemberView::fail_here(OpKey key, const Status &why, Actions *out) {
+  ops_.erase(key);  // decided here, not by the revocation
+  const Status lost = WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
+                                 static_cast<unsigned long long>(key.second), why.message().c_str());
+  ControlMessage report = message(MessageType::kOpFailed);
+  if (key.first == epoch_) report = revoke_here(key.second, lost, out);
+  report.epoch = key.first;
+  report.seq = key.second;
+  report.text = why.message();
+  // Running out of time or memory, or data the wire codec cannot carry (a NaN on the INT8 wire),
+  // is this peer's own outcome; anything else (a broken link, a refused frame) means the epoch is
+  // lost, as the others will hear.
+  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY ||
+                   why.code() == WCCL_ERR_CUDA || why.code() == WCCL_ERR_INVALID_ARGUMENT;
+  Action d;
+  d.kind = Action::Kind::kDecide;
+  d.epoch = key.first;
+  d.seq = key.second;
+  d.status = own ? why : lost;
+  out->push_back(std::move(d));
+  return report;
+}
+
+Actions MemberView::abort(const Status &why) {
+  Actions out;
+  aborted_ = true;
+  fail_undecided(why, &out);
+  answer(why);
+  return out;
+}
+
+ControlMessage MemberView::begin_join() {
+  call_ = Call::kJoin;
+  return message(MessageType::kJoin);
+}
+
+Status MemberView::call(MessageType type, Actions *out) {
+  const char *what = type == MessageType::kUpdate ? "update" : type == MessageType::kReform ? "reform" : "leave";
+  if (type != MessageType::kLeave && !ops_.empty()) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: %zu operations of this peer are not decided yet; wait for them first",
+                      what, ops_.size());
+  }
+  call_ = type == MessageType::kUpdate ? Call::kUpdate : type == MessageType::kReform ? Call::kReform : Call::kLeave;
+  call_status_ = Status();
+  Action a;
+  a.message = message(type);
+  a.message.epoch = epoch_;
+  a.message.seq = next_seq_;
+  out->push_back(std::move(a));
+  return Status();
+}
+
+std::vector<ControlMessage> MemberView::rejoin() const {
+  std::vector<ControlMessage> out;
+  ControlMessage again = message(MessageType::kRejoin);
+  again.epoch = epoch_;
+  again.seq = committed_seq_;
+  again.ring = ring_;
+  out.push_back(std::move(again));
+  // Operations waiting for their decision report their DONE again: the coordinator may be a new
+  // one that never heard it.
+  for (const auto &[key, state] : ops_) {
+    if (state != OpState::kAwaiting || key.first != epoch_) continue;
+    ControlMessage d = message(MessageType::kDone);
+    d.epoch = key.first;
+    d.seq = key.second;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace wccl::comm
