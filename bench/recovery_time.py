@@ -32,9 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "devki
 from group import Member, make_pki, start_coordinator  # noqa: E402
 
 
+MEMBERS = []
+
+
 def wait_for(pred, timeout, what):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
+        for m in MEMBERS:
+            if m.errors:
+                raise RuntimeError(f"{m.name}: {m.errors[0]}")
         v = pred()
         if v:
             return v
@@ -62,13 +68,13 @@ def main():
     args = ap.parse_args()
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="wccl-recovery-"))
-    env = dict(os.environ, WCCL_TLS="on", WCCL_LOG_LEVEL="error", WCCL_PEER_TIMEOUT_MS=str(args.peer_timeout_ms),
+    env = dict(os.environ, WCCL_TLS="on", WCCL_LOG_LEVEL=os.environ.get("WCCL_LOG_LEVEL", "error"), WCCL_PEER_TIMEOUT_MS=str(args.peer_timeout_ms),
                WCCL_HEARTBEAT_MS=str(args.heartbeat_ms))
     env.update({f"WCCL_{k}": v for k, v in make_pki(tmp).items()})
     coord_env = dict(env, WCCL_MIN_PEERS=str(args.members))
     coord, port = start_coordinator(args.coord, coord_env, tmp / "coord.log")
     env.update(WCCL_COORDINATOR=f"127.0.0.1:{port}", WCCL_LISTEN="127.0.0.1:0")
-    members = []
+    members = MEMBERS
     samples = {k: [] for k in ["kill", "freeze", "coord", "join_admitted", "join_committed"]}
 
     def start():

@@ -1,9 +1,11 @@
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 /* A member of the churn soak (tests/churn_soak.py), written against the public C API only and
  * configured by WCCL_* variables. It drives the library as a DiLoCo training loop does: join, then
  * every step
  *   wccl_comm_update -> wccl_state_sync of one I64 "step" tensor (a joiner learns the step) ->
  *   wccl_allreduce of COUNT F32 (SUM, in place), verified;
- * PEER_LOST at any point goes back to the update, which is what a user's loop does.
+ * PEER_LOST at any point goes back to the update, which is what a user's loop does; so does an
+ * update that finds the coordinator away (COORDINATOR_UNREACHABLE), after 100 ms.
  * For each committed all-reduce it prints one line
  *   commit STEP EPOCH SIZE RANK WRONG
  * where WRONG counts the elements that differ from the exact sum (element i of the member that
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "wccl/wccl.h"
 
@@ -52,6 +55,11 @@ int main(int argc, char **argv) {
   for (;;) {
     r = wccl_comm_update(comm);
     if (r == WCCL_ERR_PEER_LOST) continue; /* it was declared lost: the next update re-admits it */
+    if (r == WCCL_ERR_COORDINATOR_UNREACHABLE) {
+      /* the coordinator restarts: the communicator reconnects by itself; try again shortly */
+      nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+      continue;
+    }
     if (r != WCCL_OK) return error("update", r);
     wccl_tensor_t t = {"step", &step, 1, WCCL_I64, WCCL_DEVICE_HOST};
     r = wccl_state_sync(comm, &t, 1, &revision, synced ? WCCL_SYNC_POPULAR : WCCL_SYNC_RECEIVE_ONLY, NULL);
