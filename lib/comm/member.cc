@@ -77,6 +77,17 @@ ControlMessage MemberView::revoke_here(uint64_t seq, const Status &why, Actions 
   return report;
 }
 
+void MemberView::commit(uint64_t seq, Actions *out) {
+  if (seq <= committed_seq_) return;
+  committed_seq_ = seq;
+  // Operations await their commit in order, ahead of the running and queued ones.
+  for (auto it = ops_.lower_bound({epoch_, 0});
+       it != ops_.end() && it->first.second <= seq && it->second == OpState::kAwaiting;
+       it = ops_.lower_bound({epoch_, 0})) {
+    decide(it->first, Status(), out);
+  }
+}
+
 void MemberView::answer(Status st) {
   if (call_ == Call::kNone) return;
   call_ = Call::kNone;
@@ -87,9 +98,31 @@ Actions MemberView::on_message(const ControlMessage &m) {
   Actions out;
   switch (m.type) {
     case MessageType::kEpoch:
+      if (m.epoch < epoch_) break;  // a member's epochs only move forward
+      if (m.epoch == epoch_ && revoked_ && rank_ >= 0) {
+        // A restarted coordinator adopted this epoch without knowing that it was revoked: it hears
+        // so now (the same operation numbers must never run twice), and the call it may have
+        // completed at the old barrier is sent again, to end in the next epoch.
+        Action report;
+        report.message = message(MessageType::kOpFailed);
+        report.message.epoch = epoch_;
+        report.message.seq = next_seq_ + 1;
+        report.message.text = "epoch " + std::to_string(epoch_) + " was revoked before the coordinator restarted";
+        out.push_back(std::move(report));
+        if (call_ == Call::kUpdate || call_ == Call::kReform) {
+          Action again;
+          again.message = message(call_ == Call::kUpdate ? MessageType::kUpdate : MessageType::kReform);
+          again.message.epoch = epoch_;
+          again.message.seq = next_seq_;
+          out.push_back(std::move(again));
+        }
+        break;
+      }
       if (m.epoch == epoch_ && m.ring == ring_ && rank_ >= 0 && !revoked_) {
         // The same epoch confirmed (nothing changed at the update, or a restarted coordinator
-        // adopted it): its links and its operation numbering carry on.
+        // adopted it): its links and its operation numbering carry on. Only the barrier's outcome
+        // answers an update: an announcement (a restarted coordinator's) leaves it waiting.
+        if (m.seq == 0) break;
         pending_ = 0;
         barrier_ops_ = kNoBarrier;
       } else {
@@ -115,6 +148,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
       break;
     case MessageType::kRevoked: {
       if (m.epoch != epoch_) break;
+      commit(m.seq, &out);  // a COMMIT this member missed (a coordinator restart) still stands
       revoked_ = true;
       const Status why = WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu was revoked: %s",
                                     static_cast<unsigned long long>(m.epoch), m.text.c_str());
@@ -150,14 +184,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
       }
       break;
     case MessageType::kCommit:
-      if (m.epoch != epoch_ || m.seq <= committed_seq_) break;
-      committed_seq_ = m.seq;
-      // Operations await their commit in order, ahead of the running and queued ones.
-      for (auto it = ops_.lower_bound({epoch_, 0}); it != ops_.end() && it->first.second <= m.seq &&
-                                                     it->second == OpState::kAwaiting;
-           it = ops_.lower_bound({epoch_, 0})) {
-        decide(it->first, Status(), &out);
-      }
+      if (m.epoch == epoch_) commit(m.seq, &out);
       break;
     case MessageType::kBarrier: {
       if (m.epoch != epoch_ || revoked_) break;

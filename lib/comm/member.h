@@ -111,6 +111,7 @@ class MemberView {
   // member's own fault, else PEER_LOST), its epoch revoked, and the OP_FAILED report returned.
   coord::ControlMessage fail_here(OpKey op, const Status &why, Actions *out);
   void answer(Status st);
+  void commit(uint64_t seq, Actions *out);  // operations 1..seq of this epoch are committed
 
   const coord::PeerId id_;
   const std::string group_;

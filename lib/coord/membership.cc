@@ -21,6 +21,7 @@ bool Membership::is_joiner(PeerId id) const {
 }
 
 void Membership::forget(PeerId id) {
+  const bool unconfirmed = unconfirmed_.erase(id) != 0;
   live_.erase(id);
   probes_.erase(id);
   arrived_.erase(id);
@@ -28,6 +29,7 @@ void Membership::forget(PeerId id) {
   reforming_.erase(id);
   auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
   if (j != joiners_.end()) joiners_.erase(j);
+  if (unconfirmed) announce_revocation();
 }
 
 bool Membership::any_member() const {
@@ -89,6 +91,15 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is not registered",
                       static_cast<unsigned long long>(id));
   }
+  if (epoch < epoch_) {
+    // It missed the announcement of the epoch it is in (its connection was lost with it): that
+    // epoch answers its update.
+    live_[id].last_seen = now;
+    Notice &n = notify(Notice::Kind::kEpoch, id);
+    n.ring = ring_;
+    n.barrier = true;  // the answer to its update
+    return Status();
+  }
   if (epoch != epoch_) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "peer %016llx updates from epoch %llu, the current epoch is %llu",
                       static_cast<unsigned long long>(id), static_cast<unsigned long long>(epoch),
@@ -122,6 +133,7 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
                         ahead ? " and others completed a later one" : ""));
     } else if (first) {
       // Members still running operations learn where this one stopped: one past it is a mismatch.
+      barrier_ops_ = ops;
       for (const Member &m : ring_) {
         if (m.id != id && is_member(m.id)) notify(Notice::Kind::kBarrier, m.id).seq = ops;
       }
@@ -187,6 +199,8 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     // now. Anyone else this coordinator knew is not part of it: removed, to join again.
     epoch_ = epoch;
     ring_ = ring;
+    unconfirmed_.clear();
+    revocation_.reset();
     revoked_ = false;
     arrived_.clear();
     leaving_.clear();
@@ -204,20 +218,31 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
       lost_.erase(m.id);
       auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &x) { return x.id == m.id; });
       if (j != joiners_.end()) joiners_.erase(j);
-      if (live_.count(m.id) == 0) live_[m.id] = {m.info, now};
+      if (live_.count(m.id) == 0 && m.id != id) {
+        live_[m.id] = {m.info, now};
+        unconfirmed_.insert(m.id);  // what it saw committed is not known yet
+      }
     }
     live_[id] = {info, now};
     done_.clear();
     committed_ = committed;
-    announce_epoch();
+    announce_epoch(false);
     return Status();
   }
   if (is_member(id)) {  // a member of the current epoch coming back
     live_[id] = {info, now};
+    const bool confirming = unconfirmed_.erase(id) != 0;
+    if (!revoked_ && !arrived_.empty() && arrived_.count(id) == 0) {
+      // Others wait at the update barrier: it hears where they stopped, as the others did.
+      notify(Notice::Kind::kBarrier, id).seq = barrier_ops_;
+    }
     if (epoch < epoch_) {
       // It missed the announcement of the epoch the others are in.
       notify(Notice::Kind::kEpoch, id).ring = ring_;
-    } else if (committed > committed_ && !revoked_) {
+    } else if (committed < committed_) {
+      // It missed a COMMIT (its connection was lost with it): what is committed stays so.
+      notify(Notice::Kind::kCommit, id).seq = committed_;
+    } else if (committed > committed_ && (!revoked_ || revocation_ != nullptr)) {
       // It saw a commit this coordinator (restarted) had not heard of: that decision stands.
       committed_ = committed;
       done_.erase(done_.begin(), done_.upper_bound(committed_));
@@ -225,6 +250,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
         if (is_member(m.id)) notify(Notice::Kind::kCommit, m.id).seq = committed_;
       }
     }
+    if (confirming) announce_revocation();
     return Status();
   }
   if (is_joiner(id)) return Status();
@@ -275,22 +301,35 @@ void Membership::lose(PeerId id, const std::string &reason) {
 void Membership::revoke(PeerId because, const std::string &reason) {
   revoked_ = true;
   done_.clear();
+  if (revocation_ == nullptr) revocation_ = std::make_unique<std::pair<PeerId, std::string>>(because, reason);
+  announce_revocation();
+}
+
+// After a restart, a member not back yet may have seen a COMMIT this coordinator never heard of:
+// the others hear of the revocation (which fails what is not committed) once every member of the
+// epoch is back or lost, so that a commit one of them saw is never undone.
+void Membership::announce_revocation() {
+  if (revocation_ == nullptr || !unconfirmed_.empty()) return;
   for (const Member &m : ring_) {
     if (!is_member(m.id)) continue;
     Notice &n = notify(Notice::Kind::kRevoked, m.id);
-    n.lost = because;
-    n.reason = reason;
+    n.lost = revocation_->first;
+    n.reason = revocation_->second;
+    n.seq = committed_;  // what stays committed, for a member that has not heard the COMMIT yet
   }
+  revocation_.reset();
 }
 
 Status Membership::done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now) {
   if (!is_member(id)) return Status();  // lost or gone: its operations were decided by the revocation
   live_[id].last_seen = now;
-  if (epoch != epoch_ || revoked_) return Status();
+  if (epoch != epoch_) return Status();
   if (seq <= committed_) {
-    notify(Notice::Kind::kCommit, id).seq = committed_;  // a repeat after a reconnection
+    // A repeat after a reconnection: a committed operation stays committed, revoked epoch or not.
+    notify(Notice::Kind::kCommit, id).seq = committed_;
     return Status();
   }
+  if (revoked_) return Status();
   if (seq > committed_ + kMaxOpsAhead) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "peer %016llx reports operation %llu done; the last committed is %llu",
                       static_cast<unsigned long long>(id), static_cast<unsigned long long>(seq),
@@ -335,12 +374,14 @@ void Membership::maybe_form_first(Clock::time_point now) {
   joiners_.clear();
   ++epoch_;
   revoked_ = false;
+  unconfirmed_.clear();
+  revocation_.reset();
   done_.clear();
   committed_ = 0;
   arrived_.clear();
   leaving_.clear();
   reforming_.clear();
-  announce_epoch();
+  announce_epoch(false);
 }
 
 // When every live member has arrived at the barrier, decides the next epoch.
@@ -372,16 +413,19 @@ void Membership::maybe_complete_update() {
     ++epoch_;
     ring_ = std::move(next);
     revoked_ = false;
+    unconfirmed_.clear();
+    revocation_.reset();
     done_.clear();  // operation numbers start again with every new epoch
     committed_ = 0;
   }
-  announce_epoch();
+  announce_epoch(/*barrier=*/true);
 }
 
-void Membership::announce_epoch() {
+void Membership::announce_epoch(bool barrier) {
   for (const Member &m : ring_) {
     Notice &n = notify(Notice::Kind::kEpoch, m.id);
     n.ring = ring_;
+    n.barrier = barrier;
   }
 }
 

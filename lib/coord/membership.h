@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -70,10 +71,11 @@ struct Notice {
   PeerId to = 0;
   uint64_t epoch = 0;
   std::vector<Member> ring;  // kEpoch
+  bool barrier = false;      // kEpoch: it completes an update barrier (else: an announcement)
   PeerId lost = 0;           // kRevoked
   std::string reason;        // kRevoked, kRemoved, kRefused
   uint32_t joiners = 0;      // kPending
-  uint64_t seq = 0;          // kCommit, kBarrier
+  uint64_t seq = 0;          // kCommit, kBarrier; kRevoked: the last committed operation
 };
 
 // Operations a member may report done ahead of the last committed one.
@@ -162,7 +164,8 @@ class Membership {
   void forget(PeerId id);  // drops every trace of a live peer but lost_
   void maybe_form_first(Clock::time_point now);
   void maybe_complete_update();
-  void announce_epoch();
+  // Tells every member the current epoch; `barrier`: as the outcome of the update barrier.
+  void announce_epoch(bool barrier);
   // Every member is told; ops of the epoch have failed unless committed.
   void revoke(PeerId because, const std::string &reason);
   void maybe_commit();
@@ -179,6 +182,12 @@ class Membership {
   std::set<PeerId> arrived_;                 // members at the update barrier
   std::set<PeerId> leaving_;                 // of those, the ones leaving
   std::set<PeerId> reforming_;               // of those, the ones that admit no joiner (REFORM)
+  uint64_t barrier_ops_ = 0;                 // the operations the first of them had submitted
+  // After a restart: members of the adopted epoch not back yet. A revocation (lost peer, reason)
+  // waits for them before it is announced.
+  std::set<PeerId> unconfirmed_;
+  std::unique_ptr<std::pair<PeerId, std::string>> revocation_;
+  void announce_revocation();
   std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
   std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it
   std::vector<Notice> notices_;

@@ -152,10 +152,12 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       break;
     case MessageType::kEpoch:
       w.u64(m.epoch);
+      w.u64(m.seq);
       w.ring(m.ring);
       break;
     case MessageType::kRevoked:
       w.u64(m.epoch);
+      w.u64(m.seq);
       w.u64(m.other);
       w.text(m.text);
       break;
@@ -231,10 +233,13 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       break;
     case MessageType::kEpoch:
       m.epoch = r.u64("epoch");
+      m.seq = r.u64("barrier flag");
+      if (r.status().ok() && m.seq > 1) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: barrier flag %llu", static_cast<unsigned long long>(m.seq));
       m.ring = r.ring();
       break;
     case MessageType::kRevoked:
       m.epoch = r.u64("epoch");
+      m.seq = r.u64("committed operation");
       m.other = r.peer("lost peer id");
       m.text = r.text("reason", false);
       break;
@@ -272,10 +277,12 @@ ControlMessage to_message(const Notice &n) {
   switch (n.kind) {
     case Notice::Kind::kEpoch:
       m.type = MessageType::kEpoch;
+      m.seq = n.barrier ? 1 : 0;
       m.ring = n.ring;
       break;
     case Notice::Kind::kRevoked:
       m.type = MessageType::kRevoked;
+      m.seq = n.seq;
       m.other = n.lost;
       m.text = n.reason;
       break;

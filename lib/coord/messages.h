@@ -31,8 +31,8 @@ enum class MessageType : uint8_t {
   kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
   kReform = 9,      // peer, epoch, seq: an update that admits no joiner (state sync's retry)
   // coordinator -> peer
-  kEpoch = 16,      // epoch, ring
-  kRevoked = 17,    // epoch, other (the lost peer), text (reason)
+  kEpoch = 16,      // epoch, seq (1: the outcome of an update barrier, 0: an announcement), ring
+  kRevoked = 17,    // epoch, seq (the last committed operation), other (the lost peer), text (reason)
   kRemoved = 18,    // epoch, text (reason)
   kProbe = 19,      // epoch
   kError = 20,      // code, text: the coordinator refused the last request
