@@ -484,10 +484,10 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
       break;
     case MessageType::kUpdate:
     case MessageType::kReform:
-      st = coord_->update(m.peer, m.epoch, m.seq, now, m.type == MessageType::kUpdate);
+      st = coord_->update(m.peer, m.epoch, m.seq, now, m.type == MessageType::kUpdate, m.count);
       break;
     case MessageType::kLeave:
-      st = coord_->leave(m.peer, m.epoch, m.seq, now);
+      st = coord_->leave(m.peer, m.epoch, m.seq, now, m.count);
       break;
     case MessageType::kLinkBroken:
       coord_->link_broken(m.peer, m.other, now);

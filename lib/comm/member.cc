@@ -46,13 +46,13 @@ void MemberView::decide(OpKey op, Status outcome, Actions *out) {
   out->push_back(std::move(a));
 }
 
-void MemberView::fail_undecided(const Status &why, Actions *out) {
+void MemberView::fail_undecided(const Status &why, Actions *out, bool keep_awaiting) {
   std::vector<OpKey> undecided;
   bool running = false;
   for (const auto &[key, state] : ops_) {
     if (state == OpState::kRunning) {
       running = true;  // decided by finished() once its data phase has stopped
-    } else {
+    } else if (state == OpState::kQueued || !keep_awaiting) {
       undecided.push_back(key);
     }
   }
@@ -69,7 +69,7 @@ void MemberView::fail_undecided(const Status &why, Actions *out) {
 
 ControlMessage MemberView::revoke_here(uint64_t seq, const Status &why, Actions *out) {
   revoked_ = true;
-  fail_undecided(why, out);
+  fail_undecided(why, out, /*keep_awaiting=*/true);
   ControlMessage report = message(MessageType::kOpFailed);
   report.epoch = epoch_;
   report.seq = seq;
@@ -114,15 +114,17 @@ Actions MemberView::on_message(const ControlMessage &m) {
           again.message = message(call_ == Call::kUpdate ? MessageType::kUpdate : MessageType::kReform);
           again.message.epoch = epoch_;
           again.message.seq = next_seq_;
+          again.message.count = call_id_;
           out.push_back(std::move(again));
         }
         break;
       }
       if (m.epoch == epoch_ && m.ring == ring_ && rank_ >= 0 && !revoked_) {
         // The same epoch confirmed (nothing changed at the update, or a restarted coordinator
-        // adopted it): its links and its operation numbering carry on. Only the barrier's outcome
-        // answers an update: an announcement (a restarted coordinator's) leaves it waiting.
-        if (m.seq == 0) break;
+        // adopted it): its links and its operation numbering carry on. Only the answer to this
+        // member's call ends it: an announcement (a restarted coordinator's) or a late answer to
+        // an earlier call leaves it waiting, registered at the barrier.
+        if (m.count == 0 || m.count != call_id_ || (call_ != Call::kUpdate && call_ != Call::kReform)) break;
         pending_ = 0;
         barrier_ops_ = kNoBarrier;
       } else {
@@ -176,6 +178,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
         a.message = message(MessageType::kUpdate);
         a.message.epoch = epoch_;
         a.message.seq = next_seq_;
+        a.message.count = call_id_;
         out.push_back(std::move(a));
       } else if (call_ == Call::kReform) {
         answer(WCCL_ERROR(WCCL_ERR_PEER_LOST, "reform: this peer was declared lost while it waited; update to join again"));
@@ -333,10 +336,12 @@ Status MemberView::call(MessageType type, Actions *out) {
   }
   call_ = type == MessageType::kUpdate ? Call::kUpdate : type == MessageType::kReform ? Call::kReform : Call::kLeave;
   call_status_ = Status();
+  if (++call_id_ == 0) call_id_ = 1;  // 0 names no call
   Action a;
   a.message = message(type);
   a.message.epoch = epoch_;
   a.message.seq = next_seq_;
+  a.message.count = call_id_;
   out->push_back(std::move(a));
   return Status();
 }

@@ -104,7 +104,10 @@ class MemberView {
   coord::ControlMessage message(coord::MessageType type) const;
   using OpKey = std::pair<uint64_t, uint64_t>;  // (epoch, seq)
   void decide(OpKey op, Status outcome, Actions *out);
-  void fail_undecided(const Status &why, Actions *out);  // every undecided op but the running one
+  // Decides every undecided op but the running one (whose data phase is cancelled) with `why`.
+  // A revocation of this member's own (keep_awaiting) leaves the ops whose DONE went out to the
+  // coordinator: they may commit yet, and its REVOKED says which did.
+  void fail_undecided(const Status &why, Actions *out, bool keep_awaiting = false);
   // Revokes the epoch here for a failure at operation seq and returns the OP_FAILED report.
   coord::ControlMessage revoke_here(uint64_t seq, const Status &why, Actions *out);
   // Operation `op` failed on this member with `why`: it is decided (with `why` if that is this
@@ -132,6 +135,7 @@ class MemberView {
   // data phase stops.
   std::map<OpKey, OpState> ops_;
   Call call_ = Call::kNone;
+  uint32_t call_id_ = 0;  // numbers the calls; the EPOCH that answers one names it
   Status call_status_;
 };
 

@@ -94,10 +94,10 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
       break;
     case MessageType::kUpdate:
     case MessageType::kReform:
-      st = group(s->group).update(s->peer, m.epoch, m.seq, now, m.type == MessageType::kUpdate);
+      st = group(s->group).update(s->peer, m.epoch, m.seq, now, m.type == MessageType::kUpdate, m.count);
       break;
     case MessageType::kLeave:
-      st = group(s->group).leave(s->peer, m.epoch, m.seq, now);
+      st = group(s->group).leave(s->peer, m.epoch, m.seq, now, m.count);
       break;
     case MessageType::kLinkBroken:
       group(s->group).link_broken(s->peer, m.other, now);

@@ -25,6 +25,7 @@ void Membership::forget(PeerId id) {
   live_.erase(id);
   probes_.erase(id);
   arrived_.erase(id);
+  calls_.erase(id);
   leaving_.erase(id);
   reforming_.erase(id);
   auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
@@ -66,7 +67,7 @@ void Membership::heartbeat(PeerId id, Clock::time_point now) {
                                                   : "this peer is not registered";
 }
 
-Status Membership::update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit) {
+Status Membership::update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit, uint32_t call) {
   if (is_joiner(id)) {
     // A lost peer that re-registered repeats its update when it hears it was removed: it waits
     // for admission either way.
@@ -83,10 +84,11 @@ Status Membership::update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
     const PeerInfo info = lost->second;
     return join(id, info, now);
   }
-  return arrive(id, epoch, ops, now, /*leaving=*/false, admit);
+  return arrive(id, epoch, ops, now, /*leaving=*/false, admit, call);
 }
 
-Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving, bool admit) {
+Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving, bool admit,
+                          uint32_t call) {
   if (!is_member(id)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is not registered",
                       static_cast<unsigned long long>(id));
@@ -97,7 +99,7 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
     live_[id].last_seen = now;
     Notice &n = notify(Notice::Kind::kEpoch, id);
     n.ring = ring_;
-    n.barrier = true;  // the answer to its update
+    n.answers = call;
     return Status();
   }
   if (epoch != epoch_) {
@@ -115,12 +117,14 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
   if (updating) {
     for (PeerId r : reforming_) {
       arrived_.erase(r);
+      calls_.erase(r);
       notify(Notice::Kind::kRefused, r).reason = gives_way;
     }
     reforming_.clear();
   }
   const bool first = arrived_.empty();
   arrived_.insert(id);
+  calls_[id] = call;
   if (leaving) leaving_.insert(id);
   if (!admit) reforming_.insert(id);
   if (!revoked_) {
@@ -143,7 +147,7 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
   return Status();
 }
 
-Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now) {
+Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, uint32_t call) {
   if (is_joiner(id)) {
     forget(id);
     Notice &n = notify(Notice::Kind::kRemoved, id);
@@ -154,7 +158,7 @@ Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_po
     lost_.erase(id);  // nothing left to leave: it was already removed from the job
     return Status();
   }
-  return arrive(id, epoch, ops, now, /*leaving=*/true, /*admit=*/true);
+  return arrive(id, epoch, ops, now, /*leaving=*/true, /*admit=*/true, call);
 }
 
 void Membership::disconnected(PeerId id, Clock::time_point now) {
@@ -203,6 +207,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     revocation_.reset();
     revoked_ = false;
     arrived_.clear();
+    calls_.clear();
     leaving_.clear();
     reforming_.clear();
     std::vector<PeerId> outside;
@@ -250,7 +255,15 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
         if (is_member(m.id)) notify(Notice::Kind::kCommit, m.id).seq = committed_;
       }
     }
-    if (confirming) announce_revocation();
+    if (confirming) {
+      announce_revocation();
+    } else if (revoked_ && revocation_ == nullptr) {
+      // It missed the revocation while it was away: the epoch's operations fail for it too.
+      Notice &n = notify(Notice::Kind::kRevoked, id);
+      n.lost = revoked_by_.first;
+      n.reason = revoked_by_.second;
+      n.seq = committed_;
+    }
     return Status();
   }
   if (is_joiner(id)) return Status();
@@ -310,6 +323,7 @@ void Membership::revoke(PeerId because, const std::string &reason) {
 // epoch is back or lost, so that a commit one of them saw is never undone.
 void Membership::announce_revocation() {
   if (revocation_ == nullptr || !unconfirmed_.empty()) return;
+  revoked_by_ = *revocation_;
   for (const Member &m : ring_) {
     if (!is_member(m.id)) continue;
     Notice &n = notify(Notice::Kind::kRevoked, m.id);
@@ -379,6 +393,7 @@ void Membership::maybe_form_first(Clock::time_point now) {
   done_.clear();
   committed_ = 0;
   arrived_.clear();
+  calls_.clear();
   leaving_.clear();
   reforming_.clear();
   announce_epoch(false);
@@ -419,13 +434,15 @@ void Membership::maybe_complete_update() {
     committed_ = 0;
   }
   announce_epoch(/*barrier=*/true);
+  calls_.clear();
 }
 
 void Membership::announce_epoch(bool barrier) {
   for (const Member &m : ring_) {
     Notice &n = notify(Notice::Kind::kEpoch, m.id);
     n.ring = ring_;
-    n.barrier = barrier;
+    auto call = calls_.find(m.id);
+    if (barrier && call != calls_.end()) n.answers = call->second;
   }
 }
 

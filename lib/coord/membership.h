@@ -71,7 +71,7 @@ struct Notice {
   PeerId to = 0;
   uint64_t epoch = 0;
   std::vector<Member> ring;  // kEpoch
-  bool barrier = false;      // kEpoch: it completes an update barrier (else: an announcement)
+  uint32_t answers = 0;      // kEpoch: the recipient's call (UPDATE, REFORM) it answers; 0: an announcement
   PeerId lost = 0;           // kRevoked
   std::string reason;        // kRevoked, kRemoved, kRefused
   uint32_t joiners = 0;      // kPending
@@ -111,9 +111,10 @@ class Membership {
   // operations reports OP_FAILED (the epoch is revoked). A REFORM and an UPDATE at one barrier
   // also disagree: the update wins, and every REFORM gets PEER_LOST (a kRefused notice, or the
   // returned status), so state sync returns and its caller updates too.
-  Status update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit = true);
+  // `call` numbers the member's calls: the EPOCH that answers it names it.
+  Status update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit = true, uint32_t call = 0);
   // A member leaves gracefully: it counts as arrived at the barrier and is not in the next epoch.
-  Status leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now);
+  Status leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, uint32_t call = 0);
   // The peer's control connection closed: it is lost now.
   void disconnected(PeerId id, Clock::time_point now);
   // `reporter` lost its link to `suspect`: the suspect is probed and is lost unless it answers
@@ -158,13 +159,13 @@ class Membership {
   bool is_member(PeerId id) const;
   bool is_joiner(PeerId id) const;
   bool any_member() const;
-  Status arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving, bool admit);
+  Status arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving, bool admit, uint32_t call);
   // Removes a lost peer; the caller runs maybe_complete_update() once all losses are in.
   void lose(PeerId id, const std::string &reason);
   void forget(PeerId id);  // drops every trace of a live peer but lost_
   void maybe_form_first(Clock::time_point now);
   void maybe_complete_update();
-  // Tells every member the current epoch; `barrier`: as the outcome of the update barrier.
+  // Tells every member the current epoch; `barrier`: as the answer to the calls at the barrier.
   void announce_epoch(bool barrier);
   // Every member is told; ops of the epoch have failed unless committed.
   void revoke(PeerId because, const std::string &reason);
@@ -180,6 +181,7 @@ class Membership {
   std::vector<Member> joiners_;              // waiting for admission, in arrival order
   Clock::time_point last_join_{};
   std::set<PeerId> arrived_;                 // members at the update barrier
+  std::map<PeerId, uint32_t> calls_;         // the call each of them made
   std::set<PeerId> leaving_;                 // of those, the ones leaving
   std::set<PeerId> reforming_;               // of those, the ones that admit no joiner (REFORM)
   uint64_t barrier_ops_ = 0;                 // the operations the first of them had submitted
@@ -187,6 +189,7 @@ class Membership {
   // waits for them before it is announced.
   std::set<PeerId> unconfirmed_;
   std::unique_ptr<std::pair<PeerId, std::string>> revocation_;
+  std::pair<PeerId, std::string> revoked_by_;  // the current epoch's announced revocation
   void announce_revocation();
   std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
   std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it

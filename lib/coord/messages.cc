@@ -138,6 +138,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.u64(m.peer);
       w.u64(m.epoch);
       w.u64(m.seq);
+      w.u32(m.count);
       break;
     case MessageType::kLinkBroken:
       w.u64(m.peer);
@@ -152,7 +153,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       break;
     case MessageType::kEpoch:
       w.u64(m.epoch);
-      w.u64(m.seq);
+      w.u32(m.count);
       w.ring(m.ring);
       break;
     case MessageType::kRevoked:
@@ -219,6 +220,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       m.peer = r.peer("peer id");
       m.epoch = r.u64("epoch");
       m.seq = r.u64("operations");
+      m.count = r.u32("call");
       break;
     case MessageType::kDone:
     case MessageType::kOpFailed:
@@ -233,8 +235,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       break;
     case MessageType::kEpoch:
       m.epoch = r.u64("epoch");
-      m.seq = r.u64("barrier flag");
-      if (r.status().ok() && m.seq > 1) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: barrier flag %llu", static_cast<unsigned long long>(m.seq));
+      m.count = r.u32("call answered");
       m.ring = r.ring();
       break;
     case MessageType::kRevoked:
@@ -277,7 +278,7 @@ ControlMessage to_message(const Notice &n) {
   switch (n.kind) {
     case Notice::Kind::kEpoch:
       m.type = MessageType::kEpoch;
-      m.seq = n.barrier ? 1 : 0;
+      m.count = n.answers;
       m.ring = n.ring;
       break;
     case Notice::Kind::kRevoked:

@@ -24,14 +24,14 @@ enum class MessageType : uint8_t {
   kJoin = 1,        // peer, group, info
   kRejoin = 2,      // peer, group, info, epoch, ring: after a coordinator restart
   kHeartbeat = 3,   // peer
-  kUpdate = 4,      // peer, epoch, seq (operations this peer submitted in the epoch)
-  kLeave = 5,       // peer, epoch, seq
+  kUpdate = 4,      // peer, epoch, seq (operations this peer submitted in the epoch), count (call)
+  kLeave = 5,       // peer, epoch, seq, count
   kLinkBroken = 6,  // peer, other (the suspect)
   kDone = 7,        // peer, epoch, seq: this peer's data phase of operation seq completed
   kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
-  kReform = 9,      // peer, epoch, seq: an update that admits no joiner (state sync's retry)
+  kReform = 9,      // peer, epoch, seq, count: an update that admits no joiner (state sync's retry)
   // coordinator -> peer
-  kEpoch = 16,      // epoch, seq (1: the outcome of an update barrier, 0: an announcement), ring
+  kEpoch = 16,      // epoch, count (the recipient's call it answers; 0: an announcement), ring
   kRevoked = 17,    // epoch, seq (the last committed operation), other (the lost peer), text (reason)
   kRemoved = 18,    // epoch, text (reason)
   kProbe = 19,      // epoch
@@ -52,7 +52,7 @@ struct ControlMessage {
   std::vector<Member> ring;  // kRejoin, kEpoch
   PeerId other = 0;    // kLinkBroken (suspect), kRevoked (lost)
   uint32_t code = 0;   // kError: a wccl_result_t
-  uint32_t count = 0;  // kPending
+  uint32_t count = 0;  // kPending; kUpdate, kReform, kLeave: the call's number; kEpoch: the call it answers
   std::string text;    // kRevoked, kRemoved, kError, kOpFailed
 };
 
