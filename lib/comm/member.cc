@@ -136,6 +136,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
         ring_ = m.ring;
         rank_ = rank_of(id_);
         revoked_ = false;
+        removed_ = false;
         epoch_failure_ = Status();
         next_seq_ = 0;
         committed_seq_ = 0;
@@ -169,6 +170,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
       }
       // Declared lost (or the epoch moved on without us): this epoch is over for us too.
       revoked_ = true;
+      removed_ = true;
       fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer was removed from epoch %llu: %s",
                                 static_cast<unsigned long long>(epoch_), m.text.c_str()),
                      &out);
@@ -350,8 +352,10 @@ std::vector<ControlMessage> MemberView::rejoin() const {
   std::vector<ControlMessage> out;
   ControlMessage again = message(MessageType::kRejoin);
   again.epoch = epoch_;
-  again.seq = committed_seq_;
-  again.ring = ring_;
+  if (!removed_) {  // a peer declared lost holds no epoch (an empty ring): it comes back as a joiner
+    again.seq = committed_seq_;
+    again.ring = ring_;
+  }
   out.push_back(std::move(again));
   // Operations waiting for their decision report their DONE again: the coordinator may be a new
   // one that never heard it.

@@ -123,6 +123,7 @@ class MemberView {
   std::vector<coord::Member> ring_;
   int rank_ = -1;
   bool revoked_ = false;
+  bool removed_ = false;  // declared lost from epoch_ (REMOVED)
   bool left_ = false;
   bool aborted_ = false;
   int pending_ = 0;

@@ -266,6 +266,12 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     }
     return Status();
   }
+  // A fresh coordinator numbers the epochs it forms past every epoch a peer reports, so that a
+  // number the job used before the restart never names another epoch.
+  if (epoch > epoch_floor_ && epoch > epoch_) {
+    epoch_floor_ = epoch;
+    floor_heard_ = now;
+  }
   if (is_joiner(id)) return Status();
   if (epoch != 0) {
     // Its epoch is not the job's (or it was lost from it): it must not act as a member of it.
@@ -384,9 +390,15 @@ void Membership::op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::s
 void Membership::maybe_form_first(Clock::time_point now) {
   if (any_member() || joiners_.empty()) return;
   if (joiners_.size() < static_cast<size_t>(opt_.min_peers) || now - last_join_ < opt_.settle) return;
+  // A peer reported an epoch this coordinator (restarted) never adopted: the job's members may be
+  // on their way back with it. They get peer_timeout to return before joiners form a new one.
+  if (epoch_floor_ > epoch_ && now - floor_heard_ < opt_.peer_timeout) return;
   ring_ = std::move(joiners_);
   joiners_.clear();
-  ++epoch_;
+  // Past every epoch reported; after a restart that adopted none of them, far past: the job's
+  // members that never came back may have moved on meanwhile, and a number must never name two
+  // epochs.
+  epoch_ = std::max(epoch_, epoch_floor_) + 1 + (epoch_floor_ > epoch_ ? kRestartEpochGap : 0);
   revoked_ = false;
   unconfirmed_.clear();
   revocation_.reset();
@@ -425,7 +437,7 @@ void Membership::maybe_complete_update() {
   leaving_.clear();
   reforming_.clear();
   if (changed) {
-    ++epoch_;
+    epoch_ = std::max(epoch_, epoch_floor_) + 1;
     ring_ = std::move(next);
     revoked_ = false;
     unconfirmed_.clear();
@@ -472,7 +484,8 @@ Clock::time_point Membership::next_deadline() const {
   for (const auto &[id, peer] : live_) next = std::min(next, peer.last_seen + opt_.peer_timeout);
   for (const auto &[id, deadline] : probes_) next = std::min(next, deadline);
   if (!any_member() && joiners_.size() >= static_cast<size_t>(std::max(1, opt_.min_peers))) {
-    next = std::min(next, last_join_ + opt_.settle);
+    next = std::min(next, std::max(last_join_ + opt_.settle,
+                                   epoch_floor_ > epoch_ ? floor_heard_ + opt_.peer_timeout : Clock::time_point()));
   }
   return next;
 }

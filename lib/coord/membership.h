@@ -78,6 +78,10 @@ struct Notice {
   uint64_t seq = 0;          // kCommit, kBarrier; kRevoked: the last committed operation
 };
 
+// How far past the highest reported epoch a restarted coordinator numbers an epoch it forms
+// itself (no member of the job's last epoch came back within peer_timeout).
+inline constexpr uint64_t kRestartEpochGap = 1ULL << 20;
+
 // Operations a member may report done ahead of the last committed one.
 inline constexpr uint64_t kMaxOpsAhead = 1024;
 
@@ -175,6 +179,8 @@ class Membership {
 
   Options opt_;
   uint64_t epoch_ = 0;
+  uint64_t epoch_floor_ = 0;  // the highest epoch any peer reported: new epochs are numbered past it
+  Clock::time_point floor_heard_{};  // when it was reported
   bool revoked_ = false;
   std::vector<Member> ring_;                 // members of the current epoch, in ring order
   std::map<PeerId, Peer> live_;              // members and joiners we hear from
