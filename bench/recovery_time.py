@@ -136,10 +136,12 @@ def main():
                 coord.send_signal(signal.SIGKILL)
                 coord.wait()
                 coord, _ = start_coordinator(args.coord, coord_env, tmp / "coord.log", port)
-                first = wait_for(lambda: min((c[0] for m in live() for c in list(m.history) if c[0] > t0),
+                up = time.monotonic()  # commits that arrive before were decided by the old one
+                first = wait_for(lambda: min((c[0] for m in live() for c in list(m.history) if c[0] > up),
                                              default=None), 120, "no commit after the coordinator restart")
                 samples["coord"].append(first - t0)
-        print(f"fault round {i + 1}/{args.faults} done", file=sys.stderr, flush=True)
+        print(f"fault round {i + 1}/{args.faults}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in samples.items() if v),
+              file=sys.stderr, flush=True)
     for m in members:
         m.signal(signal.SIGKILL)
     coord.terminate()

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 
@@ -180,6 +181,77 @@ TEST_F(MembershipTest, AReformGivesWayToAnUpdateAtTheSameBarrier) {
   EXPECT_EQ(m.epoch(), 1u) << "the barrier waits for A and B's updates";
   for (PeerId p : {A, B}) ASSERT_TRUE(m.update(p, 1, 0, t).ok());
   EXPECT_EQ(m.epoch(), 2u);
+}
+
+TEST_F(MembershipTest, TheBarriersEpochNamesEachMembersCallAndAnOldEpochsUpdateIsAnsweredWithTheCurrent) {
+  Membership m(options());
+  form(m, {A, B});
+  ASSERT_TRUE(m.update(A, 1, 0, t, true, /*call=*/7).ok());
+  ASSERT_TRUE(m.update(B, 1, 0, t, true, /*call=*/3).ok());
+  std::map<PeerId, uint32_t> answers;
+  for (const Notice &n : of_kind(m.take_notices(), Kind::kEpoch)) answers[n.to] = n.answers;
+  EXPECT_EQ(answers[A], 7u);
+  EXPECT_EQ(answers[B], 3u);
+  // A member that missed an epoch's announcement updates from the older one: it is told.
+  ASSERT_TRUE(m.join(C, info(C), t).ok());
+  for (PeerId p : {A, B}) ASSERT_TRUE(m.update(p, 1, 0, t).ok());
+  ASSERT_EQ(m.epoch(), 2u);
+  (void)m.take_notices();
+  ASSERT_TRUE(m.update(A, 1, 0, t, true, 9).ok());
+  std::vector<Notice> told = of_kind(m.take_notices(), Kind::kEpoch);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].to, A);
+  EXPECT_EQ(told[0].epoch, 2u);
+  EXPECT_EQ(told[0].answers, 9u);
+  EXPECT_FALSE(m.revoked());
+}
+
+TEST_F(MembershipTest, AMemberRejoiningWhileOthersWaitAtTheBarrierHearsWhereTheyStopped) {
+  Membership before(options());
+  form(before, {A, B, C});
+  Membership m(options());  // restarted: A and C come back first, A updates
+  const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};
+  ASSERT_TRUE(m.rejoin(A, info(A), 1, ring, 4, t).ok());
+  ASSERT_TRUE(m.rejoin(C, info(C), 1, ring, 4, t).ok());
+  ASSERT_TRUE(m.update(A, 1, 4, t).ok());
+  (void)m.take_notices();
+  ASSERT_TRUE(m.rejoin(B, info(B), 1, ring, 4, t).ok());
+  std::vector<Notice> barrier = of_kind(m.take_notices(), Kind::kBarrier);
+  ASSERT_EQ(barrier.size(), 1u);
+  EXPECT_EQ(barrier[0].to, B);
+  EXPECT_EQ(barrier[0].seq, 4u);
+}
+
+TEST_F(MembershipTest, AfterARestartARevocationWaitsForEveryMemberSoACommitOneSawStands) {
+  Membership m(options());
+  const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};
+  // A and B saw operations up to 4 committed; C (not back yet) saw 5.
+  ASSERT_TRUE(m.rejoin(A, info(A), 1, ring, 4, t).ok());
+  ASSERT_TRUE(m.rejoin(B, info(B), 1, ring, 4, t).ok());
+  (void)m.take_notices();
+  m.op_failed(A, 1, 6, "a broken link", t);
+  EXPECT_TRUE(m.revoked());
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kRevoked).empty()) << "C may have seen a commit: wait for it";
+  ASSERT_TRUE(m.rejoin(C, info(C), 1, ring, 5, t).ok());
+  std::vector<Notice> n = m.take_notices();
+  std::vector<Notice> revoked = of_kind(n, Kind::kRevoked);
+  ASSERT_EQ(revoked.size(), 3u);
+  for (const Notice &r : revoked) EXPECT_EQ(r.seq, 5u) << "operation 5 stays committed for everyone";
+  EXPECT_EQ(m.committed(), 5u);
+}
+
+TEST_F(MembershipTest, ARestartedCoordinatorNumbersItsOwnEpochsPastEveryReportedOne) {
+  Membership m(options());
+  // A peer that was declared lost from epoch 7 comes back first, as a joiner that reports it.
+  ASSERT_TRUE(m.rejoin(A, info(A), 7, {}, 0, t).ok());
+  t += 500ms;
+  m.heartbeat(A, t);
+  m.tick(t);
+  EXPECT_EQ(m.epoch(), 0u) << "the job's members get peer_timeout to come back with their epoch";
+  t += 600ms;
+  m.heartbeat(A, t);
+  m.tick(t);
+  EXPECT_GT(m.epoch(), 7u + kRestartEpochGap) << "no number the old job may have reached meanwhile";
 }
 
 TEST_F(MembershipTest, ALostPeersReformIsRefusedAndItsUpdateRejoins) {

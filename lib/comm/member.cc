@@ -185,7 +185,8 @@ Actions MemberView::on_message(const ControlMessage &m) {
       } else if (call_ == Call::kReform) {
         answer(WCCL_ERROR(WCCL_ERR_PEER_LOST, "reform: this peer was declared lost while it waited; update to join again"));
       } else if (call_ == Call::kLeave) {
-        answer(Status());  // nothing left to leave
+        left_ = true;  // nothing left to leave
+        answer(Status());
       }
       break;
     case MessageType::kCommit:
