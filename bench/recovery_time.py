@@ -29,16 +29,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "devkit"))
-from group import Member, make_pki, start_coordinator  # noqa: E402
+from group import Group, make_pki, start_coordinator  # noqa: E402
 
 
-MEMBERS = []
+MEMBERS = []  # the group, for wait_for's check of member errors
 
 
 def wait_for(pred, timeout, what):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        for m in MEMBERS:
+        for m in (m for g in MEMBERS for m in g.members):
             if m.errors:
                 raise RuntimeError(f"{m.name}: {m.errors[0]}")
         v = pred()
@@ -74,16 +74,10 @@ def main():
     coord_env = dict(env, WCCL_MIN_PEERS=str(args.members))
     coord, port = start_coordinator(args.coord, coord_env, tmp / "coord.log")
     env.update(WCCL_COORDINATOR=f"127.0.0.1:{port}", WCCL_LISTEN="127.0.0.1:0")
-    members = MEMBERS
+    group = Group(args.member, args.count, env, tmp)
+    members, start, live = group.members, group.start, group.live
+    MEMBERS.append(group)
     samples = {k: [] for k in ["kill", "freeze", "coord", "join_admitted", "join_committed"]}
-
-    def start():
-        m = Member(f"p{len(members)}", [args.member, str(args.count)], dict(env, WCCL_NAME=f"p{len(members)}"), tmp)
-        members.append(m)
-        return m
-
-    def live():
-        return [m for m in members if m.alive()]
 
     def steady():
         # Every live member committed within the last second, all in one epoch of full size.

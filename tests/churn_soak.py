@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "devkit"))
-from group import Member, make_pki, start_coordinator  # noqa: E402
+from group import Group, make_pki, start_coordinator  # noqa: E402
 
 
 def main():
@@ -49,15 +49,8 @@ def main():
     env["WCCL_LOG_LEVEL"] = "warn"
     coord, port = start_coordinator(args.coord, dict(env, WCCL_MIN_PEERS=str(args.members)), tmp / "coord.log")
     env.update(WCCL_COORDINATOR=f"127.0.0.1:{port}", WCCL_LISTEN="127.0.0.1:0", WCCL_JOIN_TIMEOUT_MS="600000")
-    members = []
-
-    def start():
-        m = Member(f"p{len(members)}", [args.member, str(args.count)], dict(env, WCCL_NAME=f"p{len(members)}"), tmp)
-        members.append(m)
-        return m
-
-    def live():
-        return [m for m in members if m.alive()]
+    group = Group(args.member, args.count, env, tmp)
+    members, start, live = group.members, group.start, group.live
 
     for _ in range(args.members):
         start()

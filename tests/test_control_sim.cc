@@ -115,6 +115,8 @@ class Sim {
   void app_call_answered(int i);
   void app_op_decided(int i);
   void worker_start(int i, std::pair<uint64_t, uint64_t> op, OpKind kind);
+  // After `delay`, member i's data phase of op (if it still runs it) ends with st.
+  void end_data_phase(int i, std::pair<uint64_t, uint64_t> op, int64_t delay, const Status &st);
   void data_check(std::pair<uint64_t, uint64_t> op);
   void crash(int i);
   // The coordinator.
@@ -272,17 +274,7 @@ void Sim::carry_out(int i, const Actions &actions) {
         }
         break;
       case Action::Kind::kCancelRunning:
-        if (m.running) {
-          const auto op = *m.running;
-          after(jitter(0, 5), [this, i, op, st = a.status] {
-            on_member(i, [this, i, op, st] {
-              Member &mem = members_[static_cast<size_t>(i)];
-              if (mem.running != op) return;
-              mem.running.reset();
-              carry_out(i, mem.view->finished(op.first, op.second, st, false));
-            });
-          });
-        }
+        if (m.running) end_data_phase(i, *m.running, jitter(0, 5), a.status);
         break;
       case Action::Kind::kEpochChanged:
       case Action::Kind::kWarn:
@@ -378,19 +370,20 @@ void Sim::worker_start(int i, std::pair<uint64_t, uint64_t> op, OpKind kind) {
   for (const coord::Member &r : m.view->ring()) epoch_rings_[op].push_back(r.id);
   // A neighbour that crashed in this epoch: its link is closed, the data phase fails at once.
   for (PeerId p : epoch_rings_[op]) {
-    if (dead_in_epoch_.count({op.first, p}) != 0) {
-      after(jitter(1, 10), [this, i, op] {
-        on_member(i, [this, i, op] {
-          Member &mem = members_[static_cast<size_t>(i)];
-          if (mem.running != op) return;
-          mem.running.reset();
-          carry_out(i, mem.view->finished(op.first, op.second, WCCL_ERROR(WCCL_ERR_IO, "link closed"), false));
-        });
-      });
-      return;
-    }
+    if (dead_in_epoch_.count({op.first, p}) != 0) return end_data_phase(i, op, jitter(1, 10), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
   }
   data_check(op);
+}
+
+void Sim::end_data_phase(int i, std::pair<uint64_t, uint64_t> op, int64_t delay, const Status &st) {
+  after(delay, [this, i, op, st] {
+    on_member(i, [this, i, op, st] {
+      Member &m = members_[static_cast<size_t>(i)];
+      if (m.running != op) return;
+      m.running.reset();
+      carry_out(i, m.view->finished(op.first, op.second, st, false));
+    });
+  });
 }
 
 // The data phase of op completes on every member once all members of its epoch run it, with the
@@ -413,17 +406,7 @@ void Sim::data_check(std::pair<uint64_t, uint64_t> op) {
     }
   }
   started_.erase(op);
-  for (PeerId p : ring) {
-    const int idx = static_cast<int>(p - 0x1000);
-    after(jitter(1, 20), [this, idx, op] {
-      on_member(idx, [this, idx, op] {
-        Member &m = members_[static_cast<size_t>(idx)];
-        if (m.running != op) return;
-        m.running.reset();
-        carry_out(idx, m.view->finished(op.first, op.second, Status(), false));
-      });
-    });
-  }
+  for (PeerId p : ring) end_data_phase(static_cast<int>(p - 0x1000), op, jitter(1, 20), Status());
 }
 
 void Sim::crash(int i) {
@@ -445,15 +428,7 @@ void Sim::crash(int i) {
     const auto op = *o.running;
     const auto &ring = epoch_rings_[op];
     if (std::find(ring.begin(), ring.end(), m.id) == ring.end()) continue;
-    const int idx = o.index;
-    after(jitter(1, 30), [this, idx, op] {
-      on_member(idx, [this, idx, op] {
-        Member &other = members_[static_cast<size_t>(idx)];
-        if (other.running != op) return;
-        other.running.reset();
-        carry_out(idx, other.view->finished(op.first, op.second, WCCL_ERROR(WCCL_ERR_IO, "link closed"), false));
-      });
-    });
+    end_data_phase(o.index, op, jitter(1, 30), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
   }
 }
 

@@ -14,27 +14,16 @@ import pytest
 
 import wccl
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "devkit"))
+from group import make_pki  # noqa: E402
+
 REPLY_TIMEOUT = 60.0
 
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory):
     """A CA and one node certificate (EC P-256) made with the openssl CLI, as docs/tls.md does."""
-    d = tmp_path_factory.mktemp("pki")
-
-    def run(*args):
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
-
-    run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ca.key")
-    run("req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "2", "-subj", "/O=wccl-pytest/CN=ca",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign", "-out", "ca.pem")
-    (d / "node.ext").write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
-                                "extendedKeyUsage=serverAuth,clientAuth\n")
-    run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "node.key")
-    run("req", "-new", "-key", "node.key", "-subj", "/O=wccl-pytest/CN=node", "-out", "node.csr")
-    run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-        "-sha256", "-extfile", "node.ext", "-out", "node.pem")
-    return {"tls_cert": str(d / "node.pem"), "tls_key": str(d / "node.key"), "tls_ca": str(d / "ca.pem")}
+    return {k.lower(): v for k, v in make_pki(tmp_path_factory.mktemp("pki")).items()}
 
 
 @pytest.fixture

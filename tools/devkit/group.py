@@ -77,3 +77,20 @@ def start_coordinator(cmd, env, log_path, port=0):
         if "listening on port" in line:
             return proc, int(line.split()[-1])
     raise RuntimeError(f"wccl-coord did not start; see {log_path}")
+
+
+class Group:
+    """The members started so far (live or not), each a churn-member process with COUNT elements."""
+
+    def __init__(self, member_cmd, count, env, logdir):
+        self.members = []
+        self._cmd, self._count, self._env, self._logdir = member_cmd, count, env, logdir
+
+    def start(self):
+        name = f"p{len(self.members)}"
+        m = Member(name, [self._cmd, str(self._count)], dict(self._env, WCCL_NAME=name), self._logdir)
+        self.members.append(m)
+        return m
+
+    def live(self):
+        return [m for m in self.members if m.alive()]
