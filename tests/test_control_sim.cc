@@ -52,7 +52,7 @@ enum OpKind : int { kNone = 0, kSync1 = 1, kSync2 = 2, kAllreduce = 3 };
 
 class Sim {
  public:
-  explicit Sim(uint64_t seed, bool trace) : rng_(seed), seed_(seed), trace_(trace) {}
+  explicit Sim(uint64_t seed, bool trace) : rng_(seed), trace_(trace) {}
 
   // Runs the schedule; returns the first violated invariant, or "" if none.
   std::string run();
@@ -133,7 +133,6 @@ class Sim {
   }
 
   std::mt19937_64 rng_;
-  uint64_t seed_;
   bool trace_;
   std::string log_, failure_;
   int64_t now_ = 0;

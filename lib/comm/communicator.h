@@ -3,8 +3,14 @@
 // for each epoch opens the links to its neighbours (ring and trees), tagged with the epoch, and
 // runs collective operations over them.
 //
+// The protocol's rules (the epoch view, the numbering and outcome of operations, the membership
+// calls) are comm::MemberView's, a state machine without I/O; this class is its shell: it feeds
+// the view what arrives (coordinator messages, calls, the end of data phases) under one mutex and
+// carries out the actions it returns (sends, decisions, cancelling a data phase, an epoch's links).
+//
 // Operations. submit() numbers an operation within the epoch and queues it; every member must
-// submit the same operations in the same order. One worker thread runs the data phases in that
+// submit the same operations in the same order (members found in different ones revoke the epoch
+// rather than wait: MemberView). One worker thread runs the data phases in that
 // order (the next one starts while the previous waits for its commit). A data phase that
 // completes reports DONE to the coordinator; the operation succeeds on its COMMIT and fails with
 // PEER_LOST on the epoch's revocation, on every member alike. A data phase that fails here
