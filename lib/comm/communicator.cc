@@ -178,9 +178,9 @@ Status Communicator::membership_call(MessageType type, const char *what) {
   WCCL_RETURN_IF_ERROR(view_->call(type, &actions));
   Effects effects = apply(std::move(actions));
   lock.unlock();
-  carry_out(std::move(effects));
+  carry_out(effects);
   lock.lock();
-  const Status answered = wait(lock, op_timeout_, what, [&] { return view_->call_answered(); });
+  Status answered = wait(lock, op_timeout_, what, [&] { return view_->call_answered(); });
   if (!answered.ok()) {
     view_->cancel_call();
     return answered;
@@ -201,7 +201,7 @@ void Communicator::abort() {
     effects = apply(view_->abort(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted")));
   }
   cv_.notify_all();
-  carry_out(std::move(effects));
+  carry_out(effects);
   (void)transport_->post([this] {
     std::map<int, std::shared_ptr<net::Link>> links;
     {
@@ -272,7 +272,7 @@ void Communicator::on_control(const ControlMessage &m) {
     effects = apply(view_->on_message(m));
   }
   cv_.notify_all();
-  carry_out(std::move(effects));
+  carry_out(effects);
 }
 
 Communicator::Effects Communicator::apply(Actions actions) {
@@ -306,7 +306,7 @@ Communicator::Effects Communicator::apply(Actions actions) {
   return e;
 }
 
-void Communicator::carry_out(Effects effects) {
+void Communicator::carry_out(const Effects &effects) {
   for (const Status &w : effects.warnings) WCCL_LOG(log_, kWarn, "%s", w.message().c_str());
   const Status ended = WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended");
   for (auto &[rank, l] : effects.closing) l->close(ended);
@@ -537,7 +537,7 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
     Effects effects = apply(std::move(actions));
     lock.unlock();
     cv_.notify_all();
-    carry_out(std::move(effects));
+    carry_out(effects);
     return queued.with_context(kind);
   }
   if (c.kind == algo::Kind::kStateSync) {
@@ -635,7 +635,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     lock.unlock();
     cv_.notify_all();
     // A DONE that cannot be sent now is sent again after the reconnection (see reconnect()).
-    carry_out(std::move(effects));
+    carry_out(effects);
   };
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -760,7 +760,7 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
       Effects effects = apply(view_->give_up(op->epoch, op->seq, timeout));
       lock.unlock();
       cv_.notify_all();
-      carry_out(std::move(effects));
+      carry_out(effects);
       lock.lock();
     }
   }

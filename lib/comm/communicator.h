@@ -118,7 +118,7 @@ class Communicator {
   // Under mu_: applies the view's actions to this communicator's operations and links.
   Effects apply(Actions actions);
   // Without mu_: what apply() left to do.
-  void carry_out(Effects effects);
+  void carry_out(const Effects &effects);
   // Control thread:
   void on_control(const coord::ControlMessage &m);
   void on_control_closed(const Status &why);
