@@ -138,13 +138,6 @@ Communicator::~Communicator() {
   }
 }
 
-ControlMessage Communicator::link_broken(coord::PeerId suspect) const {
-  ControlMessage m = view_->heartbeat();
-  m.type = MessageType::kLinkBroken;
-  m.other = suspect;
-  return m;
-}
-
 Status Communicator::send(const ControlMessage &m) {
   std::shared_ptr<coord::ControlChannel> ch;
   {
@@ -166,8 +159,6 @@ Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milli
                     static_cast<long long>(timeout.count()));
 }
 
-// Sends an UPDATE or LEAVE for the current epoch and waits until `answered` (a counter of the
-// coordinator messages that answer it) moves, or the coordinator refuses with ERROR.
 // Sends an UPDATE, REFORM or LEAVE for the current epoch and waits for the coordinator's answer
 // (MemberView::call has the rules).
 Status Communicator::membership_call(MessageType type, const char *what) {
@@ -422,7 +413,7 @@ void Communicator::open_links() {
         if (stale) return;
         WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s", static_cast<unsigned long long>(peer),
                  link.status().to_string().c_str());
-        (void)send(link_broken(peer));
+        (void)send(view_->link_broken(peer));
         return;
       }
       // The hello goes out before the link is handed to anyone, so it is the first message.
@@ -504,7 +495,7 @@ void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId p
     // (a revocation, logged as a warning) is the coordinator's to decide after its probe.
     WCCL_LOG(log_, kInfo, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
-    (void)send(link_broken(peer));
+    (void)send(view_->link_broken(peer));
   });
 }
 
@@ -613,11 +604,9 @@ void Communicator::work() {
     queue_.pop_front();
     if (!view_->start(op->epoch, op->seq)) continue;  // decided while it was queued
     op->state = Op::State::kRunning;
-    running_ = op;
     lock.unlock();
     run(op);
     lock.lock();
-    running_.reset();
     cv_.notify_all();
   }
 }

@@ -130,7 +130,6 @@ class Communicator {
   void adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link);
   void watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch);
   Status send(const coord::ControlMessage &m);
-  coord::ControlMessage link_broken(coord::PeerId suspect) const;  // reports a broken neighbour link
   Status membership_call(coord::MessageType type, const char *what);  // update, reform, leave
   // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout.
   template <typename Pred>
@@ -176,7 +175,6 @@ class Communicator {
   const size_t tree_max_bytes_;
   std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<Op>> ops_;  // undecided, by (epoch, seq)
   std::deque<std::shared_ptr<Op>> queue_;  // for the worker, in order (decided ones are skipped)
-  std::shared_ptr<Op> running_;
   algo::Exchange *running_exchange_ = nullptr;  // cancelled on revocation or abort
   std::vector<std::pair<size_t, algo::Bytes>> spare_;  // scratch buffers for reuse (host or device)
   bool stop_ = false;

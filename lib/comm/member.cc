@@ -88,6 +88,19 @@ void MemberView::commit(uint64_t seq, Actions *out) {
   }
 }
 
+void MemberView::revoke_past_barrier(uint64_t seq, Actions *out) {
+  Action report;
+  report.message = revoke_here(
+      seq,
+      WCCL_ERROR(WCCL_ERR_PEER_LOST,
+                 "members are in different operations of epoch %llu: another member waits at the update barrier "
+                 "after %llu operations, and this peer is at operation %llu; update and retry",
+                 static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(barrier_ops_),
+                 static_cast<unsigned long long>(seq)),
+      out);
+  out->push_back(std::move(report));
+}
+
 void MemberView::answer(Status st) {
   if (call_ == Call::kNone) return;
   call_ = Call::kNone;
@@ -196,13 +209,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
       if (m.epoch != epoch_ || revoked_) break;
       barrier_ops_ = std::min(barrier_ops_, m.seq);
       if (next_seq_ <= barrier_ops_) break;  // this peer stops there too, or will run into it
-      Action a;
-      a.message = revoke_here(barrier_ops_ + 1, WCCL_ERROR(WCCL_ERR_PEER_LOST,
-          "members are in different operations of epoch %llu: another member waits at the update barrier after "
-          "%llu operations, and this peer submitted %llu; update and retry",
-          static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(barrier_ops_),
-          static_cast<unsigned long long>(next_seq_)), &out);
-      out.push_back(std::move(a));
+      revoke_past_barrier(barrier_ops_ + 1, &out);
       break;
     }
     case MessageType::kProbe: {
@@ -239,13 +246,7 @@ Status MemberView::submit(uint64_t *seq, Actions *out) {
   if (next_seq_ >= barrier_ops_) {
     // Another member waits at the update barrier after the operations this peer has run: this one
     // could never complete. Revoke the epoch rather than wait for it.
-    Action a;
-    a.message = revoke_here(next_seq_ + 1, WCCL_ERROR(WCCL_ERR_PEER_LOST,
-        "members are in different operations of epoch %llu: another member waits at the update barrier after "
-        "%llu operations, and this peer called operation %llu; update and retry",
-        static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(barrier_ops_),
-        static_cast<unsigned long long>(next_seq_ + 1)), out);
-    out->push_back(std::move(a));
+    revoke_past_barrier(next_seq_ + 1, out);
     return epoch_failure_;
   }
   *seq = ++next_seq_;

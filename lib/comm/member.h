@@ -80,7 +80,13 @@ class MemberView {
   // After a reconnection to a (possibly restarted) coordinator: REJOIN with this epoch, then DONE
   // again for every operation awaiting its commit.
   std::vector<coord::ControlMessage> rejoin() const;
+  // Messages that need no state but who this peer is (so any thread may build them).
   coord::ControlMessage heartbeat() const { return message(coord::MessageType::kHeartbeat); }
+  coord::ControlMessage link_broken(coord::PeerId suspect) const {  // its link to `suspect` broke
+    coord::ControlMessage m = message(coord::MessageType::kLinkBroken);
+    m.other = suspect;
+    return m;
+  }
 
   // --- state ----------------------------------------------------------------------------------
   coord::PeerId id() const { return id_; }
@@ -110,6 +116,9 @@ class MemberView {
   void fail_undecided(const Status &why, Actions *out, bool keep_awaiting = false);
   // Revokes the epoch here for a failure at operation seq and returns the OP_FAILED report.
   coord::ControlMessage revoke_here(uint64_t seq, const Status &why, Actions *out);
+  // This peer is at operation seq, past barrier_ops_ where another member waits at the update
+  // barrier: revokes the epoch here and adds the OP_FAILED report to out.
+  void revoke_past_barrier(uint64_t seq, Actions *out);
   // Operation `op` failed on this member with `why`: it is decided (with `why` if that is this
   // member's own fault, else PEER_LOST), its epoch revoked, and the OP_FAILED report returned.
   coord::ControlMessage fail_here(OpKey op, const Status &why, Actions *out);

@@ -25,7 +25,6 @@ void Membership::forget(PeerId id) {
   live_.erase(id);
   probes_.erase(id);
   arrived_.erase(id);
-  calls_.erase(id);
   leaving_.erase(id);
   reforming_.erase(id);
   auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
@@ -109,22 +108,20 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
   }
   live_[id].last_seen = now;
   const bool updating = admit && !leaving;
-  const bool update_waiting = std::any_of(arrived_.begin(), arrived_.end(), [&](PeerId a) {
-    return leaving_.count(a) == 0 && reforming_.count(a) == 0;
+  const bool update_waiting = std::any_of(arrived_.begin(), arrived_.end(), [&](const auto &a) {
+    return leaving_.count(a.first) == 0 && reforming_.count(a.first) == 0;
   });
   const char *gives_way = "a member is at an update barrier, so state sync's re-forming gives way: update and call it again";
   if (!admit && update_waiting) return WCCL_ERROR(WCCL_ERR_PEER_LOST, "%s", gives_way);
   if (updating) {
     for (PeerId r : reforming_) {
       arrived_.erase(r);
-      calls_.erase(r);
       notify(Notice::Kind::kRefused, r).reason = gives_way;
     }
     reforming_.clear();
   }
   const bool first = arrived_.empty();
-  arrived_.insert(id);
-  calls_[id] = call;
+  arrived_[id] = call;
   if (leaving) leaving_.insert(id);
   if (!admit) reforming_.insert(id);
   if (!revoked_) {
@@ -204,10 +201,9 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     epoch_ = epoch;
     ring_ = ring;
     unconfirmed_.clear();
-    revocation_.reset();
+    revocation_pending_ = false;
     revoked_ = false;
     arrived_.clear();
-    calls_.clear();
     leaving_.clear();
     reforming_.clear();
     std::vector<PeerId> outside;
@@ -247,7 +243,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     } else if (committed < committed_) {
       // It missed a COMMIT (its connection was lost with it): what is committed stays so.
       notify(Notice::Kind::kCommit, id).seq = committed_;
-    } else if (committed > committed_ && (!revoked_ || revocation_ != nullptr)) {
+    } else if (committed > committed_ && (!revoked_ || revocation_pending_)) {
       // It saw a commit this coordinator (restarted) had not heard of: that decision stands.
       committed_ = committed;
       done_.erase(done_.begin(), done_.upper_bound(committed_));
@@ -257,7 +253,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     }
     if (confirming) {
       announce_revocation();
-    } else if (revoked_ && revocation_ == nullptr) {
+    } else if (revoked_ && !revocation_pending_) {
       // It missed the revocation while it was away: the epoch's operations fail for it too.
       Notice &n = notify(Notice::Kind::kRevoked, id);
       n.lost = revoked_by_.first;
@@ -320,7 +316,8 @@ void Membership::lose(PeerId id, const std::string &reason) {
 void Membership::revoke(PeerId because, const std::string &reason) {
   revoked_ = true;
   done_.clear();
-  if (revocation_ == nullptr) revocation_ = std::make_unique<std::pair<PeerId, std::string>>(because, reason);
+  if (!revocation_pending_) revoked_by_ = {because, reason};  // a pending one keeps its first cause
+  revocation_pending_ = true;
   announce_revocation();
 }
 
@@ -328,16 +325,15 @@ void Membership::revoke(PeerId because, const std::string &reason) {
 // the others hear of the revocation (which fails what is not committed) once every member of the
 // epoch is back or lost, so that a commit one of them saw is never undone.
 void Membership::announce_revocation() {
-  if (revocation_ == nullptr || !unconfirmed_.empty()) return;
-  revoked_by_ = *revocation_;
+  if (!revocation_pending_ || !unconfirmed_.empty()) return;
+  revocation_pending_ = false;
   for (const Member &m : ring_) {
     if (!is_member(m.id)) continue;
     Notice &n = notify(Notice::Kind::kRevoked, m.id);
-    n.lost = revocation_->first;
-    n.reason = revocation_->second;
+    n.lost = revoked_by_.first;
+    n.reason = revoked_by_.second;
     n.seq = committed_;  // what stays committed, for a member that has not heard the COMMIT yet
   }
-  revocation_.reset();
 }
 
 Status Membership::done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now) {
@@ -401,11 +397,10 @@ void Membership::maybe_form_first(Clock::time_point now) {
   epoch_ = std::max(epoch_, epoch_floor_) + 1 + (epoch_floor_ > epoch_ ? kRestartEpochGap : 0);
   revoked_ = false;
   unconfirmed_.clear();
-  revocation_.reset();
+  revocation_pending_ = false;
   done_.clear();
   committed_ = 0;
   arrived_.clear();
-  calls_.clear();
   leaving_.clear();
   reforming_.clear();
   announce_epoch(false);
@@ -433,7 +428,6 @@ void Membership::maybe_complete_update() {
     next.insert(next.end(), joiners_.begin(), joiners_.end());
     joiners_.clear();
   }
-  arrived_.clear();
   leaving_.clear();
   reforming_.clear();
   if (changed) {
@@ -441,20 +435,20 @@ void Membership::maybe_complete_update() {
     ring_ = std::move(next);
     revoked_ = false;
     unconfirmed_.clear();
-    revocation_.reset();
+    revocation_pending_ = false;
     done_.clear();  // operation numbers start again with every new epoch
     committed_ = 0;
   }
-  announce_epoch(/*barrier=*/true);
-  calls_.clear();
+  announce_epoch(/*barrier=*/true);  // names each member's call at the barrier
+  arrived_.clear();
 }
 
 void Membership::announce_epoch(bool barrier) {
   for (const Member &m : ring_) {
     Notice &n = notify(Notice::Kind::kEpoch, m.id);
     n.ring = ring_;
-    auto call = calls_.find(m.id);
-    if (barrier && call != calls_.end()) n.answers = call->second;
+    auto call = arrived_.find(m.id);
+    if (barrier && call != arrived_.end()) n.answers = call->second;
   }
 }
 

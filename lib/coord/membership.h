@@ -30,7 +30,6 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -173,6 +172,7 @@ class Membership {
   void announce_epoch(bool barrier);
   // Every member is told; ops of the epoch have failed unless committed.
   void revoke(PeerId because, const std::string &reason);
+  void announce_revocation();  // tells every member of revoked_by_, once no member is unconfirmed
   void maybe_commit();
   // Queues a notice of `kind` for `to` about the current epoch; the caller fills in the rest.
   Notice &notify(Notice::Kind kind, PeerId to);
@@ -186,17 +186,15 @@ class Membership {
   std::map<PeerId, Peer> live_;              // members and joiners we hear from
   std::vector<Member> joiners_;              // waiting for admission, in arrival order
   Clock::time_point last_join_{};
-  std::set<PeerId> arrived_;                 // members at the update barrier
-  std::map<PeerId, uint32_t> calls_;         // the call each of them made
+  std::map<PeerId, uint32_t> arrived_;       // members at the update barrier, with the call each made
   std::set<PeerId> leaving_;                 // of those, the ones leaving
   std::set<PeerId> reforming_;               // of those, the ones that admit no joiner (REFORM)
   uint64_t barrier_ops_ = 0;                 // the operations the first of them had submitted
-  // After a restart: members of the adopted epoch not back yet. A revocation (lost peer, reason)
-  // waits for them before it is announced.
+  // After a restart: members of the adopted epoch not back yet. A revocation waits for them before
+  // it is announced (revocation_pending_).
   std::set<PeerId> unconfirmed_;
-  std::unique_ptr<std::pair<PeerId, std::string>> revocation_;
-  std::pair<PeerId, std::string> revoked_by_;  // the current epoch's announced revocation
-  void announce_revocation();
+  std::pair<PeerId, std::string> revoked_by_;  // the current epoch's revocation: lost peer, reason
+  bool revocation_pending_ = false;
   std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
   std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it
   std::vector<Notice> notices_;

@@ -156,7 +156,8 @@ class Stream {
   void resume();
   Status write_frame(const FrameHeader &h, const uint8_t *payload, Link::SendOp *op);
   void fail(Status why);
-  void close();
+  // reset: with a TCP reset (a refusal the peer can tell from a closed connection).
+  void close(bool reset = false);
   bool mid_frame() const { return rx_ == Rx::kPayload || (rx_ == Rx::kHeader && hdr_got_ > 0); }
 
   uv_tcp_t tcp_{};
@@ -530,9 +531,9 @@ void Stream::fail(Status why) {
   if (closing_) return;
   if (link_ != nullptr) {
     // A peer that hangs up after the TCP connect but before its hello refused us: it rejected our
-    // certificate, or one side has tls=off.
-    // One that resets it without a byte refused the connection itself (too many connections in
-    // set-up from this address), or died: worth retrying, and no certificate's fault.
+    // certificate, or one side has tls=off. One that resets it without a byte refused the
+    // connection itself (too many connections in set-up from this address), or died: worth
+    // retrying, and no certificate's fault.
     if (phase_ != Phase::kConnecting && phase_ != Phase::kOpen && link_->state_ == Link::State::kSetup &&
         why.code() == WCCL_ERR_IO) {
       if (heard_ || !reset_) {
@@ -553,14 +554,15 @@ void Stream::fail(Status why) {
   close();
 }
 
-void Stream::close() {
+void Stream::close(bool reset) {
   if (closing_) return;
   closing_ = true;
   phase_ = Phase::kClosed;
   core_->forget_pending(this);
   stop_reading();
   // The fd closes now; queued writes complete with ECANCELED before on-close frees the stream.
-  uv_close(reinterpret_cast<uv_handle_t *>(&tcp_), [](uv_handle_t *h) { delete static_cast<Stream *>(h->data); });
+  const uv_close_cb free_stream = [](uv_handle_t *h) { delete static_cast<Stream *>(h->data); };
+  if (!reset || uv_tcp_close_reset(&tcp_, free_stream) != 0) uv_close(reinterpret_cast<uv_handle_t *>(&tcp_), free_stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -877,30 +879,26 @@ void Core::on_connection(Listener *l, int status) {
                "%zu and %zu)", host.c_str(), in_setup, from_host, kMaxSetupStreams, kMaxSetupStreamsPerAddress);
       next_refusal_log_ = Clock::now() + std::chrono::seconds(10);
     }
-    s->closing_ = true;
-    s->phase_ = Stream::Phase::kClosed;
-    if (uv_tcp_close_reset(&s->tcp_, [](uv_handle_t *h) { delete static_cast<Stream *>(h->data); }) != 0) {
-      uv_close(reinterpret_cast<uv_handle_t *>(&s->tcp_), [](uv_handle_t *h) { delete static_cast<Stream *>(h->data); });
-    }
+    s->close(/*reset=*/true);
     return;
   }
   pending.insert(s);
   s->host_ = host;
   ++pending_from[host];
   // An unauthenticated connection gets a few WAN round trips for its TLS handshake and hello.
-  s->deadline_ = Clock::now() + std::min(opt.hello_timeout, opt.connect_timeout);
+  s->deadline_ = Clock::now() + opt.hello_timeout;
   s->on_link_ = l->on_link;
   configure_socket(&s->tcp_);
   s->start_after_connect();
 }
 
-// A connection said hello: it joins the link its id names (which opens once all have).
 void Core::forget_pending(Stream *s) {
   if (pending.erase(s) == 0) return;
   auto it = pending_from.find(s->host_);
   if (it != pending_from.end() && --it->second == 0) pending_from.erase(it);
 }
 
+// A connection said hello: it joins the link its id names (which opens once all have).
 void Core::on_hello(Stream *s, const Hello &hello) {
   forget_pending(s);
   const std::string id(reinterpret_cast<const char *>(hello.link_id), sizeof(hello.link_id));
@@ -936,8 +934,7 @@ void Core::sweep_timeouts() {
     if (now >= s->deadline_) expired.push_back(s);
   }
   for (Stream *s : expired) {
-    s->fail(WCCL_ERROR(WCCL_ERR_TIMEOUT, "no hello within %lld ms",
-                       static_cast<long long>(std::min(opt.hello_timeout, opt.connect_timeout).count())));
+    s->fail(WCCL_ERROR(WCCL_ERR_TIMEOUT, "no hello within %lld ms", static_cast<long long>(opt.hello_timeout.count())));
   }
   std::vector<std::shared_ptr<Link>> all(links.begin(), links.end());
   for (auto &link : all) {
@@ -979,7 +976,9 @@ Result<std::unique_ptr<Transport>> Transport::create(const Config &cfg) {
   core->opt.frame_bytes = static_cast<uint32_t>(cfg.integer("frame_bytes"));
   core->opt.sock_buf_bytes = cfg.integer("sock_buf_bytes");
   core->opt.connect_timeout = std::chrono::milliseconds(cfg.integer("connect_timeout_ms"));
-  core->opt.hello_timeout = std::chrono::milliseconds(cfg.integer("hello_timeout_ms"));
+  // An accepted connection's deadline: never longer than a whole link's set-up.
+  core->opt.hello_timeout =
+      std::min(std::chrono::milliseconds(cfg.integer("hello_timeout_ms")), core->opt.connect_timeout);
   core->opt.io_timeout = std::chrono::milliseconds(cfg.integer("io_timeout_ms"));
   core->opt.name = cfg.peer_name();
   if (core->opt.tls) {
@@ -993,7 +992,7 @@ Result<std::unique_ptr<Transport>> Transport::create(const Config &cfg) {
   if (!loop.ok()) return loop.status();
   core->loop = std::move(loop).value();
   // Timeouts are checked by one timer; a timeout fires at most one period late.
-  const auto shortest = std::min({core->opt.connect_timeout, core->opt.hello_timeout, core->opt.io_timeout}).count();
+  const auto shortest = std::min(core->opt.hello_timeout, core->opt.io_timeout).count();
   const uint64_t period = static_cast<uint64_t>(std::clamp<int64_t>(shortest / 4, 5, 250));
   Core *c = core.get();
   Status st = core->loop->post([c, period] {
