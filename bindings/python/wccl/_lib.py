@@ -4,8 +4,9 @@ exceptions.
 The library is found through, in order: the ``WCCL_LIBRARY`` environment variable (a path to
 ``libwccl.so``), then the path Meson wrote into ``_build.py`` when it configured this package (the
 build tree's library for the copy under ``build/bindings/python``, the installed one for the copy
-``meson install`` puts into site-packages). A library whose major version differs from the one
-these bindings were built with is refused: the ABI changes only with the major version.
+``meson install`` puts into site-packages, the one inside this package, named relative to it, for a
+wheel's copy (``pip install .``)). A library whose major version differs from the one these
+bindings were built with is refused: the ABI changes only with the major version.
 """
 
 from __future__ import annotations
@@ -173,7 +174,12 @@ class SyncStatsStruct(ctypes.Structure):
 
 
 def _library_path() -> str:
-    return os.environ.get("WCCL_LIBRARY") or _build.LIBRARY
+    env = os.environ.get("WCCL_LIBRARY")
+    if env:
+        return env
+    # A wheel's _build.py names the library inside this package, relative to it; os.path.join keeps
+    # the absolute path of the build tree's or meson install's _build.py as it is.
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _build.LIBRARY)
 
 
 def _major(version: str) -> str:
