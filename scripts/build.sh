@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Configures (once) and builds wccl in BUILD_DIR (default build/). Extra Meson options for the
-# first configuration come from MESON_ARGS, e.g. MESON_ARGS="-Dwerror=true".
+# Configures and builds wccl in BUILD_DIR (default build/). Extra Meson options come from
+# MESON_ARGS, e.g. MESON_ARGS="-Dwerror=true", at the first configuration and on later calls too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
@@ -11,5 +11,8 @@ fi
 if [ ! -f "$build_dir/build.ninja" ]; then
   # shellcheck disable=SC2086
   meson setup "$build_dir" ${MESON_ARGS:-}
+elif [ -n "${MESON_ARGS:-}" ]; then
+  # shellcheck disable=SC2086
+  meson setup --reconfigure "$build_dir" ${MESON_ARGS}
 fi
 ninja -C "$build_dir"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages wccl builds and tests with, plus any named as arguments (CI adds
-# the ThreadSanitizer toolchain). Idempotent: does nothing when they are all present. Needs root
-# (or sudo).
+# Installs the Debian packages wccl builds with, plus any named as arguments (scripts/test.sh adds
+# Python's venv, CI the sanitizer toolchains). Idempotent: does nothing when they are all present.
+# Needs root (or sudo). The Python packages (torch, numpy, pytest, ...) come from PyPI into .venv
+# (scripts/venv.sh), never from Debian.
 set -euo pipefail
 packages=(
   build-essential meson ninja-build pkg-config
   libuv1-dev libssl-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang clang-tidy libclang-rt-14-dev
-  openssl python3 python3-numpy python3-pytest python3-torch
+  openssl
   "$@"
 )
 missing=()

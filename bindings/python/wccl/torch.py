@@ -1,0 +1,255 @@
+"""wccl for torch trainers: the ElasticDeviceMesh of a hybrid FSDP + DiLoCo job.
+
+A node runs L local ranks (one per GPU, or processes on a CPU), started the way torch users start
+them (``torchrun --nproc-per-node L``), so ``torch.distributed`` is initialised over the node. The
+mesh has two dimensions:
+
+- **local**: the node's L ranks, an ordinary ``torch.distributed`` group (NCCL on GPUs, gloo on
+  CPUs), for FSDP2 inside the node;
+- **global**: one wccl communicator per local rank, in group ``<prefix><local rank>``, so that
+  shard r of every node is averaged with shard r of every other node, over TLS.
+
+wccl decides membership per group, so on its own the L groups of a job could disagree about which
+nodes are in: a node whose rank 0 is admitted by group 0's update while its rank 1 still waits for
+group 1's. The mesh keeps one invariant: **every local rank of a node works with the same set of
+nodes**. It holds it in three ways (docs/trainer.md, "Membership"):
+
+1. Every decision a node takes is taken by all its local ranks together: each wccl call's outcome
+   is agreed over the local group (if one group lost a peer, the whole node updates), so the
+   node's ranks never part ways. Outcomes are agreed per wccl group, so every node takes the same
+   decision.
+2. ``roster(info)`` all-gathers one row per node (node id plus the caller's ``info``) in every
+   group and compares the L results over the local group; a difference, or a lost peer, makes
+   every node update again.
+3. Membership calls (join, update) run on a thread while the local ranks poll each other. If some
+   ranks of a node are admitted and the others are still waiting ``admit_skew`` seconds later, the
+   node retreats: admitted ranks leave their groups and join again, the waiting ones keep waiting,
+   so that the whole node is admitted at once at a later update.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from ._core import Communicator, OpStats, ReduceOp, SyncMode, Wire
+from ._lib import PeerLostError
+from ._lib import TimeoutError as WcclTimeoutError
+
+__all__ = ["ElasticDeviceMesh", "NodeRow", "MembershipError", "flat_hash"]
+
+
+class MembershipError(RuntimeError):
+    """A local rank's membership call failed in a way the node cannot recover from (a refused
+    certificate, an unreachable coordinator past its timeout): raised on every local rank alike."""
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node as a roster reports it: its id, local size and the ``info`` it passed."""
+
+    node_id: int
+    local_size: int
+    info: tuple
+
+
+def flat_hash(tensors: Sequence[torch.Tensor]) -> str:
+    """SHA-256 of the tensors' bytes, in order (hex)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+class _Call:
+    """A blocking wccl call on a thread of its own (ctypes releases the GIL while it blocks)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as e:  # reported to the caller through .error
+            self.error = e
+
+    def wait(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+class ElasticDeviceMesh:
+    """This local rank's place in a job: the node's local group and one wccl communicator.
+
+    ``torch.distributed`` must already be initialised over the node's local ranks (torchrun does
+    it). ``config`` holds wccl configuration keys (coordinator, tls_cert, tls_key, tls_ca, ...);
+    ``group`` is set to ``group_prefix + str(local rank)``. Construction joins: it returns once
+    every local rank of the node is admitted (see the module's text). Every method is collective
+    over the node's local ranks and must be called by all of them in the same order."""
+
+    def __init__(self, *, group_prefix: str = "lr", admit_skew: float = 10.0, poll: float = 0.05,
+                 **config: Any) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("wccl.torch: torch.distributed must be initialised over the node's local ranks")
+        self.local_rank = dist.get_rank()
+        self.local_size = dist.get_world_size()
+        # A group of its own for the mesh's agreement, apart from the one FSDP uses.
+        self.local_group = dist.new_group(backend="gloo")
+        self.admit_skew = float(admit_skew)
+        self.poll = float(poll)
+        config = dict(config)
+        config["group"] = f"{group_prefix}{self.local_rank}"
+        if "name" in config:
+            config["name"] = f"{config['name']}.{self.local_rank}"
+        self._config = config
+        ident = torch.tensor([int.from_bytes(os.urandom(7), "little")], dtype=torch.int64)
+        dist.broadcast(ident, src=0, group=self.local_group)
+        self.node_id = int(ident.item())
+        self.retreats = 0  # times this node left its groups to be admitted whole (see the module text)
+        self.comm: Optional[Communicator] = None
+        self._membership(_Call(self._join))
+
+    # --- agreement inside the node ------------------------------------------------------------------
+
+    def _gather(self, values: Sequence[int]) -> List[List[int]]:
+        """Every local rank's ``values`` (same length everywhere), by local rank."""
+        mine = torch.tensor(list(values), dtype=torch.int64)
+        out = [torch.empty_like(mine) for _ in range(self.local_size)]
+        dist.all_gather(out, mine, group=self.local_group)
+        return [t.tolist() for t in out]
+
+    def agree(self, ok: bool) -> bool:
+        """True on every local rank iff ``ok`` is true on all of them."""
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.local_group)
+        return bool(flag.item())
+
+    def node_sum(self, value: float) -> float:
+        """The sum of ``value`` over the node's local ranks."""
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(t, group=self.local_group)
+        return float(t.item())
+
+    # --- membership ---------------------------------------------------------------------------------
+
+    def _join(self) -> Communicator:
+        return Communicator(**self._config)
+
+    def _membership(self, call: _Call) -> None:
+        """Waits until the membership call of every local rank is over. The node retreats (module
+        text) when some ranks are admitted while others still wait ``admit_skew`` seconds later, or
+        when a rank's call timed out; any other failure is raised on every local rank."""
+        first_done: Optional[float] = None
+        while True:
+            done = call.wait(self.poll)
+            if done and call.error is None and isinstance(call.result, Communicator):
+                self.comm, call.result = call.result, None  # a join that admitted this rank
+            failed = done and call.error is not None
+            fatal = failed and not isinstance(call.error, WcclTimeoutError)
+            late = first_done is not None and time.monotonic() - first_done > self.admit_skew
+            states = self._gather([int(done), int(failed), int(fatal), int(late)])
+            if any(s[2] for s in states):
+                why = f"local rank {self.local_rank}: {call.error}" if fatal else "another local rank's call failed"
+                raise MembershipError(f"wccl.torch: the node cannot join its groups ({why})") from call.error
+            if not any(s[1] for s in states) and all(s[0] for s in states):
+                return
+            if any(s[1] or s[3] for s in states):
+                call, first_done = self._retreat(call, done), None
+            elif first_done is None and any(s[0] for s in states):
+                first_done = time.monotonic()
+
+    def _retreat(self, call: _Call, done: bool) -> _Call:
+        """Leaves the group if this rank is in it and joins again; a rank still waiting for
+        admission keeps waiting (its pending join or update admits it later)."""
+        self.retreats += 1
+        if not done:
+            return call
+        if self.comm is not None:
+            try:
+                self.comm.leave()
+            except Exception:  # gone already: closing is all that is left
+                pass
+            self.comm.close()
+            self.comm = None
+        return _Call(self._join)
+
+    def update(self) -> None:
+        """Every local rank updates its group (``wccl_comm_update``): a new epoch with the
+        survivors and the admitted joiners; returns once the whole node is in it."""
+        comm = self.comm
+        self._membership(_Call(comm.update) if comm is not None else _Call(self._join))
+
+    def pending(self) -> int:
+        """The fewest joiners any of this node's groups has waiting (a joining node is waited for
+        in every group before it is admitted: the mesh admits whole nodes)."""
+        return min(v[0] for v in self._gather([self.comm.pending if self.comm else 0]))
+
+    def roster(self, info: Sequence[int]) -> Optional[List[NodeRow]]:
+        """All-gathers ``(node id, local size, *info)`` in this rank's group and compares the
+        groups' results over the node: the nodes (sorted by id) when every group holds the same
+        nodes with the same rows, None when they differ or a group lost a peer (call update()).
+        ``info`` must be the same on every local rank; its length the same on every node."""
+        row = torch.tensor([self.node_id, self.local_size, *[int(v) for v in info]], dtype=torch.int64)
+        table = torch.empty(row.numel() * self.comm.size, dtype=torch.int64)
+        ok = True
+        try:
+            self.comm.allgather(row, table)
+        except PeerLostError:
+            ok = False
+        if not self.agree(ok):
+            return None
+        rows = sorted(tuple(r) for r in table.view(-1, row.numel()).tolist())
+        objects: List[Any] = [None] * self.local_size
+        dist.all_gather_object(objects, rows, group=self.local_group)
+        if any(o != rows for o in objects):
+            return None
+        return [NodeRow(r[0], r[1], tuple(r[2:])) for r in rows]
+
+    def leave(self) -> None:
+        """Leaves every group gracefully (the others' next update goes on without this node)."""
+        if self.comm is not None:
+            try:
+                self.comm.leave()
+            finally:
+                self.comm.close()
+                self.comm = None
+
+    def close(self) -> None:
+        if self.comm is not None:
+            self.comm.close()
+            self.comm = None
+
+    # --- collectives over the node's groups -------------------------------------------------------
+
+    def allreduce(self, tensor: torch.Tensor, out: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
+                  wire: Wire = Wire.INT8) -> Optional[OpStats]:
+        """``out`` = op over this local rank's group, out of place (``tensor`` is left as it is).
+        Returns the stats when every group of the node committed, None when any group lost a peer
+        (then call update() and retry with the same ``tensor``: the outputs of the groups that did
+        commit are overwritten by the retry)."""
+        stats = None
+        try:
+            stats = self.comm.allreduce(tensor, op, out=out, wire=wire)
+        except PeerLostError:
+            pass
+        return stats if self.agree(stats is not None) else None
+
+    def sync_state(self, tensors: Dict[str, torch.Tensor], revision: int, mode: SyncMode) -> Optional[int]:
+        """``wccl_state_sync`` in every group: the elected revision when every group succeeded, None
+        when any group lost a peer it could not replace (update() and call again)."""
+        revision_out = None
+        try:
+            revision_out = self.comm.sync_state(tensors, revision, mode).revision
+        except PeerLostError:
+            pass
+        return revision_out if self.agree(revision_out is not None) else None

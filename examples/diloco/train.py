@@ -1,0 +1,418 @@
+"""The reference DiLoCo + FSDP2 trainer on wccl (docs/trainer.md).
+
+One node, L local ranks:
+
+    torchrun --nproc-per-node L examples/diloco/train.py --coordinator HOST:PORT \
+        --tls-cert node.pem --tls-key node.key --tls-ca ca.pem --node-name NAME [options]
+
+Inside the node, FSDP2 shards the model over the L ranks (gloo on CPU, NCCL on GPUs). Across
+nodes, local rank r averages its shard with rank r of every other node through one wccl
+communicator (wccl.torch.ElasticDeviceMesh). ``--mode diloco`` runs DiLoCo: H inner AdamW steps,
+then the pseudo-gradient (outer - current parameters of the shard) is summed over the nodes that
+trained (INT8 wire by default) and the outer Nesterov SGD step applied; nodes join mid-run through
+wccl_state_sync and lost nodes are dropped without losing or repeating an outer step.
+``--mode sync`` is the synchronous data-parallel baseline: every inner step's gradient shard is
+averaged over the nodes (fixed membership: it survives lost nodes but admits no joiner).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model import GPT, Batches, load_corpus  # noqa: E402
+
+import wccl  # noqa: E402
+from wccl.torch import ElasticDeviceMesh, flat_hash  # noqa: E402
+
+BOUNDARY, REDUCE = 0, 1  # where a node is in its outer step: before the inner steps, or at the all-reduce
+WIRES = {"int8": wccl.Wire.INT8, "fp16": wccl.Wire.FP16, "bf16": wccl.Wire.BF16, "native": wccl.Wire.NATIVE}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    j = p.add_argument_group("job")
+    j.add_argument("--coordinator", required=True, help="the wccl coordinator's HOST:PORT")
+    j.add_argument("--node-name", default=os.uname().nodename, help="this node's name (logs, metrics file)")
+    j.add_argument("--tls", choices=["on", "off"], default="on", help="TLS 1.3 with mutual certificates")
+    j.add_argument("--tls-cert", help="this node's PEM certificate")
+    j.add_argument("--tls-key", help="its private key")
+    j.add_argument("--tls-ca", help="the job's CA certificate")
+    j.add_argument("--listen", default="0.0.0.0:0", help="address the node's wccl links listen on")
+    j.add_argument("--advertise", default="", help="HOST:PORT the other nodes reach this node at (default: as seen by the coordinator)")
+    j.add_argument("--group-prefix", default="lr", help="wccl group of local rank r: PREFIX + r")
+    j.add_argument("--admit-skew", type=float, default=10.0,
+                   help="seconds a node waits for all its local ranks to be admitted before it retreats and rejoins")
+    j.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    t = p.add_argument_group("training")
+    t.add_argument("--mode", choices=["diloco", "sync"], default="diloco", help="DiLoCo, or the synchronous baseline")
+    t.add_argument("--outer-steps", type=int, default=50, help="outer steps (sync mode: inner steps / H)")
+    t.add_argument("--inner-steps", "-H", type=int, default=50, help="H: inner steps per outer step")
+    t.add_argument("--batch-size", type=int, default=16, help="sequences per local rank per inner step")
+    t.add_argument("--inner-lr", type=float, default=3e-3, help="AdamW learning rate")
+    t.add_argument("--weight-decay", type=float, default=0.1)
+    t.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov SGD learning rate (DiLoCo's 0.7)")
+    t.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum (DiLoCo's 0.9)")
+    t.add_argument("--wire", choices=list(WIRES), default="int8", help="wire format of the pseudo-gradient all-reduce")
+    t.add_argument("--sync-wire", choices=list(WIRES), default="native", help="wire format of the baseline's gradients")
+    t.add_argument("--seed", type=int, default=0, help="model initialisation (the same on every node)")
+    m = p.add_argument_group("model and data")
+    m.add_argument("--dim", type=int, default=128)
+    m.add_argument("--layers", type=int, default=4)
+    m.add_argument("--heads", type=int, default=4)
+    m.add_argument("--seq-len", type=int, default=128)
+    m.add_argument("--data", help="a text or uint8 token file (default: the Python standard library's sources)")
+    m.add_argument("--data-bytes", type=int, default=16 << 20, help="at most this many bytes of the corpus")
+    o = p.add_argument_group("output")
+    o.add_argument("--metrics", help="JSONL file: one record per outer step, then a final record")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument("--fault-kill-at-step", type=int, default=-1,
+                   help="rehearsal: SIGKILL this node's processes once its all-reduce of this outer step is in flight")
+    return p.parse_args(argv)
+
+
+@dataclass
+class Position:
+    """Where this node is, as it tells the others in every roster."""
+
+    step: int = 0          # outer steps committed
+    phase: int = BOUNDARY
+    has_delta: bool = False  # it ran this step's inner steps (its pseudo-gradient counts)
+    fresh: bool = True       # it has not yet held state agreed with the others
+
+
+class Trainer:
+    def __init__(self, args):
+        self.args = args
+        self.local_rank, self.local_size = dist.get_rank(), dist.get_world_size()
+        self.device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if args.device == "cuda" else "cpu")
+        torch.manual_seed(args.seed)
+        self.model = GPT(args.dim, args.layers, args.heads, args.seq_len).to(self.device)
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+        for block in self.model.blocks:
+            fully_shard(block)
+        fully_shard(self.model)
+        self.params = list(self.model.parameters())
+        self.opt = torch.optim.AdamW(self.params, lr=args.inner_lr, weight_decay=args.weight_decay)
+        # This rank's shard of the outer parameters and of the outer optimizer's momentum, on the CPU.
+        self.outer = self.shard_vector()
+        self.momentum = torch.zeros_like(self.outer)
+        self.counters = torch.zeros(2, dtype=torch.int64)  # tokens trained on by the job, inner steps of this job
+        node_seed = int.from_bytes(args.node_name.encode()[:7].ljust(7, b"\0"), "little")
+        self.data = Batches(load_corpus(args.data, args.data_bytes), args.seq_len,
+                            seed=args.seed * 1_000_003 + node_seed * 17 + self.local_rank)
+        self.eval_x, self.eval_y = (t.to(self.device) for t in self.data.eval_batch(16))
+        tls = {"tls": "off"} if args.tls == "off" else {"tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_ca": args.tls_ca}
+        self.mesh = ElasticDeviceMesh(coordinator=args.coordinator, name=args.node_name, listen=args.listen,
+                                      advertise=args.advertise, group_prefix=args.group_prefix,
+                                      admit_skew=args.admit_skew, log_level="error", **tls)
+        self.pos = Position()
+        self.n_contrib = 0
+        self.nodes = 0
+        self.pids = [v[0] for v in self.mesh._gather([os.getpid()])]
+
+    # --- the shard as one vector ----------------------------------------------------------------
+
+    def shard_vector(self) -> torch.Tensor:
+        return torch.cat([p.to_local().detach().reshape(-1).float().cpu() for p in self.params])
+
+    def load_shard(self, vec: torch.Tensor) -> None:
+        with torch.no_grad():
+            offset = 0
+            for p in self.params:
+                local = p.to_local()
+                n = local.numel()
+                local.copy_(vec[offset:offset + n].view_as(local))
+                offset += n
+
+    def grad_vector(self) -> torch.Tensor:
+        return torch.cat([p.grad.to_local().reshape(-1).float().cpu() for p in self.params])
+
+    def load_grads(self, vec: torch.Tensor) -> None:
+        offset = 0
+        for p in self.params:
+            g = p.grad.to_local()
+            g.copy_(vec[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def state(self):
+        return {"outer": self.outer, "momentum": self.momentum, "counters": self.counters}
+
+    # --- membership -----------------------------------------------------------------------------
+
+    def settle(self, need_update: bool) -> None:
+        """Until every node agrees: update if needed, take the roster, admit whole joining nodes at
+        a step boundary, and bring stale or fresh nodes to the others' state through state sync."""
+        while True:
+            if need_update:
+                self.mesh.update()
+                need_update = False
+            pos = self.pos
+            rows = self.mesh.roster([pos.step, pos.phase, int(pos.has_delta), int(pos.fresh), self.mesh.pending()])
+            if rows is None:
+                need_update = True
+                continue
+            if any(r.local_size != self.local_size for r in rows):
+                raise SystemExit(f"nodes run different numbers of local ranks: {sorted({r.local_size for r in rows})}")
+            top = max(r.info[0] for r in rows)
+            current = [r for r in rows if r.info[0] == top and not r.info[3]]
+            phases = {r.info[1] for r in current}
+            if len(phases) > 1:
+                raise RuntimeError(f"nodes at outer step {top} are in different phases: {rows}")
+            phase = phases.pop() if current else BOUNDARY
+            if phase == BOUNDARY and any(r.info[4] > 0 for r in rows):
+                need_update = True  # a whole node waits in every group: admit it before the inner steps
+                continue
+            me_current = any(r.node_id == self.mesh.node_id for r in current)
+            if any(r.info[0] != top or r.info[3] for r in rows):
+                if self.args.mode == "sync" and not pos.fresh and len(current) < len(rows):
+                    raise SystemExit("the synchronous baseline admits no node mid-run (use --mode diloco)")
+                if current:
+                    mode = wccl.SyncMode.SEND_ONLY if me_current else wccl.SyncMode.RECEIVE_ONLY
+                else:  # every node is fresh: the most common initial state wins
+                    mode = wccl.SyncMode.POPULAR if pos.step == top else wccl.SyncMode.RECEIVE_ONLY
+                if self.args.mode == "sync":
+                    self.outer = self.shard_vector()
+                revision = self.mesh.sync_state(self.state(), pos.step, mode)
+                if revision is None:
+                    need_update = True
+                    continue
+                if not me_current:
+                    self.load_shard(self.outer)
+                    pos.has_delta = False
+                pos.step, pos.fresh = revision, False
+            pos.phase = phase
+            self.nodes = len(rows)
+            if phase == BOUNDARY:
+                self.n_contrib = len(rows)
+            else:
+                self.n_contrib = sum(1 for r in rows if r.info[0] == top and r.info[1] == REDUCE and r.info[2] and not r.info[3])
+            return
+
+    # --- training -------------------------------------------------------------------------------
+
+    def inner_step(self) -> float:
+        x, y = (t.to(self.device) for t in self.data.next(self.args.batch_size))
+        loss = self.model(x, y)
+        loss.backward()
+        return loss
+
+    def optimizer_step(self) -> None:
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=False)
+
+    @torch.no_grad()
+    def eval_loss(self) -> float:
+        return float(self.model(self.eval_x, self.eval_y))
+
+    def tokens_per_inner_step(self, nodes: int) -> int:
+        return nodes * self.local_size * self.args.batch_size * self.args.seq_len
+
+    def reduce(self, send: torch.Tensor, out: torch.Tensor, op, wire) -> "wccl.OpStats":
+        """All-reduce over the nodes, updating and retrying with the same input until it commits."""
+        while True:
+            stats = self.mesh.allreduce(send, out, op, wire)
+            if stats is not None:
+                return stats
+            self.settle(need_update=True)
+
+    def kill_node(self, send: torch.Tensor, out: torch.Tensor) -> None:
+        """--fault-kill-at-step: every local rank puts its all-reduce in flight, then local rank 0
+        SIGKILLs the node's processes (the other ranks, the launcher, itself) as a crash would."""
+        request = self.mesh.comm.allreduce(send, wccl.ReduceOp.SUM, out=out, wire=WIRES[self.args.wire], async_op=True)
+        self.mesh.agree(True)
+        if self.local_rank == 0:
+            for pid in [p for p in self.pids if p != os.getpid()] + [os.getppid(), os.getpid()]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        request.wait()
+        time.sleep(60)  # local rank 0 kills this process within microseconds
+
+    def run(self) -> None:
+        args = self.args
+        log = Log(args, self)
+        self.settle(need_update=False)
+        log.joined()
+        if args.mode == "sync":
+            self.run_sync(log)
+        else:
+            self.run_diloco(log)
+        log.final(self.node_hash())
+        self.mesh.leave()
+
+    def run_diloco(self, log: "Log") -> None:
+        args, pos = self.args, self.pos
+        wire = WIRES[args.wire]
+        delta = torch.zeros_like(self.outer)
+        avg = torch.empty_like(self.outer)
+        while True:
+            t0 = time.perf_counter()
+            train_loss = float("nan")
+            if pos.phase == BOUNDARY:
+                if pos.step >= args.outer_steps:
+                    return
+                losses = [float(self.inner_step_and_update()) for _ in range(args.inner_steps)]
+                train_loss = sum(losses) / len(losses)
+                torch.sub(self.outer, self.shard_vector(), out=delta)  # the pseudo-gradient
+                pos.has_delta, pos.phase = True, REDUCE
+            t1 = time.perf_counter()
+            if pos.step == args.fault_kill_at_step:
+                self.kill_node(delta, avg)
+            stats = None
+            while pos.phase == REDUCE:
+                if not pos.has_delta:
+                    delta.zero_()  # admitted (or brought up to date) at this step's all-reduce: adds nothing
+                stats = self.mesh.allreduce(delta, avg, wccl.ReduceOp.SUM, wire)
+                if stats is not None:
+                    break
+                self.settle(need_update=True)  # a node was lost: new epoch, same pseudo-gradient
+            if stats is None:
+                continue  # every node that trained this step was lost: the step starts again
+            t2 = time.perf_counter()
+            if self.n_contrib > 0:
+                # Nesterov SGD on the outer parameters, as torch.optim.SGD(nesterov=True) does it.
+                g = avg.div_(self.n_contrib)
+                self.momentum.mul_(args.outer_momentum).add_(g)
+                self.outer.sub_(g.add_(self.momentum, alpha=args.outer_momentum), alpha=args.outer_lr)
+                self.counters[0] += self.tokens_per_inner_step(self.n_contrib) * args.inner_steps
+                self.counters[1] += args.inner_steps
+                pos.step += 1
+            self.load_shard(self.outer)
+            pos.phase, pos.has_delta = BOUNDARY, False
+            bytes_sent = self.mesh.node_sum(stats.bytes_sent)
+            contributors, nodes = self.n_contrib, self.nodes
+            self.settle(need_update=False)  # the step boundary: admit waiting nodes
+            t3 = time.perf_counter()
+            if contributors > 0:
+                log.step(train_loss, self.eval_loss(), inner_s=t1 - t0, outer_s=t3 - t1, allreduce_s=t2 - t1,
+                         bytes_sent=bytes_sent, contributors=contributors, nodes=nodes, epoch=stats.epoch)
+
+    def inner_step_and_update(self) -> torch.Tensor:
+        loss = self.inner_step()
+        self.optimizer_step()
+        return loss.detach()
+
+    def run_sync(self, log: "Log") -> None:
+        args, pos = self.args, self.pos
+        wire = WIRES[args.sync_wire]
+        avg = None
+        while pos.step < args.outer_steps:
+            t0 = time.perf_counter()
+            losses, allreduce_s, bytes_sent, epoch = [], 0.0, 0, 0
+            for _ in range(args.inner_steps):
+                losses.append(float(self.inner_step()))
+                grads = self.grad_vector()
+                avg = torch.empty_like(grads) if avg is None else avg
+                a0 = time.perf_counter()
+                stats = self.reduce(grads, avg, wccl.ReduceOp.AVG, wire)
+                allreduce_s += time.perf_counter() - a0
+                bytes_sent += stats.bytes_sent
+                epoch = stats.epoch
+                self.load_grads(avg)
+                self.optimizer_step()
+            pos.step += 1
+            self.counters[0] += self.tokens_per_inner_step(self.nodes) * args.inner_steps
+            self.counters[1] += args.inner_steps
+            t1 = time.perf_counter()
+            log.step(sum(losses) / len(losses), self.eval_loss(), inner_s=t1 - t0 - allreduce_s, outer_s=0.0,
+                     allreduce_s=allreduce_s, bytes_sent=self.mesh.node_sum(bytes_sent), contributors=self.nodes,
+                     nodes=self.nodes, epoch=epoch)
+
+    def node_hash(self) -> str:
+        """SHA-256 over the local ranks' hashes of their model shards, in local rank order."""
+        mine = flat_hash([p.to_local() for p in self.params])
+        hashes = [None] * self.local_size
+        dist.all_gather_object(hashes, mine, group=self.mesh.local_group)
+        return flat_hash([torch.frombuffer(bytearray("".join(hashes).encode()), dtype=torch.uint8)])
+
+
+class Log:
+    """Local rank 0's output: a progress bar, one line per outer step, and the JSONL metrics."""
+
+    def __init__(self, args, trainer: Trainer) -> None:
+        self.args, self.t = args, trainer
+        self.lead = trainer.local_rank == 0
+        self.start = time.time()
+        self.file = open(args.metrics, "a") if (self.lead and args.metrics) else None
+        self.bar = None
+        if self.lead and not args.no_progress:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=args.outer_steps, desc=f"{args.node_name} outer steps", unit="step", file=sys.stderr)
+            except ImportError:
+                pass
+
+    def write(self, record: dict, line: str) -> None:
+        if not self.lead:
+            return
+        if self.file:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+        (self.bar.write if self.bar else print)(line)
+        sys.stdout.flush()
+
+    def joined(self) -> None:
+        t = self.t
+        self.write({"event": "joined", "node": self.args.node_name, "mode": self.args.mode, "step": t.pos.step,
+                    "nodes": t.nodes, "params": t.n_params, "time": time.time() - self.start},
+                   f"[{self.args.node_name}] joined at outer step {t.pos.step}: {t.nodes} nodes, "
+                   f"{t.n_params} parameters over {t.local_size} local ranks")
+        if self.bar:
+            self.bar.update(t.pos.step)
+
+    def step(self, train_loss, eval_loss, *, inner_s, outer_s, allreduce_s, bytes_sent, contributors, nodes, epoch) -> None:
+        t, a = self.t, self.args
+        tokens = t.tokens_per_inner_step(contributors) * a.inner_steps
+        elapsed = inner_s + outer_s if a.mode == "diloco" else inner_s + allreduce_s
+        record = {"event": "step", "mode": a.mode, "node": a.node_name, "step": t.pos.step, "train_loss": train_loss,
+                  "eval_loss": eval_loss, "tokens": int(t.counters[0]), "tokens_per_s": tokens / max(elapsed, 1e-9),
+                  "inner_s": inner_s, "outer_s": outer_s, "allreduce_s": allreduce_s, "bytes_sent": int(bytes_sent),
+                  "nodes": nodes, "contributors": contributors, "epoch": epoch, "retreats": t.mesh.retreats,
+                  "time": time.time() - self.start, "wire": a.wire if a.mode == "diloco" else a.sync_wire}
+        self.write(record, f"[{a.node_name}] step {t.pos.step}/{a.outer_steps} loss {train_loss:.4f} eval {eval_loss:.4f} "
+                           f"tok/s {record['tokens_per_s']:.0f} inner {inner_s:.2f}s outer {outer_s:.2f}s "
+                           f"all-reduce {allreduce_s:.3f}s sent {bytes_sent / 1e6:.2f} MB nodes {nodes} epoch {epoch}")
+        if self.bar:
+            self.bar.update(1)
+
+    def final(self, node_hash: str) -> None:
+        t = self.t
+        self.write({"event": "final", "mode": self.args.mode, "node": self.args.node_name, "step": t.pos.step,
+                    "tokens": int(t.counters[0]), "hash": node_hash, "time": time.time() - self.start},
+                   f"[{self.args.node_name}] done at outer step {t.pos.step}: model hash {node_hash[:16]}")
+        if self.bar:
+            self.bar.close()
+        if self.file:
+            self.file.close()
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.tls == "on" and not (args.tls_cert and args.tls_key and args.tls_ca):
+        raise SystemExit("--tls on needs --tls-cert, --tls-key and --tls-ca (docs/tls.md), or --tls off")
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    try:
+        Trainer(args).run()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Makes the project's Python environment, .venv (or VENV): the packages of scripts/requirements.txt
+# from PyPI, then wccl itself installed the way users install it (`pip install .`: meson-python
+# builds libwccl into the package). Prints the environment's python. The requirements are
+# installed again only when scripts/requirements.txt changes; wccl is rebuilt on every call.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${VENV:-.venv}"
+python="${PYTHON:-python3}"
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv" >&2
+stamp="$venv/.requirements"
+if ! cmp -s scripts/requirements.txt "$stamp"; then
+  "$venv/bin/pip" install -q --disable-pip-version-check -r scripts/requirements.txt >&2
+  cp scripts/requirements.txt "$stamp"
+fi
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall . >&2
+echo "$PWD/$venv/bin/python"
