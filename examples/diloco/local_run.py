@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     p.add_argument("--nodes", type=int, default=2, help="nodes at the start")
     p.add_argument("--local-ranks", type=int, default=2, help="local ranks (processes) per node")
     p.add_argument("--join-at", type=int, default=-1, help="start one more node once node0 has done this outer step")
-    p.add_argument("--kill", default="", help="NODE@STEP: that node SIGKILLs itself in this outer step's all-reduce")
+    p.add_argument("--kill", default="", help="NODE@STEP: after STEP outer steps, that node SIGKILLs itself in the next one's all-reduce")
     p.add_argument("--tls", choices=["on", "off"], default="on")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each local rank")
     p.add_argument("--admit-skew", type=float, default=10.0)

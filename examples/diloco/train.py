@@ -231,7 +231,8 @@ class Trainer:
     def kill_node(self, send: torch.Tensor, out: torch.Tensor) -> None:
         """--fault-kill-at-step: every local rank puts its all-reduce in flight, then local rank 0
         SIGKILLs the node's processes (the other ranks, the launcher, itself) as a crash would."""
-        request = self.mesh.comm.allreduce(send, wccl.ReduceOp.SUM, out=out, wire=WIRES[self.args.wire], async_op=True)
+        in_flight = self.mesh.comm.allreduce(  # noqa: F841 (held until the kill)
+            send, wccl.ReduceOp.SUM, out=out, wire=WIRES[self.args.wire], async_op=True)
         self.mesh.agree(True)
         if self.local_rank == 0:
             for pid in [p for p in self.pids if p != os.getpid()] + [os.getppid(), os.getpid()]:
@@ -239,8 +240,7 @@ class Trainer:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        request.wait()
-        time.sleep(60)  # local rank 0 kills this process within microseconds
+        signal.pause()  # until local rank 0's SIGKILL, microseconds away
 
     def run(self) -> None:
         args = self.args
