@@ -18,6 +18,7 @@ averaged over the nodes (fixed membership: it survives lost nodes but admits no 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -120,7 +121,7 @@ class Trainer:
         self.pos = Position()
         self.n_contrib = 0
         self.nodes = 0
-        self.pids = [v[0] for v in self.mesh._gather([os.getpid()])]
+        self.pids = [v[0] for v in self.mesh.gather([os.getpid()])]
 
     # --- the shard as one vector ----------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class Trainer:
 
     # --- training -------------------------------------------------------------------------------
 
-    def inner_step(self) -> float:
+    def inner_step(self) -> torch.Tensor:
         x, y = (t.to(self.device) for t in self.data.next(self.args.batch_size))
         loss = self.model(x, y)
         loss.backward()
@@ -337,7 +338,7 @@ class Trainer:
         mine = flat_hash([p.to_local() for p in self.params])
         hashes = [None] * self.local_size
         dist.all_gather_object(hashes, mine, group=self.mesh.local_group)
-        return flat_hash([torch.frombuffer(bytearray("".join(hashes).encode()), dtype=torch.uint8)])
+        return hashlib.sha256("".join(hashes).encode()).hexdigest()
 
 
 class Log:

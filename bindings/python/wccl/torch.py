@@ -121,7 +121,7 @@ class ElasticDeviceMesh:
 
     # --- agreement inside the node ------------------------------------------------------------------
 
-    def _gather(self, values: Sequence[int]) -> List[List[int]]:
+    def gather(self, values: Sequence[int]) -> List[List[int]]:
         """Every local rank's ``values`` (same length everywhere), by local rank."""
         mine = torch.tensor(list(values), dtype=torch.int64)
         out = [torch.empty_like(mine) for _ in range(self.local_size)]
@@ -157,7 +157,7 @@ class ElasticDeviceMesh:
             failed = done and call.error is not None
             fatal = failed and not isinstance(call.error, WcclTimeoutError)
             late = first_done is not None and time.monotonic() - first_done > self.admit_skew
-            states = self._gather([int(done), int(failed), int(fatal), int(late)])
+            states = self.gather([int(done), int(failed), int(fatal), int(late)])
             if any(s[2] for s in states):
                 why = f"local rank {self.local_rank}: {call.error}" if fatal else "another local rank's call failed"
                 raise MembershipError(f"wccl.torch: the node cannot join its groups ({why})") from call.error
@@ -192,7 +192,7 @@ class ElasticDeviceMesh:
     def pending(self) -> int:
         """The fewest joiners any of this node's groups has waiting (a joining node is waited for
         in every group before it is admitted: the mesh admits whole nodes)."""
-        return min(v[0] for v in self._gather([self.comm.pending if self.comm else 0]))
+        return min(v[0] for v in self.gather([self.comm.pending if self.comm else 0]))
 
     def roster(self, info: Sequence[int]) -> Optional[List[NodeRow]]:
         """All-gathers ``(node id, local size, *info)`` in this rank's group and compares the
