@@ -200,7 +200,7 @@ TEST_P(AlgoTest, MatchesSerialReference) {
   for (int t = 0; t < codec::kDtypeCount; ++t) {
     for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
       const Collective c = sweep_case(shape, count, n, static_cast<Dtype>(t), static_cast<RedOp>(op), codec::Wire::kNative);
-      ASSERT_TRUE(algo::check(c, n).ok());
+      ASSERT_TRUE(algo::check(c, n, 0).ok());
       Fabric fabric(n);
       SCOPED_TRACE(std::string(codec::dtype_name(c.dtype)) + " " + codec::redop_name(c.op));
       expect_correct(c, n, run_all(fabric, c, n));
@@ -285,7 +285,7 @@ TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
   const bool reduces = shape.kind == Kind::kAllreduce || shape.kind == Kind::kReduceScatter;
   for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
     const Collective c = sweep_case(shape, count, n, Dtype::kF32, static_cast<RedOp>(op), wire);
-    ASSERT_TRUE(algo::check(c, n).ok());
+    ASSERT_TRUE(algo::check(c, n, 0).ok());
     SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::redop_name(c.op));
     const std::vector<Bytes> ins = random_inputs(c, n, static_cast<uint32_t>(count + n));
     Fabric::Options opt;  // delivered in random order: the coded schedules keep their own buffers apart
@@ -385,7 +385,7 @@ TEST(Algo, NanOnTheInt8WireFailsNamingTheElement) {
     EXPECT_TRUE(named) << (on_device ? "device" : "host");
   }
   c.dtype = Dtype::kF64;
-  EXPECT_EQ(algo::check(c, n).code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(algo::check(c, n, 0).code(), WCCL_ERR_INVALID_ARGUMENT);
 }
 
 TEST(Algo, LargeAllreduce64Mi) {
@@ -520,6 +520,132 @@ TEST(Algo, PeerDiesMidOperation) {
   }
 }
 
+// In place (all-reduce, broadcast: one buffer; all-gather: in = out + rank * count;
+// reduce-scatter: out = in + rank * count), with an Undo as the communicator uses it: the result
+// has the out-of-place bits, and when a peer dies mid-operation, restoring the Undo gives every
+// rank its buffer back byte for byte.
+TEST(Algo, InPlaceWithUndo) {
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+    for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
+                    Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+      for (int n : {2, 3, 5}) {
+        for (uint64_t dies_at : {uint64_t{0}, uint64_t{2}}) {
+          const std::string what = std::string(codec::wire_name(w)) + " " + shape_name(s) + " n=" + std::to_string(n) +
+                                   (dies_at != 0 ? " dies" : "");
+          SCOPED_TRACE(what);
+          Collective c = sweep_case(s, 20000, n, Dtype::kF32, RedOp::kSum, w);
+          const std::vector<Bytes> ins = random_inputs(c, n, 7);
+          const Outcome want = [&] {
+            Fabric fabric(n);
+            return run_all(fabric, c, n, std::chrono::seconds(20), ins);
+          }();
+          Fabric fabric(n);
+          const int victim = s.kind == Kind::kBroadcast ? c.root : 0;  // a rank that sends
+          if (dies_at != 0) fabric.kill_at_send(victim, dies_at);
+          const size_t es = 4, block = c.count * es;
+          std::vector<Bytes> buf(static_cast<size_t>(n)), before;
+          std::vector<Status> status(static_cast<size_t>(n));
+          std::vector<std::unique_ptr<algo::Channel>> channels;
+          std::vector<std::unique_ptr<algo::Exchange>> exchanges;
+          for (int r = 0; r < n; ++r) {
+            const size_t i = static_cast<size_t>(r);
+            if (s.kind == Kind::kAllgather) {
+              buf[i].assign(static_cast<size_t>(n) * block, 0xEE);
+              std::memcpy(buf[i].data() + i * block, ins[i].data(), block);
+            } else {
+              buf[i] = ins[i];
+            }
+            channels.push_back(fabric.channel(r));
+            exchanges.push_back(std::make_unique<algo::Exchange>(*channels.back(), Clock::now() + std::chrono::seconds(20)));
+          }
+          before = buf;
+          std::vector<std::thread> threads;
+          for (int r = 0; r < n; ++r) {
+            threads.emplace_back([&, r] {
+              const size_t i = static_cast<size_t>(r);
+              Collective mine = c;
+              uint8_t *b = buf[i].data();
+              mine.in = s.kind == Kind::kAllgather ? b + i * block : b;
+              mine.out = s.kind == Kind::kReduceScatter ? b + i * block : b;
+              ASSERT_TRUE(algo::check(mine, n, r).ok());
+              const size_t out_bytes = algo::out_count(c, n) * es;
+              Bytes saved(out_bytes);
+              algo::Undo undo(algo::host_memory(), mine.out, out_bytes, saved.data());
+              status[i] = algo::run(*exchanges[i], mine, &undo);
+              if (!status[i].ok()) {
+                for (auto &e : exchanges) e->cancel(WCCL_ERROR(WCCL_ERR_PEER_LOST, "rank %d failed", r));
+                ASSERT_TRUE(undo.restore([](void *dst, const void *src, size_t len) {
+                  std::memcpy(dst, src, len);
+                  return Status();
+                }).ok());
+              }
+            });
+          }
+          for (auto &t : threads) t.join();
+          if (dies_at != 0) {
+            EXPECT_FALSE(status[static_cast<size_t>(victim)].ok());
+          }
+          for (int r = 0; r < n; ++r) {
+            const size_t i = static_cast<size_t>(r);
+            if (!status[i].ok()) {
+              EXPECT_EQ(buf[i], before[i]) << "rank " << r << " was not restored: " << status[i].to_string();
+              continue;
+            }
+            if (dies_at != 0) continue;  // finished before the death reached it: its result is checked elsewhere
+            const size_t off = s.kind == Kind::kReduceScatter ? i * block : 0;
+            const Bytes got(buf[i].begin() + static_cast<long>(off), buf[i].begin() + static_cast<long>(off + want.out[i].size()));
+            EXPECT_TRUE(got == want.out[i]) << "rank " << r << " in place differs from out of place";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Algo, RejectsOverlapOtherThanInPlace) {
+  std::vector<float> buf(64);
+  Collective c;
+  c.count = 16;
+  c.in = buf.data();
+  c.out = buf.data() + 1;
+  EXPECT_EQ(algo::check(c, 2, 0).code(), WCCL_ERR_INVALID_ARGUMENT);
+  c.out = buf.data();
+  EXPECT_TRUE(algo::check(c, 2, 0).ok());
+  c.kind = Kind::kAllgather;  // in must be rank 1's block of out
+  c.in = buf.data() + 16;
+  EXPECT_TRUE(algo::check(c, 2, 1).ok());
+  EXPECT_EQ(algo::check(c, 2, 0).code(), WCCL_ERR_INVALID_ARGUMENT);
+  c.kind = Kind::kReduceScatter;  // out must be rank 1's block of in
+  c.in = buf.data();
+  c.out = buf.data() + 16;
+  EXPECT_TRUE(algo::check(c, 2, 1).ok());
+  EXPECT_EQ(algo::check(c, 2, 0).code(), WCCL_ERR_INVALID_ARGUMENT);
+}
+
+TEST(Algo, UndoSavesEachByteOnceBeforeItsFirstWrite) {
+  Bytes out(100), saved(100, 0);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i);
+  const Bytes original = out;
+  algo::Undo undo(algo::host_memory(), out.data(), out.size(), saved.data());
+  Bytes outside(8);
+  ASSERT_TRUE(undo.will_write(outside.data(), outside.size()).ok());  // not the output: ignored
+  EXPECT_EQ(undo.saved_bytes(), 0u);
+  ASSERT_TRUE(undo.will_write(out.data() + 10, 10).ok());
+  std::fill(out.begin() + 10, out.begin() + 20, 0xAA);
+  ASSERT_TRUE(undo.will_write(out.data() + 30, 10).ok());
+  std::fill(out.begin() + 30, out.begin() + 40, 0xBB);
+  ASSERT_TRUE(undo.will_write(out.data() + 5, 40).ok());  // spans both: only the gaps are saved now
+  std::fill(out.begin() + 5, out.begin() + 45, 0xCC);
+  ASSERT_TRUE(undo.will_write(out.data() + 95, 20).ok());  // runs past the end
+  std::fill(out.begin() + 95, out.end(), 0xDD);
+  EXPECT_EQ(undo.saved_bytes(), 45u);
+  ASSERT_TRUE(undo.restore([](void *dst, const void *src, size_t n) {
+    std::memcpy(dst, src, n);
+    return Status();
+  }).ok());
+  EXPECT_EQ(out, original);
+}
+
 TEST(Algo, DeadlineEndsAWaitForAPeerThatNeverSends) {
   Fabric fabric(2);
   auto ch = fabric.channel(0);
@@ -551,7 +677,7 @@ TEST_P(DeviceTest, SameBitsAsHostMemory) {
   for (Dtype t : dtypes) {
     for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
       const Collective c = sweep_case(shape, count, n, t, static_cast<RedOp>(op), wire);
-      ASSERT_TRUE(algo::check(c, n).ok());
+      ASSERT_TRUE(algo::check(c, n, 0).ok());
       SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::dtype_name(c.dtype) + " " + codec::redop_name(c.op));
       const std::vector<Bytes> ins = wire == codec::Wire::kNative ? std::vector<Bytes>{} : random_inputs(c, n, 7);
       Fabric host_fabric(n), device_fabric(n);
@@ -687,7 +813,7 @@ TEST(Algo, ChecksTagSpace) {
   c.count = size_t{1} << 40;
   c.dtype = Dtype::kU8;
   c.chunk_bytes = 1;
-  EXPECT_EQ(algo::check(c, 4).code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(algo::check(c, 4, 0).code(), WCCL_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
  * created, no argument is modified except where the contract says so. The detail of the calling
  * thread's most recent failure is in wccl_last_error().
  *
- * What this header holds today: result codes, version, configuration, the embeddable coordinator
- * and the communicator's membership calls. The collectives are not part of this release yet.
+ * What this header holds: result codes, version, configuration, the embeddable coordinator, the
+ * communicator's membership calls, the collectives (blocking and non-blocking) and state sync.
  */
 #ifndef WCCL_WCCL_H_
 #define WCCL_WCCL_H_
@@ -208,10 +208,13 @@ WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
  * Buffers are host memory, or device memory of one CUDA device (found from the pointers; both
  * buffers in the same place, INVALID_ARGUMENT otherwise). With device buffers the GPU reduces,
  * encodes and decodes, and only message bytes cross PCIe (docs/algorithms.md, "Device buffers").
- * Buffers may overlap (in place is allowed everywhere). The input must not change and the output
- * must not be read until the operation has completed. The library reads the input during the
- * operation and writes the output once, after the commit, from a scratch buffer of the output's
- * size in the same memory, which it keeps for reuse (up to two per communicator).
+ * In place is allowed: allreduce and broadcast with sendbuf == recvbuf; allgather with sendbuf ==
+ * recvbuf + rank * count elements; reduce_scatter with recvbuf == sendbuf + rank * recvcount
+ * elements (rank: this member's rank in the epoch). Any other overlap is INVALID_ARGUMENT. The input
+ * must not change and the output must not be read until the operation has completed. The library
+ * writes the output during the operation; just before it first writes a range of it, it saves
+ * that range's old bytes to a buffer of the output's size in the same memory (kept for reuse, up to
+ * two per communicator), and copies them back before an operation that was not committed returns.
  */
 typedef enum wccl_dtype {
   WCCL_F32 = 0,

@@ -1,10 +1,10 @@
 // The collectives' data phases, as schedules over an Exchange (DESIGN §2, §5). docs/algorithms.md
 // tabulates their steps and bytes on the wire.
 //
-// Buffers. `in` is read and never written (it may be the caller's buffer); `out` receives the
-// result and is the algorithm's only workspace: the communicator passes a scratch buffer there
-// and copies it to the caller's buffer only once the outcome is committed, which is how a failed
-// operation leaves the caller's buffers as they were. in and out must not overlap.
+// Buffers. `in` is read; `out` receives the result and is the algorithm's workspace. They may be
+// the same buffer in the in-place layouts (check()). The communicator passes the caller's buffers,
+// and an Undo (algo/undo.h) that saves each range of `out` before its first write, which is how a
+// failed operation leaves the caller's buffers as they were, with no copy after the commit.
 //
 // Determinism. Every element is combined in an order fixed by the ranks of the epoch, once, by
 // one peer, and that peer's bytes are forwarded verbatim to every other: all peers end with
@@ -19,6 +19,7 @@
 #include "algo/memory.h"
 #include "algo/send_codec.h"
 #include "algo/state_sync.h"
+#include "algo/undo.h"
 #include "codec/reduce.h"
 #include "codec/wire.h"
 
@@ -38,7 +39,7 @@ struct Collective {
   codec::Dtype dtype = codec::Dtype::kF32;
   codec::RedOp op = codec::RedOp::kSum;
   int root = 0;             // broadcast
-  Algo algo = Algo::kRing;  // allreduce: kRing or kTree (kAuto is resolved by the caller)
+  Algo algo = Algo::kRing;  // allreduce: kRing or kTree (kAuto is resolved by choose())
   size_t chunk_bytes = 1 << 20;  // pipelining unit: messages are at most this long
   // How elements travel (codec/wire.h). Other than kNative: dtype kF32 only; every hop decodes,
   // combines in F32 and encodes again, and a final value is encoded once by the peer that
@@ -65,13 +66,22 @@ struct Collective {
 size_t in_count(const Collective &c, int n);
 size_t out_count(const Collective &c, int n);
 
-// INVALID_ARGUMENT if c cannot run on n peers: a wire codec on a dtype other than F32, or more
-// messages than 32-bit tags can name.
-Status check(const Collective &c, int n);
+// INVALID_ARGUMENT if c cannot run as member `rank` of n peers: a wire codec on a dtype other than
+// F32, more messages than 32-bit tags can name, or in and out overlapping other than in place
+// (all-reduce, broadcast: the same buffer; all-gather: in = out + rank * count; reduce-scatter:
+// out = in + rank * count, in elements).
+Status check(const Collective &c, int n, int rank);
 
-// Runs the data phase. On failure `out` holds garbage; `in` is untouched either way. The
-// exchange is finished (no transfer in flight) when this returns.
-Status run(Exchange &ex, const Collective &c);
+// The all-reduce algorithm for c.algo = kAuto on n peers: the tree up to tree_max_bytes, where
+// latency dominates (2 log2 n message delays instead of the ring's 2(n-1)), the ring above, where
+// bytes do. Every member must decide alike, so it depends only on the operation and the
+// configuration. Other kinds: kRing.
+Algo choose(const Collective &c, int n, size_t tree_max_bytes);
+
+// Runs the data phase. On failure `out` holds garbage, except for what `undo` (if not null)
+// saved; `in` is untouched unless it is `out`. The exchange is finished (no transfer in flight)
+// when this returns.
+Status run(Exchange &ex, const Collective &c, Undo *undo = nullptr);
 
 // The two binary trees of the tree all-reduce: the parent (-1 for the root) and up to two
 // children (-1 where absent) of `rank` in tree t (0 or 1) of n peers. Interior nodes of one tree

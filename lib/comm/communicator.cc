@@ -512,8 +512,8 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
   auto op = std::make_shared<Op>();
   op->c = c;
   op->c.chunk_bytes = chunk_bytes_;
-  op->c.algo = choose(c, n);
-  WCCL_RETURN_IF_ERROR(algo::check(op->c, n));
+  op->c.algo = algo::choose(c, n, tree_max_bytes_);
+  WCCL_RETURN_IF_ERROR(algo::check(op->c, n, view_->rank()));
   if (c.device != nullptr) {
     Result<algo::DeviceMemory *> memory = device_memory_locked(c.device);
     if (!memory.ok()) return memory.status();
@@ -541,8 +541,7 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
       }
     }
   } else {
-    op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);
-    if (op->result_bytes != 0) op->results.push_back({c.out, 0, op->result_bytes, op->device});
+    op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);  // the Undo's buffer
   }
   op->epoch = view_->epoch();
   op->seq = seq;
@@ -577,16 +576,6 @@ Result<algo::DeviceMemory *> Communicator::device_memory_locked(gpu::Device *dev
   return memory.get();
 }
 
-// algo=AUTO: the tree all-reduce below tree_max_bytes, where latency dominates (2 log2 n message
-// delays instead of the ring's 2(n-1)), and the ring above, where bytes dominate. Every member
-// must decide alike, so the rule depends only on the operation and the configuration.
-algo::Algo Communicator::choose(const algo::Collective &c, int n) const {
-  if (c.kind != algo::Kind::kAllreduce) return algo::Algo::kRing;
-  if (c.algo != algo::Algo::kAuto) return c.algo;
-  const size_t bytes = c.count * codec::dtype_size(c.dtype);
-  return n > 2 && bytes <= tree_max_bytes_ ? algo::Algo::kTree : algo::Algo::kRing;
-}
-
 void Communicator::decide(const std::shared_ptr<Op> &op, Status outcome) {
   if (op->state == Op::State::kDecided || op->state == Op::State::kFinished) return;
   op->state = Op::State::kDecided;
@@ -604,6 +593,7 @@ void Communicator::work() {
     queue_.pop_front();
     if (!view_->start(op->epoch, op->seq)) continue;  // decided while it was queued
     op->state = Op::State::kRunning;
+    op->in_data_phase = true;
     lock.unlock();
     run(op);
     lock.lock();
@@ -621,6 +611,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   auto end = [&](std::unique_lock<std::mutex> &lock, const Status &st, bool data_error) {
     Effects effects = apply(view_->finished(op->epoch, op->seq, st, data_error));
     if (op->state == Op::State::kRunning) op->state = Op::State::kAwaiting;
+    op->in_data_phase = false;
     lock.unlock();
     cv_.notify_all();
     // A DONE that cannot be sent now is sent again after the reconnection (see reconnect()).
@@ -679,9 +670,15 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     else if (!view_->epoch_failure().ok()) ex.cancel(view_->epoch_failure());
   }
   algo::Collective c = op->c;
-  c.out = scratch.get();
-  const Status st = algo::run(ex, c);
+  std::unique_ptr<algo::Undo> undo;
+  if (c.kind == algo::Kind::kStateSync) {
+    c.out = scratch.get();  // the staging buffer; the commit copies the received tensors out of it
+  } else {
+    undo = std::make_unique<algo::Undo>(memory, c.out, op->result_bytes, scratch.get());
+  }
+  const Status st = algo::run(ex, c, undo.get());
   std::unique_lock<std::mutex> lock(mu_);
+  op->undo = std::move(undo);
   running_exchange_ = nullptr;
   op->stats.bytes_sent = ex.bytes_sent();
   op->stats.bytes_received = ex.bytes_received();
@@ -694,9 +691,22 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
 }
 
 Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::unique_lock<std::mutex> &lock) {
+  if (op->state == Op::State::kDecided && op->in_data_phase) {
+    // Decided while its data phase still runs (this peer gave up on it): the phase was cancelled
+    // and ends at its next wait; its writes into the output must end before the restore.
+    if (running_exchange_ != nullptr) running_exchange_->cancel(op->outcome);
+    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return !op->in_data_phase; })) {
+      op->outcome = WCCL_ERROR(op->outcome.code(), "%s; its data phase did not end within 60 s of being cancelled, so the "
+                               "output buffer may hold partial results", op->outcome.message().c_str());
+      op->state = Op::State::kFinished;
+      if (stats) *stats = op->stats;
+      return op->outcome;
+    }
+  }
   if (op->state == Op::State::kDecided) {
     op->state = Op::State::kFinished;
     algo::Bytes scratch = std::move(op->scratch);
+    std::unique_ptr<algo::Undo> undo = std::move(op->undo);
     if (op->outcome.ok() && !op->results.empty()) {
       // The op is this caller's alone now: copy without holding the communicator's lock.
       lock.unlock();
@@ -713,6 +723,20 @@ Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::
       if (!copied.ok()) {  // committed everywhere, but this member's result did not reach its buffer
         op->outcome = WCCL_ERROR(copied.code(), "operation %llu committed, but copying its result out failed: %s",
                                  static_cast<unsigned long long>(op->seq), copied.message().c_str());
+      }
+    } else if (!op->outcome.ok() && undo != nullptr) {
+      // Not committed: the output's saved ranges go back, so the caller's buffers hold what they held.
+      lock.unlock();
+      algo::DeviceMemory *device = op->device;
+      const Status restored = undo->restore([device](void *dst, const void *src, size_t n) {
+        if (device != nullptr) return device->copy_out(dst, src, n);
+        std::memcpy(dst, src, n);
+        return Status();
+      });
+      lock.lock();
+      if (!restored.ok()) {
+        op->outcome = WCCL_ERROR(restored.code(), "%s; and putting the output buffer's old bytes back failed: %s",
+                                 op->outcome.message().c_str(), restored.message().c_str());
       }
     }
     if (scratch) {

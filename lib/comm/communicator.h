@@ -136,7 +136,6 @@ class Communicator {
   Status wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what, Pred done);
   // Under mu_: op has its outcome.
   void decide(const std::shared_ptr<Op> &op, Status outcome);
-  algo::Algo choose(const algo::Collective &c, int n) const;
   // Worker thread:
   void work();
   void run(const std::shared_ptr<Op> &op);

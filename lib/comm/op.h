@@ -20,9 +20,11 @@ struct OpStats {
   algo::Algo algo = algo::Algo::kRing;  // the algorithm that ran (kAuto resolved)
 };
 
-// The result lands in a scratch buffer (in the memory of the caller's buffers) and is copied to
-// the caller's buffer only once the operation is committed, so a failed operation leaves the
-// caller's buffers as they were.
+// A collective writes its result into the caller's output buffer during the data phase, saving
+// each range's old bytes first (algo/undo.h) into a scratch buffer in the same memory; they are
+// copied back if the operation is not committed, so a failed operation leaves the caller's buffers
+// as they were. State sync receives into a staging scratch buffer instead, copied into the
+// caller's tensors once committed.
 class Op {
  public:
   using Clock = std::chrono::steady_clock;
@@ -34,8 +36,8 @@ class Op {
     kFinished,  // the caller collected it (and the result was copied out)
   };
 
-  // Where a committed result goes: scratch[from, from + bytes) is copied to `to`. One entry for a
-  // collective's output buffer; one per received tensor for state sync.
+  // State sync: where a committed result goes: scratch[from, from + bytes) is copied to `to`, one
+  // entry per received tensor.
   struct ResultCopy {
     void *to = nullptr;
     size_t from = 0;
@@ -50,13 +52,13 @@ class Op {
   Op(const Op &) = delete;
   Op &operator=(const Op &) = delete;
 
-  algo::Collective c;  // c.in is the caller's input; c.out points into scratch while it runs
+  algo::Collective c;  // the caller's buffers (state sync: c.out is the staging scratch while it runs)
   // Device buffers: the communicator's memory on their GPU (c.memory), and an event of the
   // caller's stream recorded at the call, which the data phase waits for (null once it has).
   algo::DeviceMemory *device = nullptr;
   gpu::Event ready = nullptr;
   std::vector<ResultCopy> results;
-  size_t result_bytes = 0;  // the scratch buffer the data phase needs
+  size_t result_bytes = 0;  // the scratch buffer the data phase needs (a collective: the output's size)
   uint64_t epoch = 0;
   uint64_t seq = 0;  // 1, 2, ... within the epoch, the same on every member
   int rank = 0;
@@ -66,8 +68,10 @@ class Op {
   // Guarded by the communicator's mutex.
   State state = State::kQueued;
   Status outcome;
-  algo::Bytes scratch;  // in c.memory
+  algo::Bytes scratch;  // in c.memory: the Undo's saved bytes, or state sync's staging
   size_t scratch_bytes = 0;
+  std::unique_ptr<algo::Undo> undo;  // a collective's, once its data phase ended
+  bool in_data_phase = false;         // the worker runs its data phase (it may write the output)
   OpStats stats;
   Clock::time_point decided_at;
 };

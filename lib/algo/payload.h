@@ -1,0 +1,60 @@
+// What travels between peers and what a hop does with it. The topologies (lib/algo/collectives.cc:
+// ring, tree, chain) are written once over this interface, as NCCL's runRing is over Primitives;
+// a Payload decides the bytes:
+//
+//   native    elements travel as they are: a partial is sent from where it was combined, a final
+//             value lands in place and is forwarded from there.
+//   coded     F32 elements travel encoded (opts.wire: FP16, BF16, INT8). Every hop decodes,
+//             combines in F32 and encodes again; a final value is encoded once, by the peer that
+//             completes it, which keeps what decodes from its own bytes, and the bytes are
+//             forwarded verbatim, so all peers end bit-identical.
+//
+// Elements are addressed by pointers into the operation's buffers (in, out, or a scratch
+// accumulator) with `first`, the index of the first element in its buffer (INT8 blocks start
+// there). A coded payload keeps each message's bytes in a region of host memory named by the
+// topology, one per (block, segment), written once per operation: its receives never wait for a
+// send. Every write into the caller's output goes through the pipeline's Undo first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "algo/pipeline.h"
+#include "codec/reduce.h"
+#include "codec/wire.h"
+
+namespace wccl::algo {
+
+class Payload {
+ public:
+  virtual ~Payload() = default;
+
+  // The topology's regions, before any other call: `regions` of them, region i holding
+  // count_of(i) elements, with room for partials (messages combined on the way), finals (values
+  // sent once complete), or both.
+  virtual Status plan(size_t regions, const std::function<size_t(size_t)> &count_of, bool partials, bool finals) = 0;
+  // Bytes of a message of `count` elements.
+  virtual size_t wire_len(size_t count) const = 0;
+
+  // Sends `count` elements at src (this peer's input, or a partial).
+  virtual Status send_partial(size_t slot, int peer, uint32_t tag, const void *src, size_t count, size_t first,
+                              size_t region) = 0;
+  // acc = mine (op) the partial `got`; acc may equal mine.
+  virtual Status combine(void *acc, const void *mine, const uint8_t *got, size_t count) = 0;
+  // value = the final value of src's elements, as every receiver will hold it; src may equal value.
+  virtual Status make_final(void *value, const void *src, size_t count, size_t first, size_t region) = 0;
+  // Sends the final value made (make_final) or received (land_final) here.
+  virtual Status send_final(size_t slot, int peer, uint32_t tag, const void *value, size_t count, size_t region) = 0;
+  // A pipeline step: a final value from `peer` lands in `value` (posted once the send in `gate`
+  // completed, where it lands in the buffers), then `then` runs.
+  virtual void land_final(int peer, uint32_t tag, void *value, size_t count, size_t region, size_t gate,
+                          std::function<Status()> then) = 0;
+};
+
+// The payload for elements of dtype t combined with op, travelling as w (kNative, or an F32 codec),
+// sending and receiving through `pipe`.
+std::unique_ptr<Payload> make_payload(Pipeline &pipe, codec::Wire w, codec::Dtype t, codec::RedOp op);
+
+}  // namespace wccl::algo
