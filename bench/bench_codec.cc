@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "codec/kernels.h"
-#include "wccl_cuda.h"
+#include "gpu/kernels.h"
 
 namespace {
 
@@ -121,7 +121,7 @@ void BM_sum_bf16(benchmark::State &state, const Kernels *k) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * 2));
 }
 
-// GPU kernels (cuda/wccl_cuda.h) on 1 GiB of F32 on the device, registered only where a GPU is
+// GPU kernels (lib/gpu/kernels.h) on 1 GiB of F32 on the device, registered only where a GPU is
 // present. Ten launches per iteration, then a wait for the stream; int8_encode also waits for
 // its own error check at each call, which this figure includes.
 constexpr int kGpuLaunches = 10;

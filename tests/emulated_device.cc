@@ -17,7 +17,24 @@ constexpr uintptr_t kBase = uintptr_t{0x5a} << 56;
 constexpr uintptr_t kSpan = uintptr_t{1} << 44;
 constexpr uintptr_t kGap = 4096;  // between allocations, so an overrun never lands in a neighbour
 
+std::atomic<EmulatedGpu *> installed{nullptr};
+
+gpu::Device *find_installed(const void *p) {
+  EmulatedGpu *gpu = installed.load(std::memory_order_acquire);
+  return gpu != nullptr && gpu->holds(p) ? gpu : nullptr;
+}
+
 }  // namespace
+
+void EmulatedGpu::install() {
+  installed.store(this, std::memory_order_release);
+  gpu::set_device_finder(find_installed);
+}
+
+void EmulatedGpu::uninstall() {
+  EmulatedGpu *self = this;
+  if (installed.compare_exchange_strong(self, nullptr)) gpu::set_device_finder(nullptr);
+}
 
 EmulatedGpu::EmulatedGpu() { static_assert(sizeof(uintptr_t) == 8, "the emulated GPU needs 64-bit addresses"); }
 

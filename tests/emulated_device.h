@@ -1,11 +1,11 @@
-// The CPU twin of a GPU (gpu::EmulatedDevice), for testing the device data path where there is
+// The CPU twin of a GPU (a gpu::Device that gpu::device_of finds), for testing the device data path where there is
 // none. It is strict where a real GPU would be:
 //   - its memory lives at non-canonical addresses, so host code that dereferences a device
 //     pointer crashes at once, and every access is checked against the allocation it falls in
 //     (an overrun fails the test);
 //   - a stream runs its work only when synchronized (or when a stream waiting on it is), so a
 //     caller that reads a result before synchronizing reads stale bytes;
-//   - kernels are the CPU kernels, which the GPU's match bit for bit (test_gpu).
+//   - kernels are the CPU kernels, which the GPU's match bit for bit (test_gpu_kernels).
 // It counts the bytes that cross "PCIe" in each direction, and can fail its Nth call (any but
 // synchronize) with WCCL_ERR_CUDA, as a GPU fault would.
 #pragma once
@@ -24,7 +24,7 @@
 
 namespace wccl::test {
 
-class EmulatedGpu final : public gpu::EmulatedDevice {
+class EmulatedGpu final : public gpu::Device {
  public:
   EmulatedGpu();
   ~EmulatedGpu() override;
@@ -32,8 +32,10 @@ class EmulatedGpu final : public gpu::EmulatedDevice {
   EmulatedGpu &operator=(const EmulatedGpu &) = delete;
 
   // device_of() finds this device (and only one at a time) while it is installed.
-  void install() { gpu::set_emulated_device(this); }
-  void uninstall() { gpu::set_emulated_device(nullptr); }
+  void install();
+  void uninstall();
+  // p points into this device's memory.
+  bool holds(const void *p) const;
 
   // Test helpers: device memory written from / read into host vectors (synchronously).
   void *alloc_copy(const void *host, size_t bytes);
@@ -50,7 +52,6 @@ class EmulatedGpu final : public gpu::EmulatedDevice {
 
   // gpu::Device
   const std::string &name() const override { return name_; }
-  bool holds(const void *p) const override;
   Status alloc(void **p, size_t bytes) override;
   void free(void *p) override;
   Status alloc_pinned(void **p, size_t bytes) override;

@@ -10,7 +10,7 @@
 #include "codec/compress.h"
 #include "emulated_device.h"
 #include "wccl/wccl.h"
-#include "wccl_cuda.h"
+#include "gpu/kernels.h"
 
 namespace {
 

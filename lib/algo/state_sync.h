@@ -2,7 +2,7 @@
 // inputs, and the data phase. Each member describes its named tensors (dtype, count, a hash of the
 // bytes) with its revision and mode; the descriptions are all-gathered (comm/state_sync.cc); then
 // every member elects the same state and derives the same transfer plan, so no member needs to be
-// told what to send or receive. docs/algorithms.md describes the rules; tests/test_state_sync.cc
+// told what to send or receive. docs/algorithms.md describes the rules; tests/test_algo_state_sync.cc
 // checks them.
 #pragma once
 

@@ -10,7 +10,7 @@
 #include "comm/state_sync.h"
 #include "coord/coordinator.h"
 #include "core/config.h"
-#include "wccl_cuda.h"
+#include "gpu/kernels.h"
 #include "gpu/device.h"
 #include "wccl/wccl.h"
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-// The CUDA kernels (cuda/) use the same functions on the device.
+// The CUDA kernels (lib/gpu/kernels.cu) use the same functions on the device.
 #if defined(__CUDACC__)
 #define WCCL_HOST_DEVICE __host__ __device__
 #else

@@ -4,7 +4,7 @@
 // every bit of the input reaches every bit of the result, so accidental differences (a joiner's
 // zeroed tensors, one changed element) are caught with probability 1 - 2^-64.
 //
-// hash64 is plain integer arithmetic in this header so that the CUDA kernels (cuda/) hash device
+// hash64 is plain integer arithmetic in this header so that the CUDA kernels (lib/gpu/kernels.cu) hash device
 // tensors with the same function: a tensor's hash is a hash of the hashes of its kHashBlock-byte
 // blocks, which a GPU computes one block per thread.
 #pragma once

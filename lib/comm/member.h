@@ -3,7 +3,7 @@
 // outcome of its operations, and its membership calls (join, update, reform, leave). Events come in
 // as calls (a coordinator message, a submitted operation, the end of a data phase, a membership
 // call); what the shell must do comes out as Actions, in order. It has no clock, thread, lock or
-// socket: the Communicator runs it under its mutex over real links, and tests/test_control_sim.cc
+// socket: the Communicator runs it under its mutex over real links, and tests/test_coord_control_sim.cc
 // runs it beside the coordinator's Membership in a deterministic simulation.
 //
 // Operations are numbered 1, 2, ... within an epoch; every member must submit the same

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "wccl_cuda.h"
+#include "gpu/kernels.h"
 
 namespace wccl::gpu {
 namespace {
@@ -101,13 +101,15 @@ class CudaDevice final : public Device {
 };
 
 constexpr int kMaxDevices = 64;
-std::atomic<EmulatedDevice *> emulated{nullptr};
+std::atomic<DeviceFinder> finder{nullptr};
 
 }  // namespace
 
 Device *device_of(const void *p) {
   if (p == nullptr) return nullptr;
-  if (EmulatedDevice *e = emulated.load(std::memory_order_acquire); e != nullptr && e->holds(p)) return e;
+  if (DeviceFinder find = finder.load(std::memory_order_acquire); find != nullptr) {
+    if (Device *d = find(p); d != nullptr) return d;
+  }
   const int ordinal = device_ordinal(p);
   if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
   // Never destroyed: communicators' threads may still use them while the process exits.
@@ -118,6 +120,6 @@ Device *device_of(const void *p) {
   return (*devices)[ordinal];
 }
 
-void set_emulated_device(EmulatedDevice *d) { emulated.store(d, std::memory_order_release); }
+void set_device_finder(DeviceFinder f) { finder.store(f, std::memory_order_release); }
 
 }  // namespace wccl::gpu

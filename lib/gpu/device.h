@@ -1,5 +1,5 @@
 // A GPU as the collectives see it (DESIGN §7): its memory, streams, and the codec kernels, behind
-// an interface with two implementations. CudaDevice (device.cc) forwards to cuda/wccl_cuda.h, one
+// an interface with two implementations. CudaDevice (device.cc) forwards to gpu/kernels.h, one
 // object per CUDA device, found from a pointer with device_of. The other is the test suite's
 // emulated device (tests/emulated_device.h): host memory at addresses the CPU cannot dereference,
 // streams that run their work only when synchronized, and the CPU kernels, which is how the
@@ -64,12 +64,9 @@ class Device {
 // objects live as long as the process.
 Device *device_of(const void *p);
 
-// For tests: a device that device_of reports for the memory it holds, before asking CUDA (null
-// removes it). holds(p) says whether p points into its memory.
-class EmulatedDevice : public Device {
- public:
-  virtual bool holds(const void *p) const = 0;
-};
-void set_emulated_device(EmulatedDevice *d);
+// Devices other than CUDA's (the test suite's emulated GPU): device_of asks the finder first, and
+// takes the device it returns unless that is null. One finder at a time; null removes it.
+using DeviceFinder = Device *(*)(const void *p);
+void set_device_finder(DeviceFinder finder);
 
 }  // namespace wccl::gpu

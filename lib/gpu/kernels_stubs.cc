@@ -1,5 +1,5 @@
-// cuda/wccl_cuda.h in a build without CUDA: the same symbols, reporting UNSUPPORTED.
-#include "wccl_cuda.h"
+// lib/gpu/kernels.h in a build without CUDA: the same symbols, reporting UNSUPPORTED.
+#include "gpu/kernels.h"
 
 namespace wccl::gpu {
 namespace {

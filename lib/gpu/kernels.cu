@@ -1,4 +1,4 @@
-// cuda/wccl_cuda.h on CUDA. The arithmetic mirrors lib/codec/kernels_impl.cc step for step with
+// lib/gpu/kernels.h on CUDA. The arithmetic mirrors lib/codec/kernels_impl.cc step for step with
 // explicitly rounded intrinsics (__fmul_rn, __fadd_rn, ...), which nvcc never fuses into a
 // multiply-add, so every result matches the CPU kernels bit for bit.
 #include <cuda_runtime.h>
@@ -12,7 +12,7 @@
 #include "codec/half.h"
 #include "codec/hash.h"
 #include "codec/kernels.h"
-#include "wccl_cuda.h"
+#include "gpu/kernels.h"
 
 namespace wccl::gpu {
 namespace {

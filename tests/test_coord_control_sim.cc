@@ -718,7 +718,7 @@ TEST(ControlSim, SeededSchedulesKeepAgreementAndLiveness) {
     if (!failure.empty()) {
       ++failures;
       ADD_FAILURE() << "seed " << seed << ": " << failure << "\n  reproduce: WCCL_SIM_SEED=" << seed
-                    << " build/tests/test_control_sim";
+                    << " build/tests/test_coord_control_sim";
     }
   }
 }

@@ -1,7 +1,7 @@
 // The GPU codec kernels and the device memory helpers around them (DESIGN §7), behind a host
-// header with no CUDA types. Built from cuda/kernels.cu when Meson finds CUDA; otherwise
-// cuda/stubs.cc provides the same functions, which report UNSUPPORTED (and device_ordinal is -1), so
-// nothing above this header changes with the build. lib/gpu/device.h builds on these.
+// header with no CUDA types. Built from kernels.cu when Meson finds CUDA; otherwise kernels_stubs.cc
+// provides the same functions, which report UNSUPPORTED (and device_ordinal is -1), so nothing
+// above this header changes with the build. device.h builds on these.
 //
 // The kernels compute exactly what the CPU kernels (lib/codec/kernels.h) compute, bit for bit:
 // the same INT8 format and rounding, every multiply and add rounded separately (no fused

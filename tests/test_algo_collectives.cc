@@ -671,7 +671,7 @@ TEST_P(DeviceTest, SameBitsAsHostMemory) {
   const auto [n, count, shape, wire] = GetParam();
   const bool reduces = shape.kind == Kind::kAllreduce || shape.kind == Kind::kReduceScatter;
   EmulatedGpu gpu;
-  // Element sizes 8, 4, 2 and 1 (test_gpu checks every dtype's kernels against the CPU's).
+  // Element sizes 8, 4, 2 and 1 (test_gpu_kernels checks every dtype's kernels against the CPU's).
   const std::vector<Dtype> dtypes =
       wire == codec::Wire::kNative ? std::vector<Dtype>{Dtype::kF64, Dtype::kF32, Dtype::kBF16, Dtype::kI8} : std::vector<Dtype>{Dtype::kF32};
   for (Dtype t : dtypes) {

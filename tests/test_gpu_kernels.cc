@@ -1,4 +1,4 @@
-// The GPU kernels (cuda/wccl_cuda.h) against their oracle, the CPU kernels: the same bytes out of
+// The GPU kernels (lib/gpu/kernels.h) against their oracle, the CPU kernels: the same bytes out of
 // every encode and the same floats out of every decode and reduction. Skipped where no GPU is
 // present; in a build without CUDA, checks that every entry point reports UNSUPPORTED.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include "codec/hash.h"
 #include "codec/kernels.h"
 #include "codec/wire.h"
-#include "wccl_cuda.h"
+#include "gpu/kernels.h"
 
 namespace wccl::test {
 namespace {
