@@ -6,10 +6,11 @@
 namespace wccl::algo {
 
 Status Undo::will_write(const void *at, size_t len) {
-  const auto *p = static_cast<const uint8_t *>(at);
-  if (len == 0 || out_ == nullptr || p + len <= out_ || p >= out_ + bytes_) return Status();
-  size_t begin = static_cast<size_t>(std::max(p, static_cast<const uint8_t *>(out_)) - out_);
-  const size_t end = std::min(bytes_, static_cast<size_t>(p + len - out_));
+  // As integers: `at` may lie in another object than the output (the algorithm's scratch).
+  const auto p = reinterpret_cast<uintptr_t>(at), out = reinterpret_cast<uintptr_t>(out_);
+  if (len == 0 || out_ == nullptr || p + len <= out || p >= out + bytes_) return Status();
+  size_t begin = p > out ? p - out : 0;
+  const size_t end = std::min(bytes_, p + len - out);
   // The gaps of [begin, end) not yet saved, then one range for all of it.
   auto it = ranges_.upper_bound(begin);
   if (it != ranges_.begin() && std::prev(it)->second >= begin) {

@@ -694,7 +694,7 @@ Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::
   if (op->state == Op::State::kDecided && op->in_data_phase) {
     // Decided while its data phase still runs (this peer gave up on it): the phase was cancelled
     // and ends at its next wait; its writes into the output must end before the restore.
-    if (running_exchange_ != nullptr) running_exchange_->cancel(op->outcome);
+    if (running_exchange_ != nullptr && !op->outcome.ok()) running_exchange_->cancel(op->outcome);
     if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return !op->in_data_phase; })) {
       op->outcome = WCCL_ERROR(op->outcome.code(), "%s; its data phase did not end within 60 s of being cancelled, so the "
                                "output buffer may hold partial results", op->outcome.message().c_str());
