@@ -132,8 +132,9 @@ Status ring_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
     const size_t first = b.begin + s.begin;
     return Piece{s.count, first, in + first * es, out + first * es, mod(block, n) * ring.nseg + j};
   };
+  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
   Pipeline pipe(ex, mem, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c), c.compress);
-  std::unique_ptr<Payload> pl = make_payload(pipe, c.wire, c.dtype, c.op);
+  pl = make_payload(pipe, c.wire, c.dtype, c.op);
   WCCL_RETURN_IF_ERROR(pl->plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return piece(static_cast<long>(i / ring.nseg), i % ring.nseg).count; }, true, true));
   auto complete = [&](const Piece &p, size_t j) {
     if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, p.acc, p.count, n));
@@ -166,8 +167,9 @@ Status ring_reduce_scatter(Exchange &ex, const Collective &c, Undo *undo) {
     const size_t reuse = !last && step >= 2 ? ring.tag(step - 1, j) : kNoSlot;
     return Piece{s.count, first, in + first * es, acc, mod(block, n) * ring.nseg + j, reuse};
   };
+  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
   Pipeline pipe(ex, mem, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c), c.compress);
-  std::unique_ptr<Payload> pl = make_payload(pipe, c.wire, c.dtype, c.op);
+  pl = make_payload(pipe, c.wire, c.dtype, c.op);
   WCCL_RETURN_IF_ERROR(pl->plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, true, false));
   WCCL_RETURN_IF_ERROR(ring_reduce_scatter_steps(pipe, *pl, ring, piece, [&](const Piece &p, size_t) {
     return c.op == codec::RedOp::kAvg ? mem.finish_avg(c.dtype, p.acc, p.count, n) : Status();
@@ -187,8 +189,9 @@ Status ring_allgather(Exchange &ex, const Collective &c, Undo *undo) {
     const size_t b = static_cast<size_t>(mod(block, ring.n));
     return Piece{s.count, s.begin, in + s.begin * es, out + (b * c.count + s.begin) * es, b * ring.nseg + j};
   };
+  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
   Pipeline pipe(ex, memory_of(c), undo, 0, wire_elem_bytes(c), c.compress);
-  std::unique_ptr<Payload> pl = make_payload(pipe, c.wire, c.dtype, c.op);
+  pl = make_payload(pipe, c.wire, c.dtype, c.op);
   WCCL_RETURN_IF_ERROR(pl->plan(static_cast<size_t>(ring.n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, false, true));
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Piece p = piece(ring.r, j);
@@ -223,8 +226,9 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   auto region = [&](int t, size_t j) { return static_cast<size_t>(t) * nseg + j; };
   const TreeNode node[2] = {tree_node(0, r, n), tree_node(1, r, n)};
   auto leaf = [&](int t) { return node[t].child[0] < 0 && node[t].child[1] < 0; };
+  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
   Pipeline pipe(ex, mem, undo, 4 * nseg, wire_elem_bytes(c), c.compress);
-  std::unique_ptr<Payload> pl = make_payload(pipe, c.wire, c.dtype, c.op);
+  pl = make_payload(pipe, c.wire, c.dtype, c.op);
   WCCL_RETURN_IF_ERROR(pl->plan(2 * nseg, [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; }, true, true));
   for (size_t j = 0; j < nseg; ++j) {
     for (int t = 0; t < 2; ++t) {
@@ -282,8 +286,9 @@ Status chain_broadcast(Exchange &ex, const Collective &c, Undo *undo) {
   auto *out = static_cast<uint8_t *>(c.out);
   const Ring ring = ring_of(ex, segments(c.count, wire_elem_bytes(c), c.chunk_bytes));
   const int distance = mod(ring.r - c.root, ring.n);
+  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
   Pipeline pipe(ex, memory_of(c), undo, 0, wire_elem_bytes(c), c.compress);
-  std::unique_ptr<Payload> pl = make_payload(pipe, c.wire, c.dtype, c.op);
+  pl = make_payload(pipe, c.wire, c.dtype, c.op);
   WCCL_RETURN_IF_ERROR(pl->plan(ring.nseg, [&](size_t j) { return split(c.count, ring.nseg, j).count; }, false, true));
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Span s = split(c.count, ring.nseg, j);
