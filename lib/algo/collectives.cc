@@ -132,17 +132,16 @@ Status ring_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
     const size_t first = b.begin + s.begin;
     return Piece{s.count, first, in + first * es, out + first * es, mod(block, n) * ring.nseg + j};
   };
-  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
-  Pipeline pipe(ex, mem, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c), c.compress);
-  pl = make_payload(pipe, c.wire, c.dtype, c.op);
-  WCCL_RETURN_IF_ERROR(pl->plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return piece(static_cast<long>(i / ring.nseg), i % ring.nseg).count; }, true, true));
+  Pipeline pipe(ex, c, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c));
+  Payload &pl = pipe.payload();
+  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return piece(static_cast<long>(i / ring.nseg), i % ring.nseg).count; }, true, true));
   auto complete = [&](const Piece &p, size_t j) {
     if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, p.acc, p.count, n));
-    WCCL_RETURN_IF_ERROR(pl->make_final(p.acc, p.acc, p.count, p.first, p.region));
-    return pl->send_final(kNoSlot, ring.next, ring.tag(n - 1, j), p.acc, p.count, p.region);
+    WCCL_RETURN_IF_ERROR(pl.make_final(p.acc, p.acc, p.count, p.first, p.region));
+    return pl.send_final(kNoSlot, ring.next, ring.tag(n - 1, j), p.acc, p.count, p.region);
   };
-  WCCL_RETURN_IF_ERROR(ring_reduce_scatter_steps(pipe, *pl, ring, piece, complete));
-  ring_allgather_steps(pipe, *pl, ring, n - 1, piece, [&](int step, size_t j) { return static_cast<size_t>(ring.tag(step, j)); });
+  WCCL_RETURN_IF_ERROR(ring_reduce_scatter_steps(pipe, pl, ring, piece, complete));
+  ring_allgather_steps(pipe, pl, ring, n - 1, piece, [&](int step, size_t j) { return static_cast<size_t>(ring.tag(step, j)); });
   return pipe.run();
 }
 
@@ -167,11 +166,10 @@ Status ring_reduce_scatter(Exchange &ex, const Collective &c, Undo *undo) {
     const size_t reuse = !last && step >= 2 ? ring.tag(step - 1, j) : kNoSlot;
     return Piece{s.count, first, in + first * es, acc, mod(block, n) * ring.nseg + j, reuse};
   };
-  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
-  Pipeline pipe(ex, mem, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c), c.compress);
-  pl = make_payload(pipe, c.wire, c.dtype, c.op);
-  WCCL_RETURN_IF_ERROR(pl->plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, true, false));
-  WCCL_RETURN_IF_ERROR(ring_reduce_scatter_steps(pipe, *pl, ring, piece, [&](const Piece &p, size_t) {
+  Pipeline pipe(ex, c, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c));
+  Payload &pl = pipe.payload();
+  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, true, false));
+  WCCL_RETURN_IF_ERROR(ring_reduce_scatter_steps(pipe, pl, ring, piece, [&](const Piece &p, size_t) {
     return c.op == codec::RedOp::kAvg ? mem.finish_avg(c.dtype, p.acc, p.count, n) : Status();
   }));
   return pipe.run();
@@ -189,16 +187,15 @@ Status ring_allgather(Exchange &ex, const Collective &c, Undo *undo) {
     const size_t b = static_cast<size_t>(mod(block, ring.n));
     return Piece{s.count, s.begin, in + s.begin * es, out + (b * c.count + s.begin) * es, b * ring.nseg + j};
   };
-  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
-  Pipeline pipe(ex, memory_of(c), undo, 0, wire_elem_bytes(c), c.compress);
-  pl = make_payload(pipe, c.wire, c.dtype, c.op);
-  WCCL_RETURN_IF_ERROR(pl->plan(static_cast<size_t>(ring.n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, false, true));
+  Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
+  Payload &pl = pipe.payload();
+  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(ring.n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, false, true));
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Piece p = piece(ring.r, j);
-    WCCL_RETURN_IF_ERROR(pl->make_final(p.acc, p.mine, p.count, p.first, p.region));
-    WCCL_RETURN_IF_ERROR(pl->send_final(kNoSlot, ring.next, ring.tag(0, j), p.acc, p.count, p.region));
+    WCCL_RETURN_IF_ERROR(pl.make_final(p.acc, p.mine, p.count, p.first, p.region));
+    WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, ring.next, ring.tag(0, j), p.acc, p.count, p.region));
   }
-  ring_allgather_steps(pipe, *pl, ring, 0, piece, [](int, size_t) { return kNoSlot; });
+  ring_allgather_steps(pipe, pl, ring, 0, piece, [](int, size_t) { return kNoSlot; });
   return pipe.run();
 }
 
@@ -226,15 +223,14 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   auto region = [&](int t, size_t j) { return static_cast<size_t>(t) * nseg + j; };
   const TreeNode node[2] = {tree_node(0, r, n), tree_node(1, r, n)};
   auto leaf = [&](int t) { return node[t].child[0] < 0 && node[t].child[1] < 0; };
-  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
-  Pipeline pipe(ex, mem, undo, 4 * nseg, wire_elem_bytes(c), c.compress);
-  pl = make_payload(pipe, c.wire, c.dtype, c.op);
-  WCCL_RETURN_IF_ERROR(pl->plan(2 * nseg, [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; }, true, true));
+  Pipeline pipe(ex, c, undo, 4 * nseg, wire_elem_bytes(c));
+  Payload &pl = pipe.payload();
+  WCCL_RETURN_IF_ERROR(pl.plan(2 * nseg, [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; }, true, true));
   for (size_t j = 0; j < nseg; ++j) {
     for (int t = 0; t < 2; ++t) {
       const Span s = seg(t, j);
       if (leaf(t)) {
-        WCCL_RETURN_IF_ERROR(pl->send_partial(up(t, j), node[t].parent, up(t, j), in + s.begin * es, s.count, s.begin, region(t, j)));
+        WCCL_RETURN_IF_ERROR(pl.send_partial(up(t, j), node[t].parent, up(t, j), in + s.begin * es, s.count, s.begin, region(t, j)));
       }
     }
   }
@@ -246,12 +242,12 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
       const TreeNode nd = node[t];
       const int last = nd.child[1] >= 0 ? 1 : 0;
       for (int ci = 0; ci <= last; ++ci) {
-        pipe.receive(nd.child[ci], up(t, j), pl->wire_len(s.count), [=, &pl, &mem, &c](const uint8_t *got) {
-          WCCL_RETURN_IF_ERROR(pl->combine(acc, ci == 0 ? in + s.begin * es : acc, got, s.count));
+        pipe.receive(nd.child[ci], up(t, j), pl.wire_len(s.count), [=, &pl, &mem, &c](const uint8_t *got) {
+          WCCL_RETURN_IF_ERROR(pl.combine(acc, ci == 0 ? in + s.begin * es : acc, got, s.count));
           if (ci < last) return Status();
-          if (nd.parent >= 0) return pl->send_partial(up(t, j), nd.parent, up(t, j), acc, s.count, s.begin, region(t, j));
+          if (nd.parent >= 0) return pl.send_partial(up(t, j), nd.parent, up(t, j), acc, s.count, s.begin, region(t, j));
           if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, acc, s.count, n));
-          return pl->make_final(acc, acc, s.count, s.begin, region(t, j));
+          return pl.make_final(acc, acc, s.count, s.begin, region(t, j));
         });
       }
     }
@@ -263,12 +259,12 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
       const TreeNode nd = node[t];
       auto send_down = [=, &pl]() {
         for (int child : nd.child) {
-          if (child >= 0) WCCL_RETURN_IF_ERROR(pl->send_final(kNoSlot, child, down(t, j), value, s.count, region(t, j)));
+          if (child >= 0) WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, child, down(t, j), value, s.count, region(t, j)));
         }
         return Status();
       };
       if (nd.parent >= 0) {
-        pl->land_final(nd.parent, down(t, j), value, s.count, region(t, j), up(t, j), send_down);
+        pl.land_final(nd.parent, down(t, j), value, s.count, region(t, j), up(t, j), send_down);
       } else {
         pipe.then([send_down](const uint8_t *) { return send_down(); });
       }
@@ -286,21 +282,20 @@ Status chain_broadcast(Exchange &ex, const Collective &c, Undo *undo) {
   auto *out = static_cast<uint8_t *>(c.out);
   const Ring ring = ring_of(ex, segments(c.count, wire_elem_bytes(c), c.chunk_bytes));
   const int distance = mod(ring.r - c.root, ring.n);
-  std::unique_ptr<Payload> pl;  // outlives pipe, whose destructor drains the sends that read it
-  Pipeline pipe(ex, memory_of(c), undo, 0, wire_elem_bytes(c), c.compress);
-  pl = make_payload(pipe, c.wire, c.dtype, c.op);
-  WCCL_RETURN_IF_ERROR(pl->plan(ring.nseg, [&](size_t j) { return split(c.count, ring.nseg, j).count; }, false, true));
+  Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
+  Payload &pl = pipe.payload();
+  WCCL_RETURN_IF_ERROR(pl.plan(ring.nseg, [&](size_t j) { return split(c.count, ring.nseg, j).count; }, false, true));
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Span s = split(c.count, ring.nseg, j);
     uint8_t *value = out + s.begin * es;
     const uint32_t tag = static_cast<uint32_t>(j);
     if (distance == 0) {
-      WCCL_RETURN_IF_ERROR(pl->make_final(value, in + s.begin * es, s.count, s.begin, j));
-      WCCL_RETURN_IF_ERROR(pl->send_final(kNoSlot, ring.next, tag, value, s.count, j));
+      WCCL_RETURN_IF_ERROR(pl.make_final(value, in + s.begin * es, s.count, s.begin, j));
+      WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, ring.next, tag, value, s.count, j));
       continue;
     }
-    pl->land_final(ring.prev, tag, value, s.count, j, kNoSlot, [=, &pl]() {
-      return distance < ring.n - 1 ? pl->send_final(kNoSlot, ring.next, tag, value, s.count, j) : Status();
+    pl.land_final(ring.prev, tag, value, s.count, j, kNoSlot, [=, &pl]() {
+      return distance < ring.n - 1 ? pl.send_final(kNoSlot, ring.next, tag, value, s.count, j) : Status();
     });
   }
   return pipe.run();

@@ -35,9 +35,7 @@ class NativePayload final : public Payload {
   }
 
  private:
-  Status will_write(void *at, size_t count) {
-    return pipe_.undo() != nullptr ? pipe_.undo()->will_write(at, count * es_) : Status();
-  }
+  Status will_write(void *at, size_t count) { return pipe_.will_write(at, count * es_); }
 
   Pipeline &pipe_;
   Memory &mem_;
@@ -104,9 +102,7 @@ class CodedPayload final : public Payload {
   }
 
  private:
-  Status will_write(void *at, size_t count) {
-    return pipe_.undo() != nullptr ? pipe_.undo()->will_write(at, count * sizeof(float)) : Status();
-  }
+  Status will_write(void *at, size_t count) { return pipe_.will_write(at, count * sizeof(float)); }
 
   Pipeline &pipe_;
   Memory &mem_;

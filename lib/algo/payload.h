@@ -13,7 +13,7 @@
 // accumulator) with `first`, the index of the first element in its buffer (INT8 blocks start
 // there). A coded payload keeps each message's bytes in a region of host memory named by the
 // topology, one per (block, segment), written once per operation: its receives never wait for a
-// send. Every write into the caller's output goes through the pipeline's Undo first.
+// send. Every write into the caller's output goes through Pipeline::will_write first.
 #pragma once
 
 #include <cstddef>
@@ -54,7 +54,7 @@ class Payload {
 };
 
 // The payload for elements of dtype t combined with op, travelling as w (kNative, or an F32 codec),
-// sending and receiving through `pipe`.
+// sending and receiving through `pipe` (which makes its own: Pipeline::payload()).
 std::unique_ptr<Payload> make_payload(Pipeline &pipe, codec::Wire w, codec::Dtype t, codec::RedOp op);
 
 }  // namespace wccl::algo

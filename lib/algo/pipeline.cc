@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "algo/payload.h"
+
 namespace wccl::algo {
 namespace {
 
@@ -81,8 +83,15 @@ void Outbox::reap() {
   }
 }
 
-Pipeline::Pipeline(Exchange &ex, Memory &mem, Undo *undo, size_t slots, size_t es, Compress compress)
-    : ex_(ex), mem_(mem), undo_(undo), outbox_(ex, mem, slots, es, compress), es_(es) {}
+Pipeline::Pipeline(Exchange &ex, const Collective &c, Undo *undo, size_t slots, size_t es)
+    : ex_(ex),
+      mem_(c.memory != nullptr ? *c.memory : host_memory()),
+      undo_(undo),
+      outbox_(ex, mem_, slots, es, c.compress),
+      es_(es),
+      payload_(make_payload(*this, c.wire, c.dtype, c.op)) {}
+
+Pipeline::~Pipeline() { ex_.finish(); }
 
 void Pipeline::receive(int peer, uint32_t tag, size_t len, Action then) {
   steps_.push_back({peer, tag, nullptr, len, false, kNoSlot, std::move(then)});
@@ -111,7 +120,7 @@ Status Pipeline::run() {
       recvs[k] = kNothingSent;
       return Status();
     }
-    if (s.in_buffer && !device && undo_ != nullptr) WCCL_RETURN_IF_ERROR(undo_->will_write(s.dst, s.len));
+    if (s.in_buffer && !device) WCCL_RETURN_IF_ERROR(will_write(s.dst, s.len));
     recvs[k] = ex_.recv(s.peer, s.tag, landing(k), s.len, /*any_length=*/true);
     return Status();
   };
@@ -131,7 +140,7 @@ Status Pipeline::run() {
       const size_t got = ex_.length(recvs[k]);
       if (got != s.len) WCCL_RETURN_IF_ERROR(unzstd_.decompress(at, got, es_, at, s.len));
       if (s.dst != nullptr && at != s.dst) {  // a device buffer, through host staging
-        if (undo_ != nullptr) WCCL_RETURN_IF_ERROR(undo_->will_write(s.dst, s.len));
+        WCCL_RETURN_IF_ERROR(will_write(s.dst, s.len));
         WCCL_RETURN_IF_ERROR(mem_.from_host(s.dst, at, s.len));
       }
     }

@@ -20,8 +20,10 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <vector>
 
+#include "algo/collectives.h"
 #include "algo/exchange.h"
 #include "algo/memory.h"
 #include "algo/send_codec.h"
@@ -29,6 +31,8 @@
 #include "codec/compress.h"
 
 namespace wccl::algo {
+
+class Payload;  // algo/payload.h
 
 // A send slot nobody gates on.
 inline constexpr size_t kNoSlot = std::numeric_limits<size_t>::max();
@@ -74,16 +78,22 @@ class Pipeline {
   using Action = std::function<Status(const uint8_t *bytes)>;
   static constexpr size_t kWindow = 4;  // receives posted ahead of the one being waited for
 
-  Pipeline(Exchange &ex, Memory &mem, Undo *undo, size_t slots, size_t es, Compress compress);
-  // Nothing may still write into the staging slots (or read the buffers) once they are freed: on
-  // failure that means aborting the channel and draining it here.
-  ~Pipeline() { ex_.finish(); }
+  // For collective c (its memory, wire, dtype, operator, compression): `slots` send slots, and
+  // messages of elements of es bytes on the wire.
+  Pipeline(Exchange &ex, const Collective &c, Undo *undo, size_t slots, size_t es);
+  // Nothing may still write into the staging slots or the payload's regions (or read the buffers)
+  // once they are freed: on failure that means aborting the channel and draining it here, before
+  // any member is destroyed.
+  ~Pipeline();
   Pipeline(const Pipeline &) = delete;
   Pipeline &operator=(const Pipeline &) = delete;
 
   Memory &memory() const { return mem_; }
-  Undo *undo() const { return undo_; }
   Outbox &out() { return outbox_; }
+  // What travels (c.wire), sending and receiving through this pipeline.
+  Payload &payload() { return *payload_; }
+  // [at, at + len) of the operation's buffers is about to be written: the Undo (if any) saves it.
+  Status will_write(const void *at, size_t len) { return undo_ != nullptr ? undo_->will_write(at, len) : Status(); }
 
   // Steps, run in the order added.
   // A message of len bytes from `peer` lands in a staging slot of host memory; `then` gets it.
@@ -117,6 +127,7 @@ class Pipeline {
   std::vector<Step> steps_;
   Bytes staging_;
   codec::Compressor unzstd_;
+  std::unique_ptr<Payload> payload_;
 };
 
 }  // namespace wccl::algo
