@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh >/dev/null
 if [ $# -eq 0 ]; then set -- -b 4K -e 64M -f 8 -n 10 -w 2; fi
-exec "${BUILD_DIR:-build}/bench/wccl-perf" --local 4 "$@"
+exec "${BUILD_DIR:-build}/bench/perf/wccl-perf" --local 4 "$@"

@@ -1,4 +1,4 @@
-// Helpers shared by the transport tests, the benchmarks and the peer helper process.
+// Helpers shared by the transport tests and the peer helper process.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,9 +20,6 @@
 namespace wccl::test {
 
 using namespace std::chrono_literals;
-
-using devkit::check_pattern;
-using devkit::fill_pattern;
 
 // A CA and certificates for a few node names, in a temporary directory.
 class Pki {

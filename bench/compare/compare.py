@@ -6,8 +6,8 @@ Runs every program on the same sizes and peer count in one run, each R times int
 tools alike, and prints a markdown report: the machine, the exact commands, then per size one row
 per tool with the median time, the bus bandwidth and the ratios to wccl without TLS.
 
-All programs take -b -e -n -w --json and print one JSON object (schema in sweep.h / PrintJson) and
-measure the same way (bench/compare/sweep.h). A program that is not built is skipped with a note.
+All programs take -b -e -n -w --json and print one JSON object (schema: PrintJson in bench/perf/sweep.cc) and
+measure the same way (bench/perf/sweep.h). A program that is not built is skipped with a note.
 
   /usr/bin/python3 bench/compare/compare.py --build build --peers 4 --sizes 4K 256M -n 20,5 -w 5,2
 
@@ -92,7 +92,7 @@ class Tool:
 
 
 def make_tools(build, peers, timeout_s):
-    perf = os.path.join(build, "bench", "wccl-perf")
+    perf = os.path.join(build, "bench", "perf", "wccl-perf")
     gloo = os.path.join(build, "bench", "compare", "gloo-allreduce")
     mpi = os.path.join(build, "bench", "compare", "mpi-allreduce")
     local = ["--local", str(peers)]

@@ -5,7 +5,7 @@
 // The program forks N ranks itself. They meet through a gloo::rendezvous::FileStore in a fresh
 // temporary directory and connect a full mesh of TCP pairs (gloo::transport::tcp) bound to
 // 127.0.0.1. The parent only waits: it fails if any rank fails, kills the other ranks then, and
-// kills them all if the run takes longer than --timeout-s. The measurement is in sweep.cc.
+// kills them all if the run takes longer than --timeout-s. The measurement is in ../perf/sweep.cc.
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
@@ -21,6 +21,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +39,7 @@ namespace {
 constexpr char kProg[] = "gloo-allreduce";
 
 struct Flags {
-  compare::Options sweep;
+  sweep::Options opt;
   int local = 0;
   std::string algo = "ring_chunked";
   int timeout_s = 600;
@@ -51,14 +52,14 @@ void Usage(FILE *out) {
                "  --algo A      ring_chunked (default) or halving_doubling\n"
                "  --timeout-s S kill the ranks and fail after S seconds (default 600)\n"
                "%s",
-               kProg, compare::kCommonUsage);
+               kProg, sweep::kCommonUsage);
 }
 
 // Returns 0 to run, 1 after --help, 2 on a bad command line.
 int ParseFlags(int argc, char **argv, Flags *flags) {
   for (int i = 1; i < argc; ++i) {
     std::string error;
-    const int common = compare::ParseCommonFlag(argc, argv, &i, &flags->sweep, &error);
+    const int common = sweep::ParseCommonFlag(argc, argv, &i, &flags->opt, &error);
     if (common == 1) continue;
     const std::string flag = argv[i];
     if (common == 0 && flag == "--help") {
@@ -72,9 +73,9 @@ int ParseFlags(int argc, char **argv, Flags *flags) {
         const std::string value = argv[++i];
         bool ok = true;
         if (flag == "--local") {
-          ok = compare::ParseInt(value, &flags->local);
+          ok = sweep::ParseInt(value, &flags->local);
         } else if (flag == "--timeout-s") {
-          ok = compare::ParseInt(value, &flags->timeout_s);
+          ok = sweep::ParseInt(value, &flags->timeout_s);
         } else {
           flags->algo = value;
         }
@@ -89,7 +90,7 @@ int ParseFlags(int argc, char **argv, Flags *flags) {
       return 2;
     }
   }
-  std::string error = compare::ValidateOptions(flags->sweep);
+  std::string error = sweep::ValidateOptions(flags->opt, INT_MAX);
   if (flags->local < 1) error = "--local N (N >= 1) is required";
   if (flags->algo != "ring_chunked" && flags->algo != "halving_doubling") {
     error = "--algo must be ring_chunked or halving_doubling";
@@ -102,7 +103,7 @@ int ParseFlags(int argc, char **argv, Flags *flags) {
   return 0;
 }
 
-class GlooCollective : public compare::Collective {
+class GlooCollective : public sweep::Collective {
  public:
   GlooCollective(std::shared_ptr<gloo::Context> context, std::string algo)
       : context_(std::move(context)), algo_(std::move(algo)) {}
@@ -112,9 +113,9 @@ class GlooCollective : public compare::Collective {
 
   // Gloo's algorithm objects are bound to their buffers at construction (they register them with
   // the pairs and allocate their inboxes), so one is built per size, outside the timed region.
-  void Bind(float *buf, size_t count) override {
+  void Bind(void *buf, size_t count, const sweep::Case & /*f32 sum*/) override {
     algorithm_.reset();  // free the previous inboxes before allocating new ones
-    const std::vector<float *> ptrs = {buf};
+    const std::vector<float *> ptrs = {static_cast<float *>(buf)};
     const int n = static_cast<int>(count);  // ValidateOptions keeps count within an int
     if (algo_ == "ring_chunked") {
       algorithm_ = std::make_unique<gloo::AllreduceRingChunked<float>>(context_, ptrs, n);
@@ -138,6 +139,8 @@ class GlooCollective : public compare::Collective {
     return value;
   }
 
+  std::string Algorithm() const override { return algo_; }
+
  private:
   std::shared_ptr<gloo::Context> context_;
   std::string algo_;
@@ -158,10 +161,7 @@ int RunRank(const Flags &flags, int rank, const std::string &store_dir) {
     context->connectFullMesh(store, device);
 
     GlooCollective coll(context, flags.algo);
-    const std::vector<compare::Result> results = compare::RunSweep(flags.sweep, &coll);
-    if (rank == 0 && flags.sweep.json) {
-      compare::PrintJson("gloo-" + flags.algo, flags.local, results);
-    }
+    sweep::RunSweep(flags.opt, {sweep::Case{}}, sweep::Run{"gloo-" + flags.algo, false}, &coll);
 
     // Exit barrier through the store, not through Gloo: a rank that leaves closes its sockets, and
     // a peer still inside its last collective (even a Gloo barrier, which the leaving rank may

@@ -25,7 +25,7 @@
 // ranks moves the ring's 2(N-1)/N * 64 MiB per rank over lo with these flags, and almost nothing
 // with Open MPI's defaults (shared memory).
 //
-// The measurement is in sweep.cc. MPI_IN_PLACE keeps the data movement the same as Gloo's
+// The measurement is in ../perf/sweep.cc. MPI_IN_PLACE keeps the data movement the same as Gloo's
 // in-place algorithms and wccl's.
 
 // Only the C API is used; the deprecated C++ bindings mpi.h would pull in do not compile cleanly
@@ -34,6 +34,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <climits>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -44,7 +45,7 @@ namespace {
 
 constexpr char kProg[] = "mpi-allreduce";
 
-class MpiCollective : public compare::Collective {
+class MpiCollective : public sweep::Collective {
  public:
   MpiCollective() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -54,8 +55,8 @@ class MpiCollective : public compare::Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void Bind(float *buf, size_t count) override {
-    buf_ = buf;
+  void Bind(void *buf, size_t count, const sweep::Case & /*f32 sum*/) override {
+    buf_ = static_cast<float *>(buf);
     count_ = static_cast<int>(count);  // ValidateOptions keeps count within an int
   }
   void Unbind() override { buf_ = nullptr; }
@@ -77,6 +78,9 @@ class MpiCollective : public compare::Collective {
     return value;
   }
 
+  // Open MPI's coll/tuned picks the algorithm per size; it does not say which.
+  std::string Algorithm() const override { return "tuned"; }
+
  private:
   int rank_ = 0;
   int size_ = 0;
@@ -86,20 +90,20 @@ class MpiCollective : public compare::Collective {
 
 // Every rank parses the same command line; only rank 0 says what is wrong with it.
 // Returns 0 to run, 1 after --help, 2 on a bad command line.
-int ParseFlags(int argc, char **argv, int rank, compare::Options *opt) {
+int ParseFlags(int argc, char **argv, int rank, sweep::Options *opt) {
   std::string error;
   for (int i = 1; i < argc && error.empty(); ++i) {
-    const int common = compare::ParseCommonFlag(argc, argv, &i, opt, &error);
+    const int common = sweep::ParseCommonFlag(argc, argv, &i, opt, &error);
     if (common != 0) continue;
     if (std::string(argv[i]) == "--help") {
       if (rank == 0) {
-        std::printf("usage: mpirun ... %s [options]\n%s", kProg, compare::kCommonUsage);
+        std::printf("usage: mpirun ... %s [options]\n%s", kProg, sweep::kCommonUsage);
       }
       return 1;
     }
     error = std::string("unknown flag '") + argv[i] + "'";
   }
-  if (error.empty()) error = compare::ValidateOptions(*opt);
+  if (error.empty()) error = sweep::ValidateOptions(*opt, INT_MAX);
   if (error.empty()) return 0;
   if (rank == 0) std::fprintf(stderr, "%s: %s\n", kProg, error.c_str());
   return 2;
@@ -110,21 +114,18 @@ int ParseFlags(int argc, char **argv, int rank, compare::Options *opt) {
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MpiCollective coll;
-  compare::Options opt;
+  sweep::Options opt;
   const int parsed = ParseFlags(argc, argv, coll.rank(), &opt);
   if (parsed != 0) {
     MPI_Finalize();
     return parsed == 1 ? 0 : 2;
   }
-  const std::vector<compare::Result> results = compare::RunSweep(opt, &coll);
-  if (coll.rank() == 0 && opt.json) {
 #ifdef OPEN_MPI
-    const char *tool = "openmpi";
+  const char *tool = "openmpi";
 #else
-    const char *tool = "mpi";
+  const char *tool = "mpi";
 #endif
-    compare::PrintJson(tool, coll.size(), results);
-  }
+  sweep::RunSweep(opt, {sweep::Case{}}, sweep::Run{tool, false}, &coll);
   MPI_Finalize();
   return 0;
 }

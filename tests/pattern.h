@@ -5,10 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace wccl::devkit {
+namespace wccl::test {
 
 void fill_pattern(uint8_t *buf, size_t n, uint64_t seed);
 // Index of the first byte that differs from the pattern, or n when all match.
 size_t check_pattern(const uint8_t *buf, size_t n, uint64_t seed);
 
-}  // namespace wccl::devkit
+}  // namespace wccl::test

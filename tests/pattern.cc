@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace wccl::devkit {
+namespace wccl::test {
 
 namespace {
 uint64_t splitmix(uint64_t x) {
@@ -40,4 +40,4 @@ size_t check_pattern(const uint8_t *buf, size_t n, uint64_t seed) {
   return n;
 }
 
-}  // namespace wccl::devkit
+}  // namespace wccl::test

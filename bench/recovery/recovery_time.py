@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "devkit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "devkit"))
 from group import Group, make_pki, start_coordinator  # noqa: E402
 
 

@@ -6,7 +6,7 @@
 # joiner's link is not, so one donor's uplink is the bottleneck that striping over several
 # removes. TLS on, with certificates made here by openssl as docs/tls.md does.
 #
-#   bench/state_sync_catchup.sh [BUILD_DIR] [BYTES] [RATE]     (root; defaults: build 1G 400mbit)
+#   bench/recovery/state_sync_catchup.sh [BUILD_DIR] [BYTES] [RATE]     (root; defaults: build 1G 400mbit)
 set -euo pipefail
 build=${1:-build}
 bytes=${2:-1G}
@@ -15,7 +15,7 @@ case "$bytes" in
   *G) bytes=$(( ${bytes%G} << 30 )) ;;
   *M) bytes=$(( ${bytes%M} << 20 )) ;;
 esac
-peer_bin=$(realpath "$build/bench/wccl-sync-peer")
+peer_bin=$(realpath "$build/bench/recovery/wccl-sync-peer")
 coord_bin=$(realpath "$build/tools/wccl-coord")
 work=$(mktemp -d /tmp/wccl-sync-bench.XXXXXX)
 br=wsbr0

@@ -82,10 +82,10 @@ void BM_Link(benchmark::State &state) {
   std::unique_ptr<devkit::TempDir> dir;
   devkit::NodeFiles sf, cf;
   if (tls) {
-    dir = std::move(devkit::TempDir::create("wccl-bench").value());
-    auto ca = devkit::Authority::create(dir->path(), "bench");
-    sf = ca.value()->issue("server").value();
-    cf = ca.value()->issue("client").value();
+    dir = std::make_unique<devkit::TempDir>("wccl-bench");
+    devkit::Authority ca(dir->path(), "bench");
+    sf = ca.issue("server");
+    cf = ca.issue("client");
   }
   auto make = [&](const std::string &name, const devkit::NodeFiles &f) {
     Config cfg = Config::defaults();
