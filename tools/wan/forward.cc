@@ -1,0 +1,428 @@
+// wccl-wan-forward: the packet forwarder of the WAN emulator (tools/wan/wan.py, docs/wan.md).
+//
+//   wccl-wan-forward TOPOLOGY
+//
+// Creates one TUN device per host of the topology (wccl-w0, wccl-w1, ...), prints one line per host
+// ("host NAME ADDRESS DEVICE") and then "ready" on stdout, and forwards IPv4 packets between the
+// devices until SIGTERM or SIGINT, when it prints per-host counters on stderr. wan.py moves each
+// device into its host's network namespace and gives it the address; any program can do the same.
+//
+// A packet that host i sends to host j crosses, in order:
+//   i's uplink     a FIFO at i's `up` rate with a tail-drop queue of `queue` bytes;
+//   the path       i->j's one-way delay, plus a uniform sample of [0, jitter) of each end;
+//                  lost with probability loss(i) + loss(j); never reordered within the pair;
+//   j's downlink   a FIFO at j's `down` rate with the same tail-drop queue;
+// and is then written to j's device. Rates count IP bytes. Everything runs on one thread with an
+// event heap and a timerfd: no busy-waiting, and memory bounded by the queues and kMaxInFlight.
+//
+// Topology file, one statement per line, '#' starts a comment:
+//   host NAME region=R up=RATE [down=RATE] [jitter=TIME] [loss=P]   (down defaults to up)
+//   delay A B TIME          one-way, both directions; A and B name regions or hosts (a pair of
+//                           hosts overrides their regions' delay); every pair needs one
+//   queue BYTES             each link's queue (default 1M); suffixes K, M (2^10, 2^20)
+//   mtu N                   the devices' MTU, applied by wan.py (default 1500)
+//   seed N                  the loss and jitter generator's seed (default 1)
+// RATE: a number with kbit, mbit or gbit (10^3, 10^6, 10^9 bit/s). TIME: a number with us or ms.
+// Host k gets address 10.77.0.(k+1)/16.
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr size_t kMaxInFlight = size_t{1} << 30;  // packet buffers on the emulated paths, in bytes
+
+struct Counters {
+  uint64_t sent = 0, sent_bytes = 0;            // read from this host's device
+  uint64_t delivered = 0, delivered_bytes = 0;  // written to this host's device
+  uint64_t drop_up = 0, drop_down = 0, lost = 0, unroutable = 0;
+};
+
+struct Host {
+  std::string name, region;
+  double up_bps = 0, down_bps = 0;
+  int64_t jitter_ns = 0;
+  double loss = 0;
+  int fd = -1;
+  int64_t up_free = 0, down_free = 0;  // when each link has sent what it holds
+  Counters n;
+};
+
+struct Topology {
+  std::vector<Host> hosts;
+  std::vector<std::vector<int64_t>> delay_ns;  // [from][to], one-way
+  size_t queue_bytes = 1 << 20;
+  int mtu = 1500;
+  uint64_t seed = 1;
+};
+
+[[noreturn]] void fail(const std::string &why) { throw std::runtime_error(why); }
+
+double parse_number(const std::string &text, const std::string &what, size_t *unit_at) {
+  char *end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(v >= 0) || !std::isfinite(v)) fail("bad " + what + ": '" + text + "'");
+  *unit_at = static_cast<size_t>(end - text.c_str());
+  return v;
+}
+
+double parse_with_unit(const std::string &text, const std::string &what,
+                       const std::map<std::string, double> &units) {
+  size_t at = 0;
+  const double v = parse_number(text, what, &at);
+  const auto unit = units.find(text.substr(at));
+  if (unit == units.end()) fail("bad " + what + ": '" + text + "'");
+  return v * unit->second;
+}
+
+double parse_rate(const std::string &t) {
+  const double bps = parse_with_unit(t, "rate", {{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}});
+  if (bps <= 0) fail("a rate must be positive: '" + t + "'");
+  return bps;
+}
+int64_t parse_time(const std::string &t) {
+  return static_cast<int64_t>(parse_with_unit(t, "time", {{"us", 1e3}, {"ms", 1e6}}));
+}
+
+Topology parse_topology(const std::string &path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read " + path);
+  Topology topo;
+  struct Delay {
+    std::string a, b;
+    int64_t ns;
+  };
+  std::vector<Delay> delays;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string s; words >> s;) w.push_back(s);
+    if (w.empty()) continue;
+    const std::string where = path + ":" + std::to_string(number) + ": ";
+    try {
+      if (w[0] == "host" && w.size() >= 2) {
+        Host h;
+        h.name = w[1];
+        bool down = false;
+        for (size_t k = 2; k < w.size(); ++k) {
+          const size_t eq = w[k].find('=');
+          if (eq == std::string::npos) fail("expected key=value: '" + w[k] + "'");
+          const std::string key = w[k].substr(0, eq), value = w[k].substr(eq + 1);
+          size_t at = 0;
+          if (key == "region") h.region = value;
+          else if (key == "up") h.up_bps = parse_rate(value);
+          else if (key == "down") h.down_bps = parse_rate(value), down = true;
+          else if (key == "jitter") h.jitter_ns = parse_time(value);
+          else if (key == "loss") h.loss = parse_number(value, "loss", &at);
+          else fail("unknown host setting '" + key + "'");
+          if (key == "loss" && (at != value.size() || h.loss > 1)) fail("bad loss: '" + value + "'");
+        }
+        if (h.up_bps <= 0) fail("host " + h.name + " needs up=RATE");
+        if (!down) h.down_bps = h.up_bps;
+        if (h.region.empty()) h.region = h.name;
+        for (const Host &o : topo.hosts) {
+          if (o.name == h.name) fail("host " + h.name + " appears twice");
+        }
+        topo.hosts.push_back(h);
+      } else if (w[0] == "delay" && w.size() == 4) {
+        delays.push_back({w[1], w[2], parse_time(w[3])});
+      } else if (w[0] == "queue" && w.size() == 2) {
+        topo.queue_bytes = static_cast<size_t>(parse_with_unit(w[1], "queue", {{"", 1}, {"K", 1024}, {"M", 1 << 20}}));
+        if (topo.queue_bytes < 65536) fail("a queue must hold at least 64K");
+      } else if (w[0] == "mtu" && w.size() == 2) {
+        size_t at = 0;
+        topo.mtu = static_cast<int>(parse_number(w[1], "mtu", &at));
+        if (at != w[1].size() || topo.mtu < 576 || topo.mtu > 65535) fail("mtu must be 576..65535");
+      } else if (w[0] == "seed" && w.size() == 2) {
+        topo.seed = std::strtoull(w[1].c_str(), nullptr, 10);
+      } else {
+        fail("unknown statement '" + line + "'");
+      }
+    } catch (const std::runtime_error &e) {
+      fail(where + e.what());
+    }
+  }
+  const size_t n = topo.hosts.size();
+  if (n < 2 || n > 250) fail(path + ": a topology needs 2 to 250 hosts");
+  // Each pair's delay: a statement naming both hosts wins over one naming their regions.
+  topo.delay_ns.assign(n, std::vector<int64_t>(n, -1));
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const Delay &d : delays) {
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) {
+          const Host &a = topo.hosts[i], &b = topo.hosts[j];
+          const bool hosts = d.a == a.name && d.b == b.name;
+          const bool regions = d.a == a.region && d.b == b.region;
+          if (i != j && (pass == 0 ? regions : hosts)) topo.delay_ns[i][j] = topo.delay_ns[j][i] = d.ns;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i != j && topo.delay_ns[i][j] < 0) {
+        fail(path + ": no delay between " + topo.hosts[i].name + " and " + topo.hosts[j].name);
+      }
+    }
+  }
+  return topo;
+}
+
+int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int open_tun(const std::string &name) {
+  const int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(std::string("/dev/net/tun: ") + std::strerror(errno) + " (needs root and the tun module)");
+  ifreq ifr{};
+  ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+  std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name.c_str());
+  if (ioctl(fd, TUNSETIFF, &ifr) < 0) fail("TUNSETIFF " + name + ": " + std::strerror(errno));
+  return fd;
+}
+
+struct Packet {
+  explicit Packet(int mtu) : data(new uint8_t[static_cast<size_t>(mtu)]) {}
+  size_t len = 0;
+  int from = 0, to = 0;
+  std::unique_ptr<uint8_t[]> data;  // one MTU: a TUN device without IFF_VNET_HDR reads no larger
+};
+
+struct Event {
+  int64_t at;
+  uint64_t order;  // ties keep the order events were made in
+  bool delivery;   // false: arrives at the destination's downlink; true: leaves it
+  Packet *packet;
+  bool operator>(const Event &o) const { return at != o.at ? at > o.at : order > o.order; }
+};
+
+class Forwarder {
+ public:
+  explicit Forwarder(Topology topo) : t_(std::move(topo)), rng_(t_.seed) {
+    const size_t n = t_.hosts.size();
+    last_arrival_.assign(n, std::vector<int64_t>(n, 0));
+  }
+
+  void open_devices() {
+    for (size_t k = 0; k < t_.hosts.size(); ++k) {
+      const std::string dev = "wccl-w" + std::to_string(k);
+      t_.hosts[k].fd = open_tun(dev);
+      std::printf("host %s 10.77.0.%zu %s %d\n", t_.hosts[k].name.c_str(), k + 1, dev.c_str(), t_.mtu);
+    }
+    std::printf("ready\n");
+    std::fflush(stdout);
+  }
+
+  void run() {
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop, nullptr);
+    const int sfd = signalfd(-1, &stop, SFD_CLOEXEC);
+    const int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (sfd < 0 || tfd < 0 || ep < 0) fail(std::string("epoll/timerfd/signalfd: ") + std::strerror(errno));
+    auto watch = [ep](int fd, uint64_t tag) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = tag;
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) fail(std::string("epoll_ctl: ") + std::strerror(errno));
+    };
+    const uint64_t kSignal = 1000, kTimer = 1001;
+    for (size_t k = 0; k < t_.hosts.size(); ++k) watch(t_.hosts[k].fd, k);
+    watch(sfd, kSignal);
+    watch(tfd, kTimer);
+    epoll_event ready[64];
+    for (;;) {
+      itimerspec when{};  // all zero disarms
+      if (!events_.empty()) {
+        const int64_t at = std::max<int64_t>(events_.top().at, 1);
+        when.it_value.tv_sec = at / 1000000000;
+        when.it_value.tv_nsec = at % 1000000000;
+      }
+      timerfd_settime(tfd, TFD_TIMER_ABSTIME, &when, nullptr);
+      const int got = epoll_wait(ep, ready, 64, -1);
+      if (got < 0 && errno != EINTR) fail(std::string("epoll_wait: ") + std::strerror(errno));
+      for (int e = 0; e < got; ++e) {
+        const uint64_t tag = ready[e].data.u64;
+        if (tag == kSignal) return;
+        if (tag == kTimer) {
+          uint64_t expirations;
+          (void)!read(tfd, &expirations, sizeof(expirations));
+        } else {
+          read_host(static_cast<int>(tag));
+        }
+      }
+      run_due(now_ns());
+    }
+  }
+
+  void print_counters() const {
+    std::fprintf(stderr, "%-12s %10s %14s %10s %14s %8s %8s %8s %8s\n", "host", "sent", "sent(B)", "delivered",
+                 "delivered(B)", "drop-up", "drop-dn", "lost", "other");
+    for (const Host &h : t_.hosts) {
+      std::fprintf(stderr, "%-12s %10" PRIu64 " %14" PRIu64 " %10" PRIu64 " %14" PRIu64 " %8" PRIu64 " %8" PRIu64
+                   " %8" PRIu64 " %8" PRIu64 "\n",
+                   h.name.c_str(), h.n.sent, h.n.sent_bytes, h.n.delivered, h.n.delivered_bytes, h.n.drop_up,
+                   h.n.drop_down, h.n.lost, h.n.unroutable);
+    }
+  }
+
+ private:
+  Packet *take() {
+    if (free_.empty()) {
+      packets_.push_back(std::make_unique<Packet>(t_.mtu));
+      free_.push_back(packets_.back().get());
+    }
+    Packet *p = free_.back();
+    free_.pop_back();
+    return p;
+  }
+  void give_back(Packet *p) {
+    in_flight_ -= static_cast<size_t>(t_.mtu);
+    free_.push_back(p);
+  }
+  void push(int64_t at, bool delivery, Packet *p) { events_.push({at, order_++, delivery, p}); }
+
+  // Bytes a link still holds at `at`, given when it will have sent them.
+  static double backlog(int64_t free_at, int64_t at, double bps) {
+    return free_at > at ? static_cast<double>(free_at - at) * bps / 8e9 : 0;
+  }
+  static int64_t transmit_ns(size_t len, double bps) { return static_cast<int64_t>(static_cast<double>(len) * 8e9 / bps); }
+
+  void read_host(int from) {
+    Host &src = t_.hosts[static_cast<size_t>(from)];
+    for (;;) {
+      Packet *p = take();
+      const ssize_t got = read(src.fd, p->data.get(), static_cast<size_t>(t_.mtu));
+      if (got <= 0) {
+        free_.push_back(p);
+        return;
+      }
+      p->len = static_cast<size_t>(got);
+      in_flight_ += static_cast<size_t>(t_.mtu);
+      ++src.n.sent;
+      src.n.sent_bytes += p->len;
+      uplink(from, p, now_ns());
+    }
+  }
+
+  // The packet leaves `from`'s device at `now`: the uplink, then the path.
+  void uplink(int from, Packet *p, int64_t now) {
+    Host &src = t_.hosts[static_cast<size_t>(from)];
+    // IPv4 to 10.77.0.(k+1) only; anything else (IPv6 router solicitations, say) goes nowhere.
+    const int to = p->len >= 20 && (p->data[0] >> 4) == 4 && p->data[16] == 10 && p->data[17] == 77 && p->data[18] == 0
+                       ? p->data[19] - 1
+                       : -1;
+    if (to < 0 || to >= static_cast<int>(t_.hosts.size()) || to == from || in_flight_ > kMaxInFlight) {
+      ++src.n.unroutable;
+      return give_back(p);
+    }
+    Host &dst = t_.hosts[static_cast<size_t>(to)];
+    if (backlog(src.up_free, now, src.up_bps) + static_cast<double>(p->len) > static_cast<double>(t_.queue_bytes)) {
+      ++src.n.drop_up;
+      return give_back(p);
+    }
+    src.up_free = std::max(src.up_free, now) + transmit_ns(p->len, src.up_bps);
+    if (uniform_(rng_) < src.loss + dst.loss) {
+      ++src.n.lost;
+      return give_back(p);
+    }
+    int64_t arrival = src.up_free + t_.delay_ns[static_cast<size_t>(from)][static_cast<size_t>(to)];
+    for (const Host *h : {&src, &dst}) {
+      if (h->jitter_ns > 0) arrival += static_cast<int64_t>(uniform_(rng_) * static_cast<double>(h->jitter_ns));
+    }
+    int64_t &last = last_arrival_[static_cast<size_t>(from)][static_cast<size_t>(to)];
+    arrival = std::max(arrival, last);  // jitter delays, never reorders, a pair's packets
+    last = arrival;
+    p->from = from;
+    p->to = to;
+    push(arrival, false, p);
+  }
+
+  void run_due(int64_t now) {
+    while (!events_.empty() && events_.top().at <= now) {
+      const Event e = events_.top();
+      events_.pop();
+      Host &dst = t_.hosts[static_cast<size_t>(e.packet->to)];
+      if (!e.delivery) {  // at the destination's downlink
+        if (backlog(dst.down_free, e.at, dst.down_bps) + static_cast<double>(e.packet->len) >
+            static_cast<double>(t_.queue_bytes)) {
+          ++dst.n.drop_down;
+          give_back(e.packet);
+          continue;
+        }
+        dst.down_free = std::max(dst.down_free, e.at) + transmit_ns(e.packet->len, dst.down_bps);
+        push(dst.down_free, true, e.packet);
+      } else {
+        if (write(dst.fd, e.packet->data.get(), e.packet->len) == static_cast<ssize_t>(e.packet->len)) {
+          ++dst.n.delivered;
+          dst.n.delivered_bytes += e.packet->len;
+        } else {
+          ++dst.n.drop_down;
+        }
+        give_back(e.packet);
+      }
+    }
+  }
+
+  Topology t_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t order_ = 0;
+  std::vector<std::vector<int64_t>> last_arrival_;
+  std::vector<std::unique_ptr<Packet>> packets_;  // every buffer made; reused through free_
+  std::vector<Packet *> free_;
+  size_t in_flight_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 2 || argv[1][0] == '-') {
+    std::fprintf(stderr, "usage: wccl-wan-forward TOPOLOGY   (see tools/wan/wan.py and docs/wan.md)\n");
+    return 2;
+  }
+  try {
+    Forwarder f(parse_topology(argv[1]));
+    f.open_devices();
+    f.run();
+    f.print_counters();
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "wccl-wan-forward: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
