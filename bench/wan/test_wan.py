@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The short WAN test (CI): four emulated hosts, 200 Mbit/s links, 5 ms one way, wccl-perf over
+TLS. Asserts what cannot flake: every result exact (INT8: within its bound), no all-reduce faster
+than the links allow (a peer's wire bytes per second at most the link rate), none quicker than the delays allow
+(at least two one-way delays: the data must cross a link, then DONE and COMMIT cross one each),
+and the forwarder saw the traffic. Skips (77) without root or /dev/net/tun.
+
+  test_wan.py BUILD_DIR
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import wan_perf  # noqa: E402
+
+RATE_BPS = 200e6
+ONE_WAY_S = 0.005
+TOPOLOGY = """
+host h0 region=x up=200mbit
+host h1 region=x up=200mbit
+host h2 region=x up=200mbit
+host h3 region=x up=200mbit
+delay x x 5ms
+queue 1M
+"""
+
+
+def main():
+    if os.geteuid() != 0 or not os.path.exists("/dev/net/tun") or shutil.which("ip") is None:
+        print("skipped: needs root, /dev/net/tun and ip (iproute2)")
+        return 77
+    with tempfile.NamedTemporaryFile("w", suffix=".wan") as topo:
+        topo.write(TOPOLOGY)
+        topo.flush()
+        status, out, counters, _ = wan_perf.run(topo.name, sys.argv[1], True,
+                                                ["-b", "4K", "-e", "4M", "-f", "32", "-n", "2", "-w", "1",
+                                                 "--wire", "native,int8", "--json"], timeout_s=240)
+    print(out)
+    assert status == 0, f"wccl-perf failed ({status})"
+    rows = json.loads(out)["results"]
+    assert len(rows) == 6, rows
+    for r in rows:
+        assert r["wrong"] == 0, r
+        assert r["wire_bytes"] * 8 / (r["time_us"] * 1e-6) <= RATE_BPS, f"faster than the links: {r}"
+        assert r["time_us"] >= 2 * ONE_WAY_S * 1e6, f"quicker than the delays: {r}"
+    for host, c in counters.items():
+        assert c["delivered(B)"] > 2 * 4 * 2**20, f"{host} received too little: {c}"
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
