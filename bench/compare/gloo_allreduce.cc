@@ -1,11 +1,15 @@
 // gloo-allreduce: fp32 SUM all-reduce with Gloo over TCP on 127.0.0.1, for comparison with wccl.
 //
 //   gloo-allreduce --local N [--algo ring_chunked|halving_doubling] [--timeout-s S] [sweep flags]
+//   gloo-allreduce --rank R --size N --store DIR [--host IP] [--algo A] [--timeout-s S] [sweep flags]
 //
-// The program forks N ranks itself. They meet through a gloo::rendezvous::FileStore in a fresh
-// temporary directory and connect a full mesh of TCP pairs (gloo::transport::tcp) bound to
-// 127.0.0.1. The parent only waits: it fails if any rank fails, kills the other ranks then, and
-// kills them all if the run takes longer than --timeout-s. The measurement is in ../perf/sweep.cc.
+// With --local, the program forks N ranks itself. They meet through a gloo::rendezvous::FileStore
+// in a fresh temporary directory and connect a full mesh of TCP pairs (gloo::transport::tcp)
+// bound to 127.0.0.1. The parent only waits: it fails if any rank fails, kills the other ranks
+// then, and kills them all if the run takes longer than --timeout-s. With --rank, the program is
+// that one rank of N, bound to --host, meeting the others through the FileStore in DIR (a
+// directory they all see: bench/wan/wan_perf.py runs one per emulated host). The measurement is
+// in ../perf/sweep.cc.
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
@@ -41,6 +45,8 @@ constexpr char kProg[] = "gloo-allreduce";
 struct Flags {
   sweep::Options opt;
   int local = 0;
+  int rank = -1, size = 0;  // --rank, --size: one rank of a job started elsewhere
+  std::string store, host = "127.0.0.1";
   std::string algo = "ring_chunked";
   int timeout_s = 600;
 };
@@ -48,7 +54,9 @@ struct Flags {
 void Usage(FILE *out) {
   std::fprintf(out,
                "usage: %s --local N [options]\n"
-               "  --local N     fork N ranks on this machine (required)\n"
+               "  --local N     fork N ranks on this machine\n"
+               "  --rank R --size N --store DIR [--host IP]\n"
+               "                or be rank R of N, meeting the others in DIR, bound to IP (default 127.0.0.1)\n"
                "  --algo A      ring_chunked (default) or halving_doubling\n"
                "  --timeout-s S kill the ranks and fail after S seconds (default 600)\n"
                "%s",
@@ -66,7 +74,8 @@ int ParseFlags(int argc, char **argv, Flags *flags) {
       Usage(stdout);
       return 1;
     }
-    if (common == 0 && (flag == "--local" || flag == "--algo" || flag == "--timeout-s")) {
+    if (common == 0 && (flag == "--local" || flag == "--algo" || flag == "--timeout-s" || flag == "--rank" ||
+                        flag == "--size" || flag == "--store" || flag == "--host")) {
       if (i + 1 >= argc) {
         error = flag + " needs a value";
       } else {
@@ -76,6 +85,14 @@ int ParseFlags(int argc, char **argv, Flags *flags) {
           ok = sweep::ParseInt(value, &flags->local);
         } else if (flag == "--timeout-s") {
           ok = sweep::ParseInt(value, &flags->timeout_s);
+        } else if (flag == "--rank") {
+          ok = sweep::ParseInt(value, &flags->rank);
+        } else if (flag == "--size") {
+          ok = sweep::ParseInt(value, &flags->size);
+        } else if (flag == "--store") {
+          flags->store = value;
+        } else if (flag == "--host") {
+          flags->host = value;
         } else {
           flags->algo = value;
         }
@@ -91,7 +108,8 @@ int ParseFlags(int argc, char **argv, Flags *flags) {
     }
   }
   std::string error = sweep::ValidateOptions(flags->opt, INT_MAX);
-  if (flags->local < 1) error = "--local N (N >= 1) is required";
+  const bool one_rank = flags->rank >= 0 && flags->rank < flags->size && !flags->store.empty();
+  if ((flags->local >= 1) == one_rank) error = "give --local N, or --rank R --size N --store DIR (R < N)";
   if (flags->algo != "ring_chunked" && flags->algo != "halving_doubling") {
     error = "--algo must be ring_chunked or halving_doubling";
   }
@@ -148,13 +166,13 @@ class GlooCollective : public sweep::Collective {
 };
 
 // One rank, in a child process. Returns its exit status.
-int RunRank(const Flags &flags, int rank, const std::string &store_dir) {
+int RunRank(const Flags &flags, int rank, int size, const std::string &store_dir) {
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = flags.host;
     attr.ai_family = AF_INET;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, flags.local);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     // Gloo's default is 30 s per operation; the parent's --timeout-s bounds the whole run instead.
     context->setTimeout(std::chrono::seconds(flags.timeout_s));
     gloo::rendezvous::FileStore store(store_dir);
@@ -169,7 +187,7 @@ int RunRank(const Flags &flags, int rank, const std::string &store_dir) {
     // makes no more Gloo calls, so closing sockets after everyone's key is there is harmless.
     store.set("exit_" + std::to_string(rank), {'1'});
     std::vector<std::string> keys;
-    for (int r = 0; r < flags.local; ++r) keys.push_back("exit_" + std::to_string(r));
+    for (int r = 0; r < size; ++r) keys.push_back("exit_" + std::to_string(r));
     store.wait(keys, std::chrono::seconds(flags.timeout_s));
     return 0;
   } catch (const std::exception &e) {
@@ -286,7 +304,7 @@ int RunLocal(const Flags &flags) {
       // A rank must not outlive the parent that bounds its run time.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
-      const int status = RunRank(flags, rank, store_dir);
+      const int status = RunRank(flags, rank, flags.local, store_dir);
       std::fflush(stdout);
       std::fflush(stderr);
       _exit(status);  // not exit(): the parent's atexit handlers and statics are not ours to run
@@ -309,5 +327,5 @@ int main(int argc, char **argv) {
   Flags flags;
   const int parsed = ParseFlags(argc, argv, &flags);
   if (parsed != 0) return parsed == 1 ? 0 : 2;
-  return RunLocal(flags);
+  return flags.local >= 1 ? RunLocal(flags) : RunRank(flags, flags.rank, flags.size, flags.store);
 }

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""wccl-perf on the WAN emulator: one peer per emulated host, the coordinator on the first host.
+"""The all-reduce benchmark on the WAN emulator: one peer per emulated host.
 
-  wan_perf.py TOPOLOGY [--build DIR] [--tls on|off] [--ping] -- [wccl-perf flags: -b -e -n -w --wire ...]
+  wan_perf.py TOPOLOGY [--build DIR] [--tool T] [--tls on|off] [--ping] -- [flags of the tool]
 
 Brings up tools/wan (root), optionally prints each pair's ping round trip from the first host,
-runs wccl-coord and `wccl-perf --coordinator` on every host, prints the first peer's output (its
-table, or its JSON with --json), and the forwarder's per-host counters. Exit status: wccl-perf's
-(non-zero when a result is wrong). Standard library only.
+then runs the tool on every host and prints the first peer's output (its table, or its JSON with
+--json) and the forwarder's per-host counters. Tools: wccl (wccl-coord on the first host and
+`wccl-perf --coordinator` on each; flags -b -e -n -w --wire ...), gloo-ring_chunked and
+gloo-halving_doubling (`gloo-allreduce --rank`, meeting in a file store; the common flags -b -e -f
+-n -w -c --json only; plaintext). All measure as bench/perf/sweep.h says. Exit status: the
+tool's (non-zero when a result is wrong). Standard library only.
 """
 
 import argparse
@@ -35,35 +38,58 @@ def ping_ms(wan, a, b, count=5):
     return float(m.group(1)) if m else None
 
 
-def run(topology, build, tls, perf_args, ping=False, timeout_s=600):
-    """Returns (wccl-perf's exit status, the first peer's stdout, the forwarder's counters, pings)."""
+def start_wccl(wan, build, tls, perf_args, tmp):
+    """wccl-coord on the first host, then wccl-perf on each; the coordinator is the last process."""
+    hosts = list(wan.hosts)
+    env = dict(os.environ, WCCL_TLS="on" if tls else "off", WCCL_LOG_LEVEL="error")
+    if tls:
+        env.update({"WCCL_" + k: v for k, v in make_pki(tmp).items()})
+    coord_addr = f"{wan.address(hosts[0])}:{PORT}"
+    coord = wan.popen(hosts[0], [str(build / "tools" / "wccl-coord"), "--listen", coord_addr,
+                                 "--min-peers", str(len(hosts)), "--settle-ms", "100"],
+                      env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "coord.log", "w"))
+    peers = [wan.popen(h, [str(build / "bench" / "perf" / "wccl-perf"), "--coordinator", coord_addr] + perf_args,
+                       env=dict(env, WCCL_NAME=h, WCCL_LISTEN=f"{wan.address(h)}:0"), text=True,
+                       stdout=subprocess.PIPE if k == 0 else subprocess.DEVNULL)
+             for k, h in enumerate(hosts)]
+    return peers + [coord]
+
+
+def start_gloo(wan, build, algo, perf_args, tmp, timeout_s):
+    """gloo-allreduce as rank k on host k, meeting in a file store."""
+    hosts = list(wan.hosts)
+    store = tmp / "store"
+    store.mkdir()
+    return [wan.popen(h, [str(build / "bench" / "compare" / "gloo-allreduce"), "--rank", str(k), "--size",
+                          str(len(hosts)), "--store", str(store), "--host", wan.address(h), "--algo", algo,
+                          "--timeout-s", str(timeout_s)] + perf_args,
+                      text=True, stdout=subprocess.PIPE if k == 0 else subprocess.DEVNULL)
+            for k, h in enumerate(hosts)]
+
+
+def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl"):
+    """Returns (the tool's exit status, the first peer's stdout, the forwarder's counters, pings)."""
     build = Path(build)
-    with tempfile.TemporaryDirectory(prefix="wccl-wan-") as tmp:
-        wan = Wan(topology, str(build / "tools" / "wccl-wan-forward"), log=Path(tmp) / "forwarder.log")
+    with tempfile.TemporaryDirectory(prefix="wccl-wan-") as tmpdir:
+        tmp = Path(tmpdir)
+        wan = Wan(topology, str(build / "tools" / "wccl-wan-forward"), log=tmp / "forwarder.log")
         with wan:
             hosts = list(wan.hosts)
             pings = {}
             if ping:
                 for other in hosts[1:]:
                     pings[(hosts[0], other)] = ping_ms(wan, hosts[0], other)
-            env = dict(os.environ, WCCL_TLS="on" if tls else "off", WCCL_LOG_LEVEL="error")
-            if tls:
-                env.update({"WCCL_" + k: v for k, v in make_pki(Path(tmp)).items()})
-            coord_addr = f"{wan.address(hosts[0])}:{PORT}"
-            coord = wan.popen(hosts[0], [str(build / "tools" / "wccl-coord"), "--listen", coord_addr,
-                                         "--min-peers", str(len(hosts)), "--settle-ms", "100"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "coord.log", "w"))
-            peers = []
+            procs = []
             try:
-                for k, h in enumerate(hosts):
-                    penv = dict(env, WCCL_NAME=h, WCCL_LISTEN=f"{wan.address(h)}:0")
-                    peers.append(wan.popen(h, [str(build / "bench" / "perf" / "wccl-perf"), "--coordinator", coord_addr]
-                                           + perf_args, env=penv, text=True,
-                                           stdout=subprocess.PIPE if k == 0 else subprocess.DEVNULL))
+                if tool == "wccl":
+                    procs = start_wccl(wan, build, tls, perf_args, tmp)
+                    peers = procs[:-1]
+                else:
+                    procs = peers = start_gloo(wan, build, tool[len("gloo-"):], perf_args, tmp, timeout_s)
                 out = peers[0].communicate(timeout=timeout_s)[0]
                 status = max(abs(p.wait(timeout=60)) for p in peers)
             finally:
-                for p in peers + [coord]:
+                for p in procs:
                     if p.poll() is None:
                         p.kill()
                         p.wait()
@@ -75,14 +101,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("topology")
     parser.add_argument("--build", default=str(ROOT / "build"))
-    parser.add_argument("--tls", choices=["on", "off"], default="on")
+    parser.add_argument("--tool", choices=["wccl", "gloo-ring_chunked", "gloo-halving_doubling"], default="wccl")
+    parser.add_argument("--tls", choices=["on", "off"], default="on", help="wccl only (Gloo is plaintext)")
     parser.add_argument("--ping", action="store_true", help="print each host's round trip from the first")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
     perf_args = argv[cut + 1:]
     start = time.monotonic()
-    status, out, counters, pings = run(args.topology, args.build, args.tls == "on", perf_args, ping=args.ping)
+    status, out, counters, pings = run(args.topology, args.build, args.tls == "on", perf_args, ping=args.ping,
+                                       tool=args.tool)
     for (a, b), ms in pings.items():
         print(f"# ping {a} -> {b}: {ms} ms")
     print(out, end="")
