@@ -1,5 +1,7 @@
-// "host:port" and "[v6addr]:port" addresses.
+// "host:port" and "[v6addr]:port" addresses, parsed from configuration and written for logs.
 #pragma once
+
+#include <uv.h>
 
 #include <string>
 
@@ -14,5 +16,12 @@ struct HostPort {
 
 // INVALID_ARGUMENT naming the text and the expected form for anything else.
 Result<HostPort> parse_address(const std::string &text);
+
+// sa as "ip:port" or "[ip6]:port"; "?" for another family.
+std::string sockaddr_text(const sockaddr *sa);
+// The peer of a connected socket as sockaddr_text writes it ("?" if unknown).
+std::string peer_text(const uv_tcp_t *tcp);
+// This side's IP address on a connected socket, without the port ("" if unknown).
+std::string local_host_text(const uv_tcp_t *tcp);
 
 }  // namespace wccl::net

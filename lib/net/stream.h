@@ -1,0 +1,96 @@
+// Internal: one TCP connection of a link: the receive state machine, the write window, and the TLS
+// engine if any. TLS is a transform on the stream's one write path and one read path, which
+// plaintext skips (no copy: the kernel reads payloads from the sender's buffer, and large
+// payloads are read straight into the receiver's). Loop thread only.
+#pragma once
+
+#include <uv.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "net/frame.h"
+#include "net/link.h"
+#include "net/tls.h"
+
+namespace wccl::net {
+
+class Core;
+class LinkState;
+struct SendOp;
+struct WriteReq;
+
+class Stream {
+ public:
+  Stream(Core *core, bool is_server) : core_(core), is_server_(is_server) { tcp_.data = this; }
+
+  enum class Phase { kConnecting, kHandshake, kHello, kOpen, kClosed };
+  enum class Rx { kHeader, kAwaitDest, kPayload };
+
+  // The connection is up (connected or accepted): TLS handshake first, or hello straight away.
+  void start_after_connect();
+  // A receive was posted for the frame this stream is parked on.
+  void resume();
+  // Writes one data frame of op (a tag for frame_sent); payload must outlive the write.
+  Status write_frame(const FrameHeader &h, const uint8_t *payload, SendOp *op);
+  // Fails the stream's link, or (a stream in set-up) logs and closes the stream.
+  void fail(Status why);
+  // reset: with a TCP reset (a refusal the peer can tell from a closed connection).
+  void close(bool reset = false);
+  bool mid_frame() const { return rx_ == Rx::kPayload || (rx_ == Rx::kHeader && hdr_got_ > 0); }
+  // The peer certificate's subject; "" for plaintext.
+  std::string peer_subject() const;
+
+  uv_tcp_t tcp_{};
+  Core *core_;
+  const bool is_server_;
+  LinkState *link_ = nullptr;
+  int index_ = 0;
+  Phase phase_ = Phase::kConnecting;
+  Clock::time_point deadline_{};  // pending (server) streams only
+  std::string host_;              // pending (server) streams only: the peer's address
+  bool heard_ = false;            // any byte arrived from the peer
+  bool reset_ = false;            // the peer reset the connection (RST)
+  std::function<void(std::shared_ptr<Link>)> on_link_;  // pending (server) streams only
+  std::string peer_;
+  size_t tx_in_flight_ = 0;
+  bool closing_ = false;
+
+ private:
+  static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+  static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf);
+  static void on_write(uv_write_t *req, int status);
+  void start_reading();
+  void stop_reading();
+  void process();
+  Result<size_t> read_staged(uint8_t *dst, size_t max);
+  std::pair<uint8_t *, size_t> rx_target();
+  void rx_advance(size_t n);
+  void begin_data();
+  void frame_complete();
+  bool handshake_step();
+  void send_hello();
+  Status write(std::unique_ptr<WriteReq> req, size_t head_len, const uint8_t *payload, size_t len);
+  Status encrypt(const uint8_t *head, size_t head_len, const uint8_t *payload, size_t len);
+  Status flush(std::unique_ptr<WriteReq> req);
+  Status submit(std::unique_ptr<WriteReq> req, const uv_buf_t *bufs, unsigned nbufs);
+
+  std::unique_ptr<TlsEngine> tls_;  // null for plaintext
+  bool reading_ = false;
+  Rx rx_ = Rx::kHeader;
+  uint8_t hdr_[kFrameHeaderBytes] = {};
+  size_t hdr_got_ = 0;
+  FrameHeader cur_;
+  uint8_t *dst_ = nullptr;
+  size_t left_ = 0;
+  uint8_t hello_buf_[kMaxHelloBytes] = {};
+  std::unique_ptr<uint8_t[]> staging_;
+  size_t staging_off_ = 0, staging_len_ = 0;
+  bool direct_read_ = false;
+};
+
+}  // namespace wccl::net
