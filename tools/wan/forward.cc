@@ -25,6 +25,7 @@
 // RATE: a number with kbit, mbit or gbit (10^3, 10^6, 10^9 bit/s). TIME: a number with us or ms.
 // Host k gets address 10.77.0.(k+1)/16.
 #include <fcntl.h>
+#include <pthread.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <signal.h>
@@ -50,6 +51,7 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,8 @@ struct Topology {
 };
 
 [[noreturn]] void fail(const std::string &why) { throw std::runtime_error(why); }
+// The same for a failed system call: errno's text after `what`.
+[[noreturn]] void fail_errno(const std::string &what) { throw std::system_error(errno, std::generic_category(), what); }
 
 double parse_number(const std::string &text, const std::string &what, size_t *unit_at) {
   char *end = nullptr;
@@ -203,11 +207,11 @@ int64_t now_ns() {
 
 int open_tun(const std::string &name) {
   const int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) fail(std::string("/dev/net/tun: ") + std::strerror(errno) + " (needs root and the tun module)");
+  if (fd < 0) fail_errno("/dev/net/tun (needs root and the tun module)");
   ifreq ifr{};
   ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
   std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name.c_str());
-  if (ioctl(fd, TUNSETIFF, &ifr) < 0) fail("TUNSETIFF " + name + ": " + std::strerror(errno));
+  if (ioctl(fd, TUNSETIFF, &ifr) < 0) fail_errno("TUNSETIFF " + name);
   return fd;
 }
 
@@ -248,16 +252,16 @@ class Forwarder {
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
-    sigprocmask(SIG_BLOCK, &stop, nullptr);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
     const int sfd = signalfd(-1, &stop, SFD_CLOEXEC);
     const int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     const int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (sfd < 0 || tfd < 0 || ep < 0) fail(std::string("epoll/timerfd/signalfd: ") + std::strerror(errno));
+    if (sfd < 0 || tfd < 0 || ep < 0) fail_errno("epoll/timerfd/signalfd");
     auto watch = [ep](int fd, uint64_t tag) {
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = tag;
-      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) fail(std::string("epoll_ctl: ") + std::strerror(errno));
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) fail_errno("epoll_ctl");
     };
     const uint64_t kSignal = 1000, kTimer = 1001;
     for (size_t k = 0; k < t_.hosts.size(); ++k) watch(t_.hosts[k].fd, k);
@@ -273,7 +277,7 @@ class Forwarder {
       }
       timerfd_settime(tfd, TFD_TIMER_ABSTIME, &when, nullptr);
       const int got = epoll_wait(ep, ready, 64, -1);
-      if (got < 0 && errno != EINTR) fail(std::string("epoll_wait: ") + std::strerror(errno));
+      if (got < 0 && errno != EINTR) fail_errno("epoll_wait");
       for (int e = 0; e < got; ++e) {
         const uint64_t tag = ready[e].data.u64;
         if (tag == kSignal) return;
