@@ -4,7 +4,7 @@
   wan_perf.py TOPOLOGY [--build DIR] [--tool T] [--tls on|off] [--ping] -- [flags of the tool]
 
 Brings up tools/wan (root), optionally prints each pair's ping round trip from the first host,
-then runs the tool on every host and prints the first peer's output (its table, or its JSON with
+then runs the tool on every host and prints rank 0's output (its table, or its JSON with
 --json) and the forwarder's per-host counters. Tools: wccl (wccl-coord on the first host and
 `wccl-perf --coordinator` on each; flags -b -e -n -w --wire ...), gloo-ring_chunked and
 gloo-halving_doubling (`gloo-allreduce --rank`, meeting in a file store; the common flags -b -e -f
@@ -49,9 +49,9 @@ def start_wccl(wan, build, tls, perf_args, tmp):
                                  "--min-peers", str(len(hosts)), "--settle-ms", "100"],
                       env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "coord.log", "w"))
     peers = [wan.popen(h, [str(build / "bench" / "perf" / "wccl-perf"), "--coordinator", coord_addr] + perf_args,
-                       env=dict(env, WCCL_NAME=h, WCCL_LISTEN=f"{wan.address(h)}:0"), text=True,
-                       stdout=subprocess.PIPE if k == 0 else subprocess.DEVNULL)
-             for k, h in enumerate(hosts)]
+                       env=dict(env, WCCL_NAME=h, WCCL_LISTEN=f"{wan.address(h)}:0"),
+                       stdout=open(tmp / f"{h}.out", "w"))
+             for h in hosts]
     return peers + [coord]
 
 
@@ -63,12 +63,12 @@ def start_gloo(wan, build, algo, perf_args, tmp, timeout_s):
     return [wan.popen(h, [str(build / "bench" / "compare" / "gloo-allreduce"), "--rank", str(k), "--size",
                           str(len(hosts)), "--store", str(store), "--host", wan.address(h), "--algo", algo,
                           "--timeout-s", str(timeout_s)] + perf_args,
-                      text=True, stdout=subprocess.PIPE if k == 0 else subprocess.DEVNULL)
+                      stdout=open(tmp / f"{h}.out", "w"))
             for k, h in enumerate(hosts)]
 
 
 def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl"):
-    """Returns (the tool's exit status, the first peer's stdout, the forwarder's counters, pings)."""
+    """Returns (the tool's exit status, rank 0's output, the forwarder's counters, pings)."""
     build = Path(build)
     with tempfile.TemporaryDirectory(prefix="wccl-wan-") as tmpdir:
         tmp = Path(tmpdir)
@@ -86,8 +86,10 @@ def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl")
                     peers = procs[:-1]
                 else:
                     procs = peers = start_gloo(wan, build, tool[len("gloo-"):], perf_args, tmp, timeout_s)
-                out = peers[0].communicate(timeout=timeout_s)[0]
-                status = max(abs(p.wait(timeout=60)) for p in peers)
+                deadline = time.monotonic() + timeout_s
+                status = max(abs(p.wait(timeout=max(1, deadline - time.monotonic()))) for p in peers)
+                # Rank 0 prints; which host it is on depends on the order of arrival.
+                out = "".join((tmp / f"{h}.out").read_text() for h in hosts)
             finally:
                 for p in procs:
                     if p.poll() is None:
