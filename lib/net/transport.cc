@@ -73,6 +73,14 @@ class LoopResult {
 };
 
 // Binds and listens on sa (loop thread).
+// Asks the kernel for `bytes` of send and of receive buffer on a socket or a listener.
+void set_buffer_sizes(uv_handle_t *h, int64_t bytes) {
+  int size = static_cast<int>(bytes);
+  uv_send_buffer_size(h, &size);
+  size = static_cast<int>(bytes);
+  uv_recv_buffer_size(h, &size);
+}
+
 Result<int> open_listener(Core *c, const sockaddr_storage &sa, const std::string &address,
                           const std::function<void(std::shared_ptr<Link>)> &on_link) {
   auto *l = new Core::Listener();
@@ -89,12 +97,7 @@ Result<int> open_listener(Core *c, const sockaddr_storage &sa, const std::string
   };
   // Buffer sizes set on the listener are inherited by accepted sockets before the handshake,
   // which is when TCP picks its window scale.
-  if (c->opt.sock_buf_bytes > 0) {
-    int size = static_cast<int>(c->opt.sock_buf_bytes);
-    uv_recv_buffer_size(reinterpret_cast<uv_handle_t *>(&l->tcp), &size);
-    size = static_cast<int>(c->opt.sock_buf_bytes);
-    uv_send_buffer_size(reinterpret_cast<uv_handle_t *>(&l->tcp), &size);
-  }
+  if (c->opt.sock_buf_bytes > 0) set_buffer_sizes(reinterpret_cast<uv_handle_t *>(&l->tcp), c->opt.sock_buf_bytes);
   int rc = uv_tcp_bind(&l->tcp, reinterpret_cast<const sockaddr *>(&sa), 0);
   if (rc == 0) {
     rc = uv_listen(reinterpret_cast<uv_stream_t *>(&l->tcp), 512, [](uv_stream_t *server, int status) {
@@ -152,10 +155,7 @@ void Core::configure_socket(uv_tcp_t *tcp) {
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
   }
   if (opt.sock_buf_bytes > 0) {
-    int size = static_cast<int>(opt.sock_buf_bytes);
-    uv_send_buffer_size(reinterpret_cast<uv_handle_t *>(tcp), &size);
-    size = static_cast<int>(opt.sock_buf_bytes);
-    uv_recv_buffer_size(reinterpret_cast<uv_handle_t *>(tcp), &size);
+    set_buffer_sizes(reinterpret_cast<uv_handle_t *>(tcp), opt.sock_buf_bytes);
     int got = 0;  // Linux reports twice the size it grants
     uv_recv_buffer_size(reinterpret_cast<uv_handle_t *>(tcp), &got);
     if (got / 2 < opt.sock_buf_bytes && log.enabled(LogLevel::kWarn)) {
