@@ -180,8 +180,9 @@ Result MeasureOne(const Options &opt, const Case &c, size_t count, Collective *c
   return r;
 }
 
-std::string WrongText(int64_t wrong, const char *unknown) {
-  return wrong < 0 ? unknown : std::to_string(wrong);
+// A count as text, or `unknown` for -1.
+std::string CountOr(int64_t count, const char *unknown) {
+  return count < 0 ? unknown : std::to_string(count);
 }
 
 void PrintHeader(const Options &opt, const Run &run, int nranks) {
@@ -195,8 +196,8 @@ void PrintHeader(const Options &opt, const Run &run, int nranks) {
 void PrintRow(const Result &r) {
   std::printf("  %10zu %12zu %5s %5s %6s %4s %16s %12.1f %11.3f %11.3f %12s %7s\n", r.bytes, r.count,
               kTypeNames[static_cast<int>(r.c.type)], r.c.redop.c_str(), r.c.wire.c_str(), r.c.compress.c_str(),
-              r.algo.c_str(), r.time_us, r.algbw, r.busbw, WrongText(r.wire_bytes, "N/A").c_str(),
-              WrongText(r.wrong, "N/A").c_str());
+              r.algo.c_str(), r.time_us, r.algbw, r.busbw, CountOr(r.wire_bytes, "N/A").c_str(),
+              CountOr(r.wrong, "N/A").c_str());
   std::fflush(stdout);
 }
 
@@ -211,7 +212,7 @@ void PrintJson(const Run &run, int peers, const std::vector<Result> &results) {
         "\"wire_bytes\": %s, \"wrong\": %s}",
         i == 0 ? "" : ", ", r.bytes, r.count, kTypeNames[static_cast<int>(r.c.type)], r.c.redop.c_str(),
         r.c.wire.c_str(), r.c.compress.c_str(), r.algo.c_str(), r.time_us, r.algbw, r.busbw,
-        WrongText(r.wire_bytes, "null").c_str(), WrongText(r.wrong, "null").c_str());
+        CountOr(r.wire_bytes, "null").c_str(), CountOr(r.wrong, "null").c_str());
   }
   std::printf("]}\n");
   std::fflush(stdout);
