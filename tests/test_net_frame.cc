@@ -52,6 +52,18 @@ TEST(Frame, EmptyMessageIsOneEmptyFrame) {
   EXPECT_TRUE(decode_header(buf, kMaxFramePayload, &out).ok());
 }
 
+TEST(Frame, MessagesAreCutIntoOneFramePerStream) {
+  constexpr uint32_t kFrame = 1u << 20;
+  EXPECT_EQ(stripe_frame_bytes(1u << 20, 4, kFrame), 256u << 10);      // a chunk over 4 streams
+  EXPECT_EQ(stripe_frame_bytes((1u << 20) + 1, 4, kFrame), (256u << 10) + 1);  // rounded up: 4 frames
+  EXPECT_EQ(stripe_frame_bytes(128u << 10, 1, kFrame), 128u << 10);    // one stream: one frame
+  EXPECT_EQ(stripe_frame_bytes(64u << 20, 4, kFrame), kFrame);         // never above frame_bytes
+  EXPECT_EQ(stripe_frame_bytes(64u << 10, 8, kFrame), kMinStripeBytes);  // never below 16 KiB...
+  EXPECT_EQ(stripe_frame_bytes(100, 4, kFrame), kMinStripeBytes);      // ...so a small message is one frame
+  EXPECT_EQ(stripe_frame_bytes(0, 4, kFrame), kMinStripeBytes);
+  EXPECT_EQ(stripe_frame_bytes(1u << 20, 4, 4096), 4096u);             // frame_bytes below 16 KiB wins
+}
+
 TEST(Frame, EveryMalformedFieldIsRejected) {
   uint8_t good[kFrameHeaderBytes];
   encode_header(sample(), good);

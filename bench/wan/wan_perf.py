@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The all-reduce benchmark on the WAN emulator: one peer per emulated host.
 
-  wan_perf.py TOPOLOGY [--build DIR] [--tool T] [--tls on|off] [--ping] -- [flags of the tool]
+  wan_perf.py TOPOLOGY [--build DIR] [--tool T] [--tls on|off] [--ping] [--sysctl KEY=VALUE ...]
+              -- [flags of the tool]
 
 Brings up tools/wan (root), optionally prints each pair's ping round trip from the first host,
 then runs the tool on every host and prints rank 0's output (its table, or its JSON with
@@ -67,12 +68,12 @@ def start_gloo(wan, build, algo, perf_args, tmp, timeout_s):
             for k, h in enumerate(hosts)]
 
 
-def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl"):
+def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl", sysctls=()):
     """Returns (the tool's exit status, rank 0's output, the forwarder's counters, pings)."""
     build = Path(build)
     with tempfile.TemporaryDirectory(prefix="wccl-wan-") as tmpdir:
         tmp = Path(tmpdir)
-        wan = Wan(topology, str(build / "tools" / "wccl-wan-forward"), log=tmp / "forwarder.log")
+        wan = Wan(topology, str(build / "tools" / "wccl-wan-forward"), log=tmp / "forwarder.log", sysctls=sysctls)
         with wan:
             hosts = list(wan.hosts)
             pings = {}
@@ -106,13 +107,15 @@ def main():
     parser.add_argument("--tool", choices=["wccl", "gloo-ring_chunked", "gloo-halving_doubling"], default="wccl")
     parser.add_argument("--tls", choices=["on", "off"], default="on", help="wccl only (Gloo is plaintext)")
     parser.add_argument("--ping", action="store_true", help="print each host's round trip from the first")
+    parser.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE",
+                        help="a kernel setting for every host's namespace (repeatable)")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
     perf_args = argv[cut + 1:]
     start = time.monotonic()
     status, out, counters, pings = run(args.topology, args.build, args.tls == "on", perf_args, ping=args.ping,
-                                       tool=args.tool)
+                                       tool=args.tool, sysctls=args.sysctl)
     for (a, b), ms in pings.items():
         print(f"# ping {a} -> {b}: {ms} ms")
     print(out, end="")

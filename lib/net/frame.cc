@@ -31,6 +31,12 @@ std::string MessageKey::to_string() const {
                 static_cast<unsigned long long>(seq), tag);
 }
 
+uint32_t stripe_frame_bytes(uint64_t msg_len, int streams, uint32_t frame_bytes) {
+  const auto n = static_cast<uint64_t>(std::max(streams, 1));
+  const uint64_t share = std::max<uint64_t>((msg_len + n - 1) / n, kMinStripeBytes);
+  return static_cast<uint32_t>(std::min<uint64_t>(share, frame_bytes));
+}
+
 void encode_header(const FrameHeader &h, uint8_t out[kFrameHeaderBytes]) {
   put<uint32_t>(out + kOffMagic, kFrameMagic);
   put<uint16_t>(out + kOffVersion, kProtocolVersion);

@@ -48,6 +48,16 @@ struct FrameHeader {
   uint64_t msg_len = 0;   // total bytes of the message
 };
 
+// The frame length a sender cuts a message of msg_len bytes into, on a link of `streams` streams:
+// one frame per stream, ⌈msg_len / streams⌉ bytes, but at least kMinStripeBytes and at most
+// frame_bytes (the last frame takes the rest). A message then moves under the congestion windows
+// of all the streams at once: on a cold or long-idle link each window is a few packets, and a
+// message cut into fewer frames than streams would take extra round trips to arrive
+// (docs/wan.md). Below kMinStripeBytes more frames would cost more headers and wake-ups than the
+// windows give back.
+inline constexpr uint32_t kMinStripeBytes = 16u << 10;
+uint32_t stripe_frame_bytes(uint64_t msg_len, int streams, uint32_t frame_bytes);
+
 void encode_header(const FrameHeader &h, uint8_t out[kFrameHeaderBytes]);
 
 // Decodes and validates: magic, then version (a mismatch names both versions), then every other

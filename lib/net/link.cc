@@ -96,7 +96,8 @@ void LinkState::pump() {
     h.key = op.key;
     h.offset = op.next_offset;
     h.msg_len = op.len;
-    h.length = static_cast<uint32_t>(std::min<uint64_t>(core_->opt.frame_bytes, op.len - op.next_offset));
+    const uint32_t frame = stripe_frame_bytes(op.len, stream_count_, core_->opt.frame_bytes);
+    h.length = static_cast<uint32_t>(std::min<uint64_t>(frame, op.len - op.next_offset));
     op.next_offset += h.length;
     op.frames_in_flight++;
     if (op.next_offset == op.len) {

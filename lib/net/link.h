@@ -8,8 +8,9 @@
 // consistent; they must not block, and an exception they throw is logged and dropped. An error
 // *returned* by send/recv/close means the call did nothing and its callback will not run.
 //
-// Messages. A message is cut into frames of at most frame_bytes, striped over the link's streams
-// (whichever stream has room in its write window takes the next frame) and reassembled by offset
+// Messages. A message is cut into one frame per stream (frames of at most frame_bytes, and of at
+// least 16 KiB where the message is that long), striped over the link's streams (whichever stream
+// has room in its write window takes the next frame) and reassembled by offset
 // straight into the receiver's buffer. A receive names the key of the message it wants; frames of
 // a message nobody has asked for yet stop that stream's reading until someone does, so a slow
 // receiver slows the sender through TCP and memory stays bounded. Frames go out in the order the

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The WAN emulator: hosts in network namespaces joined by a user-space forwarder (docs/wan.md).
 
-  wan.py up TOPOLOGY [--forwarder PATH]    create the hosts and start the forwarder
+  wan.py up TOPOLOGY [--forwarder PATH] [--sysctl KEY=VALUE ...]
+                                           create the hosts (each with those kernel settings,
+                                           e.g. net.ipv4.tcp_slow_start_after_idle=0) and start
+                                           the forwarder
   wan.py exec HOST -- COMMAND...           run a command on a host (ip netns exec)
   wan.py down                              stop the forwarder (its counters go to its log), remove the hosts
 
@@ -43,8 +46,9 @@ def sh(*args, netns=None, check=True):
 class Wan:
     """A running emulation. Hosts: name -> (address, namespace)."""
 
-    def __init__(self, topology, forwarder=None, log=None):
+    def __init__(self, topology, forwarder=None, log=None, sysctls=()):
         self.topology = str(topology)
+        self.sysctls = list(sysctls)  # "key=value", set in every host's namespace
         self.forwarder = forwarder or default_forwarder()
         self.log = Path(log) if log else Path("/run/wccl-wan/forwarder.log")
         self.hosts = {}
@@ -76,6 +80,8 @@ class Wan:
                 sh("ip", "link", "set", device, "netns", ns)
                 sh("ip", "link", "set", "lo", "up", netns=ns)
                 sh("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", netns=ns, check=False)
+                for setting in self.sysctls:
+                    sh("sysctl", "-qw", setting, netns=ns)
                 sh("ip", "addr", "add", address + "/16", "dev", device, netns=ns)
                 sh("ip", "link", "set", device, "mtu", mtu, "up", netns=ns)
         except BaseException:
@@ -131,6 +137,7 @@ def main():
     p_up = sub.add_parser("up")
     p_up.add_argument("topology")
     p_up.add_argument("--forwarder", default=None)
+    p_up.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE")
     p_exec = sub.add_parser("exec")
     p_exec.add_argument("host")
     p_exec.add_argument("command", nargs=argparse.REMAINDER)
@@ -140,7 +147,7 @@ def main():
     if args.what == "up":
         if STATE.exists():
             sys.exit(f"wan.py: an emulation is up ({STATE}); run `wan.py down` first")
-        wan = Wan(args.topology, args.forwarder).up()
+        wan = Wan(args.topology, args.forwarder, sysctls=args.sysctl).up()
         STATE.write_text(json.dumps({"pid": wan.proc.pid, "hosts": wan.hosts, "log": str(wan.log)}))
         for name, (address, ns) in wan.hosts.items():
             print(f"{name:12} {address:14} ip netns exec {ns} ...")
