@@ -95,6 +95,13 @@ class Sim {
 
   void after(int64_t delay, std::function<void()> fn) { events_.push({now_ + delay, order_++, std::move(fn)}); }
   int64_t jitter(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+  // A pair's measured round trip in µs: drawn once (1-200 ms), and drawn again now and then (a
+  // path that degrades or recovers), so the coordinator's best ring order changes mid-run.
+  uint32_t pair_rtt(PeerId a, PeerId b) {
+    uint32_t &rtt = rtts_[std::minmax(a, b)];
+    if (rtt == 0 || jitter(0, 9) == 0) rtt = static_cast<uint32_t>(jitter(1000, 200000));
+    return rtt;
+  }
   void trace(const std::string &s) {
     if (trace_) log_ += std::to_string(now_) + " " + s + "\n";
   }
@@ -133,6 +140,7 @@ class Sim {
   }
 
   std::mt19937_64 rng_;
+  std::map<std::pair<PeerId, PeerId>, uint32_t> rtts_;
   bool trace_;
   std::string log_, failure_;
   int64_t now_ = 0;
@@ -297,6 +305,18 @@ void Sim::app_call(int i, MessageType type) {
   Actions actions;
   const Status st = m.view->call(type, &actions);
   if (!st.ok()) return fail("m" + std::to_string(i) + " call refused: " + st.to_string());
+  if (type == MessageType::kUpdate) {
+    // As the communicator does: the round trips of its links ahead of the UPDATE, so the
+    // coordinator re-orders rings (and re-forms epochs for a better order) amid the faults.
+    ControlMessage report;
+    report.type = MessageType::kLinkReport;
+    report.peer = m.id;
+    report.epoch = m.view->epoch();
+    for (const coord::Member &o : m.view->ring()) {
+      if (o.id != m.id) report.rtts.push_back({o.id, pair_rtt(m.id, o.id)});
+    }
+    actions.insert(actions.begin(), Action{Action::Kind::kSend, std::move(report), 0, 0, Status()});
+  }
   m.app = type == MessageType::kUpdate ? Member::App::kUpdate : Member::App::kReform;
   if (type == MessageType::kReform) m.sync_size = std::max(m.sync_size, m.view->size());
   carry_out(i, actions);
@@ -465,6 +485,9 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
       break;
     case MessageType::kLinkBroken:
       coord_->link_broken(m.peer, m.other, now);
+      break;
+    case MessageType::kLinkReport:
+      coord_->report_links(m.peer, m.epoch, m.rtts);
       break;
     case MessageType::kDone:
       st = coord_->done(m.peer, m.epoch, m.seq, now);

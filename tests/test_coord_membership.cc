@@ -8,6 +8,7 @@
 #include <set>
 
 #include "coord/membership.h"
+#include "coord/ring_order.h"
 
 namespace wccl::coord {
 namespace {
@@ -274,6 +275,113 @@ TEST_F(MembershipTest, UpdateWithoutChangeConfirmsTheSameEpoch) {
   ASSERT_TRUE(m.update(B, 1, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 1u);
   expect_announced(m.take_notices(), 1, {A, B});
+}
+
+// Two continents: ids below 0x10 on one, the rest on the other; 10 ms round trips within, 90 ms
+// across.
+uint32_t two_continents(PeerId a, PeerId b) { return (a < 0x10) == (b < 0x10) ? 10000 : 90000; }
+
+int crossings(const std::vector<Member> &ring) {
+  int n = 0;
+  for (size_t k = 0; k < ring.size(); ++k) n += two_continents(ring[k].id, ring[(k + 1) % ring.size()].id) > 10000;
+  return n;
+}
+
+std::vector<Member> members(std::vector<PeerId> ids) {
+  std::vector<Member> out;
+  for (PeerId id : ids) out.push_back({id, info(id)});
+  return out;
+}
+
+TEST(RingOrder, ZigZagAcrossTwoContinentsBecomesOneRunPerContinent) {
+  const std::vector<Member> zigzag = members({0x1, 0x11, 0x2, 0x12, 0x3, 0x13});
+  EXPECT_EQ(crossings(zigzag), 6);
+  const std::vector<Member> ordered = order_ring(zigzag, two_continents);
+  EXPECT_EQ(crossings(ordered), 2);
+  EXPECT_EQ(ordered.front().id, 0x1u) << "the first member stays first";
+  std::vector<PeerId> sorted = ids(ordered);
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<PeerId>{0x1, 0x2, 0x3, 0x11, 0x12, 0x13})) << "the same members";
+  const RingCost before = *ring_cost(zigzag, two_continents), after = *ring_cost(ordered, two_continents);
+  EXPECT_EQ(before.max_us, 90000u);
+  EXPECT_EQ(after.max_us, 90000u) << "two crossings are unavoidable";
+  EXPECT_EQ(before.sum_us, 540000u);
+  EXPECT_EQ(after.sum_us, 2 * 90000u + 4 * 10000u);
+  EXPECT_EQ(ids(order_ring(ordered, two_continents)), ids(ordered)) << "a best order is kept as it is";
+}
+
+TEST(RingOrder, TheSlowestLinkComesFirst) {
+  // A line of hosts 0..5 km apart: round trip grows with distance. The best ring goes out along
+  // even positions and back along odd ones, so that no link spans more than two steps.
+  auto line = [](PeerId a, PeerId b) { return static_cast<uint32_t>(1000 * (a > b ? a - b : b - a)); };
+  const std::vector<Member> ordered = order_ring(members({1, 2, 3, 4, 5, 6}), line);
+  EXPECT_EQ(ring_cost(ordered, line)->max_us, 2000u) << testing::PrintToString(ids(ordered));
+}
+
+TEST(RingOrder, AnUnmeasuredPairLeavesTheOrderAlone) {
+  auto partial = [](PeerId a, PeerId b) { return std::minmax(a, b) == std::minmax<PeerId>(0x1, 0x13) ? 0u : two_continents(a, b); };
+  const std::vector<Member> zigzag = members({0x1, 0x11, 0x2, 0x12, 0x3, 0x13});
+  EXPECT_EQ(ids(order_ring(zigzag, partial)), ids(zigzag));
+  EXPECT_FALSE(ring_cost(zigzag, partial).has_value());
+}
+
+TEST_F(MembershipTest, AnUpdateReordersTheRingByReportedRoundTrips) {
+  Membership::Options o = options();
+  o.measured_order = true;
+  Membership m(o);
+  const std::vector<PeerId> zigzag = {0x1, 0x11, 0x2, 0x12, 0x3, 0x13};
+  form(m, zigzag);
+  // Each member reports its links; one report from either side of a pair is enough.
+  for (PeerId p : zigzag) {
+    std::vector<LinkRtt> rtts;
+    for (PeerId q : zigzag) {
+      if (q != p) rtts.push_back({q, two_continents(p, q)});
+    }
+    m.report_links(p, 1, rtts);
+  }
+  EXPECT_EQ(m.rtt(0x1, 0x12), 90000u);
+  EXPECT_EQ(m.rtt(0x12, 0x1), 90000u);
+  for (PeerId p : zigzag) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
+  EXPECT_EQ(m.epoch(), 2u) << "a better order is worth a new epoch";
+  EXPECT_EQ(crossings(m.ring()), 2);
+  expect_announced(m.take_notices(), 2, ids(m.ring()));
+  // The next update finds nothing better: the same epoch is confirmed.
+  const std::vector<PeerId> ordered = ids(m.ring());
+  for (PeerId p : ordered) ASSERT_TRUE(m.update(p, 2, m.committed(), t).ok());
+  EXPECT_EQ(m.epoch(), 2u);
+  expect_announced(m.take_notices(), 2, ordered);
+}
+
+TEST_F(MembershipTest, RoundTripsAreKeptOnlyFromMembersAboutMembersOfTheirEpoch) {
+  Membership m(options());
+  form(m, {A, B, C, D});
+  ASSERT_TRUE(m.join(E, info(E), t).ok());
+  m.report_links(A, 1, {{B, 100}, {E, 200}, {A, 300}});
+  m.report_links(E, 1, {{C, 400}});  // a joiner
+  m.report_links(B, 7, {{C, 500}});  // another epoch
+  EXPECT_EQ(m.rtt(A, B), 100u);
+  EXPECT_EQ(m.rtt(A, E), 0u);
+  EXPECT_EQ(m.rtt(A, A), 0u);
+  EXPECT_EQ(m.rtt(E, C), 0u);
+  EXPECT_EQ(m.rtt(B, C), 0u);
+  m.disconnected(B, t);
+  EXPECT_EQ(m.rtt(A, B), 0u) << "a lost peer's round trips are forgotten";
+}
+
+TEST_F(MembershipTest, OrderOfArrivalWhenMeasuredOrderIsOff) {
+  Membership m(options());  // the default
+  const std::vector<PeerId> zigzag = {0x1, 0x11, 0x2, 0x12, 0x3, 0x13};
+  form(m, zigzag);
+  for (PeerId p : zigzag) {
+    std::vector<LinkRtt> rtts;
+    for (PeerId q : zigzag) {
+      if (q != p) rtts.push_back({q, two_continents(p, q)});
+    }
+    m.report_links(p, 1, rtts);
+  }
+  for (PeerId p : zigzag) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
+  EXPECT_EQ(m.epoch(), 1u);
+  EXPECT_EQ(ids(m.ring()), zigzag);
 }
 
 TEST_F(MembershipTest, LostMemberRevokesTheEpochAndTheBarrierStopsWaitingForIt) {

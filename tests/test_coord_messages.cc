@@ -42,6 +42,10 @@ std::vector<ControlMessage> one_of_each() {
   ControlMessage &broken = add(MessageType::kLinkBroken);
   broken.peer = 8;
   broken.other = 0x2222;
+  ControlMessage &report = add(MessageType::kLinkReport);
+  report.peer = 8;
+  report.epoch = 43;
+  report.rtts = {{0x1111, 50123}, {0x2222, 180000}};
   ControlMessage &epoch = add(MessageType::kEpoch);
   epoch.epoch = 43;
   epoch.ring = sample_ring();
@@ -92,6 +96,11 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(out.code, m.code);
     EXPECT_EQ(out.count, m.count);
     EXPECT_EQ(out.text, m.text);
+    ASSERT_EQ(out.rtts.size(), m.rtts.size());
+    for (size_t i = 0; i < m.rtts.size(); ++i) {
+      EXPECT_EQ(out.rtts[i].peer, m.rtts[i].peer);
+      EXPECT_EQ(out.rtts[i].rtt_us, m.rtts[i].rtt_us);
+    }
   }
 }
 
@@ -152,6 +161,20 @@ TEST(ControlMessages, BadFieldsAreNamed) {
   expect(b, "ring of");
   epoch.ring[1].id = 0;
   expect(encode(epoch), "ring member id is 0");
+
+  ControlMessage report;
+  report.type = MessageType::kLinkReport;
+  report.peer = 3;
+  report.epoch = 1;
+  report.rtts = {{0x1111, 0}};
+  expect(encode(report), "round trip is 0");
+  report.rtts = {{0, 10}};
+  expect(encode(report), "link peer id is 0");
+  report.rtts = {{0x1111, 10}};
+  b = encode(report);
+  b[18] = 0xff;  // link count 0x...ff: far more links than the bytes that follow
+  b[19] = 0xff;
+  expect(b, "links (limit");
 
   std::vector<uint8_t> huge(kMaxControlBytes + 1, 0);
   expect(huge, "exceeds the limit");

@@ -249,6 +249,11 @@ int run_peer(const Options &o) {
   size_t tls_len = 0;
   (void)wccl_config_get(cfg, "tls", tls, sizeof(tls), &tls_len);
   wccl_config_destroy(cfg);
+  // As a trainer's first outer step would: the epoch's links open (a barrier waits for them) and
+  // measure their round trips, and the update lets the coordinator re-form the ring in the order
+  // those round trips favour (order_ring_by_rtt; docs/algorithms.md).
+  must("barrier", wccl_barrier(comm, nullptr));
+  must("update", wccl_comm_update(comm));
 
   WcclCollective coll(comm, o.algo);
   std::vector<sweep::Case> cases;

@@ -2,7 +2,7 @@
 """The all-reduce benchmark on the WAN emulator: one peer per emulated host.
 
   wan_perf.py TOPOLOGY [--build DIR] [--tool T] [--tls on|off] [--ping] [--sysctl KEY=VALUE ...]
-              -- [flags of the tool]
+              [--stagger-ms MS] -- [flags of the tool]
 
 Brings up tools/wan (root), optionally prints each pair's ping round trip from the first host,
 then runs the tool on every host and prints rank 0's output (its table, or its JSON with
@@ -39,8 +39,9 @@ def ping_ms(wan, a, b, count=5):
     return float(m.group(1)) if m else None
 
 
-def start_wccl(wan, build, tls, perf_args, tmp):
-    """wccl-coord on the first host, then wccl-perf on each; the coordinator is the last process."""
+def start_wccl(wan, build, tls, perf_args, tmp, stagger_s=0.0):
+    """wccl-coord on the first host, then wccl-perf on each, stagger_s apart (so that they join in
+    the topology's order); the coordinator is the last process."""
     hosts = list(wan.hosts)
     env = dict(os.environ, WCCL_TLS="on" if tls else "off", WCCL_LOG_LEVEL="error")
     if tls:
@@ -48,11 +49,15 @@ def start_wccl(wan, build, tls, perf_args, tmp):
     coord_addr = f"{wan.address(hosts[0])}:{PORT}"
     coord = wan.popen(hosts[0], [str(build / "tools" / "wccl-coord"), "--listen", coord_addr,
                                  "--min-peers", str(len(hosts)), "--settle-ms", "100"],
-                      env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "coord.log", "w"))
-    peers = [wan.popen(h, [str(build / "bench" / "perf" / "wccl-perf"), "--coordinator", coord_addr] + perf_args,
-                       env=dict(env, WCCL_NAME=h, WCCL_LISTEN=f"{wan.address(h)}:0"),
-                       stdout=open(tmp / f"{h}.out", "w"))
-             for h in hosts]
+                      env=dict(env, WCCL_LOG_LEVEL="info"), stdout=subprocess.DEVNULL,
+                      stderr=open(tmp / "coord.log", "w"))
+    peers = []
+    for h in hosts:
+        if peers and stagger_s > 0:
+            time.sleep(stagger_s)
+        peers.append(wan.popen(h, [str(build / "bench" / "perf" / "wccl-perf"), "--coordinator", coord_addr] + perf_args,
+                               env=dict(env, WCCL_NAME=h, WCCL_LISTEN=f"{wan.address(h)}:0"),
+                               stdout=open(tmp / f"{h}.out", "w")))
     return peers + [coord]
 
 
@@ -68,7 +73,7 @@ def start_gloo(wan, build, algo, perf_args, tmp, timeout_s):
             for k, h in enumerate(hosts)]
 
 
-def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl", sysctls=()):
+def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl", sysctls=(), stagger_s=0.0):
     """Returns (the tool's exit status, rank 0's output, the forwarder's counters, pings)."""
     build = Path(build)
     with tempfile.TemporaryDirectory(prefix="wccl-wan-") as tmpdir:
@@ -83,7 +88,7 @@ def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl",
             procs = []
             try:
                 if tool == "wccl":
-                    procs = start_wccl(wan, build, tls, perf_args, tmp)
+                    procs = start_wccl(wan, build, tls, perf_args, tmp, stagger_s)
                     peers = procs[:-1]
                 else:
                     procs = peers = start_gloo(wan, build, tool[len("gloo-"):], perf_args, tmp, timeout_s)
@@ -91,6 +96,9 @@ def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl",
                 status = max(abs(p.wait(timeout=max(1, deadline - time.monotonic()))) for p in peers)
                 # Rank 0 prints; which host it is on depends on the order of arrival.
                 out = "".join((tmp / f"{h}.out").read_text() for h in hosts)
+                if tool == "wccl":  # the rings the coordinator formed, with their measured round trips
+                    out += "".join(f"# coordinator: {line.split(' info ', 1)[-1].strip()}\n"
+                                   for line in (tmp / "coord.log").read_text().splitlines() if "ring:" in line)
             finally:
                 for p in procs:
                     if p.poll() is None:
@@ -109,13 +117,15 @@ def main():
     parser.add_argument("--ping", action="store_true", help="print each host's round trip from the first")
     parser.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE",
                         help="a kernel setting for every host's namespace (repeatable)")
+    parser.add_argument("--stagger-ms", type=float, default=0,
+                        help="wccl: start the peers this far apart, in the topology's order (their order of arrival)")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
     perf_args = argv[cut + 1:]
     start = time.monotonic()
     status, out, counters, pings = run(args.topology, args.build, args.tls == "on", perf_args, ping=args.ping,
-                                       tool=args.tool, sysctls=args.sysctl)
+                                       tool=args.tool, sysctls=args.sysctl, stagger_s=args.stagger_ms / 1000)
     for (a, b), ms in pings.items():
         print(f"# ping {a} -> {b}: {ms} ms")
     print(out, end="")

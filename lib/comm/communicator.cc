@@ -167,6 +167,19 @@ Status Communicator::membership_call(MessageType type, const char *what) {
   if (!channel_) return unreachable(control_down_.with_context(what));
   Actions actions;
   WCCL_RETURN_IF_ERROR(view_->call(type, &actions));
+  if (type == MessageType::kUpdate) {
+    // The round trips this epoch's links measured, ahead of the UPDATE on the same ordered
+    // connection, so the coordinator can order the next ring by them (coord/ring_order.h).
+    ControlMessage report;
+    report.type = MessageType::kLinkReport;
+    report.peer = id_;
+    report.epoch = view_->epoch();
+    for (const auto &[rank, link] : links_) {
+      const uint32_t rtt = link->min_rtt_us();
+      if (rtt != 0) report.rtts.push_back({view_->ring()[static_cast<size_t>(rank)].id, rtt});
+    }
+    if (!report.rtts.empty()) actions.insert(actions.begin(), Action{Action::Kind::kSend, std::move(report), 0, 0, Status()});
+  }
   Effects effects = apply(std::move(actions));
   lock.unlock();
   carry_out(effects);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "coord/ring_order.h"
+
 namespace wccl::coord {
 
 Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
@@ -10,6 +12,7 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
   options_.peer_timeout = std::chrono::milliseconds(cfg.integer("peer_timeout_ms"));
   // A probed peer answers at once; one heartbeat period is ample.
   options_.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
+  options_.measured_order = cfg.flag("order_ring_by_rtt");
 }
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
@@ -102,6 +105,9 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
     case MessageType::kLinkBroken:
       group(s->group).link_broken(s->peer, m.other, now);
       break;
+    case MessageType::kLinkReport:
+      group(s->group).report_links(s->peer, m.epoch, m.rtts);
+      break;
     case MessageType::kDone:
       st = group(s->group).done(s->peer, m.epoch, m.seq, now);
       break;
@@ -150,7 +156,19 @@ void Coordinator::on_close(Session *s, const Status &why) {
 
 void Coordinator::deliver(const std::string &name) {
   PeerId logged_loss = 0;
-  for (const Notice &n : group(name).take_notices()) {
+  uint64_t logged_epoch = 0;
+  Membership &m = group(name);
+  for (const Notice &n : m.take_notices()) {
+    if (n.kind == Notice::Kind::kEpoch && n.epoch != logged_epoch && log_.enabled(LogLevel::kInfo)) {
+      logged_epoch = n.epoch;  // once per announcement, not per member
+      std::string ring;
+      for (const Member &member : n.ring) ring += " " + member.info.name;
+      const auto cost = ring_cost(n.ring, [&m](PeerId a, PeerId b) { return m.rtt(a, b); });
+      log_.log(LogLevel::kInfo, "group \"%s\" epoch %llu, ring:%s; round trips %s", name.c_str(),
+               static_cast<unsigned long long>(n.epoch), ring.c_str(),
+               cost ? format("%.1f ms at most, %.1f ms in all", cost->max_us / 1e3, static_cast<double>(cost->sum_us) / 1e3).c_str()
+                    : "not all measured");
+    }
     if (n.kind == Notice::Kind::kRevoked && n.lost != logged_loss) {  // once per loss, not per member
       logged_loss = n.lost;
       WCCL_LOG(log_, kWarn, "group \"%s\" epoch %llu revoked: %s", name.c_str(),

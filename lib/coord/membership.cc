@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "coord/ring_order.h"
+
 namespace wccl::coord {
 namespace {
 
@@ -22,6 +24,9 @@ bool Membership::is_joiner(PeerId id) const {
 
 void Membership::forget(PeerId id) {
   const bool unconfirmed = unconfirmed_.erase(id) != 0;
+  for (auto it = rtt_.begin(); it != rtt_.end();) {
+    it = it->first.first == id || it->first.second == id ? rtt_.erase(it) : std::next(it);
+  }
   live_.erase(id);
   probes_.erase(id);
   arrived_.erase(id);
@@ -156,6 +161,19 @@ Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_po
     return Status();
   }
   return arrive(id, epoch, ops, now, /*leaving=*/true, /*admit=*/true, call);
+}
+
+void Membership::report_links(PeerId id, uint64_t epoch, const std::vector<LinkRtt> &rtts) {
+  if (epoch != epoch_ || !is_member(id) || ring_.size() > kMaxMeasuredRing) return;
+  for (const LinkRtt &l : rtts) {
+    if (l.rtt_us == 0 || l.peer == id || !is_member(l.peer)) continue;
+    rtt_[std::minmax(id, l.peer)] = l.rtt_us;
+  }
+}
+
+uint32_t Membership::rtt(PeerId a, PeerId b) const {
+  auto it = rtt_.find(std::minmax(a, b));
+  return it == rtt_.end() ? 0 : it->second;
 }
 
 void Membership::disconnected(PeerId id, Clock::time_point now) {
@@ -299,15 +317,12 @@ void Membership::lose(PeerId id, const std::string &reason) {
   if (it == live_.end()) return;  // already lost or unknown
   const PeerInfo info = it->second.info;
   const bool member = is_member(id);
-  const bool was_in_ring = std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return m.id == id; });
   forget(id);
-  if (!member) {
-    // A joiner that goes away is forgotten; one that was lost from this epoch stays marked lost,
-    // so it can never come back as a member of it.
-    if (was_in_ring) lost_[id] = info;
-    return;
-  }
+  // Marked lost, a peer never comes back as a member of this epoch, and its next update
+  // re-registers it: a joiner too, whose UPDATE (a lost member's, re-registered, waits as one)
+  // is repeated when it hears it was removed after a freeze longer than peer_timeout.
   lost_[id] = info;
+  if (!member) return;
   revoke(id, info.name + ": " + reason);
   // Delivered only if it is still reachable (frozen or cut off rather than dead).
   notify(Notice::Kind::kRemoved, id).reason = "declared lost: " + reason;
@@ -417,7 +432,7 @@ void Membership::maybe_complete_update() {
     if (is_member(m.id) && leaving_.count(m.id) == 0) next.push_back(m);
   }
   const bool admit = reforming_.empty();
-  const bool changed = revoked_ || (admit && !joiners_.empty()) || next.size() != ring_.size();
+  bool changed = revoked_ || (admit && !joiners_.empty()) || next.size() != ring_.size();
   const std::set<PeerId> leavers = leaving_;
   for (PeerId id : leavers) {
     forget(id);
@@ -427,6 +442,21 @@ void Membership::maybe_complete_update() {
   if (admit) {
     next.insert(next.end(), joiners_.begin(), joiners_.end());
     joiners_.clear();
+  }
+  if (opt_.measured_order && next.size() <= kMaxMeasuredRing) {
+    const RttOf rtt_of = [this](PeerId a, PeerId b) { return rtt(a, b); };
+    std::vector<Member> ordered = order_ring(next, rtt_of);
+    const auto now_cost = ring_cost(next, rtt_of), best = ring_cost(ordered, rtt_of);
+    auto gains = [](uint64_t now, uint64_t then) {
+      return then + kReorderMinGainUs <= now && static_cast<double>(then) < kReorderMargin * static_cast<double>(now);
+    };
+    const bool worth_an_epoch = now_cost && best &&
+                                (gains(now_cost->max_us, best->max_us) ||
+                                 (best->max_us <= now_cost->max_us && gains(now_cost->sum_us, best->sum_us)));
+    if (changed || worth_an_epoch) {
+      changed = changed || next != ordered;
+      next = std::move(ordered);
+    }
   }
   leaving_.clear();
   reforming_.clear();

@@ -55,6 +55,16 @@ struct Member {
   }
 };
 
+// A member's measurement of its link to another member of its epoch (LINK_REPORT).
+struct LinkRtt {
+  PeerId peer = 0;
+  uint32_t rtt_us = 0;  // the link's smallest round trip (net::Link::min_rtt_us), > 0
+};
+
+// Rings of at most this many members are ordered from measured round trips (coord/ring_order.h);
+// larger ones keep the order of arrival.
+inline constexpr size_t kMaxMeasuredRing = 64;
+
 struct Notice {
   enum class Kind {
     kEpoch,    // `to` is a member of `epoch`, whose ring is `ring` (sent to every member)
@@ -91,7 +101,19 @@ class Membership {
     std::chrono::milliseconds settle{200};
     std::chrono::milliseconds peer_timeout{5000};
     std::chrono::milliseconds probe_timeout{1000};
+    // Order each new epoch's ring from the round trips members report (ring_order.h), and re-form
+    // an epoch whose order a better one beats by kReorderMargin; false: the order of arrival.
+    // Off by default: the extra epochs it forms meet a hole in epoch numbering after a
+    // coordinator restart (docs/fault-tolerance.md) more often.
+    bool measured_order = false;
   };
+  // A better order re-forms an unchanged epoch only when its slowest link, or (with the same
+  // slowest link) its sum of round trips, is below this share of the current order's...: a new
+  // epoch costs every link a new TLS set-up, so noise in the measurements must not cause one.
+  static constexpr double kReorderMargin = 0.9;
+  // ... and by at least this much: round trips within a machine room differ by tens of
+  // microseconds of noise, which no order improves on.
+  static constexpr uint32_t kReorderMinGainUs = 1000;
   explicit Membership(Options options) : opt_(options) {}
 
   // A new peer asks to join. INVALID_USAGE if the id is already a joiner or member, or if the
@@ -139,6 +161,13 @@ class Membership {
   // Operation seq failed on a member (a broken link, a timeout): the epoch is revoked. Operations
   // already committed stay committed.
   void op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason, Clock::time_point now);
+  // A member of `epoch` reports the round trips of its links (LINK_REPORT). Kept for pairs of
+  // members of the current epoch (the latest report of either side wins) and used when the next
+  // epoch's ring is ordered; reports about other epochs, non-members or rings larger than
+  // kMaxMeasuredRing are ignored.
+  void report_links(PeerId id, uint64_t epoch, const std::vector<LinkRtt> &rtts);
+  // The round trip last reported between two members, in µs; 0 if none.
+  uint32_t rtt(PeerId a, PeerId b) const;
   // Applies timeouts (silent peers, unanswered probes, the initial settle window).
   void tick(Clock::time_point now);
 
@@ -201,6 +230,7 @@ class Membership {
   size_t pending_told_ = 0;  // the joiner count the members last heard
   uint64_t committed_ = 0;   // operations of this epoch committed
   std::map<uint64_t, std::set<PeerId>> done_;  // operation -> members whose data phase completed
+  std::map<std::pair<PeerId, PeerId>, uint32_t> rtt_;  // (smaller id, larger id) -> µs, live peers only
 };
 
 }  // namespace wccl::coord

@@ -21,6 +21,13 @@ class Writer {
       text(m.info.address);
     }
   }
+  void rtts(const std::vector<LinkRtt> &rtts) {
+    u32(static_cast<uint32_t>(rtts.size()));
+    for (const LinkRtt &l : rtts) {
+      u64(l.peer);
+      u32(l.rtt_us);
+    }
+  }
   std::vector<uint8_t> take() { return std::move(out_); }
 
  private:
@@ -84,6 +91,25 @@ class Reader {
     }
     return out;
   }
+  std::vector<LinkRtt> rtts() {
+    const uint32_t count = u32("link count");
+    std::vector<LinkRtt> out;
+    if (!status_.ok()) return out;
+    if (count > kMaxRingMembers || count > left_ / 12) {  // 12 bytes a link
+      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %u links (limit %zu, or more than the message holds)",
+                           count, kMaxRingMembers);
+      return out;
+    }
+    out.reserve(count);
+    for (uint32_t i = 0; i < count && status_.ok(); ++i) {
+      LinkRtt l;
+      l.peer = peer("link peer id");
+      l.rtt_us = u32("link round trip");
+      if (status_.ok() && l.rtt_us == 0) status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: a link round trip is 0");
+      out.push_back(l);
+    }
+    return out;
+  }
   const Status &status() const { return status_; }
   Status finish() {
     if (status_.ok() && left_ != 0) {
@@ -143,6 +169,11 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
     case MessageType::kLinkBroken:
       w.u64(m.peer);
       w.u64(m.other);
+      break;
+    case MessageType::kLinkReport:
+      w.u64(m.peer);
+      w.u64(m.epoch);
+      w.rtts(m.rtts);
       break;
     case MessageType::kDone:
     case MessageType::kOpFailed:
@@ -232,6 +263,11 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
     case MessageType::kLinkBroken:
       m.peer = r.peer("peer id");
       m.other = r.peer("suspect id");
+      break;
+    case MessageType::kLinkReport:
+      m.peer = r.peer("peer id");
+      m.epoch = r.u64("epoch");
+      m.rtts = r.rtts();
       break;
     case MessageType::kEpoch:
       m.epoch = r.u64("epoch");

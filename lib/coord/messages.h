@@ -30,6 +30,7 @@ enum class MessageType : uint8_t {
   kDone = 7,        // peer, epoch, seq: this peer's data phase of operation seq completed
   kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
   kReform = 9,      // peer, epoch, seq, count: an update that admits no joiner (state sync's retry)
+  kLinkReport = 10, // peer, epoch, rtts: the round trips of this peer's links (ring order)
   // coordinator -> peer
   kEpoch = 16,      // epoch, count (the recipient's call it answers; 0: an announcement), ring
   kRevoked = 17,    // epoch, seq (the last committed operation), other (the lost peer), text (reason)
@@ -54,6 +55,7 @@ struct ControlMessage {
   uint32_t code = 0;   // kError: a wccl_result_t
   uint32_t count = 0;  // kPending; kUpdate, kReform, kLeave: the call's number; kEpoch: the call it answers
   std::string text;    // kRevoked, kRemoved, kError, kOpFailed
+  std::vector<LinkRtt> rtts;  // kLinkReport
 };
 
 // Text fields longer than kMaxTextBytes are cut to that length.

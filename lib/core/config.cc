@@ -51,6 +51,9 @@ constexpr KeySpec kKeys[] = {
     {"join_timeout_ms", "600000", Kind::kInteger, 1, 86400000, "how long wccl_comm_join waits for admission"},
     {"op_timeout_ms", "600000", Kind::kInteger, 1, 86400000,
      "how long a membership call (update, leave) waits for the coordinator's decision"},
+    {"order_ring_by_rtt", "off", Kind::kOnOff, 0, 0,
+     "on: the coordinator orders each epoch's ring from the round trips members measure on their "
+     "links (docs/algorithms.md); off: the order of arrival"},
     {"min_peers", "1", Kind::kInteger, 1, 4096, "peers the coordinator waits for before the first epoch"},
     {"settle_ms", "200", Kind::kInteger, 0, 3600000,
      "with no epoch yet, the first one forms once no peer has joined for this long"},

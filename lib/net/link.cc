@@ -6,6 +6,7 @@
 
 #include "net/link_state.h"
 #include "net/stream.h"
+#include "net/tcp_info.h"
 #include "net/transport_core.h"
 
 namespace wccl::net {
@@ -114,8 +115,21 @@ void LinkState::frame_sent(SendOp *op, uint32_t length) {
   if (--op->frames_in_flight == 0 && op->all_cut) {
     defer([done = std::move(op->done)] { done(Status()); });
     sends_.erase(op->self);
+    if (Clock::now() - rtt_sampled_ >= std::chrono::seconds(1)) sample_rtt();
   }
   pump();
+}
+
+void LinkState::sample_rtt() {
+  rtt_sampled_ = Clock::now();
+  uint32_t best = 0;
+  for (Stream *s : streams_) {
+    uv_os_fd_t fd;
+    if (s == nullptr || uv_fileno(reinterpret_cast<uv_handle_t *>(&s->tcp_), &fd) != 0) continue;
+    const uint32_t rtt = tcp_min_rtt_us(fd);
+    if (rtt != 0 && (best == 0 || rtt < best)) best = rtt;
+  }
+  if (best != 0) min_rtt_us_.store(best, std::memory_order_relaxed);
 }
 
 Result<LinkState::RxBegin> LinkState::rx_begin(Stream *stream, const FrameHeader &h, uint8_t **dst) {
@@ -203,6 +217,7 @@ void LinkState::stream_ready() {
   if (++ready_ < stream_count_) return;
   state_ = State::kOpen;
   last_rx_ = Clock::now();
+  sample_rtt();
   WCCL_LOG(core_->log, kInfo, "link %s %s (%s) open, %d stream(s)%s", is_client_ ? "to" : "from",
            peer_address_.c_str(), peer_name_.c_str(), stream_count_,
            core_->opt.tls ? ", TLS 1.3" : ", plaintext");

@@ -79,6 +79,10 @@ class Link {
   virtual const std::string &local_host() const = 0;
   virtual int stream_count() const = 0;
   virtual LinkStats stats() const = 0;
+  // The smallest round trip, in microseconds, that the kernel measured on the link's streams
+  // (net/tcp_info.h): sampled when the link opens and again, at most once a second, as sends
+  // complete. 0 if unknown.
+  virtual uint32_t min_rtt_us() const = 0;
   // True on the transport's I/O thread (inside completion callbacks).
   virtual bool on_loop_thread() const = 0;
 

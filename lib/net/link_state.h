@@ -60,6 +60,7 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   const std::string &local_host() const override { return local_host_; }
   int stream_count() const override { return stream_count_; }
   LinkStats stats() const override { return {bytes_sent_.load(), bytes_received_.load()}; }
+  uint32_t min_rtt_us() const override { return min_rtt_us_.load(std::memory_order_relaxed); }
   bool on_loop_thread() const override;
 
   // All below run on the loop thread.
@@ -91,11 +92,14 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   std::string peer_name_, peer_subject_, peer_address_, local_host_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
+  std::atomic<uint32_t> min_rtt_us_{0};
+  Clock::time_point rtt_sampled_{};
 
  private:
   void do_send(SendOp op);
   void do_recv(const MessageKey &key, RecvOp op);
   void pump();
+  void sample_rtt();
   void defer(std::function<void()> fn);
 
   std::list<SendOp> sends_;
