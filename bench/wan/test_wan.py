@@ -37,9 +37,9 @@ def main():
     with tempfile.NamedTemporaryFile("w", suffix=".wan") as topo:
         topo.write(TOPOLOGY)
         topo.flush()
-        status, out, counters, _ = wan_perf.run(topo.name, sys.argv[1], True,
-                                                ["-b", "4K", "-e", "4M", "-f", "32", "-n", "2", "-w", "1",
-                                                 "--wire", "native,int8", "--json"], timeout_s=240)
+        status, out, counters, _, _ = wan_perf.run(topo.name, sys.argv[1], True,
+                                                   ["-b", "4K", "-e", "4M", "-f", "32", "-n", "2", "-w", "1",
+                                                    "--wire", "native,int8", "--json"], timeout_s=240)
     print(out)
     assert status == 0, f"wccl-perf failed ({status})"
     rows = json.loads(out)["results"]

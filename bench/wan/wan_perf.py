@@ -74,7 +74,8 @@ def start_gloo(wan, build, algo, perf_args, tmp, timeout_s):
 
 
 def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl", sysctls=(), stagger_s=0.0):
-    """Returns (the tool's exit status, rank 0's output, the forwarder's counters, pings)."""
+    """Returns (the tool's exit status, rank 0's output, the forwarder's counters, pings, the
+    coordinator's log lines of the rings it formed)."""
     build = Path(build)
     with tempfile.TemporaryDirectory(prefix="wccl-wan-") as tmpdir:
         tmp = Path(tmpdir)
@@ -86,6 +87,7 @@ def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl",
                 for other in hosts[1:]:
                     pings[(hosts[0], other)] = ping_ms(wan, hosts[0], other)
             procs = []
+            rings = []
             try:
                 if tool == "wccl":
                     procs = start_wccl(wan, build, tls, perf_args, tmp, stagger_s)
@@ -97,15 +99,15 @@ def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl",
                 # Rank 0 prints; which host it is on depends on the order of arrival.
                 out = "".join((tmp / f"{h}.out").read_text() for h in hosts)
                 if tool == "wccl":  # the rings the coordinator formed, with their measured round trips
-                    out += "".join(f"# coordinator: {line.split(' info ', 1)[-1].strip()}\n"
-                                   for line in (tmp / "coord.log").read_text().splitlines() if "ring:" in line)
+                    rings = [line.split(" info ", 1)[-1].strip()
+                             for line in (tmp / "coord.log").read_text().splitlines() if "ring:" in line]
             finally:
                 for p in procs:
                     if p.poll() is None:
                         p.kill()
                         p.wait()
         counters = wan.counters()
-    return status, out, counters, pings
+    return status, out, counters, pings, rings
 
 
 def main():
@@ -124,11 +126,13 @@ def main():
     args = parser.parse_args(argv[:cut])
     perf_args = argv[cut + 1:]
     start = time.monotonic()
-    status, out, counters, pings = run(args.topology, args.build, args.tls == "on", perf_args, ping=args.ping,
+    status, out, counters, pings, rings = run(args.topology, args.build, args.tls == "on", perf_args, ping=args.ping,
                                        tool=args.tool, sysctls=args.sysctl, stagger_s=args.stagger_ms / 1000)
     for (a, b), ms in pings.items():
         print(f"# ping {a} -> {b}: {ms} ms")
     print(out, end="")
+    for line in rings:
+        print(f"# coordinator: {line}")
     print(f"# forwarder ({time.monotonic() - start:.0f} s):")
     for host, c in counters.items():
         print(f"#   {host}: " + ", ".join(f"{k} {v}" for k, v in c.items()))
