@@ -287,6 +287,17 @@ int crossings(const std::vector<Member> &ring) {
   return n;
 }
 
+// Every member of `epoch` reports its links to all the others.
+void report_all(Membership &m, uint64_t epoch, const std::vector<PeerId> &peers) {
+  for (PeerId p : peers) {
+    std::vector<LinkRtt> rtts;
+    for (PeerId q : peers) {
+      if (q != p) rtts.push_back({q, two_continents(p, q)});
+    }
+    m.report_links(p, epoch, rtts);
+  }
+}
+
 std::vector<Member> members(std::vector<PeerId> ids) {
   std::vector<Member> out;
   for (PeerId id : ids) out.push_back({id, info(id)});
@@ -331,14 +342,7 @@ TEST_F(MembershipTest, AnUpdateReordersTheRingByReportedRoundTrips) {
   Membership m(o);
   const std::vector<PeerId> zigzag = {0x1, 0x11, 0x2, 0x12, 0x3, 0x13};
   form(m, zigzag);
-  // Each member reports its links; one report from either side of a pair is enough.
-  for (PeerId p : zigzag) {
-    std::vector<LinkRtt> rtts;
-    for (PeerId q : zigzag) {
-      if (q != p) rtts.push_back({q, two_continents(p, q)});
-    }
-    m.report_links(p, 1, rtts);
-  }
+  report_all(m, 1, zigzag);
   EXPECT_EQ(m.rtt(0x1, 0x12), 90000u);
   EXPECT_EQ(m.rtt(0x12, 0x1), 90000u);
   for (PeerId p : zigzag) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
@@ -372,13 +376,7 @@ TEST_F(MembershipTest, OrderOfArrivalWhenMeasuredOrderIsOff) {
   Membership m(options());  // the default
   const std::vector<PeerId> zigzag = {0x1, 0x11, 0x2, 0x12, 0x3, 0x13};
   form(m, zigzag);
-  for (PeerId p : zigzag) {
-    std::vector<LinkRtt> rtts;
-    for (PeerId q : zigzag) {
-      if (q != p) rtts.push_back({q, two_continents(p, q)});
-    }
-    m.report_links(p, 1, rtts);
-  }
+  report_all(m, 1, zigzag);
   for (PeerId p : zigzag) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 1u);
   EXPECT_EQ(ids(m.ring()), zigzag);

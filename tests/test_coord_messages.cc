@@ -158,7 +158,7 @@ TEST(ControlMessages, BadFieldsAreNamed) {
   b = encode(epoch);
   b[14] = 0xff;  // ring count 0x...ff: far more members than the bytes that follow
   b[15] = 0xff;
-  expect(b, "ring of");
+  expect(b, "ring members (limit");
   epoch.ring[1].id = 0;
   expect(encode(epoch), "ring member id is 0");
 

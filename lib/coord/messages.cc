@@ -70,19 +70,21 @@ class Reader {
     left_ -= n;
     return s;
   }
-  std::vector<Member> ring() {
-    const uint32_t count = u32("ring size");
-    std::vector<Member> out;
-    if (!status_.ok()) return out;
-    // Each member takes at least 10 bytes, so a count the message cannot hold is caught before
-    // anything is allocated for it.
-    if (count > kMaxRingMembers || count > left_ / 10) {
-      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: ring of %u members (limit %zu, or more than the message holds)",
-                           count, kMaxRingMembers);
-      return out;
+  // A count of entries of at least min_bytes each, at most kMaxRingMembers: a count the message
+  // cannot hold is caught before anything is allocated for it. 0 after a failure.
+  uint32_t count(const char *field, const char *what, size_t min_bytes) {
+    const uint32_t n = u32(field);
+    if (status_.ok() && (n > kMaxRingMembers || n > left_ / min_bytes)) {
+      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %u %s (limit %zu, or more than the message holds)",
+                           n, what, kMaxRingMembers);
     }
-    out.reserve(count);
-    for (uint32_t i = 0; i < count && status_.ok(); ++i) {
+    return status_.ok() ? n : 0;
+  }
+  std::vector<Member> ring() {
+    const uint32_t n = count("ring size", "ring members", 10);
+    std::vector<Member> out;
+    out.reserve(n);
+    for (uint32_t i = 0; i < n && status_.ok(); ++i) {
       Member m;
       m.id = peer("ring member id");
       m.info.name = text("ring member name", true);
@@ -92,16 +94,10 @@ class Reader {
     return out;
   }
   std::vector<LinkRtt> rtts() {
-    const uint32_t count = u32("link count");
+    const uint32_t n = count("link count", "links", 12);
     std::vector<LinkRtt> out;
-    if (!status_.ok()) return out;
-    if (count > kMaxRingMembers || count > left_ / 12) {  // 12 bytes a link
-      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %u links (limit %zu, or more than the message holds)",
-                           count, kMaxRingMembers);
-      return out;
-    }
-    out.reserve(count);
-    for (uint32_t i = 0; i < count && status_.ok(); ++i) {
+    out.reserve(n);
+    for (uint32_t i = 0; i < n && status_.ok(); ++i) {
       LinkRtt l;
       l.peer = peer("link peer id");
       l.rtt_us = u32("link round trip");
