@@ -230,10 +230,15 @@ class Trainer:
             self.settle(need_update=True)
 
     def kill_node(self, send: torch.Tensor, out: torch.Tensor) -> None:
-        """--fault-kill-at-step: every local rank puts its all-reduce in flight, then local rank 0
-        SIGKILLs the node's processes (the other ranks, the launcher, itself) as a crash would."""
-        in_flight = self.mesh.comm.allreduce(  # noqa: F841 (held until the kill)
-            send, wccl.ReduceOp.SUM, out=out, wire=WIRES[self.args.wire], async_op=True)
+        """--fault-kill-at-step: local rank 0 puts its all-reduce in flight, then SIGKILLs the node's
+        processes (the other ranks, the launcher, itself) as a crash would. The other ranks never
+        start theirs, so with two or more local ranks the step cannot commit with this node in every
+        group, however fast the all-reduce is: it always commits without it (were every rank's
+        all-reduce in flight, a small model's could finish, commit included, before the kill lands)."""
+        in_flight = None
+        if self.local_rank == 0:
+            in_flight = self.mesh.comm.allreduce(  # noqa: F841 (held until the kill)
+                send, wccl.ReduceOp.SUM, out=out, wire=WIRES[self.args.wire], async_op=True)
         self.mesh.agree(True)
         if self.local_rank == 0:
             for pid in [p for p in self.pids if p != os.getpid()] + [os.getppid(), os.getpid()]:
