@@ -1,5 +1,6 @@
 #include "memory_channel.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace wccl::test {
@@ -96,11 +97,36 @@ Status Fabric::send(int from, int to, uint32_t tag, const void *data, size_t len
       st = lost(to);
     } else {
       Message m{{from, to, tag}, std::vector<uint8_t>(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + len)};
-      if (opt_.shuffle) {
-        queue_.push_back(std::move(m));
-        cv_.notify_all();
+      auto pass = [&](Message msg) {
+        if (opt_.shuffle) {
+          queue_.push_back(std::move(msg));
+          cv_.notify_all();
+        } else {
+          deliver(std::move(msg), &calls);
+        }
+      };
+      const Key key = m.key;
+      const bool held = std::any_of(opt_.holds.begin(), opt_.holds.end(),
+                                    [&](const Options::Hold &h) { return h.first == key && sent_keys_.count(h.until) == 0; });
+      if (held) {
+        held_.push_back(std::move(m));
       } else {
-        deliver(std::move(m), &calls);
+        pass(std::move(m));
+      }
+      if (!opt_.holds.empty()) {
+        sent_keys_.insert(key);
+        for (auto it = held_.begin(); it != held_.end();) {
+          const Key first = it->key;
+          const bool still = std::any_of(opt_.holds.begin(), opt_.holds.end(), [&](const Options::Hold &h) {
+            return h.first == first && sent_keys_.count(h.until) == 0;
+          });
+          if (still) {
+            ++it;
+          } else {
+            pass(std::move(*it));
+            it = held_.erase(it);
+          }
+        }
       }
     }
     calls.emplace_back(std::move(done), st);  // the bytes were copied: the sender's buffer is free

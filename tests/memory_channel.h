@@ -21,9 +21,16 @@ namespace wccl::test {
 
 class Fabric {
  public:
+  using Key = std::tuple<int, int, uint32_t>;  // from, to, tag
   struct Options {
     bool shuffle = false;
     uint32_t seed = 1;
+    // Ordering constraints: the message `first` is held back until the message `until` has been
+    // sent (a test of which messages a peer sends before which receives complete).
+    struct Hold {
+      Key first, until;
+    };
+    std::vector<Hold> holds;
   };
   Fabric(int n, Options options);
   explicit Fabric(int n) : Fabric(n, Options()) {}
@@ -39,7 +46,6 @@ class Fabric {
 
  private:
   friend class MemoryChannel;
-  using Key = std::tuple<int, int, uint32_t>;  // from, to, tag
   struct Recv {
     uint8_t *data;
     size_t len;
@@ -67,6 +73,8 @@ class Fabric {
   std::map<Key, Recv> recvs_;
   std::map<Key, std::vector<uint8_t>> arrived_;
   std::vector<Message> queue_;  // shuffle mode: sent, not yet delivered
+  std::set<Key> sent_keys_;     // with holds: every key sent so far
+  std::vector<Message> held_;   // held back by a Hold whose `until` is not sent yet
   std::map<int, Status> dead_;
   std::map<int, uint64_t> sends_, kill_at_;
   std::mt19937 rng_;

@@ -399,6 +399,27 @@ TEST(Algo, LargeAllreduce64Mi) {
   }
 }
 
+// A tree's root sends its final down as soon as it has made it, whatever the other tree's final
+// is doing. On 4 peers rank 0 is tree 0's root and a leaf of tree 1, rank 3 the other way round.
+// Each case holds back the final a root receives as a leaf until the final it made itself has
+// gone down its own tree to the leaf at the bottom: a root that waited for the other tree's final
+// before sending its own would never finish (it cost one message latency per all-reduce on the WAN).
+TEST(Algo, TreeRootsDoNotWaitForTheOtherTree) {
+  Collective c;
+  c.algo = Algo::kTree;
+  c.count = 1000;
+  c.dtype = Dtype::kF32;
+  c.op = RedOp::kSum;
+  const uint32_t down0 = 1, down1 = 3;  // one segment: up tree t is tag 2t, down tree t tag 2t + 1
+  for (const Fabric::Options::Hold &hold : {Fabric::Options::Hold{{1, 3, down0}, {2, 0, down1}},
+                                           Fabric::Options::Hold{{2, 0, down1}, {1, 3, down0}}}) {
+    Fabric::Options opt;
+    opt.holds = {hold};
+    Fabric fabric(4, opt);
+    expect_correct(c, 4, run_all(fabric, c, 4, std::chrono::seconds(5)));
+  }
+}
+
 TEST(Algo, RandomDeliveryOrder) {
   for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
                   Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
@@ -443,10 +464,10 @@ TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
         c.wire = w;
         c.chunk_bytes = 32768;
         SCOPED_TRACE(shape_name(s) + " " + codec::dtype_name(t) + " " + codec::wire_name(w));
-        Fabric plain_fabric(n, {true, 5});
+        Fabric plain_fabric(n, {true, 5, {}});
         const Outcome plain = run_all(plain_fabric, c, n);
         c.compress = algo::Compress::kAlways;
-        Fabric zstd_fabric(n, {true, 6});
+        Fabric zstd_fabric(n, {true, 6, {}});
         const Outcome zstd = run_all(zstd_fabric, c, n);
         for (int r = 0; r < n; ++r) {
           const size_t i = static_cast<size_t>(r);
@@ -465,7 +486,7 @@ TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
         }
         EXPECT_LE(zstd_sent, plain_sent);
         // Only the odd ranks compress.
-        Fabric mixed_fabric(n, {true, 7});
+        Fabric mixed_fabric(n, {true, 7, {}});
         const Outcome mixed = run_all(mixed_fabric, c, n, std::chrono::seconds(60), {}, [](Collective *mine, int r) {
           if (r % 2 == 0) mine->compress = algo::Compress::kOff;
         });
@@ -795,12 +816,17 @@ TEST(Algo, TreesAreComplementary) {
       for (int r = 0; r < n; ++r) {
         const algo::TreeNode node = algo::tree_node(t, r, n);
         if (node.parent < 0) ++roots;
+        EXPECT_EQ(node.depth, node.parent < 0 ? 0 : algo::tree_node(t, node.parent, n).depth + 1);
         if (node.child[0] >= 0) ++interior[static_cast<size_t>(r)];
+        int below = -1;  // the children's greatest height
         for (int ch : node.child) {
           if (ch >= 0) {
-            EXPECT_EQ(algo::tree_node(t, ch, n).parent, r);
+            const algo::TreeNode child = algo::tree_node(t, ch, n);
+            EXPECT_EQ(child.parent, r);
+            below = std::max(below, child.height);
           }
         }
+        EXPECT_EQ(node.height, below + 1) << "n=" << n << " tree " << t << " rank " << r;
       }
       EXPECT_EQ(roots, 1);
     }

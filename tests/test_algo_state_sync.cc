@@ -307,7 +307,7 @@ TEST(RunSync, TwoJoinersCatchUpFromThreeDonorsStripedAndVerified) {
   m.tensors[4][1] = {0x55};  // and one more for rank 4
   std::vector<MemberState> states;
   for (int r = 0; r < 5; ++r) states.push_back(describe(m.tensors[static_cast<size_t>(r)], r == 1 || r == 4 ? 0 : 8));
-  test::Fabric fabric(5, {true, 3});
+  test::Fabric fabric(5, {true, 3, {}});
   run_members(m, states, 4096, fabric);
   const uint64_t stale = sizes[0] + sizes[3] + sizes[4];
   for (int r = 0; r < 5; ++r) {
@@ -349,7 +349,7 @@ TEST(RunSync, CompressedPiecesArriveIntactAndShorter) {
   m.tensors = {good, good, {std::vector<uint8_t>(good[0].size(), 0), std::vector<uint8_t>(good[1].size(), 0),
                             std::vector<uint8_t>(5, 0)}};
   std::vector<MemberState> states = {describe(good, 2), describe(good, 2), describe(m.tensors[2], 0)};
-  test::Fabric fabric(3, {true, 11});
+  test::Fabric fabric(3, {true, 11, {}});
   m.compress = Compress::kAlways;
   m.elem_bytes = {4, 1, 1};
   run_members(m, states, 65536, fabric);
@@ -384,7 +384,7 @@ TEST(RunSync, ADonorDyingFailsTheReceiverPromptly) {
   Members m;
   m.tensors = {good, good, {std::vector<uint8_t>(1 << 20, 0)}};
   std::vector<MemberState> states = {describe(good, 1), describe(good, 1), describe(m.tensors[2], 0)};
-  test::Fabric fabric(3, {true, 5});
+  test::Fabric fabric(3, {true, 5, {}});
   fabric.kill_at_send(1, 10);
   const auto start = std::chrono::steady_clock::now();
   run_members(m, states, 4096, fabric);

@@ -203,9 +203,15 @@ Status ring_allgather(Exchange &ex, const Collective &c, Undo *undo) {
 // tree 0 and broadcast down it, the second half on tree 1, so every peer sends and receives about
 // the whole buffer once each way, in 2 log2(n) latencies instead of the ring's 2(n-1). A node
 // combines its own elements, then child 0's, then child 1's, in place in `out`; the root makes the
-// final value, which goes down verbatim. It lands where this node's partial (or, at a leaf, its
-// input) went up from, so after that send. Tags: (2t) * nseg + j up tree t, (2t + 1) * nseg + j
-// down.
+// final value and sends it down at once, and it goes down verbatim. It lands where this node's
+// partial (or, at a leaf, its input) went up from, so after that send. Tags: (2t) * nseg + j up
+// tree t, (2t + 1) * nseg + j down.
+//
+// The pipeline takes its steps in the order they are listed, so they are listed in the order they
+// can arrive: a segment's partials from the tree where this node's subtree is lower first, its
+// finals from the tree where this node is nearer the root first. Listed the other way, a peer
+// holding one tree's final would wait for the other tree's before passing it on: a message
+// latency lost on every all-reduce.
 Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   Memory &mem = memory_of(c);
   const int n = ex.size(), r = ex.rank();
@@ -223,9 +229,17 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   auto region = [&](int t, size_t j) { return static_cast<size_t>(t) * nseg + j; };
   const TreeNode node[2] = {tree_node(0, r, n), tree_node(1, r, n)};
   auto leaf = [&](int t) { return node[t].child[0] < 0 && node[t].child[1] < 0; };
+  const int partials_first = node[1].height < node[0].height ? 1 : 0;
+  const int finals_first = node[1].depth < node[0].depth ? 1 : 0;
   Pipeline pipe(ex, c, undo, 4 * nseg, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
   WCCL_RETURN_IF_ERROR(pl.plan(2 * nseg, [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; }, true, true));
+  auto send_down = [&pl, &node, down, region](int t, size_t j, const uint8_t *value, size_t count) {
+    for (int child : node[t].child) {
+      if (child >= 0) WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, child, down(t, j), value, count, region(t, j)));
+    }
+    return Status();
+  };
   for (size_t j = 0; j < nseg; ++j) {
     for (int t = 0; t < 2; ++t) {
       const Span s = seg(t, j);
@@ -235,7 +249,7 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
     }
   }
   for (size_t j = 0; j < nseg; ++j) {
-    for (int t = 0; t < 2; ++t) {
+    for (int t : {partials_first, 1 - partials_first}) {
       if (leaf(t)) continue;
       const Span s = seg(t, j);
       uint8_t *acc = out + s.begin * es;
@@ -247,27 +261,19 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
           if (ci < last) return Status();
           if (nd.parent >= 0) return pl.send_partial(up(t, j), nd.parent, up(t, j), acc, s.count, s.begin, region(t, j));
           if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, acc, s.count, n));
-          return pl.make_final(acc, acc, s.count, s.begin, region(t, j));
+          WCCL_RETURN_IF_ERROR(pl.make_final(acc, acc, s.count, s.begin, region(t, j)));
+          return send_down(t, j, acc, s.count);
         });
       }
     }
   }
   for (size_t j = 0; j < nseg; ++j) {
-    for (int t = 0; t < 2; ++t) {
+    for (int t : {finals_first, 1 - finals_first}) {
+      if (node[t].parent < 0) continue;  // the root sent it down as it made it
       const Span s = seg(t, j);
       uint8_t *value = out + s.begin * es;
-      const TreeNode nd = node[t];
-      auto send_down = [=, &pl]() {
-        for (int child : nd.child) {
-          if (child >= 0) WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, child, down(t, j), value, s.count, region(t, j)));
-        }
-        return Status();
-      };
-      if (nd.parent >= 0) {
-        pl.land_final(nd.parent, down(t, j), value, s.count, region(t, j), up(t, j), send_down);
-      } else {
-        pipe.then([send_down](const uint8_t *) { return send_down(); });
-      }
+      pl.land_final(node[t].parent, down(t, j), value, s.count, region(t, j), up(t, j),
+                    [=, &send_down]() { return send_down(t, j, value, s.count); });
     }
   }
   return pipe.run();
@@ -438,6 +444,8 @@ TreeNode tree_node(int t, int rank, int n) {
     const int c = 2 * pos + 1 + k;
     if (c < n) node.child[k] = to_rank(c);
   }
+  for (int p = pos; p > 0; p = (p - 1) / 2) ++node.depth;
+  for (int c = 2 * pos + 1; c < n; c = 2 * c + 1) ++node.height;  // a heap's deepest leaves are leftmost
   return node;
 }
 

@@ -89,6 +89,8 @@ Status run(Exchange &ex, const Collective &c, Undo *undo = nullptr);
 struct TreeNode {
   int parent = -1;
   int child[2] = {-1, -1};
+  int depth = 0;   // hops up to the root
+  int height = 0;  // hops down to the deepest leaf below
 };
 TreeNode tree_node(int t, int rank, int n);
 
