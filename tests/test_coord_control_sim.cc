@@ -102,6 +102,9 @@ class Sim {
     if (rtt == 0 || jitter(0, 9) == 0) rtt = static_cast<uint32_t>(jitter(1000, 200000));
     return rtt;
   }
+  // A link's measured delivery rate in bytes/s, drawn anew for every report (0: never busy), so
+  // the crossover the coordinator sends with each barrier's answer changes from one to the next.
+  uint64_t link_rate() { return jitter(0, 3) == 0 ? 0 : static_cast<uint64_t>(jitter(1, 1000)) * 1000000; }
   void trace(const std::string &s) {
     if (trace_) log_ += std::to_string(now_) + " " + s + "\n";
   }
@@ -154,6 +157,9 @@ class Sim {
   // Data phases: (epoch, seq) -> member index -> kind.
   std::map<std::pair<uint64_t, uint64_t>, std::map<int, OpKind>> started_;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<PeerId>> epoch_rings_;
+  // At each member's last start of an operation: its ring and crossover. (The ring tells apart two
+  // epochs of one number, the hole after a coordinator restart in docs/fault-tolerance.md.)
+  std::map<std::pair<uint64_t, uint64_t>, std::map<int, std::pair<std::vector<PeerId>, uint64_t>>> crossover_;
   std::map<uint64_t, std::vector<PeerId>> rings_;  // epoch -> its ring, as announced
   std::set<std::pair<uint64_t, PeerId>> dead_in_epoch_;
   std::set<std::pair<uint64_t, PeerId>> lost_from_;  // (epoch, peer) the coordinator declared lost
@@ -313,7 +319,7 @@ void Sim::app_call(int i, MessageType type) {
     report.peer = m.id;
     report.epoch = m.view->epoch();
     for (const coord::Member &o : m.view->ring()) {
-      if (o.id != m.id) report.rtts.push_back({o.id, pair_rtt(m.id, o.id)});
+      if (o.id != m.id) report.links.push_back({o.id, pair_rtt(m.id, o.id), link_rate()});
     }
     actions.insert(actions.begin(), Action{Action::Kind::kSend, std::move(report), 0, 0, Status()});
   }
@@ -387,6 +393,7 @@ void Sim::worker_start(int i, std::pair<uint64_t, uint64_t> op, OpKind kind) {
   started_[op][i] = kind;
   epoch_rings_[op] = {};
   for (const coord::Member &r : m.view->ring()) epoch_rings_[op].push_back(r.id);
+  crossover_[op][i] = {epoch_rings_[op], m.view->tree_max_bytes()};  // the algo=AUTO crossover it runs with
   // A neighbour that crashed in this epoch: its link is closed, the data phase fails at once.
   for (PeerId p : epoch_rings_[op]) {
     if (dead_in_epoch_.count({op.first, p}) != 0) return end_data_phase(i, op, jitter(1, 10), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
@@ -468,7 +475,7 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
     case MessageType::kRejoin:
       if (coord_conn_.count(m.peer) != 0) return close_conn(c);
       st = m.type == MessageType::kJoin ? coord_->join(m.peer, m.info, now)
-                                        : coord_->rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now);
+                                        : coord_->rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
       if (!st.ok()) return close_conn(c);
       conn.peer = m.peer;
       coord_conn_[m.peer] = c;
@@ -487,7 +494,7 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
       coord_->link_broken(m.peer, m.other, now);
       break;
     case MessageType::kLinkReport:
-      coord_->report_links(m.peer, m.epoch, m.rtts);
+      coord_->report_links(m.peer, m.epoch, m.links);
       break;
     case MessageType::kDone:
       st = coord_->done(m.peer, m.epoch, m.seq, now);
@@ -610,10 +617,16 @@ void Sim::record(int i, std::pair<uint64_t, uint64_t> op, const Status &st) {
   if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST) return;
   auto &seen = outcomes_[op];
   seen[i] = st.ok();
+  const std::string name = "operation e" + std::to_string(op.first) + " s" + std::to_string(op.second);
   for (const auto &[j, ok] : seen) {
     if (ok != st.ok() && survivor(members_[static_cast<size_t>(j)])) {
-      fail("operation e" + std::to_string(op.first) + " s" + std::to_string(op.second) + " is OK on m" +
-           std::to_string(ok ? j : i) + " and PEER_LOST on m" + std::to_string(ok ? i : j));
+      fail(name + " is OK on m" + std::to_string(ok ? j : i) + " and PEER_LOST on m" + std::to_string(ok ? i : j));
+    }
+    // Every member that completed it picked the algorithm with the same crossover.
+    auto &used = crossover_[op];
+    if (ok && st.ok() && used[i].first == used[j].first && used[i].second != used[j].second) {
+      fail(name + " completed with crossover " + std::to_string(used[i].second) + " on m" + std::to_string(i) + " and " +
+           std::to_string(used[j].second) + " on m" + std::to_string(j));
     }
   }
 }

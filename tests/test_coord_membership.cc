@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "coord/algo_choice.h"
 #include "coord/membership.h"
 #include "coord/ring_order.h"
 
@@ -290,7 +291,7 @@ int crossings(const std::vector<Member> &ring) {
 // Every member of `epoch` reports its links to all the others.
 void report_all(Membership &m, uint64_t epoch, const std::vector<PeerId> &peers) {
   for (PeerId p : peers) {
-    std::vector<LinkRtt> rtts;
+    std::vector<LinkMeasurement> rtts;
     for (PeerId q : peers) {
       if (q != p) rtts.push_back({q, two_continents(p, q)});
     }
@@ -354,6 +355,87 @@ TEST_F(MembershipTest, AnUpdateReordersTheRingByReportedRoundTrips) {
   for (PeerId p : ordered) ASSERT_TRUE(m.update(p, 2, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 2u);
   expect_announced(m.take_notices(), 2, ordered);
+}
+
+// --- algo=AUTO's crossover (coord/algo_choice.h) ----------------------------------------------
+
+// n members, every link with the same round trip and rate: the ring takes 2(n-1) one-way
+// latencies l and sends 2(n-1)/n S, the trees 2h latencies (h: the heap's height) and 2S, so they
+// meet at S = n (n - 1 - h) l B.
+TEST(AlgoChoice, UniformLinksMeetWhereTheClosedFormSays) {
+  struct Case {
+    int n, h;
+    uint32_t rtt_us;
+    uint64_t rate;
+  };
+  for (const Case c : {Case{4, 2, 50000, 125000000}, Case{4, 2, 10000, 125000000}, Case{8, 3, 200000, 500000000},
+                       Case{14, 3, 90000, 62500000}}) {
+    std::vector<PeerId> peers;
+    for (int i = 1; i <= c.n; ++i) peers.push_back(static_cast<PeerId>(i));
+    const uint64_t got = tree_crossover_bytes(members(peers), [&](PeerId, PeerId) { return LinkEstimate{c.rtt_us, c.rate}; });
+    const double want = static_cast<double>(c.n) * (c.n - 1 - c.h) * (c.rtt_us / 2e6) * static_cast<double>(c.rate);
+    EXPECT_NEAR(static_cast<double>(got), want, 2.0) << "n=" << c.n << " rtt " << c.rtt_us;
+  }
+}
+
+TEST(AlgoChoice, NoAnswerWithoutMeasurements) {
+  const std::vector<Member> four = members({1, 2, 3, 4});
+  auto uniform = [](PeerId, PeerId) { return LinkEstimate{50000, 125000000}; };
+  EXPECT_EQ(tree_crossover_bytes(members({1, 2}), uniform), 0u) << "two members: always the ring";
+  EXPECT_EQ(tree_crossover_bytes(four, [](PeerId a, PeerId b) {
+              return std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 3) ? LinkEstimate{} : LinkEstimate{50000, 125000000};
+            }),
+            0u)
+      << "tree 0's link 1-3 has no round trip";
+  // The ring's links measured their rates, the trees' others did not: those come from their ends.
+  auto ring_rates_only = [](PeerId a, PeerId b) {
+    const bool ring_link = (a > b ? a - b : b - a) == 1 || std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 4);
+    return LinkEstimate{50000, ring_link ? 125000000u : 0u};
+  };
+  EXPECT_EQ(tree_crossover_bytes(four, ring_rates_only), tree_crossover_bytes(four, uniform));
+  EXPECT_EQ(tree_crossover_bytes(four, [](PeerId, PeerId) { return LinkEstimate{50000, 0}; }), 0u) << "no rate at all";
+}
+
+TEST(AlgoChoice, ATreeOverSlowLinksNeverWins) {
+  // The ring's links are short; tree 0's link 1-3 and tree 1's link 2-4 cross an ocean.
+  auto far = [](PeerId a, PeerId b) {
+    const auto p = std::minmax<PeerId>(a, b);
+    const bool ocean = p == std::minmax<PeerId>(1, 3) || p == std::minmax<PeerId>(2, 4);
+    return LinkEstimate{ocean ? 200000u : 1000u, 125000000};
+  };
+  EXPECT_EQ(tree_crossover_bytes(members({1, 2, 3, 4}), far), 1u);
+}
+
+TEST_F(MembershipTest, TheCrossoverIsFixedAtTheBarrierAndSentToEveryMember) {
+  Membership m(options());
+  const std::vector<PeerId> four = {A, B, C, D};
+  form(m, four);
+  EXPECT_EQ(m.tree_max_bytes(), 0u) << "nothing measured when the first epoch forms";
+  for (PeerId p : four) {
+    std::vector<LinkMeasurement> links;
+    for (PeerId q : four) {
+      if (q != p) links.push_back({q, 50000, 125000000});
+    }
+    m.report_links(p, 1, links);
+  }
+  EXPECT_EQ(m.link(A, B).bytes_per_s, 125000000u);
+  m.report_links(A, 1, {{B, 50000, 0}});
+  EXPECT_EQ(m.link(B, A).bytes_per_s, 125000000u) << "a link that was never busy keeps the rate last reported";
+  EXPECT_EQ(m.tree_max_bytes(), 0u) << "reports alone change nothing before the barrier";
+  for (PeerId p : four) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
+  EXPECT_EQ(m.epoch(), 1u);
+  EXPECT_NEAR(static_cast<double>(m.tree_max_bytes()), 12.5e6, 2.0);
+  const std::vector<Notice> epochs = of_kind(m.take_notices(), Kind::kEpoch);
+  ASSERT_EQ(epochs.size(), 4u);
+  for (const Notice &n : epochs) EXPECT_EQ(n.tree_max_bytes, m.tree_max_bytes());
+
+  Membership::Options off = options();
+  off.measured_crossover = false;
+  Membership fixed(off);
+  form(fixed, four);
+  for (PeerId p : four) fixed.report_links(p, 1, {{p == A ? B : A, 50000, 125000000}});
+  for (PeerId p : four) ASSERT_TRUE(fixed.update(p, 1, fixed.committed(), t).ok());
+  EXPECT_EQ(fixed.tree_max_bytes(), 0u);
 }
 
 TEST_F(MembershipTest, RoundTripsAreKeptOnlyFromMembersAboutMembersOfTheirEpoch) {

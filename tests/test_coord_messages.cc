@@ -29,6 +29,7 @@ std::vector<ControlMessage> one_of_each() {
   rejoin.epoch = 42;
   rejoin.seq = 17;
   rejoin.ring = sample_ring();
+  rejoin.tree_max_bytes = 2500000;
   add(MessageType::kHeartbeat).peer = 7;
   ControlMessage &update = add(MessageType::kUpdate);
   update.peer = 8;
@@ -45,10 +46,11 @@ std::vector<ControlMessage> one_of_each() {
   ControlMessage &report = add(MessageType::kLinkReport);
   report.peer = 8;
   report.epoch = 43;
-  report.rtts = {{0x1111, 50123}, {0x2222, 180000}};
+  report.links = {{0x1111, 50123, 118000000}, {0x2222, 180000, 0}};
   ControlMessage &epoch = add(MessageType::kEpoch);
   epoch.epoch = 43;
   epoch.ring = sample_ring();
+  epoch.tree_max_bytes = 12500000;
   ControlMessage &revoked = add(MessageType::kRevoked);
   revoked.epoch = 43;
   revoked.other = 0x2222;
@@ -96,11 +98,13 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(out.code, m.code);
     EXPECT_EQ(out.count, m.count);
     EXPECT_EQ(out.text, m.text);
-    ASSERT_EQ(out.rtts.size(), m.rtts.size());
-    for (size_t i = 0; i < m.rtts.size(); ++i) {
-      EXPECT_EQ(out.rtts[i].peer, m.rtts[i].peer);
-      EXPECT_EQ(out.rtts[i].rtt_us, m.rtts[i].rtt_us);
+    ASSERT_EQ(out.links.size(), m.links.size());
+    for (size_t i = 0; i < m.links.size(); ++i) {
+      EXPECT_EQ(out.links[i].peer, m.links[i].peer);
+      EXPECT_EQ(out.links[i].rtt_us, m.links[i].rtt_us);
+      EXPECT_EQ(out.links[i].bytes_per_s, m.links[i].bytes_per_s);
     }
+    EXPECT_EQ(out.tree_max_bytes, m.tree_max_bytes);
   }
 }
 
@@ -166,11 +170,11 @@ TEST(ControlMessages, BadFieldsAreNamed) {
   report.type = MessageType::kLinkReport;
   report.peer = 3;
   report.epoch = 1;
-  report.rtts = {{0x1111, 0}};
+  report.links = {{0x1111, 0}};
   expect(encode(report), "round trip is 0");
-  report.rtts = {{0, 10}};
+  report.links = {{0, 10}};
   expect(encode(report), "link peer id is 0");
-  report.rtts = {{0x1111, 10}};
+  report.links = {{0x1111, 10}};
   b = encode(report);
   b[18] = 0xff;  // link count 0x...ff: far more links than the bytes that follow
   b[19] = 0xff;

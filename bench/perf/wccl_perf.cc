@@ -250,9 +250,17 @@ int run_peer(const Options &o) {
   (void)wccl_config_get(cfg, "tls", tls, sizeof(tls), &tls_len);
   wccl_config_destroy(cfg);
   // As a trainer's first outer step would: the epoch's links open (a barrier waits for them) and
-  // measure their round trips, and the update lets the coordinator re-form the ring in the order
-  // those round trips favour (order_ring_by_rtt; docs/algorithms.md).
+  // measure their round trips, a ring all-reduce of the sweep's largest size keeps them busy long
+  // enough to measure their rates, and the update lets the coordinator re-form the ring in the
+  // order those round trips favour (order_ring_by_rtt) and compute algo=AUTO's crossover from
+  // them (measured_crossover; docs/algorithms.md).
   must("barrier", wccl_barrier(comm, nullptr));
+  {
+    std::vector<float> warm(std::max<size_t>(o.sweep.max_bytes / sizeof(float), 1), 1.0f);
+    wccl_opts_t ring = wccl_opts_default();
+    ring.algo = WCCL_ALGO_RING;
+    must("allreduce (links)", wccl_allreduce(warm.data(), warm.data(), warm.size(), WCCL_F32, WCCL_SUM, comm, &ring));
+  }
   must("update", wccl_comm_update(comm));
 
   WcclCollective coll(comm, o.algo);

@@ -168,17 +168,18 @@ Status Communicator::membership_call(MessageType type, const char *what) {
   Actions actions;
   WCCL_RETURN_IF_ERROR(view_->call(type, &actions));
   if (type == MessageType::kUpdate) {
-    // The round trips this epoch's links measured, ahead of the UPDATE on the same ordered
-    // connection, so the coordinator can order the next ring by them (coord/ring_order.h).
+    // What this epoch's links measured, ahead of the UPDATE on the same ordered connection, so
+    // the coordinator can order the next ring (coord/ring_order.h) and compute its crossover
+    // (coord/algo_choice.h) by them.
     ControlMessage report;
     report.type = MessageType::kLinkReport;
     report.peer = id_;
     report.epoch = view_->epoch();
     for (const auto &[rank, link] : links_) {
       const uint32_t rtt = link->min_rtt_us();
-      if (rtt != 0) report.rtts.push_back({view_->ring()[static_cast<size_t>(rank)].id, rtt});
+      if (rtt != 0) report.links.push_back({view_->ring()[static_cast<size_t>(rank)].id, rtt, link->delivery_rate()});
     }
-    if (!report.rtts.empty()) actions.insert(actions.begin(), Action{Action::Kind::kSend, std::move(report), 0, 0, Status()});
+    if (!report.links.empty()) actions.insert(actions.begin(), Action{Action::Kind::kSend, std::move(report), 0, 0, Status()});
   }
   Effects effects = apply(std::move(actions));
   lock.unlock();
@@ -525,7 +526,8 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
   auto op = std::make_shared<Op>();
   op->c = c;
   op->c.chunk_bytes = chunk_bytes_;
-  op->c.algo = algo::choose(c, n, tree_max_bytes_);
+  const uint64_t measured = view_->tree_max_bytes();
+  op->c.algo = algo::choose(c, n, measured != 0 ? static_cast<size_t>(measured) : tree_max_bytes_);
   WCCL_RETURN_IF_ERROR(algo::check(op->c, n, view_->rank()));
   if (c.device != nullptr) {
     Result<algo::DeviceMemory *> memory = device_memory_locked(c.device);

@@ -140,6 +140,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
         if (m.count == 0 || m.count != call_id_ || (call_ != Call::kUpdate && call_ != Call::kReform)) break;
         pending_ = 0;
         barrier_ops_ = kNoBarrier;
+        tree_max_bytes_ = m.tree_max_bytes;  // fixed anew at the barrier, the same for every member
       } else {
         // Operations of the previous epoch that are still undecided can no longer commit.
         fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu ended before the operation was committed",
@@ -147,6 +148,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
                        &out);
         epoch_ = m.epoch;
         ring_ = m.ring;
+        tree_max_bytes_ = m.tree_max_bytes;
         rank_ = rank_of(id_);
         revoked_ = false;
         removed_ = false;
@@ -357,6 +359,7 @@ std::vector<ControlMessage> MemberView::rejoin() const {
   if (!removed_) {  // a peer declared lost holds no epoch (an empty ring): it comes back as a joiner
     again.seq = committed_seq_;
     again.ring = ring_;
+    again.tree_max_bytes = tree_max_bytes_;
   }
   out.push_back(std::move(again));
   // Operations waiting for their decision report their DONE again: the coordinator may be a new

@@ -92,6 +92,8 @@ class MemberView {
   coord::PeerId id() const { return id_; }
   uint64_t epoch() const { return epoch_; }
   const std::vector<coord::Member> &ring() const { return ring_; }
+  // algo=AUTO's crossover the coordinator measured for this epoch (EPOCH), 0: none.
+  uint64_t tree_max_bytes() const { return tree_max_bytes_; }
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ring_.size()); }
   bool revoked() const { return revoked_; }
@@ -130,6 +132,7 @@ class MemberView {
   const coord::PeerInfo info_;
   uint64_t epoch_ = 0;
   std::vector<coord::Member> ring_;
+  uint64_t tree_max_bytes_ = 0;
   int rank_ = -1;
   bool revoked_ = false;
   bool removed_ = false;  // declared lost from epoch_ (REMOVED)

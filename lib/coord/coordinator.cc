@@ -13,6 +13,7 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
   // A probed peer answers at once; one heartbeat period is ample.
   options_.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
   options_.measured_order = cfg.flag("order_ring_by_rtt");
+  options_.measured_crossover = cfg.flag("measured_crossover");
 }
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
@@ -82,7 +83,7 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
       if (m.type == MessageType::kJoin) {
         st = group(m.group).join(m.peer, m.info, now);
       } else {
-        st = group(m.group).rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now);
+        st = group(m.group).rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
       }
       if (!st.ok()) return refuse(s, st);
       s->peer = m.peer;
@@ -106,7 +107,7 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
       group(s->group).link_broken(s->peer, m.other, now);
       break;
     case MessageType::kLinkReport:
-      group(s->group).report_links(s->peer, m.epoch, m.rtts);
+      group(s->group).report_links(s->peer, m.epoch, m.links);
       break;
     case MessageType::kDone:
       st = group(s->group).done(s->peer, m.epoch, m.seq, now);
@@ -164,10 +165,12 @@ void Coordinator::deliver(const std::string &name) {
       std::string ring;
       for (const Member &member : n.ring) ring += " " + member.info.name;
       const auto cost = ring_cost(n.ring, [&m](PeerId a, PeerId b) { return m.rtt(a, b); });
-      log_.log(LogLevel::kInfo, "group \"%s\" epoch %llu, ring:%s; round trips %s", name.c_str(),
+      log_.log(LogLevel::kInfo, "group \"%s\" epoch %llu, ring:%s; round trips %s; algo=AUTO: tree up to %s", name.c_str(),
                static_cast<unsigned long long>(n.epoch), ring.c_str(),
                cost ? format("%.1f ms at most, %.1f ms in all", cost->max_us / 1e3, static_cast<double>(cost->sum_us) / 1e3).c_str()
-                    : "not all measured");
+                    : "not all measured",
+               n.tree_max_bytes != 0 ? format("%llu bytes (measured)", static_cast<unsigned long long>(n.tree_max_bytes)).c_str()
+                                     : "each member's tree_max_bytes");
     }
     if (n.kind == Notice::Kind::kRevoked && n.lost != logged_loss) {  // once per loss, not per member
       logged_loss = n.lost;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "coord/algo_choice.h"
 #include "coord/ring_order.h"
 
 namespace wccl::coord {
@@ -24,8 +25,8 @@ bool Membership::is_joiner(PeerId id) const {
 
 void Membership::forget(PeerId id) {
   const bool unconfirmed = unconfirmed_.erase(id) != 0;
-  for (auto it = rtt_.begin(); it != rtt_.end();) {
-    it = it->first.first == id || it->first.second == id ? rtt_.erase(it) : std::next(it);
+  for (auto it = links_.begin(); it != links_.end();) {
+    it = it->first.first == id || it->first.second == id ? links_.erase(it) : std::next(it);
   }
   live_.erase(id);
   probes_.erase(id);
@@ -101,9 +102,7 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
     // It missed the announcement of the epoch it is in (its connection was lost with it): that
     // epoch answers its update.
     live_[id].last_seen = now;
-    Notice &n = notify(Notice::Kind::kEpoch, id);
-    n.ring = ring_;
-    n.answers = call;
+    notify(Notice::Kind::kEpoch, id).answers = call;
     return Status();
   }
   if (epoch != epoch_) {
@@ -163,18 +162,22 @@ Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_po
   return arrive(id, epoch, ops, now, /*leaving=*/true, /*admit=*/true, call);
 }
 
-void Membership::report_links(PeerId id, uint64_t epoch, const std::vector<LinkRtt> &rtts) {
+void Membership::report_links(PeerId id, uint64_t epoch, const std::vector<LinkMeasurement> &links) {
   if (epoch != epoch_ || !is_member(id) || ring_.size() > kMaxMeasuredRing) return;
-  for (const LinkRtt &l : rtts) {
+  for (const LinkMeasurement &l : links) {
     if (l.rtt_us == 0 || l.peer == id || !is_member(l.peer)) continue;
-    rtt_[std::minmax(id, l.peer)] = l.rtt_us;
+    LinkEstimate &known = links_[std::minmax(id, l.peer)];
+    known.rtt_us = l.rtt_us;
+    if (l.bytes_per_s != 0) known.bytes_per_s = l.bytes_per_s;
   }
 }
 
-uint32_t Membership::rtt(PeerId a, PeerId b) const {
-  auto it = rtt_.find(std::minmax(a, b));
-  return it == rtt_.end() ? 0 : it->second;
+LinkEstimate Membership::link(PeerId a, PeerId b) const {
+  auto it = links_.find(std::minmax(a, b));
+  return it == links_.end() ? LinkEstimate{} : it->second;
 }
+
+uint32_t Membership::rtt(PeerId a, PeerId b) const { return link(a, b).rtt_us; }
 
 void Membership::disconnected(PeerId id, Clock::time_point now) {
   if (leaving_.count(id) != 0) {
@@ -198,7 +201,7 @@ void Membership::link_broken(PeerId reporter, PeerId suspect, Clock::time_point 
 }
 
 Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
-                          uint64_t committed, Clock::time_point now) {
+                          uint64_t committed, Clock::time_point now, uint64_t tree_max_bytes) {
   if (epoch >= (1ULL << 63)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports epoch %llu", static_cast<unsigned long long>(epoch));
   }
@@ -218,6 +221,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     // now. Anyone else this coordinator knew is not part of it: removed, to join again.
     epoch_ = epoch;
     ring_ = ring;
+    tree_max_bytes_ = tree_max_bytes;
     unconfirmed_.clear();
     revocation_pending_ = false;
     revoked_ = false;
@@ -257,7 +261,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     }
     if (epoch < epoch_) {
       // It missed the announcement of the epoch the others are in.
-      notify(Notice::Kind::kEpoch, id).ring = ring_;
+      notify(Notice::Kind::kEpoch, id);
     } else if (committed < committed_) {
       // It missed a COMMIT (its connection was lost with it): what is committed stays so.
       notify(Notice::Kind::kCommit, id).seq = committed_;
@@ -410,6 +414,7 @@ void Membership::maybe_form_first(Clock::time_point now) {
   // members that never came back may have moved on meanwhile, and a number must never name two
   // epochs.
   epoch_ = std::max(epoch_, epoch_floor_) + 1 + (epoch_floor_ > epoch_ ? kRestartEpochGap : 0);
+  tree_max_bytes_ = 0;  // nothing measured yet
   revoked_ = false;
   unconfirmed_.clear();
   revocation_pending_ = false;
@@ -460,6 +465,11 @@ void Membership::maybe_complete_update() {
   }
   leaving_.clear();
   reforming_.clear();
+  // Every member is at the barrier, so all of them start their next operation with the crossover
+  // the answer carries, and it stays fixed until the next barrier (re-sent answers carry it too).
+  tree_max_bytes_ = opt_.measured_crossover && next.size() <= kMaxMeasuredRing
+                        ? tree_crossover_bytes(next, [this](PeerId a, PeerId b) { return link(a, b); })
+                        : 0;
   if (changed) {
     epoch_ = std::max(epoch_, epoch_floor_) + 1;
     ring_ = std::move(next);
@@ -476,7 +486,6 @@ void Membership::maybe_complete_update() {
 void Membership::announce_epoch(bool barrier) {
   for (const Member &m : ring_) {
     Notice &n = notify(Notice::Kind::kEpoch, m.id);
-    n.ring = ring_;
     auto call = arrived_.find(m.id);
     if (barrier && call != arrived_.end()) n.answers = call->second;
   }
@@ -487,6 +496,10 @@ Notice &Membership::notify(Notice::Kind kind, PeerId to) {
   n.kind = kind;
   n.to = to;
   n.epoch = epoch_;
+  if (kind == Notice::Kind::kEpoch) {
+    n.ring = ring_;
+    n.tree_max_bytes = tree_max_bytes_;
+  }
   notices_.push_back(std::move(n));
   return notices_.back();
 }

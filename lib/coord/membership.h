@@ -56,9 +56,16 @@ struct Member {
 };
 
 // A member's measurement of its link to another member of its epoch (LINK_REPORT).
-struct LinkRtt {
+struct LinkMeasurement {
   PeerId peer = 0;
-  uint32_t rtt_us = 0;  // the link's smallest round trip (net::Link::min_rtt_us), > 0
+  uint32_t rtt_us = 0;       // the link's smallest round trip (net::Link::min_rtt_us), > 0
+  uint64_t bytes_per_s = 0;  // the highest rate it delivered while busy (net::Link::delivery_rate); 0: never busy
+};
+
+// What the coordinator knows of a link between two members (the latest LINK_REPORT about it).
+struct LinkEstimate {
+  uint32_t rtt_us = 0;       // 0: not measured
+  uint64_t bytes_per_s = 0;  // 0: not measured
 };
 
 // Rings of at most this many members are ordered from measured round trips (coord/ring_order.h);
@@ -81,6 +88,7 @@ struct Notice {
   uint64_t epoch = 0;
   std::vector<Member> ring;  // kEpoch
   uint32_t answers = 0;      // kEpoch: the recipient's call (UPDATE, REFORM) it answers; 0: an announcement
+  uint64_t tree_max_bytes = 0;  // kEpoch: algo=AUTO's ring/tree crossover (coord/algo_choice.h); 0: none
   PeerId lost = 0;           // kRevoked
   std::string reason;        // kRevoked, kRemoved, kRefused
   uint32_t joiners = 0;      // kPending
@@ -106,6 +114,9 @@ class Membership {
     // Off by default: the extra epochs it forms meet a hole in epoch numbering after a
     // coordinator restart (docs/fault-tolerance.md) more often.
     bool measured_order = false;
+    // Send with each epoch formed at an update barrier algo=AUTO's ring/tree crossover, computed
+    // from the links members report (coord/algo_choice.h); false: members use their tree_max_bytes.
+    bool measured_crossover = true;
   };
   // A better order re-forms an unchanged epoch only when its slowest link, or (with the same
   // slowest link) its sum of round trips, is below this share of the current order's...: a new
@@ -151,9 +162,10 @@ class Membership {
   // told, and peers outside it are removed (they join again). A peer whose epoch is not the
   // current one is removed and re-registered as a joiner. INVALID_ARGUMENT for a ring with
   // duplicate ids or an epoch of 2^63 or more.
-  // `committed` is the last operation of `epoch` the peer saw committed.
+  // `committed` is the last operation of `epoch` the peer saw committed, `tree_max_bytes` the
+  // crossover it holds for it (adopted with the epoch, so its members keep picking alike).
   Status rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring, uint64_t committed,
-                Clock::time_point now);
+                Clock::time_point now, uint64_t tree_max_bytes = 0);
   // A member's data phase of operation seq of `epoch` completed. Reports for another epoch or a
   // revoked one are ignored (the revocation already decided them); PROTOCOL for a seq more than
   // kMaxOpsAhead past the last committed operation.
@@ -161,13 +173,16 @@ class Membership {
   // Operation seq failed on a member (a broken link, a timeout): the epoch is revoked. Operations
   // already committed stay committed.
   void op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason, Clock::time_point now);
-  // A member of `epoch` reports the round trips of its links (LINK_REPORT). Kept for pairs of
-  // members of the current epoch (the latest report of either side wins) and used when the next
-  // epoch's ring is ordered; reports about other epochs, non-members or rings larger than
+  // A member of `epoch` reports what its links measured (LINK_REPORT). Kept for pairs of members
+  // of the current epoch (the latest report of either side wins; a delivery rate of 0, a link
+  // that was never busy, keeps the last one) and used when the next epoch's ring is ordered and
+  // its crossover computed; reports about other epochs, non-members or rings larger than
   // kMaxMeasuredRing are ignored.
-  void report_links(PeerId id, uint64_t epoch, const std::vector<LinkRtt> &rtts);
+  void report_links(PeerId id, uint64_t epoch, const std::vector<LinkMeasurement> &links);
   // The round trip last reported between two members, in µs; 0 if none.
   uint32_t rtt(PeerId a, PeerId b) const;
+  // What was last reported about the link between two members (zeros if nothing).
+  LinkEstimate link(PeerId a, PeerId b) const;
   // Applies timeouts (silent peers, unanswered probes, the initial settle window).
   void tick(Clock::time_point now);
 
@@ -179,6 +194,8 @@ class Membership {
   uint64_t committed() const { return committed_; }
   bool revoked() const { return revoked_; }
   const std::vector<Member> &ring() const { return ring_; }
+  // The current epoch's algo=AUTO crossover (Options::measured_crossover), 0 if none.
+  uint64_t tree_max_bytes() const { return tree_max_bytes_; }
   size_t joiners() const { return joiners_.size(); }
   // When tick() next has something to decide (a timeout or the settle window), for the timer.
   Clock::time_point next_deadline() const;
@@ -230,7 +247,8 @@ class Membership {
   size_t pending_told_ = 0;  // the joiner count the members last heard
   uint64_t committed_ = 0;   // operations of this epoch committed
   std::map<uint64_t, std::set<PeerId>> done_;  // operation -> members whose data phase completed
-  std::map<std::pair<PeerId, PeerId>, uint32_t> rtt_;  // (smaller id, larger id) -> µs, live peers only
+  std::map<std::pair<PeerId, PeerId>, LinkEstimate> links_;  // (smaller id, larger id), live peers only
+  uint64_t tree_max_bytes_ = 0;  // the current epoch's crossover, fixed at its update barrier
 };
 
 }  // namespace wccl::coord

@@ -21,11 +21,12 @@ class Writer {
       text(m.info.address);
     }
   }
-  void rtts(const std::vector<LinkRtt> &rtts) {
-    u32(static_cast<uint32_t>(rtts.size()));
-    for (const LinkRtt &l : rtts) {
+  void links(const std::vector<LinkMeasurement> &links) {
+    u32(static_cast<uint32_t>(links.size()));
+    for (const LinkMeasurement &l : links) {
       u64(l.peer);
       u32(l.rtt_us);
+      u64(l.bytes_per_s);
     }
   }
   std::vector<uint8_t> take() { return std::move(out_); }
@@ -93,14 +94,15 @@ class Reader {
     }
     return out;
   }
-  std::vector<LinkRtt> rtts() {
-    const uint32_t n = count("link count", "links", 12);
-    std::vector<LinkRtt> out;
+  std::vector<LinkMeasurement> links() {
+    const uint32_t n = count("link count", "links", 20);
+    std::vector<LinkMeasurement> out;
     out.reserve(n);
     for (uint32_t i = 0; i < n && status_.ok(); ++i) {
-      LinkRtt l;
+      LinkMeasurement l;
       l.peer = peer("link peer id");
       l.rtt_us = u32("link round trip");
+      l.bytes_per_s = u64("link delivery rate");
       if (status_.ok() && l.rtt_us == 0) status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: a link round trip is 0");
       out.push_back(l);
     }
@@ -149,6 +151,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
         w.u64(m.epoch);
         w.u64(m.seq);
         w.ring(m.ring);
+        w.u64(m.tree_max_bytes);
       }
       break;
     case MessageType::kHeartbeat:
@@ -169,7 +172,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
     case MessageType::kLinkReport:
       w.u64(m.peer);
       w.u64(m.epoch);
-      w.rtts(m.rtts);
+      w.links(m.links);
       break;
     case MessageType::kDone:
     case MessageType::kOpFailed:
@@ -182,6 +185,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.u64(m.epoch);
       w.u32(m.count);
       w.ring(m.ring);
+      w.u64(m.tree_max_bytes);
       break;
     case MessageType::kRevoked:
       w.u64(m.epoch);
@@ -236,6 +240,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
         m.epoch = r.u64("epoch");
         m.seq = r.u64("committed operation");
         m.ring = r.ring();
+        m.tree_max_bytes = r.u64("tree_max_bytes");
       }
       break;
     case MessageType::kHeartbeat:
@@ -263,12 +268,13 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
     case MessageType::kLinkReport:
       m.peer = r.peer("peer id");
       m.epoch = r.u64("epoch");
-      m.rtts = r.rtts();
+      m.links = r.links();
       break;
     case MessageType::kEpoch:
       m.epoch = r.u64("epoch");
       m.count = r.u32("call answered");
       m.ring = r.ring();
+      m.tree_max_bytes = r.u64("tree_max_bytes");
       break;
     case MessageType::kRevoked:
       m.epoch = r.u64("epoch");
@@ -312,6 +318,7 @@ ControlMessage to_message(const Notice &n) {
       m.type = MessageType::kEpoch;
       m.count = n.answers;
       m.ring = n.ring;
+      m.tree_max_bytes = n.tree_max_bytes;
       break;
     case Notice::Kind::kRevoked:
       m.type = MessageType::kRevoked;

@@ -22,7 +22,7 @@ inline constexpr size_t kMaxTextBytes = 255;  // names, groups, addresses, reaso
 enum class MessageType : uint8_t {
   // peer -> coordinator
   kJoin = 1,        // peer, group, info
-  kRejoin = 2,      // peer, group, info, epoch, ring: after a coordinator restart
+  kRejoin = 2,      // peer, group, info, epoch, ring, tree_max_bytes: after a coordinator restart
   kHeartbeat = 3,   // peer
   kUpdate = 4,      // peer, epoch, seq (operations this peer submitted in the epoch), count (call)
   kLeave = 5,       // peer, epoch, seq, count
@@ -30,9 +30,9 @@ enum class MessageType : uint8_t {
   kDone = 7,        // peer, epoch, seq: this peer's data phase of operation seq completed
   kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
   kReform = 9,      // peer, epoch, seq, count: an update that admits no joiner (state sync's retry)
-  kLinkReport = 10, // peer, epoch, rtts: the round trips of this peer's links (ring order)
+  kLinkReport = 10, // peer, epoch, links: what this peer's links measured (ring order, algo=AUTO)
   // coordinator -> peer
-  kEpoch = 16,      // epoch, count (the recipient's call it answers; 0: an announcement), ring
+  kEpoch = 16,      // epoch, count (the recipient's call it answers; 0: an announcement), ring, tree_max_bytes
   kRevoked = 17,    // epoch, seq (the last committed operation), other (the lost peer), text (reason)
   kRemoved = 18,    // epoch, text (reason)
   kProbe = 19,      // epoch
@@ -55,7 +55,8 @@ struct ControlMessage {
   uint32_t code = 0;   // kError: a wccl_result_t
   uint32_t count = 0;  // kPending; kUpdate, kReform, kLeave: the call's number; kEpoch: the call it answers
   std::string text;    // kRevoked, kRemoved, kError, kOpFailed
-  std::vector<LinkRtt> rtts;  // kLinkReport
+  std::vector<LinkMeasurement> links;  // kLinkReport
+  uint64_t tree_max_bytes = 0;         // kEpoch, kRejoin: algo=AUTO's crossover in the epoch; 0: each member's tree_max_bytes
 };
 
 // Text fields longer than kMaxTextBytes are cut to that length.

@@ -38,7 +38,11 @@ constexpr KeySpec kKeys[] = {
     {"sync_compress", "on", Kind::kOnOff, 0, 0,
      "state sync sends pieces zstd-compressed (byte-shuffled) where that pays (docs/algorithms.md); off: never"},
     {"tree_max_bytes", "256K", Kind::kBytes, 0, 1LL << 40,
-     "algo=AUTO runs the tree all-reduce up to this many bytes and the ring above (docs/algorithms.md)"},
+     "algo=AUTO runs the tree all-reduce up to this many bytes and the ring above, in epochs whose "
+     "crossover the coordinator has not measured (measured_crossover; docs/algorithms.md)"},
+    {"measured_crossover", "on", Kind::kOnOff, 0, 0,
+     "coordinator: on sends with each epoch formed at an update algo=AUTO's ring/tree crossover, "
+     "computed from the round trips and rates members measure on their links; off: members use tree_max_bytes"},
     {"sock_buf_bytes", "0", Kind::kBytes, 0, 1LL << 30,
      "SO_SNDBUF/SO_RCVBUF per connection; 0 leaves the kernel's autotuning (see docs/perf.md)"},
     {"listen", "0.0.0.0:0", Kind::kText, 1, 255,

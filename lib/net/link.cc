@@ -112,24 +112,37 @@ void LinkState::pump() {
 
 void LinkState::frame_sent(SendOp *op, uint32_t length) {
   bytes_sent_.fetch_add(length, std::memory_order_relaxed);
+  const auto since = Clock::now() - tcp_sampled_;
+  // Large enough that every stream carries a frame of it (stripe_frame_bytes).
+  const bool large = op->len >= std::max<uint64_t>(kRateMessageBytes, uint64_t{kMinStripeBytes} * static_cast<uint64_t>(stream_count_));
+  if (since >= std::chrono::seconds(1) || (large && since >= kSampleInterval)) sample_tcp(large);
   if (--op->frames_in_flight == 0 && op->all_cut) {
     defer([done = std::move(op->done)] { done(Status()); });
     sends_.erase(op->self);
-    if (Clock::now() - rtt_sampled_ >= std::chrono::seconds(1)) sample_rtt();
   }
   pump();
 }
 
-void LinkState::sample_rtt() {
-  rtt_sampled_ = Clock::now();
+void LinkState::sample_tcp(bool all_streams_busy) {
+  tcp_sampled_ = Clock::now();
   uint32_t best = 0;
+  uint64_t rate = 0;
   for (Stream *s : streams_) {
     uv_os_fd_t fd;
     if (s == nullptr || uv_fileno(reinterpret_cast<uv_handle_t *>(&s->tcp_), &fd) != 0) continue;
-    const uint32_t rtt = tcp_min_rtt_us(fd);
-    if (rtt != 0 && (best == 0 || rtt < best)) best = rtt;
+    const TcpSample t = tcp_sample(fd);
+    if (t.min_rtt_us != 0 && (best == 0 || t.min_rtt_us < best)) best = t.min_rtt_us;
+    rate += t.delivery_rate;
   }
   if (best != 0) min_rtt_us_.store(best, std::memory_order_relaxed);
+  // While a large message goes out, every stream carries a share of it (stripe_frame_bytes), so
+  // their latest rates are shares of the path at once and add up to the link's. (The kernel flags
+  // many such samples application-limited, between a ring step's messages; they still bound the
+  // rate from below, which the maximum over samples then approaches.) Streams sampled apart could
+  // each have had the path to themselves: their sum would overstate it.
+  if (all_streams_busy && rate > delivery_rate_.load(std::memory_order_relaxed)) {
+    delivery_rate_.store(rate, std::memory_order_relaxed);
+  }
 }
 
 Result<LinkState::RxBegin> LinkState::rx_begin(Stream *stream, const FrameHeader &h, uint8_t **dst) {
@@ -217,7 +230,7 @@ void LinkState::stream_ready() {
   if (++ready_ < stream_count_) return;
   state_ = State::kOpen;
   last_rx_ = Clock::now();
-  sample_rtt();
+  sample_tcp(/*all_streams_busy=*/false);
   WCCL_LOG(core_->log, kInfo, "link %s %s (%s) open, %d stream(s)%s", is_client_ ? "to" : "from",
            peer_address_.c_str(), peer_name_.c_str(), stream_count_,
            core_->opt.tls ? ", TLS 1.3" : ", plaintext");

@@ -79,10 +79,16 @@ class Link {
   virtual const std::string &local_host() const = 0;
   virtual int stream_count() const = 0;
   virtual LinkStats stats() const = 0;
-  // The smallest round trip, in microseconds, that the kernel measured on the link's streams
-  // (net/tcp_info.h): sampled when the link opens and again, at most once a second, as sends
-  // complete. 0 if unknown.
+  // What the kernel measured on the link's streams (net/tcp_info.h), sampled when the link opens
+  // and again as frames are sent: at most once a second, or every kSampleInterval while a message
+  // goes out that every stream carries a share of, of at least kRateMessageBytes.
+  // min_rtt_us: the smallest round trip in microseconds, 0 if unknown. delivery_rate: the highest
+  // rate, in bytes per second, at which the link's streams together had data acknowledged,
+  // sampled while such a message went out (so while every stream was busy), 0 if none did.
   virtual uint32_t min_rtt_us() const = 0;
+  virtual uint64_t delivery_rate() const = 0;
+  static constexpr std::chrono::milliseconds kSampleInterval{100};
+  static constexpr size_t kRateMessageBytes = 256 << 10;
   // True on the transport's I/O thread (inside completion callbacks).
   virtual bool on_loop_thread() const = 0;
 

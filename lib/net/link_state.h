@@ -61,6 +61,7 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   int stream_count() const override { return stream_count_; }
   LinkStats stats() const override { return {bytes_sent_.load(), bytes_received_.load()}; }
   uint32_t min_rtt_us() const override { return min_rtt_us_.load(std::memory_order_relaxed); }
+  uint64_t delivery_rate() const override { return delivery_rate_.load(std::memory_order_relaxed); }
   bool on_loop_thread() const override;
 
   // All below run on the loop thread.
@@ -93,13 +94,14 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
   std::atomic<uint32_t> min_rtt_us_{0};
-  Clock::time_point rtt_sampled_{};
+  std::atomic<uint64_t> delivery_rate_{0};
+  Clock::time_point tcp_sampled_{};
 
  private:
   void do_send(SendOp op);
   void do_recv(const MessageKey &key, RecvOp op);
   void pump();
-  void sample_rtt();
+  void sample_tcp(bool all_streams_busy);
   void defer(std::function<void()> fn);
 
   std::list<SendOp> sends_;

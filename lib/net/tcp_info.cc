@@ -8,15 +8,23 @@
 
 namespace wccl::net {
 
-uint32_t tcp_min_rtt_us(int fd) {
+TcpSample tcp_sample(int fd) {
   tcp_info info{};
   socklen_t len = sizeof(info);
-  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
+  TcpSample s;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return s;
   // An older kernel fills a shorter struct: fields past `len` were not written.
-  if (len >= offsetof(tcp_info, tcpi_min_rtt) + sizeof(info.tcpi_min_rtt) && info.tcpi_min_rtt != 0) {
-    return info.tcpi_min_rtt;
+  auto has = [len](size_t offset, size_t size) { return len >= offset + size; };
+  if (has(offsetof(tcp_info, tcpi_min_rtt), sizeof(info.tcpi_min_rtt)) && info.tcpi_min_rtt != 0) {
+    s.min_rtt_us = info.tcpi_min_rtt;
+  } else if (has(offsetof(tcp_info, tcpi_rtt), sizeof(info.tcpi_rtt))) {
+    s.min_rtt_us = info.tcpi_rtt;
   }
-  return len >= offsetof(tcp_info, tcpi_rtt) + sizeof(info.tcpi_rtt) ? info.tcpi_rtt : 0;
+  if (has(offsetof(tcp_info, tcpi_delivery_rate), sizeof(info.tcpi_delivery_rate))) {
+    s.delivery_rate = info.tcpi_delivery_rate;
+    s.app_limited = info.tcpi_delivery_rate_app_limited != 0;
+  }
+  return s;
 }
 
 }  // namespace wccl::net
