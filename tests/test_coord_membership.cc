@@ -438,6 +438,23 @@ TEST_F(MembershipTest, TheCrossoverIsFixedAtTheBarrierAndSentToEveryMember) {
   EXPECT_EQ(fixed.tree_max_bytes(), 0u);
 }
 
+TEST_F(MembershipTest, TheRecordOfLostPeersIsBounded) {
+  Membership::Options o = options();
+  o.min_peers = 2;  // joiners stay joiners: no epoch forms around them
+  Membership m(o);
+  const PeerId first = 0x100000;
+  for (PeerId p = first; p <= first + kMaxLostRemembered; ++p) {  // one more than it remembers
+    ASSERT_TRUE(m.join(p, info(p), t).ok());
+    m.disconnected(p, t);
+  }
+  m.take_notices();
+  // The longest-lost is forgotten: its update is refused and it joins again as a newcomer would.
+  EXPECT_EQ(m.update(first, 0, 0, t).code(), WCCL_ERR_INVALID_USAGE);
+  // The next is still remembered: its update re-registers it as a joiner.
+  EXPECT_TRUE(m.update(first + 1, 0, 0, t).ok());
+  EXPECT_EQ(m.joiners(), 1u);
+}
+
 TEST_F(MembershipTest, RoundTripsAreKeptOnlyFromMembersAboutMembersOfTheirEpoch) {
   Membership m(options());
   form(m, {A, B, C, D});

@@ -52,7 +52,7 @@ Status Membership::join(PeerId id, const PeerInfo &info, Clock::time_point now) 
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "the group already holds %zu peers, the most one group can have",
                       kMaxRingMembers);
   }
-  lost_.erase(id);
+  forget_lost(id);
   joiners_.push_back({id, info});
   live_[id] = {info, now};
   last_join_ = now;
@@ -86,7 +86,7 @@ Status Membership::update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
   }
   if (lost != lost_.end()) {
     // A peer declared lost (frozen, cut off) comes back: it joins again like any newcomer.
-    const PeerInfo info = lost->second;
+    const PeerInfo info = lost->second.info;
     return join(id, info, now);
   }
   return arrive(id, epoch, ops, now, /*leaving=*/false, admit, call);
@@ -156,7 +156,7 @@ Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_po
     return Status();
   }
   if (lost_.count(id) != 0) {
-    lost_.erase(id);  // nothing left to leave: it was already removed from the job
+    forget_lost(id);  // nothing left to leave: it was already removed from the job
     return Status();
   }
   return arrive(id, epoch, ops, now, /*leaving=*/true, /*admit=*/true, call);
@@ -233,12 +233,12 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
       if (seen.count(known) == 0 && !is_joiner(known)) outside.push_back(known);
     }
     for (PeerId o : outside) {
-      lost_[o] = live_[o].info;
+      remember_lost(o, live_[o].info);
       forget(o);
       notify(Notice::Kind::kRemoved, o).reason = "its epoch was superseded by the job's; update to join again";
     }
     for (const Member &m : ring_) {
-      lost_.erase(m.id);
+      forget_lost(m.id);
       auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &x) { return x.id == m.id; });
       if (j != joiners_.end()) joiners_.erase(j);
       if (live_.count(m.id) == 0 && m.id != id) {
@@ -316,6 +316,24 @@ void Membership::tick(Clock::time_point now) {
   maybe_form_first(now);
 }
 
+void Membership::remember_lost(PeerId id, const PeerInfo &info) {
+  forget_lost(id);
+  const uint64_t order = ++lost_count_;
+  lost_[id] = {info, order};
+  lost_order_[order] = id;
+  while (lost_.size() > kMaxLostRemembered) {  // the longest-lost is forgotten
+    lost_.erase(lost_order_.begin()->second);
+    lost_order_.erase(lost_order_.begin());
+  }
+}
+
+void Membership::forget_lost(PeerId id) {
+  auto it = lost_.find(id);
+  if (it == lost_.end()) return;
+  lost_order_.erase(it->second.order);
+  lost_.erase(it);
+}
+
 void Membership::lose(PeerId id, const std::string &reason) {
   auto it = live_.find(id);
   if (it == live_.end()) return;  // already lost or unknown
@@ -325,7 +343,7 @@ void Membership::lose(PeerId id, const std::string &reason) {
   // Marked lost, a peer never comes back as a member of this epoch, and its next update
   // re-registers it: a joiner too, whose UPDATE (a lost member's, re-registered, waits as one)
   // is repeated when it hears it was removed after a freeze longer than peer_timeout.
-  lost_[id] = info;
+  remember_lost(id, info);
   if (!member) return;
   revoke(id, info.name + ": " + reason);
   // Delivered only if it is still reachable (frozen or cut off rather than dead).

@@ -99,6 +99,11 @@ struct Notice {
 // itself (no member of the job's last epoch came back within peer_timeout).
 inline constexpr uint64_t kRestartEpochGap = 1ULL << 20;
 
+// Peers declared lost that the coordinator remembers, so that their next update re-registers
+// them: beyond this many, the one lost longest ago is forgotten (its update is then refused as
+// not registered, and it joins again), so a long job with churn holds a bounded record.
+inline constexpr size_t kMaxLostRemembered = 4096;
+
 // Operations a member may report done ahead of the last committed one.
 inline constexpr uint64_t kMaxOpsAhead = 1024;
 
@@ -212,6 +217,8 @@ class Membership {
   // Removes a lost peer; the caller runs maybe_complete_update() once all losses are in.
   void lose(PeerId id, const std::string &reason);
   void forget(PeerId id);  // drops every trace of a live peer but lost_
+  void remember_lost(PeerId id, const PeerInfo &info);
+  void forget_lost(PeerId id);
   void maybe_form_first(Clock::time_point now);
   void maybe_complete_update();
   // Tells every member the current epoch; `barrier`: as the answer to the calls at the barrier.
@@ -242,7 +249,14 @@ class Membership {
   std::pair<PeerId, std::string> revoked_by_;  // the current epoch's revocation: lost peer, reason
   bool revocation_pending_ = false;
   std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
-  std::map<PeerId, PeerInfo> lost_;          // declared lost; an update from one rejoins it
+  // Declared lost (an update from one rejoins it), the kMaxLostRemembered most recent only.
+  struct LostPeer {
+    PeerInfo info;
+    uint64_t order = 0;  // key in lost_order_
+  };
+  std::map<PeerId, LostPeer> lost_;
+  std::map<uint64_t, PeerId> lost_order_;  // the order they were lost in
+  uint64_t lost_count_ = 0;
   std::vector<Notice> notices_;
   size_t pending_told_ = 0;  // the joiner count the members last heard
   uint64_t committed_ = 0;   // operations of this epoch committed
