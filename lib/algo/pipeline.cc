@@ -101,8 +101,6 @@ void Pipeline::land(int peer, uint32_t tag, uint8_t *dst, size_t len, bool in_bu
   steps_.push_back({peer, tag, dst, len, in_buffer, gate, std::move(then)});
 }
 
-void Pipeline::then(Action then) { steps_.push_back({-1, 0, nullptr, 0, false, kNoSlot, std::move(then)}); }
-
 Status Pipeline::run() {
   const bool device = !mem_.host();
   auto staged = [&](const Step &s) { return s.dst == nullptr || (s.in_buffer && device); };
@@ -116,7 +114,7 @@ Status Pipeline::run() {
   size_t posted = 0;
   auto post = [&](size_t k) -> Status {
     const Step &s = steps_[k];
-    if (s.peer < 0 || s.len == 0) {
+    if (s.len == 0) {
       recvs[k] = kNothingSent;
       return Status();
     }

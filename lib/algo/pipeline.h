@@ -102,15 +102,13 @@ class Pipeline {
   // slot; the Undo saves dst first) or host memory. It is posted only once the send in `gate`
   // completed. `then` gets the bytes where they landed (the staging slot or dst).
   void land(int peer, uint32_t tag, uint8_t *dst, size_t len, bool in_buffer, size_t gate, Action then);
-  // No message: only `then` (with null).
-  void then(Action then);
 
   // Runs the steps, then waits for every send.
   Status run();
 
  private:
   struct Step {
-    int peer = -1;  // -1: no receive
+    int peer = -1;
     uint32_t tag = 0;
     uint8_t *dst = nullptr;  // null: a staging slot
     size_t len = 0;
