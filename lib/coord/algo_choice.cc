@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "algo/collectives.h"
@@ -28,19 +29,19 @@ uint64_t tree_crossover_bytes(const std::vector<Member> &ring, const LinkOf &lin
     if (l.rtt_us == 0 || l.bytes_per_s == 0) return std::nullopt;
     return l;
   };
-  double ring_latency_s = 0, ring_rate = 0;
+  constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+  double ring_latency_s = 0, ring_rate = kUnbounded;
   for (int k = 0; k < n; ++k) {
     const auto l = measured(k, (k + 1) % n);
     if (!l) return 0;
     ring_latency_s += 1e-6 * l->rtt_us / 2;
-    ring_rate = k == 0 ? static_cast<double>(l->bytes_per_s) : std::min(ring_rate, static_cast<double>(l->bytes_per_s));
+    ring_rate = std::min(ring_rate, static_cast<double>(l->bytes_per_s));
   }
   const double ring_share = 2.0 * (n - 1) / n;
   ring_latency_s *= ring_share;
   // Each tree: the one-way latency from every rank up to the root (parents before children in
   // heap order, so one pass over positions suffices), and its slowest link.
-  double tree_latency_s = 0, tree_rate = 0;
-  bool first_link = true;
+  double tree_latency_s = 0, tree_rate = kUnbounded;
   for (int t = 0; t < 2; ++t) {
     std::vector<double> up(static_cast<size_t>(n), 0);
     for (int pos = 1; pos < n; ++pos) {
@@ -50,9 +51,7 @@ uint64_t tree_crossover_bytes(const std::vector<Member> &ring, const LinkOf &lin
       if (!l) return 0;
       up[static_cast<size_t>(r)] = up[static_cast<size_t>(parent)] + 1e-6 * l->rtt_us / 2;
       tree_latency_s = std::max(tree_latency_s, 2 * up[static_cast<size_t>(r)]);
-      const double rate = static_cast<double>(l->bytes_per_s);
-      tree_rate = first_link ? rate : std::min(tree_rate, rate);
-      first_link = false;
+      tree_rate = std::min(tree_rate, static_cast<double>(l->bytes_per_s));
     }
   }
   const double saved_s = ring_latency_s - tree_latency_s;          // the tree's head start
