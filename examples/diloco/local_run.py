@@ -82,6 +82,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each local rank")
     p.add_argument("--admit-skew", type=float, default=10.0)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before the run is called failed")
+    p.add_argument("--coordinator-log", default="info", choices=["error", "warn", "info", "debug"],
+                   help="the coordinator's log threshold (its log goes to stderr)")
     p.add_argument("--out", default="diloco-run", help="folder for metrics and logs")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's options")
     args = p.parse_args(argv)
@@ -92,7 +94,7 @@ def main(argv=None) -> int:
     kill_node, kill_step = (args.kill.split("@") + [""])[:2] if args.kill else ("", "")
 
     coord_tls = {"tls": "off"} if args.tls == "off" else {k.lower(): v for k, v in pki.items()}
-    coord = wccl.Coordinator(listen="127.0.0.1:0", min_peers=args.nodes, log_level="error", **coord_tls)
+    coord = wccl.Coordinator(listen="127.0.0.1:0", min_peers=args.nodes, log_level=args.coordinator_log, **coord_tls)
     address = f"127.0.0.1:{coord.port}"
     nodes = []
 

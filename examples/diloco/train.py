@@ -55,6 +55,8 @@ def parse_args(argv=None):
     j.add_argument("--group-prefix", default="lr", help="wccl group of local rank r: PREFIX + r")
     j.add_argument("--admit-skew", type=float, default=10.0,
                    help="seconds a node waits for all its local ranks to be admitted before it retreats and rejoins")
+    j.add_argument("--wccl-log", default="warn", choices=["error", "warn", "info", "debug"],
+                   help="wccl's log threshold (its log goes to stderr)")
     j.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     t = p.add_argument_group("training")
     t.add_argument("--mode", choices=["diloco", "sync"], default="diloco", help="DiLoCo, or the synchronous baseline")
@@ -117,7 +119,7 @@ class Trainer:
         tls = {"tls": "off"} if args.tls == "off" else {"tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_ca": args.tls_ca}
         self.mesh = ElasticDeviceMesh(coordinator=args.coordinator, name=args.node_name, listen=args.listen,
                                       advertise=args.advertise, group_prefix=args.group_prefix,
-                                      admit_skew=args.admit_skew, log_level="error", **tls)
+                                      admit_skew=args.admit_skew, log_level=args.wccl_log, **tls)
         self.pos = Position()
         self.n_contrib = 0
         self.nodes = 0
