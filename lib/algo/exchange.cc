@@ -74,7 +74,8 @@ uint64_t Exchange::bytes_received() const {
 
 Status Exchange::wait(Ticket t) {
   std::unique_lock<std::mutex> lock(s_->mu);
-  const bool ended = s_->cv.wait_until(lock, deadline_, [&] { return s_->states[t] != State::kPending || !s_->failure.ok(); });
+  const bool ended =
+      ch_.wait_until(lock, s_->cv, deadline_, [&] { return s_->states[t] != State::kPending || !s_->failure.ok(); });
   if (!s_->failure.ok()) return s_->failure;
   if (!ended) {
     s_->failure = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
@@ -90,7 +91,7 @@ bool Exchange::done(Ticket t) const {
 
 Status Exchange::wait_all() {
   std::unique_lock<std::mutex> lock(s_->mu);
-  const bool ended = s_->cv.wait_until(lock, deadline_, [&] { return s_->outstanding == 0 || !s_->failure.ok(); });
+  const bool ended = ch_.wait_until(lock, s_->cv, deadline_, [&] { return s_->outstanding == 0 || !s_->failure.ok(); });
   if (!s_->failure.ok()) return s_->failure;
   if (!ended) {
     s_->failure = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");

@@ -15,14 +15,7 @@
 // and is then written to j's device. Rates count IP bytes. Everything runs on one thread with an
 // event heap and a timerfd: no busy-waiting, and memory bounded by the queues and kMaxInFlight.
 //
-// Topology file, one statement per line, '#' starts a comment:
-//   host NAME region=R up=RATE [down=RATE] [jitter=TIME] [loss=P]   (down defaults to up)
-//   delay A B TIME          one-way, both directions; A and B name regions or hosts (a pair of
-//                           hosts overrides their regions' delay); every pair needs one
-//   queue BYTES             each link's queue (default 1M); suffixes K, M (2^10, 2^20)
-//   mtu N                   the devices' MTU, applied by wan.py (default 1500)
-//   seed N                  the loss and jitter generator's seed (default 1)
-// RATE: a number with kbit, mbit or gbit (10^3, 10^6, 10^9 bit/s). TIME: a number with us or ms.
+// The topology file: lib/sim/topology.h (wccl-sim reads the same files).
 // Host k gets address 10.77.0.(k+1)/16.
 #include <fcntl.h>
 #include <pthread.h>
@@ -44,16 +37,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <map>
 #include <memory>
 #include <queue>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <system_error>
 #include <string>
 #include <vector>
+
+#include "sim/topology.h"
 
 namespace {
 
@@ -65,11 +57,7 @@ struct Counters {
   uint64_t drop_up = 0, drop_down = 0, lost = 0, unroutable = 0;
 };
 
-struct Host {
-  std::string name, region;
-  double up_bps = 0, down_bps = 0;
-  int64_t jitter_ns = 0;
-  double loss = 0;
+struct Host : wccl::sim::Host {
   int fd = -1;
   int64_t up_free = 0, down_free = 0;  // when each link has sent what it holds
   Counters n;
@@ -78,124 +66,28 @@ struct Host {
 struct Topology {
   std::vector<Host> hosts;
   std::vector<std::vector<int64_t>> delay_ns;  // [from][to], one-way
-  size_t queue_bytes = 1 << 20;
-  int mtu = 1500;
-  uint64_t seed = 1;
+  size_t queue_bytes = 0;
+  int mtu = 0;
+  uint64_t seed = 0;
 };
 
 [[noreturn]] void fail(const std::string &why) { throw std::runtime_error(why); }
 // The same for a failed system call: errno's text after `what`.
 [[noreturn]] void fail_errno(const std::string &what) { throw std::system_error(errno, std::generic_category(), what); }
 
-double parse_number(const std::string &text, const std::string &what, size_t *unit_at) {
-  char *end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || !(v >= 0) || !std::isfinite(v)) fail("bad " + what + ": '" + text + "'");
-  *unit_at = static_cast<size_t>(end - text.c_str());
-  return v;
-}
-
-double parse_with_unit(const std::string &text, const std::string &what,
-                       const std::map<std::string, double> &units) {
-  size_t at = 0;
-  const double v = parse_number(text, what, &at);
-  const auto unit = units.find(text.substr(at));
-  if (unit == units.end()) fail("bad " + what + ": '" + text + "'");
-  return v * unit->second;
-}
-
-double parse_rate(const std::string &t) {
-  const double bps = parse_with_unit(t, "rate", {{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}});
-  if (bps <= 0) fail("a rate must be positive: '" + t + "'");
-  return bps;
-}
-int64_t parse_time(const std::string &t) {
-  return static_cast<int64_t>(parse_with_unit(t, "time", {{"us", 1e3}, {"ms", 1e6}}));
-}
-
-Topology parse_topology(const std::string &path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot read " + path);
+Topology load_topology(const std::string &path) {
+  const wccl::sim::Topology parsed = wccl::sim::parse_topology(path);
+  if (parsed.hosts.size() > 250) fail(path + ": the emulator takes at most 250 hosts (one /24 of addresses)");
   Topology topo;
-  struct Delay {
-    std::string a, b;
-    int64_t ns;
-  };
-  std::vector<Delay> delays;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
-    std::vector<std::string> w;
-    for (std::string s; words >> s;) w.push_back(s);
-    if (w.empty()) continue;
-    const std::string where = path + ":" + std::to_string(number) + ": ";
-    try {
-      if (w[0] == "host" && w.size() >= 2) {
-        Host h;
-        h.name = w[1];
-        bool down = false;
-        for (size_t k = 2; k < w.size(); ++k) {
-          const size_t eq = w[k].find('=');
-          if (eq == std::string::npos) fail("expected key=value: '" + w[k] + "'");
-          const std::string key = w[k].substr(0, eq), value = w[k].substr(eq + 1);
-          size_t at = 0;
-          if (key == "region") h.region = value;
-          else if (key == "up") h.up_bps = parse_rate(value);
-          else if (key == "down") h.down_bps = parse_rate(value), down = true;
-          else if (key == "jitter") h.jitter_ns = parse_time(value);
-          else if (key == "loss") h.loss = parse_number(value, "loss", &at);
-          else fail("unknown host setting '" + key + "'");
-          if (key == "loss" && (at != value.size() || h.loss > 1)) fail("bad loss: '" + value + "'");
-        }
-        if (h.up_bps <= 0) fail("host " + h.name + " needs up=RATE");
-        if (!down) h.down_bps = h.up_bps;
-        if (h.region.empty()) h.region = h.name;
-        for (const Host &o : topo.hosts) {
-          if (o.name == h.name) fail("host " + h.name + " appears twice");
-        }
-        topo.hosts.push_back(h);
-      } else if (w[0] == "delay" && w.size() == 4) {
-        delays.push_back({w[1], w[2], parse_time(w[3])});
-      } else if (w[0] == "queue" && w.size() == 2) {
-        topo.queue_bytes = static_cast<size_t>(parse_with_unit(w[1], "queue", {{"", 1}, {"K", 1024}, {"M", 1 << 20}}));
-        if (topo.queue_bytes < 65536) fail("a queue must hold at least 64K");
-      } else if (w[0] == "mtu" && w.size() == 2) {
-        size_t at = 0;
-        topo.mtu = static_cast<int>(parse_number(w[1], "mtu", &at));
-        if (at != w[1].size() || topo.mtu < 576 || topo.mtu > 65535) fail("mtu must be 576..65535");
-      } else if (w[0] == "seed" && w.size() == 2) {
-        topo.seed = std::strtoull(w[1].c_str(), nullptr, 10);
-      } else {
-        fail("unknown statement '" + line + "'");
-      }
-    } catch (const std::runtime_error &e) {
-      fail(where + e.what());
-    }
+  for (const wccl::sim::Host &h : parsed.hosts) {
+    Host host;
+    static_cast<wccl::sim::Host &>(host) = h;
+    topo.hosts.push_back(std::move(host));
   }
-  const size_t n = topo.hosts.size();
-  if (n < 2 || n > 250) fail(path + ": a topology needs 2 to 250 hosts");
-  // Each pair's delay: a statement naming both hosts wins over one naming their regions.
-  topo.delay_ns.assign(n, std::vector<int64_t>(n, -1));
-  for (int pass = 0; pass < 2; ++pass) {
-    for (const Delay &d : delays) {
-      for (size_t i = 0; i < n; ++i) {
-        for (size_t j = 0; j < n; ++j) {
-          const Host &a = topo.hosts[i], &b = topo.hosts[j];
-          const bool hosts = d.a == a.name && d.b == b.name;
-          const bool regions = d.a == a.region && d.b == b.region;
-          if (i != j && (pass == 0 ? regions : hosts)) topo.delay_ns[i][j] = topo.delay_ns[j][i] = d.ns;
-        }
-      }
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = 0; j < n; ++j) {
-      if (i != j && topo.delay_ns[i][j] < 0) {
-        fail(path + ": no delay between " + topo.hosts[i].name + " and " + topo.hosts[j].name);
-      }
-    }
-  }
+  topo.delay_ns = parsed.delay_ns;
+  topo.queue_bytes = parsed.queue_bytes;
+  topo.mtu = parsed.mtu;
+  topo.seed = parsed.seed;
   return topo;
 }
 
@@ -420,7 +312,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   try {
-    Forwarder f(parse_topology(argv[1]));
+    Forwarder f(load_topology(argv[1]));
     f.open_devices();
     f.run();
     f.print_counters();

@@ -1,0 +1,192 @@
+// wccl-sim's physics on cases with a closed-form answer, and the project's algorithms run over the
+// virtual-time channel with their results checked (lib/sim, docs/sim.md).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "sim/network.h"
+#include "sim/simulate.h"
+
+namespace wccl::sim {
+namespace {
+
+constexpr double kMss = 9000 - 52;
+constexpr double kGoodput = 1e9 / 8 * kMss / 9000;  // bytes/s of a 1 Gbit/s link at MTU 9000
+
+Topology pair(const std::string &rate = "1gbit", const std::string &one_way = "25ms") {
+  return parse_topology_text("host a up=" + rate + "\nhost b up=" + rate + "\ndelay a b " + one_way +
+                                 "\nmtu 9000\nqueue 4M\n",
+                             "pair");
+}
+
+struct Timing {
+  double sent = -1, arrived = -1;  // seconds after the send
+};
+
+// Sends one message of len bytes from a to b and runs the network until it has arrived.
+Timing send_one(Engine &e, Network &net, size_t len) {
+  const Time t0 = e.now();
+  Time sent = -1, arrived = -1;
+  net.send(0, 1, len, [&] { sent = e.now(); }, [&] { arrived = e.now(); });
+  e.run(t0 + 1000 * kSecond);
+  return {static_cast<double>(sent - t0) * 1e-9, static_cast<double>(arrived - t0) * 1e-9};
+}
+
+TEST(SimNetwork, AMessageWithinTheWindowCrossesAtTheLinkRatePlusThePath) {
+  const Topology t = pair();
+  Engine e(0);
+  TcpOptions o;
+  o.streams = 1;
+  Network net(e, t, o);
+  const size_t len = 64 << 10;  // below the initial window of 10 segments
+  const Timing got = send_one(e, net, len);
+  EXPECT_NEAR(got.sent, len / kGoodput, 1e-6);
+  EXPECT_NEAR(got.arrived, len / kGoodput + 0.025, 1e-6);
+}
+
+TEST(SimNetwork, SlowStartDoublesTheWindowEachRoundTrip) {
+  const Topology t = pair("10gbit");
+  Engine e(0);
+  TcpOptions o;
+  o.streams = 1;
+  o.frame_bytes = 16 << 20;
+  Network net(e, t, o);
+  const double iw = 10 * kMss;
+  // 7 initial windows: rounds of 1, 2 and 4 windows; the last leaves at 2 round trips.
+  const auto len = static_cast<size_t>(7 * iw);
+  const Timing got = send_one(e, net, len);
+  const double rate = 10e9 / 8 * kMss / 9000;
+  EXPECT_NEAR(got.sent, 2 * 0.05 + 4 * iw / rate, 1e-4);
+  EXPECT_NEAR(got.arrived, got.sent + 0.025, 1e-6);
+  EXPECT_NEAR(net.cwnd(0, 1, 0), 8 * iw, 1);  // grown by every byte acknowledged
+}
+
+TEST(SimNetwork, AWindowLimitedStreamCarriesAWindowPerRoundTrip) {
+  const Topology t = pair("10gbit");
+  Engine e(0);
+  TcpOptions o;
+  o.streams = 1;
+  o.window_bytes = 1 << 20;
+  Network net(e, t, o);
+  (void)send_one(e, net, 64 << 20);  // out of slow start, up to the window
+  const size_t len = 100 << 20;
+  const Timing got = send_one(e, net, len);
+  const double per_rtt = static_cast<double>(o.window_bytes) / 0.05;
+  EXPECT_NEAR(got.sent, len / per_rtt, 0.02 * len / per_rtt);
+}
+
+TEST(SimNetwork, StreamsMultiplyAWindowLimitedLink) {
+  const Topology t = pair("10gbit");
+  double seconds[2];
+  for (int streams : {1, 4}) {
+    Engine e(0);
+    TcpOptions o;
+    o.streams = streams;
+    o.window_bytes = 1 << 20;
+    Network net(e, t, o);
+    (void)send_one(e, net, 64 << 20);
+    seconds[streams == 4] = send_one(e, net, 100 << 20).sent;
+  }
+  EXPECT_NEAR(seconds[0] / seconds[1], 4.0, 0.15);
+}
+
+TEST(SimNetwork, ABandwidthLimitedLinkRunsAtItsGoodput) {
+  const Topology t = pair();
+  Engine e(0);
+  TcpOptions o;
+  o.window_bytes = 64 << 20;
+  Network net(e, t, o);
+  (void)send_one(e, net, 64 << 20);
+  const size_t len = 256 << 20;
+  const Timing got = send_one(e, net, len);
+  EXPECT_NEAR(got.sent, len / kGoodput, 0.03 * len / kGoodput) << "losses " << net.losses() << " cwnd " << net.cwnd(0, 1, 0) << " " << net.cwnd(0, 1, 1);
+  EXPECT_EQ(net.link_bytes(0, 1), (64u << 20) + len);
+}
+
+TEST(SimNetwork, AnIdleStreamRestartsFromTheInitialWindow) {
+  const Topology t = pair();
+  for (bool restart : {true, false}) {
+    Engine e(0);
+    TcpOptions o;
+    o.streams = 1;
+    o.slow_start_after_idle = restart;
+    Network net(e, t, o);
+    (void)send_one(e, net, 16 << 20);
+    const double grown = net.cwnd(0, 1, 0);
+    ASSERT_GT(grown, 20 * kMss);
+    e.at(e.now() + 10 * kSecond, -1, [] {});  // idle for many retransmission timeouts
+    e.run(e.now() + 10 * kSecond);
+    (void)send_one(e, net, 1000);
+    EXPECT_EQ(net.cwnd(0, 1, 0) <= 10 * kMss + 1000, restart) << grown;
+  }
+}
+
+Workload allreduce(size_t bytes, algo::Algo a, codec::Wire w, bool data) {
+  Workload work;
+  work.op.count = bytes / 4;
+  work.op.algo = a;
+  work.op.wire = w;
+  work.data = data;
+  work.warmup = 0;
+  work.iters = 1;
+  return work;
+}
+
+Topology four(const std::string &one_way) {
+  return parse_topology_text("host h region=x up=1gbit count=4\ndelay x x " + one_way + "\nmtu 9000\nqueue 4M\n", "four");
+}
+
+TEST(Simulate, TheAlgorithmsRunUnchangedAndAgree) {
+  const Topology t = four("25ms");
+  for (algo::Algo a : {algo::Algo::kRing, algo::Algo::kTree}) {
+    for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+      const Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), allreduce(1 << 20, a, w, true));
+      ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+      EXPECT_TRUE(r.checked) << algo::algo_name(a) << " " << codec::wire_name(w);
+      EXPECT_GT(r.mean(), 0.15);  // at least the ring's or trees' path delays
+    }
+  }
+}
+
+TEST(Simulate, ARingSendsTwoNMinusOneOverNOfTheBuffer) {
+  const Topology t = four("25ms");
+  const size_t bytes = 64 << 20;
+  const Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), allreduce(bytes, algo::Algo::kRing,
+                                                                                  codec::Wire::kNative, false));
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  for (const HostTraffic &h : r.traffic) EXPECT_EQ(h.sent, bytes / 4 * 2 * 3);
+}
+
+TEST(Simulate, ABandwidthBoundRingTakesItsBytesOverTheLink) {
+  // Windows large enough that the link is the bound: 2(n-1)/n S / B, plus 2(n-1) path delays and
+  // the commit's round trip, within 5%.
+  const Topology t = four("5ms");
+  TcpOptions o;
+  o.window_bytes = 16 << 20;
+  Workload work = allreduce(256 << 20, algo::Algo::kRing, codec::Wire::kNative, false);
+  work.warmup = 1;
+  const Report r = simulate(t, {0, 1, 2, 3}, o, CpuModel(), work);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  const double expect = 1.5 * (256 << 20) / kGoodput + 6 * 0.005 + 0.01;
+  EXPECT_NEAR(r.mean(), expect, 0.05 * expect);
+}
+
+TEST(Simulate, CpuWorkTakesItsModelledTime) {
+  const Topology t = four("5ms");
+  CpuModel cpu;
+  cpu.reduce = 1e7;  // slow enough to dominate
+  const Report fast = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(),
+                               allreduce(16 << 20, algo::Algo::kRing, codec::Wire::kNative, false));
+  const Report slow = simulate(t, {0, 1, 2, 3}, TcpOptions(), cpu,
+                               allreduce(16 << 20, algo::Algo::kRing, codec::Wire::kNative, false));
+  ASSERT_TRUE(fast.status.ok() && slow.status.ok());
+  // Each member reduces (n-1)/n of the buffer, 12 MiB at 10 MB/s, one chunk after another; the
+  // network's part overlaps it (the pipeline's window).
+  const double reduce_s = 12.0 * (1 << 20) / 1e7;
+  EXPECT_GT(slow.mean(), reduce_s);
+  EXPECT_LT(slow.mean(), reduce_s + fast.mean());
+}
+
+}  // namespace
+}  // namespace wccl::sim

@@ -1,0 +1,302 @@
+// wccl-sim: how long wccl's collectives take on a WAN that is described, not owned (docs/sim.md).
+//
+//   wccl-sim TOPOLOGY [options]
+//
+// TOPOLOGY is a WAN emulator file (lib/sim/topology.h; tools/wan/topologies/). Peer r runs on the
+// r-th host of the file (or of --hosts). Prints one row per size, as wccl-perf does, then each
+// host's share of its uplink; --json prints the same as one JSON object.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "codec/wire.h"
+#include "sim/simulate.h"
+
+namespace {
+
+using namespace wccl;
+
+const char kUsage[] =
+    "usage: wccl-sim TOPOLOGY [options]\n"
+    "  -b, --min-bytes N     smallest size (default 64M; suffixes K M G, powers of 2)\n"
+    "  -e, --max-bytes N     largest size (default: the smallest)\n"
+    "  -f, --factor N        size multiplier between rows (default 4)\n"
+    "  --peers N             the first N hosts (default: every host)\n"
+    "  --hosts A,B,...       these hosts, in ring order (default: the file's order)\n"
+    "  --algo ring|tree      (default ring)\n"
+    "  --wire native|int8|fp16|bf16   (default native; F32 only for the codecs)\n"
+    "  --dtype f32|f16|bf16|f64|i32|...   (default f32)\n"
+    "  --streams N           TCP connections per link (default 4)\n"
+    "  --chunk N             pipelining unit (default 1M)\n"
+    "  --frame N             frame size on the wire (default 1M)\n"
+    "  --window N            a TCP stream's largest window (default 3M)\n"
+    "  --cc cubic|reno       congestion control (default cubic)\n"
+    "  --no-slow-start-after-idle   as net.ipv4.tcp_slow_start_after_idle=0\n"
+    "  -n, --iters N         timed operations per size (default 3)\n"
+    "  -w, --warmup N        untimed operations first (default 1)\n"
+    "  --gap SECONDS         compute between operations (default 0)\n"
+    "  --coordinator HOST    where the coordinator runs (default: the first peer's host; none: no commit)\n"
+    "  --cpu NAME=GB/s,...   kernel rates: reduce, encode, decode, decode_reduce, copy (defaults: docs/sim.md)\n"
+    "  --data                carry the bytes and check the result (small sizes)\n"
+    "  --json                one JSON object instead of the table\n";
+
+// A bad command line: main prints it with the usage and exits 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void usage_error(const std::string &why) { throw UsageError(why); }
+
+size_t parse_size(const std::string &text) {
+  char *end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end;
+  double mult = 1;
+  if (unit == "K") mult = 1024.0;
+  else if (unit == "M") mult = 1024.0 * 1024;
+  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) usage_error("bad size '" + text + "'");
+  if (end == text.c_str() || !(v > 0) || v * mult > 1e15) usage_error("bad size '" + text + "'");
+  return static_cast<size_t>(v * mult);
+}
+
+int parse_int(const std::string &text, int lo, int hi) {
+  char *end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || v < lo || v > hi) {
+    usage_error("bad number '" + text + "' (" + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+  }
+  return static_cast<int>(v);
+}
+
+std::vector<std::string> split(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
+  return out;
+}
+
+// The kernels' rates on the project's 2-core development machine: `python3 bench/sim/cpu_rates.py`
+// (bench_codec, the best tier, 64 MiB buffers), one run on 2026-11-25 (docs/sim.md).
+sim::CpuModel default_cpu() {
+  sim::CpuModel cpu;
+  cpu.reduce = 6.18e9;
+  cpu.encode = 5.39e9;
+  cpu.decode = 9.46e9;
+  cpu.decode_reduce = 9.01e9;
+  cpu.copy = 5.55e9;
+  return cpu;
+}
+
+int run(int argc, char **argv);
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError &e) {
+    std::fprintf(stderr, "wccl-sim: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
+}
+
+namespace {
+
+int run(int argc, char **argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  sim::Topology topo;
+  try {
+    topo = sim::parse_topology(argv[1]);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "wccl-sim: %s\n", e.what());
+    return 1;
+  }
+  size_t min_bytes = size_t{64} << 20, max_bytes = 0;
+  int factor = 4, peers = 0;
+  std::vector<std::string> host_names;
+  sim::TcpOptions tcp;
+  sim::Workload work;
+  work.iters = 3;
+  sim::CpuModel cpu = default_cpu();
+  std::string coordinator;
+  bool json = false;
+  codec::Dtype dtype = codec::Dtype::kF32;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-b" || a == "--min-bytes") min_bytes = parse_size(value());
+    else if (a == "-e" || a == "--max-bytes") max_bytes = parse_size(value());
+    else if (a == "-f" || a == "--factor") factor = parse_int(value(), 2, 1024);
+    else if (a == "--peers") peers = parse_int(value(), 2, 1 << 16);
+    else if (a == "--hosts") host_names = split(value(), ',');
+    else if (a == "--algo") {
+      const std::string v = value();
+      if (v == "ring") work.op.algo = algo::Algo::kRing;
+      else if (v == "tree") work.op.algo = algo::Algo::kTree;
+      else usage_error("--algo is ring or tree");
+    } else if (a == "--wire") {
+      const std::string v = value();
+      if (v == "native") work.op.wire = codec::Wire::kNative;
+      else if (v == "int8") work.op.wire = codec::Wire::kInt8;
+      else if (v == "fp16") work.op.wire = codec::Wire::kF16;
+      else if (v == "bf16") work.op.wire = codec::Wire::kBF16;
+      else usage_error("--wire is native, int8, fp16 or bf16");
+    } else if (a == "--dtype") {
+      const std::string v = value();
+      const std::vector<std::pair<std::string, codec::Dtype>> names = {
+          {"f32", codec::Dtype::kF32}, {"f64", codec::Dtype::kF64}, {"f16", codec::Dtype::kF16},
+          {"bf16", codec::Dtype::kBF16}, {"i8", codec::Dtype::kI8},  {"u8", codec::Dtype::kU8},
+          {"i32", codec::Dtype::kI32}, {"i64", codec::Dtype::kI64}};
+      bool found = false;
+      for (const auto &[name, t] : names) {
+        if (name == v) dtype = t, found = true;
+      }
+      if (!found) usage_error("unknown --dtype '" + v + "'");
+    } else if (a == "--streams") tcp.streams = parse_int(value(), 1, 64);
+    else if (a == "--chunk") work.op.chunk_bytes = parse_size(value());
+    else if (a == "--frame") tcp.frame_bytes = parse_size(value());
+    else if (a == "--window") tcp.window_bytes = parse_size(value());
+    else if (a == "--cc") {
+      const std::string v = value();
+      if (v == "cubic") tcp.cc = sim::TcpOptions::Cc::kCubic;
+      else if (v == "reno") tcp.cc = sim::TcpOptions::Cc::kReno;
+      else usage_error("--cc is cubic or reno");
+    } else if (a == "--no-slow-start-after-idle") tcp.slow_start_after_idle = false;
+    else if (a == "-n" || a == "--iters") work.iters = parse_int(value(), 1, 1000);
+    else if (a == "-w" || a == "--warmup") work.warmup = parse_int(value(), 0, 1000);
+    else if (a == "--gap") {
+      const double s = std::atof(value().c_str());
+      if (!(s >= 0) || s > 1e6) usage_error("bad --gap");
+      work.gap = static_cast<sim::Time>(s * 1e9);
+    } else if (a == "--coordinator") coordinator = value();
+    else if (a == "--cpu") {
+      for (const std::string &kv : split(value(), ',')) {
+        const size_t eq = kv.find('=');
+        const double gbs = eq == std::string::npos ? -1 : std::atof(kv.c_str() + eq + 1);
+        const std::string key = kv.substr(0, eq);
+        double *slot = key == "reduce" ? &cpu.reduce : key == "encode" ? &cpu.encode : key == "decode" ? &cpu.decode
+                     : key == "decode_reduce" ? &cpu.decode_reduce : key == "copy" ? &cpu.copy : nullptr;
+        if (slot == nullptr || !(gbs >= 0)) usage_error("bad --cpu entry '" + kv + "'");
+        *slot = gbs * 1e9;
+      }
+    } else if (a == "--data") work.data = true;
+    else if (a == "--json") json = true;
+    else usage_error("unknown option '" + a + "'");
+  }
+  if (max_bytes == 0) max_bytes = min_bytes;
+  if (max_bytes < min_bytes) usage_error("--max-bytes is below --min-bytes");
+  std::vector<int> ranks;
+  if (!host_names.empty()) {
+    for (const std::string &h : host_names) {
+      const int k = topo.index(h);
+      if (k < 0) usage_error("no host '" + h + "' in " + argv[1]);
+      ranks.push_back(k);
+    }
+  } else {
+    const int n = peers > 0 ? peers : static_cast<int>(topo.hosts.size());
+    if (n > static_cast<int>(topo.hosts.size())) usage_error("--peers exceeds the file's hosts");
+    for (int k = 0; k < n; ++k) ranks.push_back(k);
+  }
+  if (ranks.size() < 2) usage_error("at least 2 peers are needed");
+  if (coordinator == "none") {
+    work.coordinator = -1;
+  } else if (!coordinator.empty()) {
+    work.coordinator = topo.index(coordinator);
+    if (work.coordinator < 0) usage_error("no host '" + coordinator + "' in " + argv[1]);
+  } else {
+    work.coordinator = ranks[0];
+  }
+  if (work.op.wire != codec::Wire::kNative && dtype != codec::Dtype::kF32) usage_error("a wire codec needs --dtype f32");
+  work.op.dtype = dtype;
+  const int n = static_cast<int>(ranks.size());
+  const size_t es = codec::dtype_size(dtype);
+  if (json) {
+    std::printf("{\"topology\": \"%s\", \"peers\": %d, \"algo\": \"%s\", \"wire\": \"%s\", \"streams\": %d, \"rows\": [",
+                argv[1], n, algo::algo_name(work.op.algo), codec::wire_name(work.op.wire), tcp.streams);
+  } else {
+    std::printf("# wccl-sim %s: %d peers, %s, wire %s, %d stream%s per link, window %zu, %s%s\n", argv[1], n,
+                algo::algo_name(work.op.algo), codec::wire_name(work.op.wire), tcp.streams, tcp.streams == 1 ? "" : "s",
+                tcp.window_bytes, tcp.cc == sim::TcpOptions::Cc::kCubic ? "cubic" : "reno",
+                tcp.slow_start_after_idle ? "" : ", no slow start after idle");
+    std::printf("%14s %12s %10s %10s %10s %10s %9s\n", "size(B)", "count", "time(ms)", "data(ms)", "algbw(GB/s)",
+                "busbw(GB/s)", "losses");
+  }
+  bool first = true;
+  int rc = 0;
+  sim::Report last;
+  for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= static_cast<size_t>(factor)) {
+    work.op.count = bytes / es;
+    const sim::Report r = sim::simulate(topo, ranks, tcp, cpu, work);
+    if (!r.status.ok()) {
+      std::fprintf(stderr, "wccl-sim: %zu bytes: %s\n", bytes, r.status.to_string().c_str());
+      rc = 1;
+      break;
+    }
+    const double t = r.mean();
+    const double algbw = static_cast<double>(work.op.count * es) / t / 1e9;
+    const double busbw = algbw * 2 * (n - 1) / n;
+    if (json) {
+      std::printf("%s\n {\"bytes\": %zu, \"count\": %zu, \"seconds\": %.6f, \"data_phase_seconds\": %.6f, \"algbw\": %.4f, "
+                  "\"busbw\": %.4f, \"losses\": %llu, \"events\": %llu%s, \"hosts\": [",
+                  first ? "" : ",", work.op.count * es, work.op.count, t, r.data_phase, algbw, busbw,
+                  static_cast<unsigned long long>(r.losses), static_cast<unsigned long long>(r.events),
+                  work.data ? (r.checked ? ", \"checked\": true" : ", \"checked\": false") : "");
+      for (size_t h = 0; h < ranks.size(); ++h) {
+        const int k = ranks[h];
+        const sim::HostTraffic &tr = r.traffic[static_cast<size_t>(k)];
+        std::printf("%s{\"host\": \"%s\", \"sent\": %llu, \"received\": %llu, \"uplink_share\": %.4f}", h ? ", " : "",
+                    topo.hosts[static_cast<size_t>(k)].name.c_str(), static_cast<unsigned long long>(tr.sent),
+                    static_cast<unsigned long long>(tr.received),
+                    static_cast<double>(tr.sent) * 8 / (topo.hosts[static_cast<size_t>(k)].up_bps * r.timed_s));
+      }
+      std::printf("]}");
+    } else {
+      std::printf("%14zu %12zu %10.2f %10.2f %10.4f %10.4f %9llu%s\n", work.op.count * es, work.op.count, t * 1e3,
+                  r.data_phase * 1e3, algbw, busbw, static_cast<unsigned long long>(r.losses),
+                  work.data ? (r.checked ? "  checked" : "  WRONG") : "");
+    }
+    if (work.data && !r.checked) rc = 1;
+    first = false;
+    last = r;
+    if (bytes > max_bytes / static_cast<size_t>(factor)) break;
+  }
+  if (json) {
+    std::printf("]}\n");
+  } else if (!last.traffic.empty()) {
+    // What each host's links did in the largest size's timed operations.
+    std::printf("# per host, largest size: payload sent and received, uplink use (sent / (up rate x time)), uplink busy\n");
+    std::printf("%-12s %14s %14s %10s %10s\n", "host", "sent(B)", "received(B)", "uplink", "busy");
+    // Many hosts: the 8 with the least-used uplinks (the ones holding the others up) and the most.
+    std::vector<int> shown = ranks;
+    auto use = [&](int k) { return static_cast<double>(last.traffic[static_cast<size_t>(k)].sent) / topo.hosts[static_cast<size_t>(k)].up_bps; };
+    if (shown.size() > 16) {
+      std::stable_sort(shown.begin(), shown.end(), [&](int a, int b) { return use(a) < use(b); });
+      shown.erase(shown.begin() + 8, shown.end() - 8);
+      std::printf("# (%zu hosts: the 8 least and the 8 most used uplinks)\n", ranks.size());
+    }
+    for (int k : shown) {
+      const sim::HostTraffic &tr = last.traffic[static_cast<size_t>(k)];
+      const sim::Host &h = topo.hosts[static_cast<size_t>(k)];
+      std::printf("%-12s %14llu %14llu %9.1f%% %9.1f%%\n", h.name.c_str(), static_cast<unsigned long long>(tr.sent),
+                  static_cast<unsigned long long>(tr.received), 100.0 * static_cast<double>(tr.sent) * 8 / (h.up_bps * last.timed_s),
+                  100.0 * static_cast<double>(tr.up_busy) * 1e-9 / last.timed_s);
+    }
+  }
+  return rc;
+}
+
+}  // namespace
