@@ -3,7 +3,10 @@
 TLS. Asserts what cannot flake: every result exact (INT8: within its bound), no all-reduce faster
 than the links allow (a peer's wire bytes per second at most the link rate), none quicker than the delays allow
 (at least two one-way delays: the data must cross a link, then DONE and COMMIT cross one each),
-and the forwarder saw the traffic. Skips (77) without root or /dev/net/tun.
+and the forwarder saw the traffic. Then the small validation of wccl-sim (docs/sim.md): the same
+topology and cases simulated, printed next to the measurement, and the one bound that cannot
+flake asserted: the simulation is no slower than the emulator by more than half (a loaded machine
+only slows the emulator). Skips (77) without root or /dev/net/tun.
 
   test_wan.py BUILD_DIR
 """
@@ -11,6 +14,7 @@ and the forwarder saw the traffic. Skips (77) without root or /dev/net/tun.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -50,6 +54,18 @@ def main():
         assert r["time_us"] >= 2 * ONE_WAY_S * 1e6, f"quicker than the delays: {r}"
     for host, c in counters.items():
         assert c["delivered(B)"] > 2 * 4 * 2**20, f"{host} received too little: {c}"
+    print("size wire algo emulator(ms) wccl-sim(ms) sim/emulator")
+    with tempfile.NamedTemporaryFile("w", suffix=".wan") as topo:
+        topo.write(TOPOLOGY)
+        topo.flush()
+        for r in rows:
+            sim = subprocess.run([str(Path(sys.argv[1]) / "tools" / "wccl-sim"), topo.name, "-b", str(r["bytes"]),
+                                  "--wire", r["wire"], "--algo", r["algo"], "-n", "2", "-w", "1", "--json"],
+                                 capture_output=True, text=True, check=True, timeout=120).stdout
+            simulated = json.loads(sim)["rows"][0]["seconds"] * 1e6
+            ratio = simulated / r["time_us"]
+            print(f"{r['bytes']} {r['wire']} {r['algo']} {r['time_us'] / 1e3:.2f} {simulated / 1e3:.2f} {ratio:.2f}")
+            assert ratio <= 1.5, f"the simulation is slower than the emulator: {r}, {simulated} us"
     print("ok")
     return 0
 
