@@ -323,7 +323,8 @@ void Network::step(Stream *s, uint64_t version) {
   }
   const Time now = engine_.now();
   Link &l = *s->link;
-  auto [m, len] = s->frames.front();
+  const std::shared_ptr<Message> m = s->frames.front().first;
+  const size_t len = s->frames.front().second;
   s->frames.pop_front();
   s->backlog -= len;
   s->sent_total += static_cast<double>(len) - s->head_sent;
@@ -341,7 +342,7 @@ void Network::step(Stream *s, uint64_t version) {
   }
   Time &last = last_arrival_[static_cast<size_t>(l.from)][static_cast<size_t>(l.to)];
   arrival = last = std::max(arrival, last);  // jitter delays, never reorders, a pair's bytes
-  engine_.at(arrival, -1, [m = m] {
+  engine_.at(arrival, -1, [m] {
     if (++m->arrived == m->frames && m->all_cut) m->on_arrival();
   });
   if (++m->left == m->frames && m->all_cut) m->sent();
