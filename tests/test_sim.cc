@@ -2,8 +2,10 @@
 // virtual-time channel with their results checked (lib/sim, docs/sim.md).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "sim/network.h"
 #include "sim/simulate.h"
@@ -13,6 +15,44 @@ namespace {
 
 constexpr double kMss = 9000 - 52;
 constexpr double kGoodput = 1e9 / 8 * kMss / 9000;  // bytes/s of a 1 Gbit/s link at MTU 9000
+
+TEST(SimEngine, VirtualTimeMovesOnlyWhileEveryThreadWaits) {
+  Engine e(2);
+  Time woke[2] = {-1, -1};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread a([&] {
+    EXPECT_TRUE(e.sleep(0, 100 * kSecond));
+    woke[0] = e.now();
+    e.finished(0);
+  });
+  std::thread b([&] {
+    EXPECT_TRUE(e.sleep(1, 30 * kSecond));
+    woke[1] = e.now();
+    e.finished(1);
+  });
+  a.join();
+  b.join();
+  EXPECT_EQ(woke[0], 100 * kSecond);
+  EXPECT_EQ(woke[1], 30 * kSecond);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // not real time
+}
+
+TEST(SimEngine, ThreadsThatCanNeverRunAreReleasedNotHung) {
+  // Both wait for something no event will ever do: a deadlock, which each wait reports.
+  Engine e(2);
+  bool released[2] = {false, false};
+  std::thread a([&] {
+    released[0] = !e.block(0, [] { return false; });
+    e.finished(0);
+  });
+  std::thread b([&] {
+    released[1] = !e.block(1, [] { return false; });
+    e.finished(1);
+  });
+  a.join();
+  b.join();
+  EXPECT_TRUE(released[0] && released[1]);
+}
 
 Topology pair(const std::string &rate = "1gbit", const std::string &one_way = "25ms") {
   return parse_topology_text("host a up=" + rate + "\nhost b up=" + rate + "\ndelay a b " + one_way +
