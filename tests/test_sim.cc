@@ -118,7 +118,7 @@ TEST(SimNetwork, AWindowLimitedStreamCarriesAWindowPerRoundTrip) {
 
 TEST(SimNetwork, StreamsMultiplyAWindowLimitedLink) {
   const Topology t = pair("10gbit");
-  double seconds[2];
+  double seconds[2] = {0, 0};
   for (int streams : {1, 4}) {
     Engine e(0);
     TcpOptions o;
