@@ -284,7 +284,7 @@ int run(int argc, char **argv) {
     std::vector<int> shown = ranks;
     auto use = [&](int k) { return static_cast<double>(last.traffic[static_cast<size_t>(k)].sent) / topo.hosts[static_cast<size_t>(k)].up_bps; };
     if (shown.size() > 16) {
-      std::stable_sort(shown.begin(), shown.end(), [&](int a, int b) { return use(a) < use(b); });
+      std::sort(shown.begin(), shown.end(), [&](int a, int b) { return use(a) != use(b) ? use(a) < use(b) : a < b; });
       shown.erase(shown.begin() + 8, shown.end() - 8);
       std::printf("# (%zu hosts: the 8 least and the 8 most used uplinks)\n", ranks.size());
     }
