@@ -13,7 +13,8 @@ namespace {
 TEST_F(CommFourTest, FourPeersAgreeAndAFifthIsAdmittedAtUpdate) {
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);
-  expect_agreed_ring(raw(comms), 1);
+  const uint64_t first = comms[0]->epoch();
+  expect_agreed_ring(raw(comms), first);
   auto fifth = std::async(std::launch::async, [cfg = peer_config("peer4")] { return Communicator::join(cfg); });
   EXPECT_EQ(fifth.wait_for(300ms), std::future_status::timeout) << "a joiner waits for the members' update";
   for (auto &c : comms) EXPECT_EQ(c->pending(), 1) << "members hear that a joiner waits";
@@ -21,13 +22,14 @@ TEST_F(CommFourTest, FourPeersAgreeAndAFifthIsAdmittedAtUpdate) {
   auto joined = fifth.get();
   ASSERT_TRUE(joined.ok()) << joined.status().to_string();
   comms.push_back(std::move(joined).value());
-  expect_agreed_ring(raw(comms), 2);
+  expect_agreed_ring(raw(comms), first + 1);
   for (auto &c : comms) EXPECT_EQ(c->pending(), 0);
 }
 
 enum class Fault { kKill, kStop };
 
 void member_fault(CommFourTest &t, Fault fault, std::vector<std::unique_ptr<Communicator>> &comms, MemberProcess &victim) {
+  const uint64_t epoch = comms[0]->epoch();
   const auto t0 = Clock::now();
   victim.signal(fault == Fault::kKill ? SIGKILL : SIGSTOP);
   for (auto &c : comms) {
@@ -41,14 +43,14 @@ void member_fault(CommFourTest &t, Fault fault, std::vector<std::unique_ptr<Comm
     EXPECT_LT(waited, 800ms + 100ms + 400ms) << "peer_timeout_ms + one heartbeat, plus scheduling";
   }
   for (const Status &st : t.update_all(raw(comms))) EXPECT_TRUE(st.ok()) << st.to_string();
-  t.expect_agreed_ring(raw(comms), 2);
+  t.expect_agreed_ring(raw(comms), epoch + 1);
 }
 
 TEST_F(CommFourTest, KilledMemberProcessIsLostWithinASecond) {
   MemberProcess victim(port_, pki_.node("victim"));
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
-  EXPECT_NE(victim.line(10s).find("size 4 epoch 1"), std::string::npos);
+  EXPECT_NE(victim.line(10s).find("size 4 epoch " + std::to_string(comms[0]->epoch())), std::string::npos);
   member_fault(*this, Fault::kKill, comms, victim);
 }
 
@@ -56,7 +58,7 @@ TEST_F(CommFourTest, FrozenMemberProcessIsLostAfterPeerTimeout) {
   MemberProcess victim(port_, pki_.node("victim"));
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
-  EXPECT_NE(victim.line(10s).find("size 4 epoch 1"), std::string::npos);
+  EXPECT_NE(victim.line(10s).find("size 4 epoch " + std::to_string(comms[0]->epoch())), std::string::npos);
   member_fault(*this, Fault::kStop, comms, victim);
 }
 
@@ -66,11 +68,12 @@ TEST_F(CommTest, GracefulLeaveFailsNobody) {
   start_coordinator("127.0.0.1:0");
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
+  const uint64_t first = comms[0]->epoch();
   auto leaving = std::async(std::launch::async, [c = comms[2].get()] { return c->leave(); });
   for (const Status &st : update_all({comms[0].get(), comms[1].get()})) EXPECT_TRUE(st.ok()) << st.to_string();
   EXPECT_TRUE(leaving.get().ok());
   EXPECT_FALSE(comms[0]->revoked());
-  expect_agreed_ring({comms[0].get(), comms[1].get()}, 2);
+  expect_agreed_ring({comms[0].get(), comms[1].get()}, first + 1);
 }
 
 TEST_F(CommTest, AbortFromAnotherThreadUnblocksAWaitingUpdate) {
@@ -94,22 +97,23 @@ TEST_F(CommTest, MembersKeepTheirEpochAcrossACoordinatorRestart) {
   start_coordinator("127.0.0.1:0");
   auto comms = join_all(2);
   ASSERT_EQ(comms.size(), 2u);
+  const uint64_t epoch = comms[0]->epoch();
   const std::string listen = "127.0.0.1:" + std::to_string(port_);
   coord_.reset();  // the coordinator dies
   Status down;
   for (int i = 0; i < 100 && (down = comms[0]->update()).ok(); ++i) {
   }
   EXPECT_EQ(down.code(), WCCL_ERR_COORDINATOR_UNREACHABLE) << down.to_string();
-  EXPECT_EQ(comms[0]->epoch(), 1u) << "members keep their epoch";
+  EXPECT_EQ(comms[0]->epoch(), epoch) << "members keep their epoch";
   start_coordinator(listen);  // back on the same address
-  // Both retry as a training loop would; they reconnect with backoff and rejoin at epoch 1.
+  // Both retry as a training loop would; they reconnect with backoff and rejoin with their epoch.
   auto a = std::async(std::launch::async, update_until_reconnected, comms[0].get());
   auto b = std::async(std::launch::async, update_until_reconnected, comms[1].get());
   Status sa = a.get(), sb = b.get();
   ASSERT_TRUE(sa.ok()) << sa.to_string();
   ASSERT_TRUE(sb.ok()) << sb.to_string();
-  EXPECT_EQ(comms[0]->epoch(), 1u) << "numbering continues from the members' report";
-  expect_agreed_ring(raw(comms), 1);
+  EXPECT_EQ(comms[0]->epoch(), epoch) << "numbering continues from the members' report";
+  expect_agreed_ring(raw(comms), epoch);
 }
 
 TEST_F(CommTest, MembersKeepTheirEpochWhenTheCoordinatorDaemonIsKilledAndRestarted) {
@@ -118,7 +122,8 @@ TEST_F(CommTest, MembersKeepTheirEpochWhenTheCoordinatorDaemonIsKilledAndRestart
   ASSERT_GT(port_, 0);
   auto comms = join_all(2);
   ASSERT_EQ(comms.size(), 2u);
-  expect_agreed_ring(raw(comms), 1);
+  const uint64_t epoch = comms[0]->epoch();
+  expect_agreed_ring(raw(comms), epoch);
   daemon->kill_now();  // SIGKILL: no goodbye, the kernel closes its sockets
   Status down;
   for (int i = 0; i < 100 && (down = comms[0]->update()).ok(); ++i) {
@@ -131,8 +136,8 @@ TEST_F(CommTest, MembersKeepTheirEpochWhenTheCoordinatorDaemonIsKilledAndRestart
   Status sa = a.get(), sb = b.get();
   ASSERT_TRUE(sa.ok()) << sa.to_string();
   ASSERT_TRUE(sb.ok()) << sb.to_string();
-  EXPECT_EQ(comms[0]->epoch(), 1u) << "members keep their epoch; the next update succeeds";
-  expect_agreed_ring(raw(comms), 1);
+  EXPECT_EQ(comms[0]->epoch(), epoch) << "members keep their epoch; the next update succeeds";
+  expect_agreed_ring(raw(comms), epoch);
 }
 
 TEST_F(CommTest, TwoGroupsInOneProcessAreIndependent) {

@@ -157,10 +157,9 @@ class Sim {
   // Data phases: (epoch, seq) -> member index -> kind.
   std::map<std::pair<uint64_t, uint64_t>, std::map<int, OpKind>> started_;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<PeerId>> epoch_rings_;
-  // At each member's last start of an operation: its ring and crossover. (The ring tells apart two
-  // epochs of one number, the hole after a coordinator restart in docs/fault-tolerance.md.)
-  std::map<std::pair<uint64_t, uint64_t>, std::map<int, std::pair<std::vector<PeerId>, uint64_t>>> crossover_;
-  std::map<uint64_t, std::vector<PeerId>> rings_;  // epoch -> its ring, as announced
+  // At each member's last start of an operation: its algo=AUTO crossover.
+  std::map<std::pair<uint64_t, uint64_t>, std::map<int, uint64_t>> crossover_;
+  std::map<uint64_t, std::vector<PeerId>> rings_;  // epoch -> its ring, as first announced (one number, one ring)
   std::set<std::pair<uint64_t, PeerId>> dead_in_epoch_;
   std::set<std::pair<uint64_t, PeerId>> lost_from_;  // (epoch, peer) the coordinator declared lost
   // Outcomes: (epoch, seq) -> member -> OK?
@@ -168,8 +167,11 @@ class Sim {
   int64_t disagree_since_ = -1;
 };
 
-coord::Membership::Options options(int min_peers) {
+// A coordinator started at `now_ms` of virtual time numbers its epochs past that clock (in µs), as
+// the real one does with the wall clock.
+coord::Membership::Options options(int min_peers, int64_t now_ms) {
   coord::Membership::Options o;
+  o.epoch_base = static_cast<uint64_t>(now_ms) * 1000;
   o.min_peers = min_peers;
   o.settle = std::chrono::milliseconds(50);
   o.peer_timeout = std::chrono::milliseconds(kPeerTimeoutMs);
@@ -253,9 +255,11 @@ void Sim::deliver_to_member(int i, const ControlMessage &m) {
   on_member(i, [this, i, m] {
     Member &mem = members_[static_cast<size_t>(i)];
     if (m.type == MessageType::kRemoved && m.text != "left") mem.removed_from.insert(mem.view->epoch());
-    if (m.type == MessageType::kEpoch) rings_[m.epoch].clear();
     if (m.type == MessageType::kEpoch) {
-      for (const coord::Member &r : m.ring) rings_[m.epoch].push_back(r.id);
+      std::vector<PeerId> ring;
+      for (const coord::Member &r : m.ring) ring.push_back(r.id);
+      auto [known, fresh] = rings_.emplace(m.epoch, ring);
+      if (!fresh && known->second != ring) return fail("epoch " + std::to_string(m.epoch) + " names two rings");
     }
     trace("m" + std::to_string(i) + " <- " + std::to_string(static_cast<int>(m.type)) + " e" + std::to_string(m.epoch) +
           " s" + std::to_string(m.seq) + " " + m.text);
@@ -393,7 +397,7 @@ void Sim::worker_start(int i, std::pair<uint64_t, uint64_t> op, OpKind kind) {
   started_[op][i] = kind;
   epoch_rings_[op] = {};
   for (const coord::Member &r : m.view->ring()) epoch_rings_[op].push_back(r.id);
-  crossover_[op][i] = {epoch_rings_[op], m.view->tree_max_bytes()};  // the algo=AUTO crossover it runs with
+  crossover_[op][i] = m.view->tree_max_bytes();
   // A neighbour that crashed in this epoch: its link is closed, the data phase fails at once.
   for (PeerId p : epoch_rings_[op]) {
     if (dead_in_epoch_.count({op.first, p}) != 0) return end_data_phase(i, op, jitter(1, 10), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
@@ -598,7 +602,7 @@ void Sim::coord_restart() {
   }
   coord_conn_.clear();
   after(jitter(0, 500), [this] {
-    coord_ = std::make_unique<coord::Membership>(options(1));
+    coord_ = std::make_unique<coord::Membership>(options(1, now_));
     coord_up_ = true;
     trace("coordinator up");
   });
@@ -624,9 +628,9 @@ void Sim::record(int i, std::pair<uint64_t, uint64_t> op, const Status &st) {
     }
     // Every member that completed it picked the algorithm with the same crossover.
     auto &used = crossover_[op];
-    if (ok && st.ok() && used[i].first == used[j].first && used[i].second != used[j].second) {
-      fail(name + " completed with crossover " + std::to_string(used[i].second) + " on m" + std::to_string(i) + " and " +
-           std::to_string(used[j].second) + " on m" + std::to_string(j));
+    if (ok && st.ok() && used[i] != used[j]) {
+      fail(name + " completed with crossover " + std::to_string(used[i]) + " on m" + std::to_string(i) + " and " +
+           std::to_string(used[j]) + " on m" + std::to_string(j));
     }
   }
 }
@@ -671,7 +675,7 @@ void Sim::check_agreement_in_place() {
 
 std::string Sim::run() {
   const int initial = static_cast<int>(jitter(2, 5));
-  coord_ = std::make_unique<coord::Membership>(options(1));  // a group that dies out forms again from any joiner
+  coord_ = std::make_unique<coord::Membership>(options(1, now_));  // a group that dies out forms again from any joiner
   for (int k = 0; k < initial; ++k) spawn();
   coord_tick();
   // The fault schedule.

@@ -138,7 +138,7 @@ class CoordinatorTest : public testing::Test {
     auto files = pki_.node("peer-" + std::to_string(id));
     return std::make_unique<Client>(coord_->port(), make_config("peer-" + std::to_string(id), &files), id, group);
   }
-  // n peers that joined and agreed on epoch 1 (its ring is left in ring_).
+  // n peers that joined and agreed on one epoch (its number is left in epoch_, its ring in ring_).
   std::vector<std::unique_ptr<Client>> formed(std::vector<PeerId> ids) {
     std::vector<std::unique_ptr<Client>> out;
     // Every client connects (TLS, which is slow under the sanitizers) before any joins, so the
@@ -152,12 +152,16 @@ class CoordinatorTest : public testing::Test {
       auto e = c->next(MessageType::kEpoch);
       EXPECT_TRUE(e.has_value()) << "peer " << c->id() << " got no epoch";
       if (e) {
-        EXPECT_EQ(e->epoch, 1u);
+        if (epoch_ == 0) epoch_ = e->epoch;
+        EXPECT_EQ(e->epoch, epoch_);
         EXPECT_EQ(sorted(ring_ids(*e)), sorted(ids));
         if (ring_.empty()) ring_ = ring_ids(*e);
         EXPECT_EQ(ring_ids(*e), ring_) << "every member is told the same ring";
       }
     }
+    // Numbered past the coordinator's start time in microseconds (after 2026-01-01), so that a
+    // restarted coordinator never reuses a number.
+    EXPECT_GT(epoch_, 1767225600000000u);
     return out;
   }
 
@@ -165,6 +169,7 @@ class CoordinatorTest : public testing::Test {
   devkit::NodeFiles coord_files_;
   std::unique_ptr<Coordinator> coord_;
   std::vector<PeerId> ring_;
+  uint64_t epoch_ = 0;
 };
 
 TEST_F(CoordinatorTest, FourPeersAgreeAndAFifthIsAdmittedAtTheNextUpdate) {
@@ -173,12 +178,12 @@ TEST_F(CoordinatorTest, FourPeersAgreeAndAFifthIsAdmittedAtTheNextUpdate) {
   fifth->heartbeats(100ms);
   fifth->join();
   EXPECT_FALSE(fifth->next(MessageType::kEpoch, 300ms).has_value()) << "a joiner waits for the members' update";
-  for (auto &p : peers) p->update(1);
+  for (auto &p : peers) p->update(epoch_);
   peers.push_back(std::move(fifth));
   for (auto &p : peers) {
     auto e = p->next(MessageType::kEpoch);
     ASSERT_TRUE(e.has_value()) << "peer " << p->id();
-    EXPECT_EQ(e->epoch, 2u);
+    EXPECT_EQ(e->epoch, epoch_ + 1);
     std::vector<PeerId> expected = ring_;  // the members keep their order; the joiner comes last
     expected.push_back(5);
     EXPECT_EQ(ring_ids(*e), expected);
@@ -192,15 +197,15 @@ TEST_F(CoordinatorTest, ClosedControlLinkRevokesTheEpochAtOnce) {
   for (int i = 0; i < 2; ++i) {
     auto r = peers[i]->next(MessageType::kRevoked, 2s);
     ASSERT_TRUE(r.has_value()) << "peer " << peers[i]->id();
-    EXPECT_EQ(r->epoch, 1u);
+    EXPECT_EQ(r->epoch, epoch_);
     EXPECT_EQ(r->other, 3u);
   }
   EXPECT_LT(Clock::now() - t0, 1s);
-  peers[0]->update(1);
-  peers[1]->update(1);
+  peers[0]->update(epoch_);
+  peers[1]->update(epoch_);
   auto e = peers[0]->next(MessageType::kEpoch);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->epoch, 2u);
+  EXPECT_EQ(e->epoch, epoch_ + 1);
   EXPECT_EQ(sorted(ring_ids(*e)), (std::vector<PeerId>{1, 2}));
 }
 
@@ -241,7 +246,7 @@ TEST_F(CoordinatorTest, BrokenLinkReportProbesTheNeighbour) {
 TEST_F(CoordinatorTest, BadInputClosesOnlyThatClient) {
   auto peers = formed({1, 2});
   auto early = client(7);
-  early->update(1);  // before JOIN
+  early->update(epoch_);  // before JOIN
   // The coordinator logs the cause ("... before JOIN") and drops the link: the client sees it go.
   auto why = early->closed();
   ASSERT_TRUE(why.has_value());
@@ -263,12 +268,12 @@ TEST_F(CoordinatorTest, BadInputClosesOnlyThatClient) {
 
   // The members noticed nothing and carry on.
   EXPECT_FALSE(peers[0]->next(MessageType::kRevoked, 300ms).has_value());
-  peers[0]->update(1);
-  peers[1]->update(1);
+  peers[0]->update(epoch_);
+  peers[1]->update(epoch_);
   auto e = peers[1]->next(MessageType::kEpoch);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(ring_ids(*e), ring_) << "nothing changed: the same epoch is confirmed";
-  EXPECT_EQ(e->epoch, 1u);
+  EXPECT_EQ(e->epoch, epoch_);
 }
 
 TEST_F(CoordinatorTest, MemberSendingJunkIsDroppedAtOnceAndCanComeBack) {
@@ -289,8 +294,8 @@ TEST_F(CoordinatorTest, MemberSendingJunkIsDroppedAtOnceAndCanComeBack) {
   back->heartbeats(100ms);
   back->join();
   EXPECT_FALSE(back->closed(300ms).has_value()) << "the returning peer was refused";
-  peers[0]->update(1);
-  peers[1]->update(1);
+  peers[0]->update(epoch_);
+  peers[1]->update(epoch_);
   auto e = back->next(MessageType::kEpoch);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(sorted(ring_ids(*e)), (std::vector<PeerId>{1, 2, 3}));
@@ -298,11 +303,11 @@ TEST_F(CoordinatorTest, MemberSendingJunkIsDroppedAtOnceAndCanComeBack) {
 
 TEST_F(CoordinatorTest, RefusedRequestIsAnsweredWithAnError) {
   auto peers = formed({1, 2});
-  peers[0]->update(7);  // not the current epoch
+  peers[0]->update(epoch_ + 7);  // an epoch that never was
   auto err = peers[0]->next(MessageType::kError);
   ASSERT_TRUE(err.has_value());
   EXPECT_EQ(err->code, static_cast<uint32_t>(WCCL_ERR_PROTOCOL));
-  EXPECT_NE(err->text.find("current epoch is 1"), std::string::npos) << err->text;
+  EXPECT_NE(err->text.find("current epoch is " + std::to_string(epoch_)), std::string::npos) << err->text;
   EXPECT_FALSE(peers[0]->closed(100ms).has_value()) << "a refused request does not cost the link";
 }
 
@@ -327,8 +332,8 @@ TEST_F(CoordinatorTest, UnauthenticatedClientsNeverReachTheProtocol) {
   Client plain(coord_->port(), make_config("plain", nullptr), 67);
   EXPECT_EQ(plain.connect_status().code(), WCCL_ERR_AUTH) << plain.connect_status().to_string();
   EXPECT_FALSE(peers[0]->next(MessageType::kRevoked, 200ms).has_value());
-  peers[0]->update(1);
-  peers[1]->update(1);
+  peers[0]->update(epoch_);
+  peers[1]->update(epoch_);
   ASSERT_TRUE(peers[0]->next(MessageType::kEpoch).has_value());
 }
 
@@ -342,7 +347,7 @@ TEST(CoordDaemon, ServesAndStopsOnSigterm) {
     peer.join();
     auto e = peer.next(MessageType::kEpoch);
     ASSERT_TRUE(e.has_value());
-    EXPECT_EQ(e->epoch, 1u);
+    EXPECT_GT(e->epoch, 1767225600000000u);
   }
   const int status = daemon.terminate(10s);
   ASSERT_NE(status, -1) << "wccl-coord did not stop within 10 s of SIGTERM";

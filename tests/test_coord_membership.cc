@@ -242,8 +242,10 @@ TEST_F(MembershipTest, AfterARestartARevocationWaitsForEveryMemberSoACommitOneSa
   EXPECT_EQ(m.committed(), 5u);
 }
 
-TEST_F(MembershipTest, ARestartedCoordinatorNumbersItsOwnEpochsPastEveryReportedOne) {
-  Membership m(options());
+TEST_F(MembershipTest, ARestartedCoordinatorNumbersItsOwnEpochsPastItsClockAndEveryReportedOne) {
+  Membership::Options o = options();
+  o.epoch_base = 1000;  // its start time: the job's old epochs (7 here) were numbered before it
+  Membership m(o);
   // A peer that was declared lost from epoch 7 comes back first, as a joiner that reports it.
   ASSERT_TRUE(m.rejoin(A, info(A), 7, {}, 0, t).ok());
   t += 500ms;
@@ -253,7 +255,54 @@ TEST_F(MembershipTest, ARestartedCoordinatorNumbersItsOwnEpochsPastEveryReported
   t += 600ms;
   m.heartbeat(A, t);
   m.tick(t);
-  EXPECT_GT(m.epoch(), 7u + kRestartEpochGap) << "no number the old job may have reached meanwhile";
+  EXPECT_EQ(m.epoch(), 1001u) << "past its clock, so past any number the old job may have reached meanwhile";
+
+  Membership behind(o);  // a clock behind the job's (another host's): past the reported epoch still
+  ASSERT_TRUE(behind.rejoin(A, info(A), 5000, {}, 0, t).ok());
+  t += 1100ms;
+  behind.heartbeat(A, t);
+  behind.tick(t);
+  EXPECT_EQ(behind.epoch(), 5001u);
+}
+
+TEST_F(MembershipTest, AnEpochFormedFromJoinersBeforeTheJobCameBackGivesWayToTheJobs) {
+  Membership::Options o = options();
+  o.epoch_base = 1000;
+  Membership m(o);
+  // A fresh coordinator hears from a new peer D before any member of the job (epoch 7: A, B, C).
+  ASSERT_TRUE(m.join(D, info(D), t).ok());
+  t += 250ms;
+  m.tick(t);
+  ASSERT_EQ(m.epoch(), 1001u) << "numbered from its clock: epoch 1 may be the job's";
+  (void)m.take_notices();
+  const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};
+  t += 100ms;
+  ASSERT_TRUE(m.rejoin(A, info(A), 7, ring, 3, t).ok());
+  EXPECT_EQ(m.epoch(), 7u) << "the job's epoch supersedes the one formed from joiners, lower number or not";
+  std::vector<Notice> n = m.take_notices();
+  ASSERT_EQ(of_kind(n, Kind::kRemoved).size(), 1u);
+  EXPECT_EQ(of_kind(n, Kind::kRemoved)[0].to, D) << "D joins again";
+  ASSERT_TRUE(m.rejoin(B, info(B), 7, ring, 3, t).ok());
+  ASSERT_TRUE(m.rejoin(C, info(C), 7, ring, 3, t).ok());
+  ASSERT_TRUE(m.rejoin(D, info(D), 1001, {{D, info(D)}}, 0, t).ok());
+  EXPECT_EQ(m.epoch(), 7u) << "an epoch this coordinator formed never comes back";
+  EXPECT_EQ(m.joiners(), 1u);
+  (void)m.take_notices();
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 7, m.committed(), t).ok());
+  EXPECT_EQ(m.epoch(), 1002u) << "the next epoch is numbered past every number used, 1001 included";
+  expect_announced(m.take_notices(), 1002, {A, B, C, D});
+
+  // Once peer_timeout has passed, an epoch it formed no longer gives way to a lower number.
+  Membership settled(o);
+  ASSERT_TRUE(settled.join(D, info(D), t).ok());
+  t += 250ms;
+  settled.tick(t);
+  ASSERT_EQ(settled.epoch(), 1001u);
+  t += 1000ms;
+  settled.heartbeat(D, t);
+  ASSERT_TRUE(settled.rejoin(A, info(A), 7, ring, 3, t).ok());
+  EXPECT_EQ(settled.epoch(), 1001u);
+  EXPECT_EQ(of_kind(settled.take_notices(), Kind::kRemoved).back().to, A) << "A joins again";
 }
 
 TEST_F(MembershipTest, ALostPeersReformIsRefusedAndItsUpdateRejoins) {
@@ -338,9 +387,7 @@ TEST(RingOrder, AnUnmeasuredPairLeavesTheOrderAlone) {
 }
 
 TEST_F(MembershipTest, AnUpdateReordersTheRingByReportedRoundTrips) {
-  Membership::Options o = options();
-  o.measured_order = true;
-  Membership m(o);
+  Membership m(options());  // measured_order: the default
   const std::vector<PeerId> zigzag = {0x1, 0x11, 0x2, 0x12, 0x3, 0x13};
   form(m, zigzag);
   report_all(m, 1, zigzag);
@@ -472,7 +519,9 @@ TEST_F(MembershipTest, RoundTripsAreKeptOnlyFromMembersAboutMembersOfTheirEpoch)
 }
 
 TEST_F(MembershipTest, OrderOfArrivalWhenMeasuredOrderIsOff) {
-  Membership m(options());  // the default
+  Membership::Options o = options();
+  o.measured_order = false;
+  Membership m(o);
   const std::vector<PeerId> zigzag = {0x1, 0x11, 0x2, 0x12, 0x3, 0x13};
   form(m, zigzag);
   report_all(m, 1, zigzag);

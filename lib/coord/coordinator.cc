@@ -1,6 +1,7 @@
 #include "coord/coordinator.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "coord/ring_order.h"
 
@@ -12,6 +13,8 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
   options_.peer_timeout = std::chrono::milliseconds(cfg.integer("peer_timeout_ms"));
   // A probed peer answers at once; one heartbeat period is ample.
   options_.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
+  options_.epoch_base = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   options_.measured_order = cfg.flag("order_ring_by_rtt");
   options_.measured_crossover = cfg.flag("measured_crossover");
 }

@@ -215,10 +215,13 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
   if (ring.size() > kMaxRingMembers) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports a ring of %zu peers", ring.size());
   }
-  if (epoch > epoch_ && seen.count(id) != 0) {
-    // The highest epoch any member reports is the one the job is in. Its members are told (some
-    // may have rejoined already under an older epoch); those not back yet get peer_timeout from
-    // now. Anyone else this coordinator knew is not part of it: removed, to join again.
+  if (seen.count(id) != 0 && !formed_here(epoch) && (epoch > epoch_ || (now < gives_way_until_ && epoch != epoch_))) {
+    // The highest epoch any member reports is the one the job is in, and it supersedes an epoch
+    // this coordinator formed from joiners before any member of the job came back. Its members are
+    // told (some may have rejoined already under an older epoch); those not back yet get
+    // peer_timeout from now. Anyone else this coordinator knew is not part of it: removed, to join
+    // again.
+    gives_way_until_ = Clock::time_point();
     epoch_ = epoch;
     ring_ = ring;
     tree_max_bytes_ = tree_max_bytes;
@@ -286,7 +289,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
   }
   // A fresh coordinator numbers the epochs it forms past every epoch a peer reports, so that a
   // number the job used before the restart never names another epoch.
-  if (epoch > epoch_floor_ && epoch > epoch_) {
+  if (!formed_here(epoch) && epoch > epoch_floor_ && epoch > epoch_) {
     epoch_floor_ = epoch;
     floor_heard_ = now;
   }
@@ -428,10 +431,8 @@ void Membership::maybe_form_first(Clock::time_point now) {
   if (epoch_floor_ > epoch_ && now - floor_heard_ < opt_.peer_timeout) return;
   ring_ = std::move(joiners_);
   joiners_.clear();
-  // Past every epoch reported; after a restart that adopted none of them, far past: the job's
-  // members that never came back may have moved on meanwhile, and a number must never name two
-  // epochs.
-  epoch_ = std::max(epoch_, epoch_floor_) + 1 + (epoch_floor_ > epoch_ ? kRestartEpochGap : 0);
+  if (epoch_ == 0 && epoch_floor_ == 0) gives_way_until_ = now + opt_.peer_timeout;  // heard of no job yet
+  epoch_ = next_epoch_number();
   tree_max_bytes_ = 0;  // nothing measured yet
   revoked_ = false;
   unconfirmed_.clear();
@@ -442,6 +443,12 @@ void Membership::maybe_form_first(Clock::time_point now) {
   leaving_.clear();
   reforming_.clear();
   announce_epoch(false);
+}
+
+uint64_t Membership::next_epoch_number() {
+  // Past epoch_ too: an adopted epoch may carry a number above the clock's (another host's).
+  last_formed_ = std::max({epoch_, epoch_floor_, last_formed_}) + 1;
+  return last_formed_;
 }
 
 // When every live member has arrived at the barrier, decides the next epoch.
@@ -489,7 +496,7 @@ void Membership::maybe_complete_update() {
                         ? tree_crossover_bytes(next, [this](PeerId a, PeerId b) { return link(a, b); })
                         : 0;
   if (changed) {
-    epoch_ = std::max(epoch_, epoch_floor_) + 1;
+    epoch_ = next_epoch_number();
     ring_ = std::move(next);
     revoked_ = false;
     unconfirmed_.clear();

@@ -95,10 +95,6 @@ struct Notice {
   uint64_t seq = 0;          // kCommit, kBarrier; kRevoked: the last committed operation
 };
 
-// How far past the highest reported epoch a restarted coordinator numbers an epoch it forms
-// itself (no member of the job's last epoch came back within peer_timeout).
-inline constexpr uint64_t kRestartEpochGap = 1ULL << 20;
-
 // Peers declared lost that the coordinator remembers, so that their next update re-registers
 // them: beyond this many, the one lost longest ago is forgotten (its update is then refused as
 // not registered, and it joins again), so a long job with churn holds a bounded record.
@@ -114,11 +110,14 @@ class Membership {
     std::chrono::milliseconds settle{200};
     std::chrono::milliseconds peer_timeout{5000};
     std::chrono::milliseconds probe_timeout{1000};
+    // Epochs this coordinator forms are numbered past this. The coordinator passes its start time
+    // in microseconds since 1970: an epoch's number is then at most the time it was formed (epochs
+    // take far longer than a microsecond to form), so a restarted coordinator never names an epoch
+    // with a number its predecessor used, even before any member of the job is back to report one.
+    uint64_t epoch_base = 0;
     // Order each new epoch's ring from the round trips members report (ring_order.h), and re-form
     // an epoch whose order a better one beats by kReorderMargin; false: the order of arrival.
-    // Off by default: the extra epochs it forms meet a hole in epoch numbering after a
-    // coordinator restart (docs/fault-tolerance.md) more often.
-    bool measured_order = false;
+    bool measured_order = true;
     // Send with each epoch formed at an update barrier algo=AUTO's ring/tree crossover, computed
     // from the links members report (coord/algo_choice.h); false: members use their tree_max_bytes.
     bool measured_crossover = true;
@@ -220,6 +219,10 @@ class Membership {
   void remember_lost(PeerId id, const PeerInfo &info);
   void forget_lost(PeerId id);
   void maybe_form_first(Clock::time_point now);
+  // The number of the next epoch this coordinator forms: past every number it formed, adopted or
+  // heard of.
+  uint64_t next_epoch_number();
+  bool formed_here(uint64_t epoch) const { return epoch > opt_.epoch_base && epoch <= last_formed_; }
   void maybe_complete_update();
   // Tells every member the current epoch; `barrier`: as the answer to the calls at the barrier.
   void announce_epoch(bool barrier);
@@ -234,6 +237,11 @@ class Membership {
   uint64_t epoch_ = 0;
   uint64_t epoch_floor_ = 0;  // the highest epoch any peer reported: new epochs are numbered past it
   Clock::time_point floor_heard_{};  // when it was reported
+  uint64_t last_formed_ = opt_.epoch_base;  // the highest number this coordinator gave an epoch
+  // A fresh coordinator that formed its first epoch from joiners before hearing of any other: until
+  // this time (peer_timeout later), the epochs it formed give way to one a member of the job it
+  // restarted under reports on coming back, whatever the numbers. Cleared when it adopts one.
+  Clock::time_point gives_way_until_{};
   bool revoked_ = false;
   std::vector<Member> ring_;                 // members of the current epoch, in ring order
   std::map<PeerId, Peer> live_;              // members and joiners we hear from

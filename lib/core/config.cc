@@ -55,7 +55,7 @@ constexpr KeySpec kKeys[] = {
     {"join_timeout_ms", "600000", Kind::kInteger, 1, 86400000, "how long wccl_comm_join waits for admission"},
     {"op_timeout_ms", "600000", Kind::kInteger, 1, 86400000,
      "how long a membership call (update, leave) waits for the coordinator's decision"},
-    {"order_ring_by_rtt", "off", Kind::kOnOff, 0, 0,
+    {"order_ring_by_rtt", "on", Kind::kOnOff, 0, 0,
      "on: the coordinator orders each epoch's ring from the round trips members measure on their "
      "links (docs/algorithms.md); off: the order of arrival"},
     {"min_peers", "1", Kind::kInteger, 1, 4096, "peers the coordinator waits for before the first epoch"},
