@@ -23,12 +23,12 @@ TEST(SimEngine, VirtualTimeMovesOnlyWhileEveryThreadWaits) {
   std::thread a([&] {
     EXPECT_TRUE(e.sleep(0, 100 * kSecond));
     woke[0] = e.now();
-    e.finished(0);
+    e.finished();
   });
   std::thread b([&] {
     EXPECT_TRUE(e.sleep(1, 30 * kSecond));
     woke[1] = e.now();
-    e.finished(1);
+    e.finished();
   });
   a.join();
   b.join();
@@ -43,11 +43,11 @@ TEST(SimEngine, ThreadsThatCanNeverRunAreReleasedNotHung) {
   bool released[2] = {false, false};
   std::thread a([&] {
     released[0] = !e.block(0, [] { return false; });
-    e.finished(0);
+    e.finished();
   });
   std::thread b([&] {
     released[1] = !e.block(1, [] { return false; });
-    e.finished(1);
+    e.finished();
   });
   a.join();
   b.join();
@@ -226,6 +226,62 @@ TEST(Simulate, CpuWorkTakesItsModelledTime) {
   const double reduce_s = 12.0 * (1 << 20) / 1e7;
   EXPECT_GT(slow.mean(), reduce_s);
   EXPECT_LT(slow.mean(), reduce_s + fast.mean());
+}
+
+// Four hosts 25 ms apart (50 ms round trips), the coordinator on the first: a 4 MiB ring
+// all-reduce with data, and one fault at 0.1 s, in the middle of it.
+Report with_fault(Fault::Kind kind) {
+  Workload work = allreduce(4 << 20, algo::Algo::kRing, codec::Wire::kNative, true);
+  Fault f;
+  f.kind = kind;
+  f.rank = 2;
+  f.at = kSecond / 10;
+  work.faults = {f};
+  return simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work);
+}
+
+TEST(SimFaults, AKilledPeerIsRevokedAtOnceAndTheOperationRunsAgainWithoutIt) {
+  const Report r = with_fault(Fault::Kind::kKill);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.survivors, 3);
+  EXPECT_TRUE(r.checked) << "every survivor holds the exact sum of ranks 0, 1 and 3";
+  ASSERT_EQ(r.recoveries.size(), 1u);
+  const Recovery &v = r.recoveries[0];
+  // Its control link closes: the coordinator hears it one path delay later.
+  EXPECT_NEAR(v.revoked, 0.125, 1e-6);
+  // REVOKED goes out and the survivors' UPDATEs come back: one round trip.
+  EXPECT_NEAR(v.epoch, 0.175, 1e-6);
+  // Rank 1 hears of the epoch 25 ms later and connects to rank 2: TCP, TLS 1.3 and both hellos
+  // take 3 round trips.
+  EXPECT_NEAR(v.links, 0.175 + 0.025 + 0.15, 1e-6);
+  // The operation then runs again from the start: at least its ring's 4 path delays, and its
+  // commit's.
+  EXPECT_GT(v.committed, v.links + 0.15);
+  ASSERT_EQ(r.seconds.size(), 1u);
+  EXPECT_GT(r.seconds[0], v.committed - 0.001) << "the operation's time includes its recovery";
+}
+
+TEST(SimFaults, AFrozenPeerIsLostOnlyAfterPeerTimeoutWithoutAHeartbeat) {
+  const Report r = with_fault(Fault::Kind::kFreeze);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.survivors, 3);
+  EXPECT_TRUE(r.checked);
+  ASSERT_EQ(r.recoveries.size(), 1u);
+  // Its last heartbeat left at 0 and arrived 25 ms later; the coordinator's timer (every 100 ms
+  // here) finds it silent for peer_timeout (5 s) at its first tick from 5.025 s.
+  EXPECT_GE(r.recoveries[0].revoked, 5.025);
+  EXPECT_LE(r.recoveries[0].revoked, 5.125 + 1e-6);
+  EXPECT_NEAR(r.recoveries[0].epoch, r.recoveries[0].revoked + 0.05, 1e-6);
+}
+
+TEST(SimFaults, BadFaultsAreRefused) {
+  Workload work = allreduce(1 << 20, algo::Algo::kRing, codec::Wire::kNative, false);
+  work.faults = {{Fault::Kind::kKill, 4, 0}};
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+      << "no rank 4";
+  work.faults = {{Fault::Kind::kKill, 1, 0}, {Fault::Kind::kFreeze, 2, 0}, {Fault::Kind::kKill, 3, 0}};
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+      << "a single survivor";
 }
 
 }  // namespace

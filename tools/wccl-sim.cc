@@ -44,6 +44,10 @@ const char kUsage[] =
     "  --gap SECONDS         compute between operations (default 0)\n"
     "  --coordinator HOST    where the coordinator runs (default: the first peer's host; none: no commit)\n"
     "  --cpu NAME=GB/s,...   kernel rates: reduce, encode, decode, decode_reduce, copy (defaults: docs/sim.md)\n"
+    "  --kill RANK@SECONDS   the peer of that rank dies at that virtual time (repeatable)\n"
+    "  --freeze RANK@SECONDS its process stops (SIGSTOP) at that time (repeatable)\n"
+    "  --heartbeat MS        heartbeat_ms (default 1000)\n"
+    "  --peer-timeout MS     peer_timeout_ms (default 5000)\n"
     "  --data                carry the bytes and check the result (small sizes)\n"
     "  --json                one JSON object instead of the table\n";
 
@@ -193,7 +197,18 @@ int run(int argc, char **argv) {
         if (slot == nullptr || !(gbs >= 0)) usage_error("bad --cpu entry '" + kv + "'");
         *slot = gbs * 1e9;
       }
-    } else if (a == "--data") work.data = true;
+    } else if (a == "--kill" || a == "--freeze") {
+      const std::vector<std::string> at = split(value(), '@');
+      const double t = at.size() == 2 ? std::atof(at[1].c_str()) : -1;
+      if (at.size() != 2 || !(t >= 0) || t > 1e6) usage_error(a + " takes RANK@SECONDS");
+      sim::Fault f;
+      f.kind = a == "--kill" ? sim::Fault::Kind::kKill : sim::Fault::Kind::kFreeze;
+      f.rank = parse_int(at[0], 0, 1 << 16);
+      f.at = static_cast<sim::Time>(t * 1e9);
+      work.faults.push_back(f);
+    } else if (a == "--heartbeat") work.heartbeat = sim::Time{parse_int(value(), 10, 3600000)} * 1000000;
+    else if (a == "--peer-timeout") work.peer_timeout = sim::Time{parse_int(value(), 10, 3600000)} * 1000000;
+    else if (a == "--data") work.data = true;
     else if (a == "--json") json = true;
     else usage_error("unknown option '" + a + "'");
   }
@@ -263,11 +278,32 @@ int run(int argc, char **argv) {
                     static_cast<unsigned long long>(tr.received),
                     static_cast<double>(tr.sent) * 8 / (topo.hosts[static_cast<size_t>(k)].up_bps * r.timed_s));
       }
+      std::printf("], \"survivors\": %d, \"recoveries\": [", r.survivors);
+      for (size_t k = 0; k < r.recoveries.size(); ++k) {
+        const sim::Recovery &v = r.recoveries[k];
+        std::printf("%s{\"fault\": \"%s\", \"rank\": %d, \"at\": %.6f, \"revoked\": %.6f, \"epoch\": %.6f, "
+                    "\"links\": %.6f, \"committed\": %.6f}",
+                    k ? ", " : "", v.fault.kind == sim::Fault::Kind::kKill ? "kill" : "freeze", v.fault.rank,
+                    static_cast<double>(v.fault.at) * 1e-9, v.revoked, v.epoch, v.links, v.committed);
+      }
       std::printf("]}");
     } else {
       std::printf("%14zu %12zu %10.2f %10.2f %10.4f %10.4f %9llu%s\n", work.op.count * es, work.op.count, t * 1e3,
                   r.data_phase * 1e3, algbw, busbw, static_cast<unsigned long long>(r.losses),
                   work.data ? (r.checked ? "  checked" : "  WRONG") : "");
+    }
+    if (!json) {
+      // How the group got over each fault, from the fault's time.
+      for (const sim::Recovery &v : r.recoveries) {
+        const double at = static_cast<double>(v.fault.at) * 1e-9;
+        auto after = [at](double when) {
+          return when < 0 ? std::string("never") : "+" + std::to_string(when - at).substr(0, 6) + " s";
+        };
+        std::printf("#   %s rank %d at %.3f s: revoked %s, next epoch %s, its links open %s, its first operation "
+                    "committed %s\n",
+                    v.fault.kind == sim::Fault::Kind::kKill ? "kill" : "freeze", v.fault.rank, at,
+                    after(v.revoked).c_str(), after(v.epoch).c_str(), after(v.links).c_str(), after(v.committed).c_str());
+      }
     }
     if (work.data && !r.checked) rc = 1;
     first = false;

@@ -50,7 +50,7 @@ void Engine::drive(std::unique_lock<std::mutex> &lock) {
     bool any = false;
     for (int i : touched_) {
       Waiter &w = waiters_[static_cast<size_t>(i)];
-      if (w.waiting && (*w.ready)()) {
+      if (w.waiting && !w.held && (*w.ready)()) {
         release(w);
         any = true;
       }
@@ -63,8 +63,8 @@ void Engine::drive(std::unique_lock<std::mutex> &lock) {
 
 bool Engine::block(int i, const std::function<bool()> &ready) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (ready()) return true;
   Waiter &w = waiters_[static_cast<size_t>(i)];
+  if (!w.held && ready()) return true;
   w.ready = &ready;
   w.waiting = true;
   w.stuck = false;
@@ -105,8 +105,12 @@ bool Engine::sleep(int i, Time d) {
   return block(i, [woke] { return *woke; });
 }
 
-void Engine::finished(int i) {
-  (void)i;
+void Engine::hold(int i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiters_[static_cast<size_t>(i)].held = true;
+}
+
+void Engine::finished() {
   std::unique_lock<std::mutex> lock(mu_);
   --live_;
   if (live_ > 0 && waiting_ == live_ && !driving_) drive(lock);

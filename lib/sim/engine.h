@@ -30,7 +30,7 @@ inline constexpr Time kSecond = 1000000000;
 class Engine {
  public:
   // threads: the simulated threads, numbered 0..threads-1 (one per peer); each must call
-  // finished(i) when it is done.
+  // finished() when it is done.
   explicit Engine(int threads);
   Engine(const Engine &) = delete;
   Engine &operator=(const Engine &) = delete;
@@ -46,7 +46,10 @@ class Engine {
   // Simulated thread i spends d of virtual time (CPU work); false as block.
   bool sleep(int i, Time d);
   // Simulated thread i has ended.
-  void finished(int i);
+  void finished();
+  // From an event: simulated thread i stops (its process froze or died). Its waits never succeed
+  // again: they return false once nothing else can happen.
+  void hold(int i);
   // With no simulated thread: runs events until none is left or the next is after `until`.
   void run(Time until);
   // Events run so far (a measure of the simulation's own work).
@@ -56,7 +59,7 @@ class Engine {
   using Key = std::tuple<Time, int, uint64_t>;  // time, scheduler (-1: an event), its count
   struct Waiter {
     const std::function<bool()> *ready = nullptr;
-    bool waiting = false, stuck = false;
+    bool waiting = false, stuck = false, held = false;
     std::condition_variable cv;
   };
   // With mu_ held and every live thread waiting: runs events until some thread may run.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "net/frame.h"
 
@@ -46,6 +47,7 @@ struct Network::Stream {
 
 struct Network::Link {
   int from = 0, to = 0;
+  uint64_t connection = 0;
   std::vector<Stream> streams;
   std::deque<std::shared_ptr<Message>> queue;  // messages with bytes not yet cut into frames
   int next = 0;
@@ -70,12 +72,14 @@ Network::Network(Engine &engine, const Topology &topo, const TcpOptions &tcp)
 
 Network::~Network() = default;
 
-Network::Link &Network::link(int from, int to) {
+Network::Link &Network::link(int from, int to, uint64_t connection) {
   auto &l = links_[{from, to}];
+  if (l && l->connection != connection) retire(std::exchange(l, nullptr));
   if (!l) {
     l = std::make_unique<Link>();
     l->from = from;
     l->to = to;
+    l->connection = connection;
     l->streams.resize(static_cast<size_t>(std::max(tcp_.streams, 1)));
     for (Stream &s : l->streams) {
       s.link = l.get();
@@ -83,6 +87,28 @@ Network::Link &Network::link(int from, int to) {
     }
   }
   return *l;
+}
+
+void Network::retire(std::unique_ptr<Link> l) {
+  for (Stream &s : l->streams) {
+    if (s.active) stop(s);
+    s.frames.clear();
+    s.backlog = 0;
+  }
+  l->queue.clear();
+  l->uncut = 0;
+  closed_.push_back(std::move(l));
+}
+
+void Network::close(int host) {
+  for (auto it = links_.begin(); it != links_.end();) {
+    if (it->first.first == host || it->first.second == host) {
+      retire(std::move(it->second));
+      it = links_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 uint64_t Network::link_bytes(int from, int to) const {
@@ -124,7 +150,8 @@ double Network::queue_delay_s(const Stream &s) const {
   return std::max(up / up_Bps_[static_cast<size_t>(s.link->from)], down / down_Bps_[static_cast<size_t>(s.link->to)]);
 }
 
-void Network::send(int from, int to, size_t len, std::function<void()> sent, std::function<void()> arrived) {
+void Network::send(int from, int to, size_t len, std::function<void()> sent, std::function<void()> arrived,
+                   uint64_t connection) {
   auto m = std::make_shared<Message>();
   m->len = len;
   m->sent = std::move(sent);
@@ -137,7 +164,7 @@ void Network::send(int from, int to, size_t len, std::function<void()> sent, std
     engine_.at(last, -1, [m] { m->on_arrival(); });
     return;
   }
-  Link &l = link(from, to);
+  Link &l = link(from, to, connection);
   l.uncut += len;
   l.queue.push_back(std::move(m));
   pump(l);

@@ -65,8 +65,15 @@ class Network {
   Network &operator=(const Network &) = delete;
 
   // Queues a message of len bytes from host `from` to host `to`; sent() runs when its last byte
-  // left, arrived() when its last byte reached `to`. Only from events.
-  void send(int from, int to, size_t len, std::function<void()> sent, std::function<void()> arrived);
+  // left, arrived() when its last byte reached `to`. `connection` names the link's TCP
+  // connections (each epoch opens new ones): a message on another connection than the pair's
+  // last closes that one and starts new streams from the initial window. Only from events.
+  void send(int from, int to, size_t len, std::function<void()> sent, std::function<void()> arrived,
+            uint64_t connection = 0);
+  // Every connection from or to `host` is reset (its process died, or it closed its epoch's
+  // links): bytes not yet sent are dropped and their messages never complete; frames already on
+  // the wire still arrive. Only from events.
+  void close(int host);
 
   const std::vector<HostTraffic> &traffic() const { return traffic_; }
   uint64_t link_bytes(int from, int to) const;
@@ -78,7 +85,8 @@ class Network {
   struct Message;
   struct Stream;
   struct Link;
-  Link &link(int from, int to);
+  Link &link(int from, int to, uint64_t connection);
+  void retire(std::unique_ptr<Link> l);
   void pump(Link &l);
   void start(Stream &s);
   void stop(Stream &s);
@@ -99,6 +107,7 @@ class Network {
   const double mss_;
   std::vector<double> up_Bps_, down_Bps_;  // goodput capacities, bytes/s
   std::map<std::pair<int, int>, std::unique_ptr<Link>> links_;
+  std::vector<std::unique_ptr<Link>> closed_;  // kept: events of their streams may still be due
   std::vector<std::vector<Stream *>> up_active_, down_active_;
   std::vector<Time> up_since_;  // when the uplink last became busy
   std::vector<std::vector<Time>> last_arrival_;

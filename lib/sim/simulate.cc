@@ -7,15 +7,19 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <thread>
 #include <tuple>
 
 #include "algo/exchange.h"
 #include "algo/memory.h"
 #include "codec/wire.h"
+#include "coord/membership.h"
 
 namespace wccl::sim {
 namespace {
+
+double seconds(Time t) { return static_cast<double>(t) * 1e-9; }
 
 // A completion that runs once: from the network's events, or at once from abort().
 struct Once {
@@ -50,21 +54,22 @@ class Void {
   uint8_t *base_;
 };
 
-// The messages of every operation, keyed by (operation, from, to, tag). Only the driving thread
-// touches it (from events).
+// The messages of every operation, keyed by (epoch, operation, from member, to member, tag). Only
+// the driving thread touches it (from events).
 class Mailboxes {
  public:
-  using Key = std::tuple<int, int, int, uint32_t>;
+  using Key = std::tuple<uint64_t, uint64_t, int, int, uint32_t>;  // epoch, operation, from, to, tag
   struct Recv {
     uint8_t *data;
     size_t len;
     size_t *got;
     std::shared_ptr<Once> once;
-    int rank;
+    int member;
   };
   explicit Mailboxes(Engine &engine) : engine_(engine) {}
 
   void arrive(const Key &k, std::shared_ptr<std::vector<uint8_t>> bytes, size_t len) {
+    if (closed(k)) return;
     auto it = recvs_.find(k);
     if (it == recvs_.end()) {
       arrived_[k] = {std::move(bytes), len};
@@ -75,6 +80,7 @@ class Mailboxes {
     place(r, bytes.get(), len);
   }
   void post(const Key &k, const Recv &r) {
+    if (closed(k)) return;
     auto it = arrived_.find(k);
     if (it == arrived_.end()) {
       recvs_[k] = r;
@@ -85,7 +91,25 @@ class Mailboxes {
     place(r, bytes.get(), len);
   }
 
+  // The member's operation ended with receives pending (aborted): they are dropped, with whatever
+  // was waiting for them and whatever arrives for them later.
+  void close(uint64_t epoch, uint64_t seq, int member) {
+    closed_.insert({epoch, seq, member});
+    auto drop = [&](auto &map) {
+      for (auto it = map.lower_bound({epoch, seq, 0, 0, 0}); it != map.end();) {
+        const auto &[e, q, from, to, tag] = it->first;
+        if (e != epoch || q != seq) break;
+        it = to == member ? map.erase(it) : std::next(it);
+      }
+    };
+    drop(recvs_);
+    drop(arrived_);
+  }
+
  private:
+  bool closed(const Key &k) const {
+    return closed_.count({std::get<0>(k), std::get<1>(k), std::get<3>(k)}) != 0;
+  }
   void place(const Recv &r, const std::vector<uint8_t> *bytes, size_t len) {
     Status st;
     if (r.got == nullptr ? len != r.len : len > r.len) {
@@ -95,61 +119,144 @@ class Mailboxes {
       if (r.got != nullptr) *r.got = len;
     }
     r.once->fire(st);
-    engine_.touch(r.rank);
+    engine_.touch(r.member);
   }
 
   Engine &engine_;
   std::map<Key, std::pair<std::shared_ptr<std::vector<uint8_t>>, size_t>> arrived_;
   std::map<Key, Recv> recvs_;
+  std::set<std::tuple<uint64_t, uint64_t, int>> closed_;  // (epoch, operation, receiving member)
+};
+
+class SimChannel;
+
+// A member as its communicator sees itself: written by events (the coordinator's notices, faults),
+// read by its thread; the engine never runs both at once.
+struct MemberState {
+  int host = 0;
+  uint64_t epoch = 0;     // 0: none yet
+  std::vector<int> ring;  // the epoch's members (indices), in ring order
+  bool links_open = false;
+  uint64_t ops = 0;        // operations started in the epoch
+  uint64_t committed = 0;  // the epoch's last committed operation
+  bool revoked = false;
+  uint64_t revoked_committed = 0;  // what the revocation said stays committed
+  bool removed = false;
+  bool stopped = false;  // killed or frozen
+  bool done = false;     // its thread ended
+  uint32_t call = 0;
+  SimChannel *running = nullptr;
 };
 
 struct World {
-  World(const Topology &topo, const std::vector<int> &ranks, const TcpOptions &tcp)
-      : engine(static_cast<int>(ranks.size())), net(engine, topo, tcp), mail(engine), hosts(ranks) {}
+  World(const Topology &t, const std::vector<int> &ranks, const TcpOptions &tcp, const Workload &w)
+      : topo(t), engine(static_cast<int>(ranks.size())), net(engine, t, tcp), mail(engine), work(w),
+        membership(options(w, static_cast<int>(ranks.size()))), members(ranks.size()) {
+    for (size_t r = 0; r < ranks.size(); ++r) members[r].host = ranks[r];
+  }
+  static coord::Membership::Options options(const Workload &work, int peers) {
+    coord::Membership::Options o;
+    o.min_peers = peers;  // the first epoch holds them all
+    o.settle = std::chrono::milliseconds(0);
+    o.peer_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(work.peer_timeout));
+    o.probe_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(work.heartbeat));
+    o.measured_order = false;      // nobody reports measurements here: the ring keeps its order
+    o.measured_crossover = false;  // the workload names its algorithm
+    return o;
+  }
+
+  const Topology &topo;
   Engine engine;
   Network net;
   Mailboxes mail;
-  std::vector<int> hosts;  // rank -> host
-  bool data = false;
+  const Workload &work;
+  coord::Membership membership;
+  std::vector<MemberState> members;
+  int active = 0;  // members whose thread runs and whose process does
+  bool halted = false;  // a member failed for good: the timers stop, so the run ends
+  bool formed = false;
+  std::map<uint64_t, std::vector<Time>> links_at;  // epoch -> member -> when its links are open
+  std::map<std::pair<uint64_t, uint64_t>, int> logical;  // (epoch, seq) -> the workload's operation
+  std::vector<HostTraffic> traffic_before;
+  std::vector<Recovery> recoveries;
+  uint64_t last_epoch = 0;
+  bool was_revoked = false;
+
+  // Virtual time past which the heartbeats and the coordinator's timer stop (a run that needs
+  // longer has hung).
+  static constexpr Time kLimit = 3600 * kSecond;
+
+  Time delay(int from_host, int to_host) const {
+    if (from_host < 0 || to_host < 0 || from_host == to_host) return 0;
+    return topo.delay_ns[static_cast<size_t>(from_host)][static_cast<size_t>(to_host)];
+  }
+  static coord::PeerId id(int m) { return static_cast<coord::PeerId>(m) + 1; }
+  static coord::Clock::time_point at_time(Time t) {
+    return coord::Clock::time_point(std::chrono::hours(1) + std::chrono::nanoseconds(t));
+  }
+  // Member m's message reaches the coordinator a path delay later (nothing from a stopped process).
+  void to_coordinator(int m, int by, std::function<void(coord::Clock::time_point)> fn) {
+    if (members[static_cast<size_t>(m)].stopped) return;
+    const Time t = engine.now() + delay(members[static_cast<size_t>(m)].host, work.coordinator);
+    engine.at(t, by, [this, fn = std::move(fn)] {
+      fn(at_time(engine.now()));
+      dispatch();
+    });
+  }
+  void dispatch();
+  void apply(int m, const coord::Notice &n);
+  void heartbeat(int m);
+  void tick();
+  void fault(const Fault &f);
 };
 
-// One member's view of one operation.
+// One member's view of one operation: ranks are positions in the epoch's ring.
 class SimChannel final : public algo::Channel {
  public:
-  SimChannel(World &w, int rank, int op) : w_(w), rank_(rank), op_(op) {}
+  SimChannel(World &w, int member, uint64_t epoch, uint64_t seq)
+      : w_(w), member_(member), epoch_(epoch), seq_(seq), ring_(w.members[static_cast<size_t>(member)].ring) {
+    rank_ = static_cast<int>(std::find(ring_.begin(), ring_.end(), member) - ring_.begin());
+  }
   int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(w_.hosts.size()); }
+  int size() const override { return static_cast<int>(ring_.size()); }
 
   Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override {
+    if (!aborted_.ok()) return aborted_;
     auto once = track(std::move(done));
     std::shared_ptr<std::vector<uint8_t>> bytes;
-    if (w_.data) {
+    if (w_.work.data) {
       const auto *p = static_cast<const uint8_t *>(data);
       bytes = std::make_shared<std::vector<uint8_t>>(p, p + len);
     }
-    const Mailboxes::Key key{op_, rank_, peer, tag};
+    const int to = ring_[static_cast<size_t>(peer)];
+    const Mailboxes::Key key{epoch_, seq_, member_, to, tag};
     World &w = w_;
-    const int rank = rank_;
-    w_.engine.at(w_.engine.now(), rank_, [&w, rank, peer, len, key, once, bytes] {
-      w.net.send(w.hosts[static_cast<size_t>(rank)], w.hosts[static_cast<size_t>(peer)], len,
-                 [&w, rank, once] {
+    const int me = member_;
+    const uint64_t connection = epoch_;
+    w_.engine.at(w_.engine.now(), member_, [&w, me, to, len, key, once, bytes, connection] {
+      w.net.send(w.members[static_cast<size_t>(me)].host, w.members[static_cast<size_t>(to)].host, len,
+                 [&w, me, once] {
                    once->fire(Status());
-                   w.engine.touch(rank);
+                   w.engine.touch(me);
                  },
-                 [&w, key, bytes, len] { w.mail.arrive(key, bytes, len); });
+                 [&w, key, bytes, len] { w.mail.arrive(key, bytes, len); }, connection);
     });
     return Status();
   }
 
   Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) override {
-    Mailboxes::Recv r{static_cast<uint8_t *>(data), len, got, track(std::move(done)), rank_};
-    const Mailboxes::Key key{op_, peer, rank_, tag};
+    if (!aborted_.ok()) return aborted_;
+    Mailboxes::Recv r{static_cast<uint8_t *>(data), len, got, track(std::move(done)), member_};
+    const Mailboxes::Key key{epoch_, seq_, ring_[static_cast<size_t>(peer)], member_, tag};
     World &w = w_;
-    w_.engine.at(w_.engine.now(), rank_, [&w, key, r] { w.mail.post(key, r); });
+    w_.engine.at(w_.engine.now(), member_, [&w, key, r] { w.mail.post(key, r); });
     return Status();
   }
 
+  // From an event (a revocation, a closed link) or the member's own thread.
   void abort(const Status &why) override {
+    if (aborted_.ok()) aborted_ = why;
+    w_.mail.close(epoch_, seq_, member_);
     for (auto &once : outstanding_) once->fire(why);
     outstanding_.clear();
   }
@@ -158,7 +265,7 @@ class SimChannel final : public algo::Channel {
                   const std::function<bool()> &ready) override {
     std::mutex *mu = lock.mutex();
     lock.unlock();
-    const bool ok = w_.engine.block(rank_, [mu, &ready] {
+    const bool ok = w_.engine.block(member_, [mu, &ready] {
       std::lock_guard<std::mutex> inner(*mu);
       return ready();
     });
@@ -175,9 +282,172 @@ class SimChannel final : public algo::Channel {
   }
 
   World &w_;
-  const int rank_, op_;
+  const int member_;
+  const uint64_t epoch_, seq_;
+  const std::vector<int> ring_;
+  int rank_ = 0;
+  Status aborted_;
   std::vector<std::shared_ptr<Once>> outstanding_;
 };
+
+void World::dispatch() {
+  const Time now = engine.now();
+  const bool first = !formed;
+  if (membership.revoked() && !was_revoked) {
+    for (Recovery &r : recoveries) {
+      if (r.revoked < 0 && static_cast<double>(r.fault.at) * 1e-9 <= seconds(now)) {
+        r.revoked = seconds(now);
+        break;
+      }
+    }
+  }
+  was_revoked = membership.revoked();
+  const std::vector<coord::Notice> notices = membership.take_notices();
+  if (membership.epoch() != last_epoch) {
+    // A new epoch: when each member hears of it, and when its links are open. The one of lower
+    // rank connects (TCP: a round trip), TLS 1.3 takes another, then each side says hello: the
+    // acceptor has the link 2.5 round trips after the connector heard, the connector 3. The
+    // first epoch's links are open before the simulation starts.
+    last_epoch = membership.epoch();
+    const auto &ring = membership.ring();
+    std::vector<Time> heard(members.size(), 0), open(members.size(), 0);
+    for (const coord::Member &x : ring) {
+      const int m = static_cast<int>(x.id - 1);
+      heard[static_cast<size_t>(m)] = first ? now : now + delay(work.coordinator, members[static_cast<size_t>(m)].host);
+    }
+    Time last = now;
+    for (size_t a = 0; a < ring.size(); ++a) {
+      const int x = static_cast<int>(ring[a].id - 1);
+      const int hx = members[static_cast<size_t>(x)].host;
+      Time t = heard[static_cast<size_t>(x)];
+      for (size_t b = 0; b < ring.size() && !first; ++b) {
+        if (b == a) continue;
+        const int y = static_cast<int>(ring[b].id - 1);
+        const int hy = members[static_cast<size_t>(y)].host;
+        const Time rtt = delay(hx, hy) + delay(hy, hx);
+        t = std::max(t, a < b ? heard[static_cast<size_t>(x)] + 3 * rtt : heard[static_cast<size_t>(y)] + 5 * rtt / 2);
+      }
+      open[static_cast<size_t>(x)] = t;
+      last = std::max(last, t);
+    }
+    links_at[last_epoch] = std::move(open);
+    for (Recovery &r : recoveries) {
+      if (!first && r.revoked >= 0 && r.epoch < 0) {
+        r.epoch = seconds(now);
+        r.links = seconds(last);
+        break;
+      }
+    }
+    formed = true;
+  }
+  for (const coord::Notice &n : notices) {
+    if (n.kind == coord::Notice::Kind::kCommit) {
+      auto it = logical.find({n.epoch, n.seq});
+      if (it != logical.end() && it->second + 1 == work.warmup && traffic_before.empty()) traffic_before = net.traffic();
+      for (Recovery &r : recoveries) {
+        if (r.epoch >= 0 && r.committed < 0) {
+          r.committed = seconds(now);
+          break;
+        }
+      }
+    }
+    const int m = static_cast<int>(n.to) - 1;
+    if (m < 0 || m >= static_cast<int>(members.size())) continue;
+    const Time t = first ? now : now + delay(work.coordinator, members[static_cast<size_t>(m)].host);
+    engine.at(t, -1, [this, m, n] { apply(m, n); });
+  }
+}
+
+void World::apply(int m, const coord::Notice &n) {
+  MemberState &me = members[static_cast<size_t>(m)];
+  if (me.stopped) return;  // a frozen process reads nothing
+  switch (n.kind) {
+    case coord::Notice::Kind::kEpoch:
+      if (n.epoch != me.epoch) {
+        me.epoch = n.epoch;
+        me.ring.clear();
+        for (const coord::Member &x : n.ring) me.ring.push_back(static_cast<int>(x.id - 1));
+        me.ops = me.committed = 0;
+        me.revoked = me.links_open = false;
+        const uint64_t e = n.epoch;
+        engine.at(links_at[e][static_cast<size_t>(m)], -1, [this, m, e] {
+          MemberState &x = members[static_cast<size_t>(m)];
+          if (x.epoch != e) return;
+          x.links_open = true;
+          engine.touch(m);
+        });
+      }
+      break;
+    case coord::Notice::Kind::kCommit:
+      if (n.epoch == me.epoch) me.committed = std::max(me.committed, n.seq);
+      break;
+    case coord::Notice::Kind::kRevoked:
+      if (n.epoch == me.epoch && !me.revoked) {
+        me.revoked = true;
+        me.revoked_committed = n.seq;
+        if (me.running != nullptr) {
+          me.running->abort(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu revoked: %s",
+                                       static_cast<unsigned long long>(n.epoch), n.reason.c_str()));
+        }
+        net.close(me.host);  // it closes the epoch's links
+      }
+      break;
+    case coord::Notice::Kind::kRemoved:
+      me.removed = true;
+      if (me.running != nullptr) me.running->abort(WCCL_ERROR(WCCL_ERR_ABORTED, "removed: %s", n.reason.c_str()));
+      break;
+    case coord::Notice::Kind::kProbe:
+      to_coordinator(m, -1, [this, m](coord::Clock::time_point now) { membership.heartbeat(id(m), now); });
+      break;
+    default:
+      break;
+  }
+  engine.touch(m);
+}
+
+void World::heartbeat(int m) {
+  if (members[static_cast<size_t>(m)].stopped || active == 0 || halted || engine.now() > kLimit) return;
+  to_coordinator(m, -1, [this, m](coord::Clock::time_point now) { membership.heartbeat(id(m), now); });
+  engine.at(engine.now() + work.heartbeat, -1, [this, m] { heartbeat(m); });
+}
+
+void World::tick() {
+  membership.tick(at_time(engine.now()));
+  dispatch();
+  if (active == 0 || halted || engine.now() > kLimit) return;
+  // As often as the coordinator's timer runs (coord/coordinator.cc).
+  const Time period = std::clamp(std::min(work.peer_timeout / 20, work.heartbeat / 4), 5 * kSecond / 1000,
+                                 kSecond / 10);
+  engine.at(engine.now() + period, -1, [this] { tick(); });
+}
+
+void World::fault(const Fault &f) {
+  const int d = f.rank;
+  MemberState &me = members[static_cast<size_t>(d)];
+  if (me.stopped || me.done) return;
+  me.stopped = true;
+  --active;
+  engine.hold(d);
+  if (f.kind == Fault::Kind::kFreeze) return;  // silent: its connections stay open
+  // Killed: the kernel resets its connections. The coordinator sees its control link close, and
+  // every member of its epoch its link to it (and reports it broken), a path delay later.
+  net.close(me.host);
+  engine.at(engine.now() + delay(me.host, work.coordinator), -1, [this, d] {
+    membership.disconnected(id(d), at_time(engine.now()));
+    dispatch();
+  });
+  for (int x = 0; x < static_cast<int>(members.size()); ++x) {
+    const MemberState &o = members[static_cast<size_t>(x)];
+    if (o.stopped || std::find(o.ring.begin(), o.ring.end(), d) == o.ring.end()) continue;
+    engine.at(engine.now() + delay(me.host, o.host), -1, [this, x, d, e = o.epoch] {
+      MemberState &nb = members[static_cast<size_t>(x)];
+      if (nb.stopped || nb.epoch != e) return;
+      if (nb.running != nullptr) nb.running->abort(WCCL_ERROR(WCCL_ERR_IO, "the link to member %d closed", d));
+      to_coordinator(x, -1, [this, x, d](coord::Clock::time_point now) { membership.link_broken(id(x), id(d), now); });
+      engine.touch(x);
+    });
+  }
+}
 
 // The CPU of one member: the kernels run (with data) or not (elided), and each call costs the
 // model's time of its input bytes.
@@ -276,8 +546,23 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: data is carried for F32 all-reduces only");
     return report;
   }
-  World w(topo, ranks, tcp);
-  w.data = work.data;
+  std::set<int> faulty;
+  for (const Fault &f : work.faults) {
+    if (f.rank < 0 || f.rank >= n || f.at < 0 || !faulty.insert(f.rank).second) {
+      report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: a fault names rank %d at %.3f s: each fault needs a "
+                                 "rank of its own below %d and a time from 0", f.rank, static_cast<double>(f.at) * 1e-9, n);
+      return report;
+    }
+  }
+  if (static_cast<int>(faulty.size()) > n - 2) {
+    report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: %zu faults leave fewer than 2 of %d peers", faulty.size(), n);
+    return report;
+  }
+  if (work.heartbeat <= 0 || work.peer_timeout <= 0) {
+    report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: the heartbeat and peer_timeout must be positive");
+    return report;
+  }
+  World w(topo, ranks, tcp, work);
   const size_t in_bytes = algo::in_count(base, n) * codec::dtype_size(base.dtype);
   const size_t out_bytes = algo::out_count(base, n) * codec::dtype_size(base.dtype);
   std::unique_ptr<Void> space;
@@ -289,123 +574,178 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     }
   }
   const int ops = work.warmup + work.iters;
-  struct Commit {
-    int done = 0;
-    Time at_coordinator = 0;
-  };
-  std::vector<Commit> commits(static_cast<size_t>(ops));
-  std::vector<std::vector<Time>> started(static_cast<size_t>(ops), std::vector<Time>(static_cast<size_t>(n), 0));
+  constexpr Time kNever = -1;
+  std::vector<std::vector<Time>> started(static_cast<size_t>(ops), std::vector<Time>(static_cast<size_t>(n), kNever));
   std::vector<std::vector<Time>> committed = started, data_done = started;
-  std::vector<HostTraffic> traffic_before;
-  std::vector<Status> failures(static_cast<size_t>(n));
+  std::vector<std::pair<Time, Status>> failures(static_cast<size_t>(n));  // when and why a member gave up
   std::vector<std::vector<float>> buffers(work.data ? static_cast<size_t>(n) : 0);
-  auto delay = [&](int from_host, int to_host) {
-    return from_host == to_host ? Time{0}
-                                : topo.delay_ns[static_cast<size_t>(from_host)][static_cast<size_t>(to_host)];
-  };
+  std::vector<std::vector<int>> last_ring(static_cast<size_t>(n));  // the ring of each member's last operation
 
   auto member = [&](int r) {
+    MemberState &me = w.members[static_cast<size_t>(r)];
     SimMemory memory(w, r, cpu, space.get());
-    const int host = ranks[static_cast<size_t>(r)];
-    for (int k = 0; k < ops && failures[static_cast<size_t>(r)].ok(); ++k) {
+    int k = 0;
+    while (k < ops) {
+      if (!w.engine.block(r, [&me] { return me.removed || me.revoked || (me.epoch != 0 && me.links_open); })) break;
+      if (me.removed) break;
+      if (me.revoked) {  // the training loop's answer to PEER_LOST: update, then run it again
+        const uint64_t e = me.epoch, submitted = me.ops;
+        const uint32_t call = ++me.call;
+        w.to_coordinator(r, r, [&w, r, e, submitted, call](coord::Clock::time_point now) {
+          (void)w.membership.update(World::id(r), e, submitted, now, true, call);
+        });
+        if (!w.engine.block(r, [&me, e] { return me.removed || me.epoch != e; })) break;
+        continue;
+      }
+      const uint64_t epoch = me.epoch, seq = ++me.ops;
+      w.logical[{epoch, seq}] = k;
+      auto &first_start = started[static_cast<size_t>(k)][static_cast<size_t>(r)];
+      if (first_start == kNever) first_start = w.engine.now();
+      const int size = static_cast<int>(me.ring.size());
       algo::Collective c = base;
       c.memory = &memory;
       if (work.data) {
         auto &b = buffers[static_cast<size_t>(r)];
-        b.resize(algo::out_count(c, n));
+        b.resize(algo::out_count(c, size));
         for (size_t i = 0; i < b.size(); ++i) b[i] = pattern(r, i);
         c.in = c.out = b.data();
       } else {
         c.in = c.out = space->base();
       }
-      started[static_cast<size_t>(k)][static_cast<size_t>(r)] = w.engine.now();
       Status st;
       {
-        SimChannel channel(w, r, k);
+        SimChannel channel(w, r, epoch, seq);
+        me.running = &channel;
         algo::Exchange ex(channel, std::chrono::steady_clock::time_point::max());
         st = algo::run(ex, c, nullptr);
         ex.finish();
+        me.running = nullptr;
       }
       data_done[static_cast<size_t>(k)][static_cast<size_t>(r)] = w.engine.now();
-      if (!st.ok()) {
-        failures[static_cast<size_t>(r)] = st;
+      if (me.stopped) break;
+      if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST && st.code() != WCCL_ERR_IO) {
+        // Not a lost peer: the caller gets the error, as from the library, and the run ends.
+        failures[static_cast<size_t>(r)] = {w.engine.now(), st};
+        w.halted = true;
         break;
       }
-      // The commit: every member's report reaches the coordinator, which answers each.
-      Time commit = w.engine.now();
-      if (work.coordinator >= 0) {
-        Commit &cm = commits[static_cast<size_t>(k)];
-        const Time arrives = w.engine.now() + delay(host, work.coordinator);
-        w.engine.at(w.engine.now(), r, [&w, &cm, arrives, n, &traffic_before, last_warmup = k + 1 == work.warmup] {
-          cm.at_coordinator = std::max(cm.at_coordinator, arrives);
-          if (++cm.done < n) return;
-          if (last_warmup) traffic_before = w.net.traffic();
-          for (int i = 0; i < n; ++i) w.engine.touch(i);
-        });
-        if (!w.engine.block(r, [&cm, n] { return cm.done == n; })) {
-          failures[static_cast<size_t>(r)] = WCCL_ERROR(WCCL_ERR_TIMEOUT, "sim: a member never reported its operation");
-          break;
+      if (!st.ok()) {
+        // A lost peer: it reports the failure (unless the coordinator told it), and the
+        // operation is not committed anywhere (it never reported it done).
+        if (!me.revoked && !me.removed) {
+          const std::string why = st.to_string();
+          w.to_coordinator(r, r, [&w, r, epoch, seq, why](coord::Clock::time_point now) {
+            w.membership.op_failed(World::id(r), epoch, seq, why, now);
+          });
         }
-        commit = cm.at_coordinator + delay(work.coordinator, host);
-        w.engine.sleep(r, commit - w.engine.now());
+        if (!w.engine.block(r, [&me, epoch] { return me.removed || me.revoked || me.epoch != epoch; })) break;
+        continue;
       }
-      committed[static_cast<size_t>(k)][static_cast<size_t>(r)] = commit;
-      if (k + 1 < ops) w.engine.sleep(r, work.gap);
+      w.to_coordinator(r, r, [&w, r, epoch, seq](coord::Clock::time_point now) {
+        (void)w.membership.done(World::id(r), epoch, seq, now);
+      });
+      if (!w.engine.block(r, [&me, epoch, seq] {
+            return me.removed || me.revoked || me.epoch != epoch || me.committed >= seq;
+          })) {
+        break;
+      }
+      if (me.epoch != epoch || (me.committed < seq && !(me.revoked && me.revoked_committed >= seq))) continue;
+      committed[static_cast<size_t>(k)][static_cast<size_t>(r)] = w.engine.now();
+      last_ring[static_cast<size_t>(r)] = me.ring;
+      if (++k < ops) w.engine.sleep(r, work.gap);
     }
-    w.engine.finished(r);
+    if (!me.stopped) {
+      if (k < ops && failures[static_cast<size_t>(r)].second.ok()) {
+        failures[static_cast<size_t>(r)] = {
+            w.engine.now(),
+            me.removed ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "sim: member %d was removed at operation %d", r, k)
+                       : WCCL_ERROR(WCCL_ERR_TIMEOUT, "sim: member %d could not finish operation %d: nothing more could "
+                                    "happen", r, k)};
+      }
+      --w.active;
+    }
+    me.done = true;
+    w.engine.finished();
   };
+
+  // The job before the first operation: every peer joined, and the coordinator formed the first
+  // epoch in rank order.
+  w.active = n;
+  for (const Fault &f : work.faults) w.recoveries.push_back({f});
+  w.engine.at(0, -1, [&w, n] {
+    for (int r = 0; r < n; ++r) {
+      (void)w.membership.join(World::id(r), {"rank " + std::to_string(r), ""}, World::at_time(0));
+    }
+    w.tick();
+    for (int r = 0; r < n; ++r) w.heartbeat(r);
+  });
+  for (const Fault &f : work.faults) {
+    w.engine.at(f.at, -1, [&w, f] { w.fault(f); });
+  }
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) threads.emplace_back(member, r);
   for (auto &t : threads) t.join();
 
-  for (const Status &st : failures) {
-    if (!st.ok()) {
-      report.status = st;
-      return report;
-    }
+  // The first failure in virtual time: the others are often its consequences.
+  const auto failed = std::min_element(failures.begin(), failures.end(), [](const auto &a, const auto &b) {
+    return !a.second.ok() && (b.second.ok() || a.first < b.first);
+  });
+  if (!failed->second.ok()) {
+    report.status = failed->second;
+    return report;
   }
+  report.recoveries = w.recoveries;
+  for (const MemberState &m : w.members) report.survivors += !m.stopped && !m.removed;
   for (int k = work.warmup; k < ops; ++k) {
     Time slowest = 0, phase = 0;
     for (int r = 0; r < n; ++r) {
-      slowest = std::max(slowest, committed[static_cast<size_t>(k)][static_cast<size_t>(r)] -
-                                      started[static_cast<size_t>(k)][static_cast<size_t>(r)]);
-      phase = std::max(phase, data_done[static_cast<size_t>(k)][static_cast<size_t>(r)] -
-                                  started[static_cast<size_t>(k)][static_cast<size_t>(r)]);
+      const Time start = started[static_cast<size_t>(k)][static_cast<size_t>(r)];
+      if (committed[static_cast<size_t>(k)][static_cast<size_t>(r)] == kNever) continue;  // stopped before
+      slowest = std::max(slowest, committed[static_cast<size_t>(k)][static_cast<size_t>(r)] - start);
+      phase = std::max(phase, data_done[static_cast<size_t>(k)][static_cast<size_t>(r)] - start);
     }
-    report.seconds.push_back(static_cast<double>(slowest) * 1e-9);
-    report.data_phase += static_cast<double>(phase) * 1e-9 / work.iters;
+    report.seconds.push_back(seconds(slowest));
+    report.data_phase += seconds(phase) / work.iters;
   }
   if (work.iters > 0) {
     Time first = std::numeric_limits<Time>::max(), last = 0;
     for (int r = 0; r < n; ++r) {
+      if (committed[static_cast<size_t>(ops - 1)][static_cast<size_t>(r)] == kNever) continue;
       first = std::min(first, started[static_cast<size_t>(work.warmup)][static_cast<size_t>(r)]);
       last = std::max(last, committed[static_cast<size_t>(ops - 1)][static_cast<size_t>(r)]);
     }
-    report.timed_s = static_cast<double>(last - first) * 1e-9;
+    report.timed_s = seconds(last - first);
   }
   report.traffic = w.net.traffic();
-  if (!traffic_before.empty()) {
+  if (!w.traffic_before.empty()) {
     for (size_t h = 0; h < report.traffic.size(); ++h) {
-      report.traffic[h].sent -= traffic_before[h].sent;
-      report.traffic[h].received -= traffic_before[h].received;
-      report.traffic[h].up_busy -= traffic_before[h].up_busy;
+      report.traffic[h].sent -= w.traffic_before[h].sent;
+      report.traffic[h].received -= w.traffic_before[h].received;
+      report.traffic[h].up_busy -= w.traffic_before[h].up_busy;
     }
   }
   report.events = w.engine.events();
   report.losses = w.net.losses();
   if (work.data) {
+    // Every member that finished holds the last operation's result over that operation's ring.
     report.checked = true;
-    const double sum_ranks = n * (n + 1) / 2.0;
+    int reference = -1;
     for (int r = 0; r < n && report.checked; ++r) {
+      if (committed[static_cast<size_t>(ops - 1)][static_cast<size_t>(r)] == kNever) continue;
       const auto &b = buffers[static_cast<size_t>(r)];
-      if (std::memcmp(b.data(), buffers[0].data(), b.size() * sizeof(float)) != 0) report.checked = false;
+      if (reference < 0) reference = r;
+      const auto &ref = buffers[static_cast<size_t>(reference)];
+      if (b.size() != ref.size() || std::memcmp(b.data(), ref.data(), b.size() * sizeof(float)) != 0) report.checked = false;
       if (base.wire == codec::Wire::kNative && base.op == codec::RedOp::kSum) {
+        double sum_ranks = 0;
+        for (int m : last_ring[static_cast<size_t>(r)]) sum_ranks += m + 1;
         for (size_t i = 0; i < b.size() && report.checked; ++i) {
           report.checked = b[i] == static_cast<float>(sum_ranks * static_cast<double>(i % 251 + 1));
         }
       }
     }
+    report.checked = report.checked && reference >= 0;
   }
   return report;
 }

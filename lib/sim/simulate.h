@@ -1,9 +1,12 @@
 // wccl-sim's core (docs/sim.md): the project's own collectives (lib/algo, unchanged) run by one
 // thread per simulated peer over a virtual-time algo::Channel (sim/engine.h) whose messages cross
 // the simulated WAN (sim/network.h). CPU work is charged through an algo::Memory at rates from the
-// project's micro benchmarks (CpuModel). Each operation ends as the library's does: every member
-// reports to the coordinator, which commits once all have, and each member learns it a path delay
-// later.
+// project's micro benchmarks (CpuModel). The coordinator is the library's own rules
+// (coord::Membership) on a host of the topology, its messages a path delay on their way: each
+// operation ends when every member has reported it done and the commit has come back; peers send
+// heartbeats; a fault (Fault) is detected, revoked and recovered from as the library does (the
+// survivors update, the coordinator forms the next epoch, its links open with their handshakes on
+// new TCP connections, and the operation runs again).
 //
 // The data itself is elided unless Workload::data is set: buffers are address space that nothing
 // reads (the codecs' byte counts still come from the codecs), so a 10-billion-parameter
@@ -30,6 +33,16 @@ struct CpuModel {
   double copy = 0;           // memcpy
 };
 
+// A peer's process stops at a given time: killed (its connections reset at once: the
+// coordinator and its neighbours see them close a path delay later) or frozen (SIGSTOP: its
+// connections stay open, it goes silent, and the coordinator declares it lost after
+// peer_timeout without a heartbeat).
+struct Fault {
+  enum class Kind { kKill, kFreeze } kind = Kind::kKill;
+  int rank = 0;  // in the first epoch (the ranks argument's index)
+  Time at = 0;   // virtual time from the start of the first operation
+};
+
 struct Workload {
   // kind, count, dtype, op, algo (kRing or kTree; resolve kAuto before), wire, chunk_bytes. The
   // buffers and memory are the simulator's.
@@ -38,6 +51,18 @@ struct Workload {
   Time gap = 0;               // each member's time between operations (compute)
   bool data = false;          // carry real bytes and check the result
   int coordinator = 0;        // the host of the coordinator; -1: no commit round trip
+  std::vector<Fault> faults;
+  Time heartbeat = kSecond;         // config key heartbeat_ms (also the probe timeout)
+  Time peer_timeout = 5 * kSecond;  // config key peer_timeout_ms
+};
+
+// How the group got over one fault, in virtual seconds from the start (-1: did not happen).
+struct Recovery {
+  Fault fault;
+  double revoked = -1;    // the coordinator revoked the epoch
+  double epoch = -1;      // it formed the next epoch (the survivors' update barrier)
+  double links = -1;      // every member of that epoch had its links open (TCP + TLS + hello)
+  double committed = -1;  // the coordinator committed that epoch's first operation
 };
 
 struct Report {
@@ -47,7 +72,9 @@ struct Report {
   std::vector<HostTraffic> traffic;  // per host, over the timed operations
   double timed_s = 0;           // virtual seconds the timed operations spanned
   uint64_t events = 0, losses = 0;
-  bool checked = false;  // with data: every member ended with the same bytes, the exact SUM for native
+  bool checked = false;  // with data: every survivor ended with the same bytes, the exact SUM for native
+  std::vector<Recovery> recoveries;  // one per fault, in the order given
+  int survivors = 0;                 // members of the last epoch
   double mean() const;
 };
 
