@@ -198,6 +198,22 @@ TEST(Simulate, ARingSendsTwoNMinusOneOverNOfTheBuffer) {
   for (const HostTraffic &h : r.traffic) EXPECT_EQ(h.sent, bytes / 4 * 2 * 3);
 }
 
+TEST(Simulate, TheOtherKindsSendWhatTheirAlgorithmsMust) {
+  const Topology t = four("25ms");
+  const size_t count = 1 << 20;  // floats: per peer for all-gather and reduce-scatter
+  Workload work = allreduce(count * 4, algo::Algo::kRing, codec::Wire::kNative, false);
+  work.op.kind = algo::Kind::kBroadcast;  // a chain from rank 0: every host but the last forwards it
+  Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), work);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  for (size_t h = 0; h < 4; ++h) EXPECT_EQ(r.traffic[h].sent, h < 3 ? count * 4 : 0) << h;
+  for (algo::Kind k : {algo::Kind::kAllgather, algo::Kind::kReduceScatter}) {  // rings: n - 1 parts each
+    work.op.kind = k;
+    r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), work);
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    for (const HostTraffic &h : r.traffic) EXPECT_EQ(h.sent, 3 * count * 4) << algo::kind_name(k);
+  }
+}
+
 TEST(Simulate, ABandwidthBoundRingTakesItsBytesOverTheLink) {
   // Windows large enough that the link is the bound: 2(n-1)/n S / B, plus 2(n-1) path delays and
   // the commit's round trip, within 5%.

@@ -30,7 +30,9 @@ const char kUsage[] =
     "  -f, --factor N        size multiplier between rows (default 4)\n"
     "  --peers N             the first N hosts (default: every host)\n"
     "  --hosts A,B,...       these hosts, in ring order (default: the file's order)\n"
-    "  --algo ring|tree      (default ring)\n"
+    "  --op allreduce|broadcast|allgather|reducescatter   (default allreduce; sizes as nccl-tests':\n"
+    "                        the whole buffer, all peers' parts together for allgather and reducescatter)\n"
+    "  --algo ring|tree      allreduce's algorithm (default ring; the others run their one)\n"
     "  --wire native|int8|fp16|bf16   (default native; F32 only for the codecs)\n"
     "  --dtype f32|f16|bf16|f64|i32|...   (default f32)\n"
     "  --streams N           TCP connections per link (default 4)\n"
@@ -78,6 +80,17 @@ int parse_int(const std::string &text, int lo, int hi) {
     usage_error("bad number '" + text + "' (" + std::to_string(lo) + ".." + std::to_string(hi) + ")");
   }
   return static_cast<int>(v);
+}
+
+// The value named `text` among `names`; a usage error naming `option`'s choices otherwise.
+template <typename T>
+T pick(const std::string &option, const std::string &text, const std::vector<std::pair<std::string, T>> &names) {
+  std::string choices;
+  for (const auto &[name, v] : names) {
+    if (name == text) return v;
+    choices += (choices.empty() ? "" : ", ") + name;
+  }
+  usage_error(option + " is one of " + choices + ", not '" + text + "'");
 }
 
 std::vector<std::string> split(const std::string &s, char sep) {
@@ -147,38 +160,27 @@ int run(int argc, char **argv) {
     else if (a == "-f" || a == "--factor") factor = parse_int(value(), 2, 1024);
     else if (a == "--peers") peers = parse_int(value(), 2, 1 << 16);
     else if (a == "--hosts") host_names = split(value(), ',');
-    else if (a == "--algo") {
-      const std::string v = value();
-      if (v == "ring") work.op.algo = algo::Algo::kRing;
-      else if (v == "tree") work.op.algo = algo::Algo::kTree;
-      else usage_error("--algo is ring or tree");
+    else if (a == "--op") {
+      work.op.kind = pick<algo::Kind>(a, value(), {{"allreduce", algo::Kind::kAllreduce},
+                                                   {"broadcast", algo::Kind::kBroadcast},
+                                                   {"allgather", algo::Kind::kAllgather},
+                                                   {"reducescatter", algo::Kind::kReduceScatter}});
+    } else if (a == "--algo") {
+      work.op.algo = pick<algo::Algo>(a, value(), {{"ring", algo::Algo::kRing}, {"tree", algo::Algo::kTree}});
     } else if (a == "--wire") {
-      const std::string v = value();
-      if (v == "native") work.op.wire = codec::Wire::kNative;
-      else if (v == "int8") work.op.wire = codec::Wire::kInt8;
-      else if (v == "fp16") work.op.wire = codec::Wire::kF16;
-      else if (v == "bf16") work.op.wire = codec::Wire::kBF16;
-      else usage_error("--wire is native, int8, fp16 or bf16");
+      work.op.wire = pick<codec::Wire>(a, value(), {{"native", codec::Wire::kNative}, {"int8", codec::Wire::kInt8},
+                                                    {"fp16", codec::Wire::kF16}, {"bf16", codec::Wire::kBF16}});
     } else if (a == "--dtype") {
-      const std::string v = value();
-      const std::vector<std::pair<std::string, codec::Dtype>> names = {
-          {"f32", codec::Dtype::kF32}, {"f64", codec::Dtype::kF64}, {"f16", codec::Dtype::kF16},
-          {"bf16", codec::Dtype::kBF16}, {"i8", codec::Dtype::kI8},  {"u8", codec::Dtype::kU8},
-          {"i32", codec::Dtype::kI32}, {"i64", codec::Dtype::kI64}};
-      bool found = false;
-      for (const auto &[name, t] : names) {
-        if (name == v) dtype = t, found = true;
-      }
-      if (!found) usage_error("unknown --dtype '" + v + "'");
+      dtype = pick<codec::Dtype>(a, value(), {{"f32", codec::Dtype::kF32}, {"f64", codec::Dtype::kF64},
+                                              {"f16", codec::Dtype::kF16}, {"bf16", codec::Dtype::kBF16},
+                                              {"i8", codec::Dtype::kI8}, {"u8", codec::Dtype::kU8},
+                                              {"i32", codec::Dtype::kI32}, {"i64", codec::Dtype::kI64}});
     } else if (a == "--streams") tcp.streams = parse_int(value(), 1, 64);
     else if (a == "--chunk") work.op.chunk_bytes = parse_size(value());
     else if (a == "--frame") tcp.frame_bytes = parse_size(value());
     else if (a == "--window") tcp.window_bytes = parse_size(value());
     else if (a == "--cc") {
-      const std::string v = value();
-      if (v == "cubic") tcp.cc = sim::TcpOptions::Cc::kCubic;
-      else if (v == "reno") tcp.cc = sim::TcpOptions::Cc::kReno;
-      else usage_error("--cc is cubic or reno");
+      tcp.cc = pick<sim::TcpOptions::Cc>(a, value(), {{"cubic", sim::TcpOptions::Cc::kCubic}, {"reno", sim::TcpOptions::Cc::kReno}});
     } else if (a == "--no-slow-start-after-idle") tcp.slow_start_after_idle = false;
     else if (a == "-n" || a == "--iters") work.iters = parse_int(value(), 1, 1000);
     else if (a == "-w" || a == "--warmup") work.warmup = parse_int(value(), 0, 1000);
@@ -236,15 +238,27 @@ int run(int argc, char **argv) {
     work.coordinator = ranks[0];
   }
   if (work.op.wire != codec::Wire::kNative && dtype != codec::Dtype::kF32) usage_error("a wire codec needs --dtype f32");
+  if (work.op.kind != algo::Kind::kAllreduce && work.op.algo == algo::Algo::kTree) usage_error("--algo tree is allreduce's");
+  if (work.data && work.op.kind != algo::Kind::kAllreduce) usage_error("--data checks allreduce only");
   work.op.dtype = dtype;
   const int n = static_cast<int>(ranks.size());
   const size_t es = codec::dtype_size(dtype);
+  // nccl-tests' sizes and bus bandwidth: the bytes each peer's link must carry at the algorithm's
+  // best, as a multiple of the size over the time.
+  const bool per_peer = work.op.kind == algo::Kind::kAllgather || work.op.kind == algo::Kind::kReduceScatter;
+  const double bus_factor = work.op.kind == algo::Kind::kAllreduce   ? 2.0 * (n - 1) / n
+                            : work.op.kind == algo::Kind::kBroadcast ? 1.0
+                                                                     : static_cast<double>(n - 1) / n;
   if (json) {
-    std::printf("{\"topology\": \"%s\", \"peers\": %d, \"algo\": \"%s\", \"wire\": \"%s\", \"streams\": %d, \"rows\": [",
-                argv[1], n, algo::algo_name(work.op.algo), codec::wire_name(work.op.wire), tcp.streams);
+    std::printf("{\"topology\": \"%s\", \"peers\": %d, \"op\": \"%s\", \"algo\": \"%s\", \"wire\": \"%s\", "
+                "\"streams\": %d, \"rows\": [",
+                argv[1], n, algo::kind_name(work.op.kind), algo::algo_name(work.op.algo), codec::wire_name(work.op.wire),
+                tcp.streams);
   } else {
-    std::printf("# wccl-sim %s: %d peers, %s, wire %s, %d stream%s per link, window %zu, %s%s\n", argv[1], n,
-                algo::algo_name(work.op.algo), codec::wire_name(work.op.wire), tcp.streams, tcp.streams == 1 ? "" : "s",
+    std::printf("# wccl-sim %s: %d peers, %s%s%s, wire %s, %d stream%s per link, window %zu, %s%s\n", argv[1], n,
+                algo::kind_name(work.op.kind), work.op.kind == algo::Kind::kAllreduce ? " " : "",
+                work.op.kind == algo::Kind::kAllreduce ? algo::algo_name(work.op.algo) : "", codec::wire_name(work.op.wire),
+                tcp.streams, tcp.streams == 1 ? "" : "s",
                 tcp.window_bytes, tcp.cc == sim::TcpOptions::Cc::kCubic ? "cubic" : "reno",
                 tcp.slow_start_after_idle ? "" : ", no slow start after idle");
     std::printf("%14s %12s %10s %10s %10s %10s %9s\n", "size(B)", "count", "time(ms)", "data(ms)", "algbw(GB/s)",
@@ -254,7 +268,9 @@ int run(int argc, char **argv) {
   int rc = 0;
   sim::Report last;
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= static_cast<size_t>(factor)) {
-    work.op.count = bytes / es;
+    work.op.count = bytes / es / (per_peer ? static_cast<size_t>(n) : 1);
+    if (work.op.count == 0) usage_error("a size smaller than one element per peer");
+    const size_t size = work.op.count * es * (per_peer ? static_cast<size_t>(n) : 1);
     const sim::Report r = sim::simulate(topo, ranks, tcp, cpu, work);
     if (!r.status.ok()) {
       std::fprintf(stderr, "wccl-sim: %zu bytes: %s\n", bytes, r.status.to_string().c_str());
@@ -262,12 +278,12 @@ int run(int argc, char **argv) {
       break;
     }
     const double t = r.mean();
-    const double algbw = static_cast<double>(work.op.count * es) / t / 1e9;
-    const double busbw = algbw * 2 * (n - 1) / n;
+    const double algbw = static_cast<double>(size) / t / 1e9;
+    const double busbw = algbw * bus_factor;
     if (json) {
       std::printf("%s\n {\"bytes\": %zu, \"count\": %zu, \"seconds\": %.6f, \"data_phase_seconds\": %.6f, \"algbw\": %.4f, "
                   "\"busbw\": %.4f, \"losses\": %llu, \"events\": %llu%s, \"hosts\": [",
-                  first ? "" : ",", work.op.count * es, work.op.count, t, r.data_phase, algbw, busbw,
+                  first ? "" : ",", size, work.op.count, t, r.data_phase, algbw, busbw,
                   static_cast<unsigned long long>(r.losses), static_cast<unsigned long long>(r.events),
                   work.data ? (r.checked ? ", \"checked\": true" : ", \"checked\": false") : "");
       for (size_t h = 0; h < ranks.size(); ++h) {
@@ -288,7 +304,7 @@ int run(int argc, char **argv) {
       }
       std::printf("]}");
     } else {
-      std::printf("%14zu %12zu %10.2f %10.2f %10.4f %10.4f %9llu%s\n", work.op.count * es, work.op.count, t * 1e3,
+      std::printf("%14zu %12zu %10.2f %10.2f %10.4f %10.4f %9llu%s\n", size, work.op.count, t * 1e3,
                   r.data_phase * 1e3, algbw, busbw, static_cast<unsigned long long>(r.losses),
                   work.data ? (r.checked ? "  checked" : "  WRONG") : "");
     }
