@@ -638,6 +638,25 @@ TEST_F(MembershipTest, BadCallsAreRefusedAndChangeNothing) {
   EXPECT_TRUE(m.take_notices().empty());
 }
 
+TEST_F(MembershipTest, AMemberThatMissedTheEpochHearsItBeforeTheBarrierInIt) {
+  Membership m(options());  // restarted: A and B report epoch 2, at whose update barrier they wait
+  const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};
+  ASSERT_TRUE(m.rejoin(A, info(A), 2, ring, 0, t).ok());
+  ASSERT_TRUE(m.rejoin(B, info(B), 2, ring, 0, t).ok());
+  ASSERT_TRUE(m.update(A, 2, 0, t).ok());
+  ASSERT_TRUE(m.update(B, 2, 0, t).ok());
+  (void)m.take_notices();
+  // C missed epoch 2's announcement in the crash: a BARRIER of epoch 2 means something to it only
+  // once it knows epoch 2 (the control-plane simulation stalled on the other order, seed 16675).
+  ASSERT_TRUE(m.rejoin(C, info(C), 1, ring, 0, t).ok());
+  std::vector<Notice> n = m.take_notices();
+  std::vector<Kind> kinds;
+  for (const Notice &x : n) {
+    if (x.to == C) kinds.push_back(x.kind);
+  }
+  EXPECT_EQ(kinds, (std::vector<Kind>{Kind::kEpoch, Kind::kBarrier}));
+}
+
 TEST_F(MembershipTest, RestartedCoordinatorContinuesFromWhatPeersReport) {
   Membership m(options());  // a fresh coordinator: it knows nothing
   const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};

@@ -258,10 +258,6 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
   if (is_member(id)) {  // a member of the current epoch coming back
     live_[id] = {info, now};
     const bool confirming = unconfirmed_.erase(id) != 0;
-    if (!revoked_ && !arrived_.empty() && arrived_.count(id) == 0) {
-      // Others wait at the update barrier: it hears where they stopped, as the others did.
-      notify(Notice::Kind::kBarrier, id).seq = barrier_ops_;
-    }
     if (epoch < epoch_) {
       // It missed the announcement of the epoch the others are in.
       notify(Notice::Kind::kEpoch, id);
@@ -275,6 +271,11 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
       for (const Member &m : ring_) {
         if (is_member(m.id)) notify(Notice::Kind::kCommit, m.id).seq = committed_;
       }
+    }
+    if (!revoked_ && !arrived_.empty() && arrived_.count(id) == 0) {
+      // Others wait at the update barrier: it hears where they stopped, as the others did (after
+      // the epoch, if it missed that: a BARRIER for an epoch it is not in would mean nothing to it).
+      notify(Notice::Kind::kBarrier, id).seq = barrier_ops_;
     }
     if (confirming) {
       announce_revocation();

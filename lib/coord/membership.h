@@ -161,9 +161,11 @@ class Membership {
   // with a heartbeat within probe_timeout. Ignored while the epoch is revoked (members close its
   // links then).
   void link_broken(PeerId reporter, PeerId suspect, Clock::time_point now);
-  // After a coordinator restart: a peer that held `epoch` with `ring` reconnects. If `epoch` is
-  // newer than the current one and the peer is in `ring`, that epoch is adopted: its members are
-  // told, and peers outside it are removed (they join again). A peer whose epoch is not the
+  // After a coordinator restart: a peer that held `epoch` with `ring` reconnects. If the peer is in
+  // `ring` and `epoch` is not one this coordinator formed, that epoch is adopted when it is newer
+  // than the current one, or when the current one was formed from joiners alone less than
+  // peer_timeout ago by a coordinator that had heard of no epoch: its members are told, and peers
+  // outside it are removed (they join again). A peer whose epoch is not the
   // current one is removed and re-registered as a joiner. INVALID_ARGUMENT for a ring with
   // duplicate ids or an epoch of 2^63 or more.
   // `committed` is the last operation of `epoch` the peer saw committed, `tree_max_bytes` the
