@@ -290,6 +290,18 @@ TEST(SimFaults, AFrozenPeerIsLostOnlyAfterPeerTimeoutWithoutAHeartbeat) {
   EXPECT_NEAR(r.recoveries[0].epoch, r.recoveries[0].revoked + 0.05, 1e-6);
 }
 
+TEST(SimFaults, WithoutAFaultNoTimerRuns) {
+  // Heartbeats and the coordinator's timer decide nothing until a peer stops, so an hour of
+  // compute between two operations costs no events (a heartbeat a second would be 14,400).
+  Workload work = allreduce(64 << 10, algo::Algo::kRing, codec::Wire::kNative, false);
+  work.iters = 2;
+  work.gap = 3600 * kSecond;
+  const Report r = simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_GT(r.timed_s, 3600);
+  EXPECT_LT(r.events, 1000u);
+}
+
 TEST(SimFaults, BadFaultsAreRefused) {
   Workload work = allreduce(1 << 20, algo::Algo::kRing, codec::Wire::kNative, false);
   work.faults = {{Fault::Kind::kKill, 4, 0}};

@@ -181,10 +181,12 @@ struct World {
   std::vector<Recovery> recoveries;
   uint64_t last_epoch = 0;
   bool was_revoked = false;
-
-  // Virtual time past which the heartbeats and the coordinator's timer stop (a run that needs
-  // longer has hung).
-  static constexpr Time kLimit = 3600 * kSecond;
+  // Heartbeats and the coordinator's timer decide something only while a stopped peer has not been
+  // declared lost yet: they run from a fault until then (so a run without faults has no periodic
+  // events, and one that can no longer move ends as the engine's deadlock).
+  std::set<int> undetected;  // stopped members not yet declared lost
+  bool timing = false;
+  uint64_t timers = 0;  // generation of the running heartbeats and timer
 
   Time delay(int from_host, int to_host) const {
     if (from_host < 0 || to_host < 0 || from_host == to_host) return 0;
@@ -205,8 +207,10 @@ struct World {
   }
   void dispatch();
   void apply(int m, const coord::Notice &n);
-  void heartbeat(int m);
-  void tick();
+  bool timers_needed() const { return !undetected.empty() && active > 0 && !halted; }
+  void start_timers();
+  void heartbeat(int m, uint64_t generation);
+  void tick(uint64_t generation);
   void fault(const Fault &f);
 };
 
@@ -353,6 +357,7 @@ void World::dispatch() {
     }
     const int m = static_cast<int>(n.to) - 1;
     if (m < 0 || m >= static_cast<int>(members.size())) continue;
+    if (n.kind == coord::Notice::Kind::kRemoved && members[static_cast<size_t>(m)].stopped) undetected.erase(m);
     const Time t = first ? now : now + delay(work.coordinator, members[static_cast<size_t>(m)].host);
     engine.at(t, -1, [this, m, n] { apply(m, n); });
   }
@@ -405,20 +410,38 @@ void World::apply(int m, const coord::Notice &n) {
   engine.touch(m);
 }
 
-void World::heartbeat(int m) {
-  if (members[static_cast<size_t>(m)].stopped || active == 0 || halted || engine.now() > kLimit) return;
-  to_coordinator(m, -1, [this, m](coord::Clock::time_point now) { membership.heartbeat(id(m), now); });
-  engine.at(engine.now() + work.heartbeat, -1, [this, m] { heartbeat(m); });
+void World::start_timers() {
+  if (timing) return;
+  timing = true;
+  const uint64_t generation = ++timers;
+  // Every running peer has sent a heartbeat each period all along: the coordinator has just heard
+  // the latest. They go on from here, and the timer runs as often as the coordinator's does
+  // (coord/coordinator.cc).
+  for (int m = 0; m < static_cast<int>(members.size()); ++m) {
+    if (members[static_cast<size_t>(m)].stopped) continue;
+    membership.heartbeat(id(m), at_time(engine.now()));
+    engine.at(engine.now() + work.heartbeat, -1, [this, m, generation] { heartbeat(m, generation); });
+  }
+  engine.at(engine.now(), -1, [this, generation] { tick(generation); });
 }
 
-void World::tick() {
+void World::heartbeat(int m, uint64_t generation) {
+  if (generation != timers || !timing || members[static_cast<size_t>(m)].stopped) return;
+  to_coordinator(m, -1, [this, m](coord::Clock::time_point now) { membership.heartbeat(id(m), now); });
+  engine.at(engine.now() + work.heartbeat, -1, [this, m, generation] { heartbeat(m, generation); });
+}
+
+void World::tick(uint64_t generation) {
+  if (generation != timers) return;
   membership.tick(at_time(engine.now()));
   dispatch();
-  if (active == 0 || halted || engine.now() > kLimit) return;
-  // As often as the coordinator's timer runs (coord/coordinator.cc).
+  if (!timers_needed()) {
+    timing = false;
+    return;
+  }
   const Time period = std::clamp(std::min(work.peer_timeout / 20, work.heartbeat / 4), 5 * kSecond / 1000,
                                  kSecond / 10);
-  engine.at(engine.now() + period, -1, [this] { tick(); });
+  engine.at(engine.now() + period, -1, [this, generation] { tick(generation); });
 }
 
 void World::fault(const Fault &f) {
@@ -428,7 +451,23 @@ void World::fault(const Fault &f) {
   me.stopped = true;
   --active;
   engine.hold(d);
-  if (f.kind == Fault::Kind::kFreeze) return;  // silent: its connections stay open
+  undetected.insert(d);
+  if (!timing && engine.now() > 0) {
+    // Its heartbeats ran from 0, one per period: the last one before now may still be on its way,
+    // and the coordinator heard the one before. (The others' start with the timers.)
+    const Time last = (engine.now() - 1) / work.heartbeat * work.heartbeat;
+    for (Time sent : {last - work.heartbeat, last}) {
+      const Time arrives = sent + delay(me.host, work.coordinator);
+      if (sent < 0) continue;
+      if (arrives <= engine.now()) {
+        membership.heartbeat(id(d), at_time(arrives));
+      } else {
+        engine.at(arrives, -1, [this, d, arrives] { membership.heartbeat(id(d), at_time(arrives)); });
+      }
+    }
+  }
+  start_timers();
+  if (f.kind == Fault::Kind::kFreeze) return;  // silent from now: its connections stay open
   // Killed: the kernel resets its connections. The coordinator sees its control link close, and
   // every member of its epoch its link to it (and reports it broken), a path delay later.
   net.close(me.host);
@@ -676,8 +715,8 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     for (int r = 0; r < n; ++r) {
       (void)w.membership.join(World::id(r), {"rank " + std::to_string(r), ""}, World::at_time(0));
     }
-    w.tick();
-    for (int r = 0; r < n; ++r) w.heartbeat(r);
+    w.membership.tick(World::at_time(0));
+    w.dispatch();
   });
   for (const Fault &f : work.faults) {
     w.engine.at(f.at, -1, [&w, f] { w.fault(f); });
