@@ -15,6 +15,10 @@ namespace wccl::coord {
 namespace {
 
 using namespace std::chrono_literals;
+
+// 2026-01-01 in microseconds since 1970: a coordinator numbers its epochs past its start time, so
+// that a restarted one never reuses a number.
+constexpr uint64_t kBefore2026Us = 1767225600000000;
 using test::make_config;
 
 // A peer's side of the control plane, with its own transport.
@@ -159,9 +163,7 @@ class CoordinatorTest : public testing::Test {
         EXPECT_EQ(ring_ids(*e), ring_) << "every member is told the same ring";
       }
     }
-    // Numbered past the coordinator's start time in microseconds (after 2026-01-01), so that a
-    // restarted coordinator never reuses a number.
-    EXPECT_GT(epoch_, 1767225600000000u);
+    EXPECT_GT(epoch_, kBefore2026Us);
     return out;
   }
 
@@ -347,7 +349,7 @@ TEST(CoordDaemon, ServesAndStopsOnSigterm) {
     peer.join();
     auto e = peer.next(MessageType::kEpoch);
     ASSERT_TRUE(e.has_value());
-    EXPECT_GT(e->epoch, 1767225600000000u);
+    EXPECT_GT(e->epoch, kBefore2026Us);
   }
   const int status = daemon.terminate(10s);
   ASSERT_NE(status, -1) << "wccl-coord did not stop within 10 s of SIGTERM";

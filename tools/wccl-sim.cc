@@ -300,7 +300,7 @@ int run(int argc, char **argv) {
         std::printf("%s{\"fault\": \"%s\", \"rank\": %d, \"at\": %.6f, \"revoked\": %.6f, \"epoch\": %.6f, "
                     "\"links\": %.6f, \"committed\": %.6f}",
                     k ? ", " : "", v.fault.kind == sim::Fault::Kind::kKill ? "kill" : "freeze", v.fault.rank,
-                    static_cast<double>(v.fault.at) * 1e-9, v.revoked, v.epoch, v.links, v.committed);
+                    sim::seconds(v.fault.at), v.revoked, v.epoch, v.links, v.committed);
       }
       std::printf("]}");
     } else {
@@ -311,7 +311,7 @@ int run(int argc, char **argv) {
     if (!json) {
       // How the group got over each fault, from the fault's time.
       for (const sim::Recovery &v : r.recoveries) {
-        const double at = static_cast<double>(v.fault.at) * 1e-9;
+        const double at = sim::seconds(v.fault.at);
         auto after = [at](double when) {
           return when < 0 ? std::string("never") : "+" + std::to_string(when - at).substr(0, 6) + " s";
         };

@@ -26,6 +26,7 @@ namespace wccl::sim {
 
 using Time = int64_t;  // nanoseconds of virtual time
 inline constexpr Time kSecond = 1000000000;
+inline double seconds(Time t) { return static_cast<double>(t) * 1e-9; }
 
 class Engine {
  public:

@@ -15,7 +15,6 @@ constexpr double kCubicBeta = 0.7, kRenoBeta = 0.5, kCubicC = 0.4;  // RFC 9438'
 constexpr double kMinRto = 0.2;                                      // Linux's TCP_RTO_MIN, seconds
 constexpr double kEpsilon = 1e-6;                                    // bytes: less is nothing left
 
-double seconds(Time t) { return static_cast<double>(t) * 1e-9; }
 Time ns(double s) { return static_cast<Time>(std::ceil(s * 1e9)); }
 
 }  // namespace

@@ -19,8 +19,6 @@
 namespace wccl::sim {
 namespace {
 
-double seconds(Time t) { return static_cast<double>(t) * 1e-9; }
-
 // A completion that runs once: from the network's events, or at once from abort().
 struct Once {
   std::mutex mu;
@@ -174,7 +172,6 @@ struct World {
   std::vector<MemberState> members;
   int active = 0;  // members whose thread runs and whose process does
   bool halted = false;  // a member failed for good: the timers stop, so the run ends
-  bool formed = false;
   std::map<uint64_t, std::vector<Time>> links_at;  // epoch -> member -> when its links are open
   std::map<std::pair<uint64_t, uint64_t>, int> logical;  // (epoch, seq) -> the workload's operation
   std::vector<HostTraffic> traffic_before;
@@ -296,10 +293,10 @@ class SimChannel final : public algo::Channel {
 
 void World::dispatch() {
   const Time now = engine.now();
-  const bool first = !formed;
+  const bool first = last_epoch == 0;  // the job's first epoch: formed before the simulation starts
   if (membership.revoked() && !was_revoked) {
     for (Recovery &r : recoveries) {
-      if (r.revoked < 0 && static_cast<double>(r.fault.at) * 1e-9 <= seconds(now)) {
+      if (r.revoked < 0 && r.fault.at <= now) {
         r.revoked = seconds(now);
         break;
       }
@@ -342,7 +339,6 @@ void World::dispatch() {
         break;
       }
     }
-    formed = true;
   }
   for (const coord::Notice &n : notices) {
     if (n.kind == coord::Notice::Kind::kCommit) {
@@ -589,7 +585,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
   for (const Fault &f : work.faults) {
     if (f.rank < 0 || f.rank >= n || f.at < 0 || !faulty.insert(f.rank).second) {
       report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: a fault names rank %d at %.3f s: each fault needs a "
-                                 "rank of its own below %d and a time from 0", f.rank, static_cast<double>(f.at) * 1e-9, n);
+                                 "rank of its own below %d and a time from 0", f.rank, seconds(f.at), n);
       return report;
     }
   }
