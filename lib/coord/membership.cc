@@ -536,6 +536,15 @@ std::vector<Notice> Membership::take_notices() {
     for (const Member &m : ring_) {
       if (is_member(m.id)) notify(Notice::Kind::kPending, m.id).joiners = static_cast<uint32_t>(pending_told_);
     }
+  } else if (pending_told_ > 0) {
+    // A member told of an epoch forgets the joiners that waited (a barrier admits them all), but
+    // an epoch that admitted nobody (a REFORM, an adopted one) leaves them waiting: its members
+    // hear the count again.
+    std::set<PeerId> told;
+    for (const Notice &n : notices_) {
+      if (n.kind == Notice::Kind::kEpoch && is_member(n.to)) told.insert(n.to);
+    }
+    for (PeerId id : told) notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(pending_told_);
   }
   std::vector<Notice> out;
   out.swap(notices_);

@@ -193,7 +193,8 @@ class Membership {
   void tick(Clock::time_point now);
 
   // Decisions since the last call, in the order they were made, ending with a kPending notice to
-  // every member if the number of waiting joiners changed since the last call.
+  // every member if the number of waiting joiners changed since the last call, or else to every
+  // member told of an epoch while joiners wait.
   std::vector<Notice> take_notices();
 
   uint64_t epoch() const { return epoch_; }
