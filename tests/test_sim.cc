@@ -312,5 +312,91 @@ TEST(SimFaults, BadFaultsAreRefused) {
       << "a single survivor";
 }
 
+// Three peers on hosts 25 ms apart, the coordinator on the first, three 4 MiB all-reduces with
+// data, and a fourth peer (host 3) asking to join at 0.1 s, in the middle of the first.
+Workload with_joiner() {
+  Workload work = allreduce(4 << 20, algo::Algo::kRing, codec::Wire::kNative, true);
+  work.iters = 3;
+  work.joins = {{3, kSecond / 10}};
+  work.state_bytes = 8 << 20;
+  return work;
+}
+
+TEST(SimJoins, AJoinerIsAdmittedAtTheNextBoundaryAndReceivesTheState) {
+  Workload alone = with_joiner();
+  alone.joins.clear();
+  const Report before = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), alone);
+  const Report r = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), with_joiner());
+  ASSERT_TRUE(before.status.ok() && r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.survivors, 4);
+  EXPECT_TRUE(r.checked) << "the joiner holds the others' state, and every member the exact sum of all four";
+  ASSERT_EQ(r.admissions.size(), 1u);
+  const Admission &a = r.admissions[0];
+  // The members heard that it waits during the first operation and update at its end: the epoch
+  // forms when the last update arrives, one path delay after the last member heard the commit
+  // (the first operation's time, as without the joiner).
+  EXPECT_NEAR(a.admitted, before.seconds[0] + 0.025, 1e-6);
+  // Ranks 1 and 2 hear of it 25 ms later and connect: 3 round trips.
+  EXPECT_NEAR(a.links, a.admitted + 0.025 + 0.15, 1e-6);
+  // Then the two all-gathers of the descriptions (3 path steps each) and the state itself over
+  // the joiner's downlink.
+  EXPECT_GT(a.synced, a.links + 2 * 0.075 + (8 << 20) / kGoodput);
+  EXPECT_GT(a.committed, a.synced + 0.075);
+  EXPECT_GE(r.traffic[3].received, size_t{8} << 20);
+}
+
+TEST(SimJoins, AKillDuringTheStateSyncIsRecoveredFromTheSurvivors) {
+  Workload work = with_joiner();
+  const Report calm = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work);
+  ASSERT_TRUE(calm.status.ok()) << calm.status.to_string();
+  const Time kill_at = 8 * kSecond / 10;
+  ASSERT_LT(calm.admissions[0].links + 0.3, seconds(kill_at)) << "past the descriptions' all-gathers";
+  ASSERT_GT(calm.admissions[0].synced, seconds(kill_at)) << "before the state sync's commit";
+  work.faults = {{Fault::Kind::kKill, 1, kill_at}};
+  const Report r = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.survivors, 3);
+  EXPECT_TRUE(r.checked) << "the joiner got the state from ranks 0 and 2, then summed with them";
+  EXPECT_GT(r.admissions[0].synced, r.recoveries[0].links) << "the sync ran again in the next epoch";
+}
+
+TEST(SimJoins, AJoinerWaitingWhileADonorIsLostInAStateSyncIsAdmittedAfterIt) {
+  // The state sync re-forms the survivors (admitting nobody) and finishes first; the second joiner,
+  // which asked during it, is admitted at the next boundary and gets the state in its own sync.
+  Workload work = with_joiner();
+  work.joins.push_back({4, 7 * kSecond / 10});
+  work.faults = {{Fault::Kind::kKill, 1, 8 * kSecond / 10}};
+  const Topology six = parse_topology_text("host h region=x up=1gbit count=6\ndelay x x 25ms\nmtu 9000\nqueue 4M\n", "six");
+  const Report r = simulate(six, {0, 1, 2}, TcpOptions(), CpuModel(), work);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.survivors, 4);
+  EXPECT_TRUE(r.checked);
+  ASSERT_EQ(r.admissions.size(), 2u);
+  EXPECT_GT(r.admissions[0].synced, r.recoveries[0].links);
+  EXPECT_GT(r.admissions[1].admitted, r.admissions[0].synced);
+  EXPECT_GT(r.admissions[1].synced, r.admissions[1].links);
+}
+
+TEST(SimJoins, AJoinerAfterTheLastOperationIsNeverAdmitted) {
+  Workload work = with_joiner();
+  work.joins[0].at = 30 * kSecond;
+  const Report r = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.survivors, 3);
+  EXPECT_TRUE(r.checked);
+  EXPECT_LT(r.admissions[0].admitted, 0);
+}
+
+TEST(SimJoins, BadJoinsAreRefused) {
+  Workload work = with_joiner();
+  work.joins[0].host = 4;
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+      << "no host 4";
+  work = with_joiner();
+  work.state_bytes = 0;
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+      << "no state to receive";
+}
+
 }  // namespace
 }  // namespace wccl::sim

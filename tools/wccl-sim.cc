@@ -45,9 +45,13 @@ const char kUsage[] =
     "  -w, --warmup N        untimed operations first (default 1)\n"
     "  --gap SECONDS         compute between operations (default 0)\n"
     "  --coordinator HOST    where the coordinator runs (default: the first peer's host; none: no commit)\n"
-    "  --cpu NAME=GB/s,...   kernel rates: reduce, encode, decode, decode_reduce, copy (defaults: docs/sim.md)\n"
+    "  --cpu NAME=GB/s,...   kernel rates: reduce, encode, decode, decode_reduce, copy, hash (defaults: docs/sim.md)\n"
     "  --kill RANK@SECONDS   the peer of that rank dies at that virtual time (repeatable)\n"
     "  --freeze RANK@SECONDS its process stops (SIGSTOP) at that time (repeatable)\n"
+    "  --join HOST@SECONDS   a new peer on that host asks to join at that virtual time (repeatable): admitted at\n"
+    "                        the members' next update, it receives the state through state sync\n"
+    "  --state N             what a joiner receives (default: twice the largest size, the outer parameters\n"
+    "                        and momentum of an F32 model whose pseudo-gradient the all-reduce carries)\n"
     "  --heartbeat MS        heartbeat_ms (default 1000)\n"
     "  --peer-timeout MS     peer_timeout_ms (default 5000)\n"
     "  --data                carry the bytes and check the result (small sizes)\n"
@@ -101,7 +105,8 @@ std::vector<std::string> split(const std::string &s, char sep) {
 }
 
 // The kernels' rates on the project's 2-core development machine: `python3 bench/sim/cpu_rates.py`
-// (bench_codec, the best tier, 64 MiB buffers), one run on 2026-11-25 (docs/sim.md).
+// (bench_codec, the best tier, 64 MiB buffers), one run on 2026-11-25, and the hash's from another
+// that day (docs/sim.md).
 sim::CpuModel default_cpu() {
   sim::CpuModel cpu;
   cpu.reduce = 6.18e9;
@@ -109,6 +114,7 @@ sim::CpuModel default_cpu() {
   cpu.decode = 9.46e9;
   cpu.decode_reduce = 9.01e9;
   cpu.copy = 5.55e9;
+  cpu.hash = 8.04e9;
   return cpu;
 }
 
@@ -147,6 +153,7 @@ int run(int argc, char **argv) {
   work.iters = 3;
   sim::CpuModel cpu = default_cpu();
   std::string coordinator;
+  std::vector<std::string> join_hosts;
   bool json = false;
   codec::Dtype dtype = codec::Dtype::kF32;
   for (int i = 2; i < argc; ++i) {
@@ -195,7 +202,8 @@ int run(int argc, char **argv) {
         const double gbs = eq == std::string::npos ? -1 : std::atof(kv.c_str() + eq + 1);
         const std::string key = kv.substr(0, eq);
         double *slot = key == "reduce" ? &cpu.reduce : key == "encode" ? &cpu.encode : key == "decode" ? &cpu.decode
-                     : key == "decode_reduce" ? &cpu.decode_reduce : key == "copy" ? &cpu.copy : nullptr;
+                     : key == "decode_reduce" ? &cpu.decode_reduce : key == "copy" ? &cpu.copy
+                     : key == "hash" ? &cpu.hash : nullptr;
         if (slot == nullptr || !(gbs >= 0)) usage_error("bad --cpu entry '" + kv + "'");
         *slot = gbs * 1e9;
       }
@@ -208,7 +216,14 @@ int run(int argc, char **argv) {
       f.rank = parse_int(at[0], 0, 1 << 16);
       f.at = static_cast<sim::Time>(t * 1e9);
       work.faults.push_back(f);
-    } else if (a == "--heartbeat") work.heartbeat = sim::Time{parse_int(value(), 10, 3600000)} * 1000000;
+    } else if (a == "--join") {
+      const std::vector<std::string> at = split(value(), '@');
+      const double t = at.size() == 2 ? std::atof(at[1].c_str()) : -1;
+      if (at.size() != 2 || !(t >= 0) || t > 1e6) usage_error("--join takes HOST@SECONDS");
+      join_hosts.push_back(at[0]);
+      work.joins.push_back({0, static_cast<sim::Time>(t * 1e9)});
+    } else if (a == "--state") work.state_bytes = parse_size(value());
+    else if (a == "--heartbeat") work.heartbeat = sim::Time{parse_int(value(), 10, 3600000)} * 1000000;
     else if (a == "--peer-timeout") work.peer_timeout = sim::Time{parse_int(value(), 10, 3600000)} * 1000000;
     else if (a == "--data") work.data = true;
     else if (a == "--json") json = true;
@@ -237,6 +252,11 @@ int run(int argc, char **argv) {
   } else {
     work.coordinator = ranks[0];
   }
+  for (size_t j = 0; j < join_hosts.size(); ++j) {
+    work.joins[j].host = topo.index(join_hosts[j]);
+    if (work.joins[j].host < 0) usage_error("no host '" + join_hosts[j] + "' in " + argv[1]);
+  }
+  if (work.state_bytes == 0 && !work.joins.empty()) work.state_bytes = 2 * max_bytes;
   if (work.op.wire != codec::Wire::kNative && dtype != codec::Dtype::kF32) usage_error("a wire codec needs --dtype f32");
   if (work.op.kind != algo::Kind::kAllreduce && work.op.algo == algo::Algo::kTree) usage_error("--algo tree is allreduce's");
   if (work.data && work.op.kind != algo::Kind::kAllreduce) usage_error("--data checks allreduce only");
@@ -264,6 +284,11 @@ int run(int argc, char **argv) {
     std::printf("%14s %12s %10s %10s %10s %10s %9s\n", "size(B)", "count", "time(ms)", "data(ms)", "algbw(GB/s)",
                 "busbw(GB/s)", "losses");
   }
+  // The hosts with a peer: the ranks', then the joiners' not among them.
+  std::vector<int> peer_hosts = ranks;
+  for (const sim::Join &j : work.joins) {
+    if (std::find(peer_hosts.begin(), peer_hosts.end(), j.host) == peer_hosts.end()) peer_hosts.push_back(j.host);
+  }
   bool first = true;
   int rc = 0;
   sim::Report last;
@@ -281,13 +306,14 @@ int run(int argc, char **argv) {
     const double algbw = static_cast<double>(size) / t / 1e9;
     const double busbw = algbw * bus_factor;
     if (json) {
-      std::printf("%s\n {\"bytes\": %zu, \"count\": %zu, \"seconds\": %.6f, \"data_phase_seconds\": %.6f, \"algbw\": %.4f, "
-                  "\"busbw\": %.4f, \"losses\": %llu, \"events\": %llu%s, \"hosts\": [",
-                  first ? "" : ",", size, work.op.count, t, r.data_phase, algbw, busbw,
+      std::printf("%s\n {\"bytes\": %zu, \"count\": %zu, \"seconds\": %.6f, \"data_phase_seconds\": %.6f, "
+                  "\"timed_seconds\": %.6f, \"algbw\": %.4f, \"busbw\": %.4f, \"losses\": %llu, \"events\": %llu%s, "
+                  "\"hosts\": [",
+                  first ? "" : ",", size, work.op.count, t, r.data_phase, r.timed_s, algbw, busbw,
                   static_cast<unsigned long long>(r.losses), static_cast<unsigned long long>(r.events),
                   work.data ? (r.checked ? ", \"checked\": true" : ", \"checked\": false") : "");
-      for (size_t h = 0; h < ranks.size(); ++h) {
-        const int k = ranks[h];
+      for (size_t h = 0; h < peer_hosts.size(); ++h) {
+        const int k = peer_hosts[h];
         const sim::HostTraffic &tr = r.traffic[static_cast<size_t>(k)];
         std::printf("%s{\"host\": \"%s\", \"sent\": %llu, \"received\": %llu, \"uplink_share\": %.4f}", h ? ", " : "",
                     topo.hosts[static_cast<size_t>(k)].name.c_str(), static_cast<unsigned long long>(tr.sent),
@@ -302,6 +328,14 @@ int run(int argc, char **argv) {
                     k ? ", " : "", v.fault.kind == sim::Fault::Kind::kKill ? "kill" : "freeze", v.fault.rank,
                     sim::seconds(v.fault.at), v.revoked, v.epoch, v.links, v.committed);
       }
+      std::printf("], \"admissions\": [");
+      for (size_t k = 0; k < r.admissions.size(); ++k) {
+        const sim::Admission &v = r.admissions[k];
+        std::printf("%s{\"host\": \"%s\", \"at\": %.6f, \"admitted\": %.6f, \"links\": %.6f, \"synced\": %.6f, "
+                    "\"committed\": %.6f}",
+                    k ? ", " : "", topo.hosts[static_cast<size_t>(v.join.host)].name.c_str(), sim::seconds(v.join.at),
+                    v.admitted, v.links, v.synced, v.committed);
+      }
       std::printf("]}");
     } else {
       std::printf("%14zu %12zu %10.2f %10.2f %10.4f %10.4f %9llu%s\n", size, work.op.count, t * 1e3,
@@ -309,16 +343,24 @@ int run(int argc, char **argv) {
                   work.data ? (r.checked ? "  checked" : "  WRONG") : "");
     }
     if (!json) {
-      // How the group got over each fault, from the fault's time.
+      auto after = [](double at, double when) {
+        return when < 0 ? std::string("never") : "+" + std::to_string(when - at).substr(0, 6) + " s";
+      };
+      // How the group got over each fault, and how each joiner got in, from its time.
       for (const sim::Recovery &v : r.recoveries) {
         const double at = sim::seconds(v.fault.at);
-        auto after = [at](double when) {
-          return when < 0 ? std::string("never") : "+" + std::to_string(when - at).substr(0, 6) + " s";
-        };
         std::printf("#   %s rank %d at %.3f s: revoked %s, next epoch %s, its links open %s, its first operation "
                     "committed %s\n",
                     v.fault.kind == sim::Fault::Kind::kKill ? "kill" : "freeze", v.fault.rank, at,
-                    after(v.revoked).c_str(), after(v.epoch).c_str(), after(v.links).c_str(), after(v.committed).c_str());
+                    after(at, v.revoked).c_str(), after(at, v.epoch).c_str(), after(at, v.links).c_str(),
+                    after(at, v.committed).c_str());
+      }
+      for (const sim::Admission &v : r.admissions) {
+        const double at = sim::seconds(v.join.at);
+        std::printf("#   join on %s at %.3f s: admitted %s, its links open %s, its state synced %s, its first operation "
+                    "committed %s\n",
+                    topo.hosts[static_cast<size_t>(v.join.host)].name.c_str(), at, after(at, v.admitted).c_str(),
+                    after(at, v.links).c_str(), after(at, v.synced).c_str(), after(at, v.committed).c_str());
       }
     }
     if (work.data && !r.checked) rc = 1;
@@ -333,12 +375,12 @@ int run(int argc, char **argv) {
     std::printf("# per host, largest size: payload sent and received, uplink use (sent / (up rate x time)), uplink busy\n");
     std::printf("%-12s %14s %14s %10s %10s\n", "host", "sent(B)", "received(B)", "uplink", "busy");
     // Many hosts: the 8 with the least-used uplinks (the ones holding the others up) and the most.
-    std::vector<int> shown = ranks;
+    std::vector<int> shown = peer_hosts;
     auto use = [&](int k) { return static_cast<double>(last.traffic[static_cast<size_t>(k)].sent) / topo.hosts[static_cast<size_t>(k)].up_bps; };
     if (shown.size() > 16) {
       std::sort(shown.begin(), shown.end(), [&](int a, int b) { return use(a) != use(b) ? use(a) < use(b) : a < b; });
       shown.erase(shown.begin() + 8, shown.end() - 8);
-      std::printf("# (%zu hosts: the 8 least and the 8 most used uplinks)\n", ranks.size());
+      std::printf("# (%zu hosts: the 8 least and the 8 most used uplinks)\n", peer_hosts.size());
     }
     for (int k : shown) {
       const sim::HostTraffic &tr = last.traffic[static_cast<size_t>(k)];

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "codec/hash.h"
 #include "codec/kernels.h"
 #include "gpu/kernels.h"
 
@@ -38,6 +39,14 @@ void BM_memcpy(benchmark::State &state) {
     std::memcpy(dst.data(), src.data(), n * 4);
     benchmark::ClobberMemory();
   }
+  set_rate(state, n);
+}
+
+// State sync's tensor hash (the description of a member's state, and the check of what it received).
+void BM_tensor_hash(benchmark::State &state) {
+  const auto n = static_cast<size_t>(state.range(0));
+  const std::vector<float> src = random_floats(n);
+  for (auto _ : state) benchmark::DoNotOptimize(wccl::codec::tensor_hash(src.data(), n * 4));
   set_rate(state, n);
 }
 
@@ -179,6 +188,7 @@ const int kSizes[] = {256 << 10, 16 << 20};
 
 int register_all() {
   for (int n : kSizes) benchmark::RegisterBenchmark("memcpy", BM_memcpy)->Arg(n);
+  for (int n : kSizes) benchmark::RegisterBenchmark("tensor_hash", BM_tensor_hash)->Arg(n);
   for (Tier t : wccl::codec::kTiers) {
     const Kernels *k = wccl::codec::kernels_for(t);
     if (k == nullptr) continue;

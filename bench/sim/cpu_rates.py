@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """wccl-sim's --cpu argument from this machine's codec micro benchmark (docs/sim.md): runs
 bench_codec (or reads its --benchmark_format=json output) and prints
-reduce=GB/s,encode=GB/s,decode=GB/s,decode_reduce=GB/s,copy=GB/s, each the best instruction-set
-tier's rate on the largest buffer (64 MiB: memory-bound, as a large all-reduce is).
+reduce=GB/s,encode=GB/s,decode=GB/s,decode_reduce=GB/s,copy=GB/s,hash=GB/s, each the best
+instruction-set tier's rate on the largest buffer (64 MiB: memory-bound, as a large all-reduce
+is).
 
     python3 bench/sim/cpu_rates.py --build build-rel          # runs the benchmark
     python3 bench/sim/cpu_rates.py --json codec.json          # reads a saved run
@@ -14,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 KERNELS = {"reduce": "sum_f32", "encode": "int8_encode", "decode": "int8_decode", "decode_reduce": "int8_decode_add",
-           "copy": "memcpy"}
+           "copy": "memcpy", "hash": "tensor_hash"}
 
 
 def rates(report: dict) -> dict:

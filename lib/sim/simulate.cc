@@ -13,6 +13,8 @@
 
 #include "algo/exchange.h"
 #include "algo/memory.h"
+#include "algo/state_sync.h"
+#include "codec/hash.h"
 #include "codec/wire.h"
 #include "coord/membership.h"
 
@@ -142,15 +144,29 @@ struct MemberState {
   bool removed = false;
   bool stopped = false;  // killed or frozen
   bool done = false;     // its thread ended
+  bool joined = true;    // a joiner: false until it asks
+  bool has_state = true;  // holds the trainer's state (a joiner: once its state sync committed)
+  int pending = 0;        // joiners waiting for the next update, as the coordinator last said
+  uint64_t synced_epoch = 0;  // the epoch whose state sync it completed
+  bool reform = false;        // its state sync lost a peer: it re-forms the survivors, admitting nobody
+  int next_op = 0;            // the workload's next operation
   uint32_t call = 0;
+  uint32_t answered = 0;  // the last call (UPDATE, REFORM) answered: by an EPOCH, or refused
   SimChannel *running = nullptr;
 };
 
 struct World {
   World(const Topology &t, const std::vector<int> &ranks, const TcpOptions &tcp, const Workload &w)
-      : topo(t), engine(static_cast<int>(ranks.size())), net(engine, t, tcp), mail(engine), work(w),
-        membership(options(w, static_cast<int>(ranks.size()))), members(ranks.size()) {
+      : topo(t), engine(static_cast<int>(ranks.size() + w.joins.size())), net(engine, t, tcp), mail(engine), work(w),
+        membership(options(w, static_cast<int>(ranks.size()))), members(ranks.size() + w.joins.size()),
+        first_peers(static_cast<int>(ranks.size())) {
     for (size_t r = 0; r < ranks.size(); ++r) members[r].host = ranks[r];
+    for (size_t j = 0; j < w.joins.size(); ++j) {
+      MemberState &x = members[ranks.size() + j];
+      x.host = w.joins[j].host;
+      x.joined = x.has_state = false;
+      admissions.push_back({w.joins[j]});
+    }
   }
   static coord::Membership::Options options(const Workload &work, int peers) {
     coord::Membership::Options o;
@@ -169,13 +185,16 @@ struct World {
   Mailboxes mail;
   const Workload &work;
   coord::Membership membership;
-  std::vector<MemberState> members;
+  std::vector<MemberState> members;  // the first epoch's peers, then the joiners
+  const int first_peers;
   int active = 0;  // members whose thread runs and whose process does
   bool halted = false;  // a member failed for good: the timers stop, so the run ends
   std::map<uint64_t, std::vector<Time>> links_at;  // epoch -> member -> when its links are open
   std::map<std::pair<uint64_t, uint64_t>, int> logical;  // (epoch, seq) -> the workload's operation
   std::vector<HostTraffic> traffic_before;
   std::vector<Recovery> recoveries;
+  std::vector<Admission> admissions;  // joiner j is member first_peers + j
+  std::set<uint64_t> needs_sync;      // epochs with a member that lacks the state
   uint64_t last_epoch = 0;
   bool was_revoked = false;
   // Heartbeats and the coordinator's timer decide something only while a stopped peer has not been
@@ -209,6 +228,7 @@ struct World {
   void heartbeat(int m, uint64_t generation);
   void tick(uint64_t generation);
   void fault(const Fault &f);
+  void join(int m);
 };
 
 // One member's view of one operation: ranks are positions in the epoch's ring.
@@ -332,6 +352,14 @@ void World::dispatch() {
       last = std::max(last, t);
     }
     links_at[last_epoch] = std::move(open);
+    for (const coord::Member &x : ring) {
+      const int m = static_cast<int>(x.id - 1);
+      if (!members[static_cast<size_t>(m)].has_state) needs_sync.insert(last_epoch);
+      if (m >= first_peers && admissions[static_cast<size_t>(m - first_peers)].admitted < 0) {
+        admissions[static_cast<size_t>(m - first_peers)].admitted = seconds(now);
+        admissions[static_cast<size_t>(m - first_peers)].links = seconds(last);
+      }
+    }
     for (Recovery &r : recoveries) {
       if (!first && r.revoked >= 0 && r.epoch < 0) {
         r.epoch = seconds(now);
@@ -364,12 +392,14 @@ void World::apply(int m, const coord::Notice &n) {
   if (me.stopped) return;  // a frozen process reads nothing
   switch (n.kind) {
     case coord::Notice::Kind::kEpoch:
+      me.answered = std::max(me.answered, n.answers);
       if (n.epoch != me.epoch) {
         me.epoch = n.epoch;
         me.ring.clear();
         for (const coord::Member &x : n.ring) me.ring.push_back(static_cast<int>(x.id - 1));
         me.ops = me.committed = 0;
         me.revoked = me.links_open = false;
+        me.pending = 0;
         const uint64_t e = n.epoch;
         engine.at(links_at[e][static_cast<size_t>(m)], -1, [this, m, e] {
           MemberState &x = members[static_cast<size_t>(m)];
@@ -397,6 +427,20 @@ void World::apply(int m, const coord::Notice &n) {
       me.removed = true;
       if (me.running != nullptr) me.running->abort(WCCL_ERROR(WCCL_ERR_ABORTED, "removed: %s", n.reason.c_str()));
       break;
+    case coord::Notice::Kind::kRefused:  // its REFORM gave way to an UPDATE: it updates instead
+      me.answered = me.call;
+      break;
+    case coord::Notice::Kind::kPending:
+      if (n.epoch == me.epoch) me.pending = static_cast<int>(n.joiners);
+      break;
+    case coord::Notice::Kind::kBarrier:
+      // Another member waits at the update barrier after n.seq operations: one this member runs
+      // past them could never complete, so it fails (and the member reports it, revoking the epoch).
+      if (n.epoch == me.epoch && me.running != nullptr && me.ops > n.seq) {
+        me.running->abort(WCCL_ERROR(WCCL_ERR_PEER_LOST, "another member waits at the update barrier after %llu "
+                                     "operations", static_cast<unsigned long long>(n.seq)));
+      }
+      break;
     case coord::Notice::Kind::kProbe:
       to_coordinator(m, -1, [this, m](coord::Clock::time_point now) { membership.heartbeat(id(m), now); });
       break;
@@ -414,7 +458,7 @@ void World::start_timers() {
   // the latest. They go on from here, and the timer runs as often as the coordinator's does
   // (coord/coordinator.cc).
   for (int m = 0; m < static_cast<int>(members.size()); ++m) {
-    if (members[static_cast<size_t>(m)].stopped) continue;
+    if (members[static_cast<size_t>(m)].stopped || !members[static_cast<size_t>(m)].joined) continue;
     membership.heartbeat(id(m), at_time(engine.now()));
     engine.at(engine.now() + work.heartbeat, -1, [this, m, generation] { heartbeat(m, generation); });
   }
@@ -438,6 +482,17 @@ void World::tick(uint64_t generation) {
   const Time period = std::clamp(std::min(work.peer_timeout / 20, work.heartbeat / 4), 5 * kSecond / 1000,
                                  kSecond / 10);
   engine.at(engine.now() + period, -1, [this, generation] { tick(generation); });
+}
+
+// Joiner m's process starts and asks the coordinator to join; its heartbeats start with it.
+void World::join(int m) {
+  MemberState &me = members[static_cast<size_t>(m)];
+  me.joined = true;
+  ++active;
+  to_coordinator(m, m, [this, m](coord::Clock::time_point now) {
+    (void)membership.join(id(m), {"joiner " + std::to_string(m - first_peers), ""}, now);
+  });
+  if (timing) engine.at(engine.now() + work.heartbeat, m, [this, m, g = timers] { heartbeat(m, g); });
 }
 
 void World::fault(const Fault &f) {
@@ -523,6 +578,8 @@ class SimMemory final : public algo::Memory {
     if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().decode_reduce(w, op, wire, len, count, dst, mine));
     return spend(count * 4, cpu_.decode_reduce);
   }
+  // State sync hashes outside algo::Memory (codec::tensor_hash): the caller charges its bytes.
+  Status hashed(size_t bytes) { return spend(bytes, cpu_.hash); }
 
  protected:
   void give_back(uint8_t *p, bool) override {
@@ -597,12 +654,21 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: the heartbeat and peer_timeout must be positive");
     return report;
   }
+  for (const Join &j : work.joins) {
+    if (j.host < 0 || j.host >= static_cast<int>(topo.hosts.size()) || j.at < 0 || work.state_bytes == 0) {
+      report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: a joiner on host %d at %.3f s: it needs a host of "
+                                 "the topology, a time from 0 and a state to receive (state_bytes)", j.host,
+                                 seconds(j.at));
+      return report;
+    }
+  }
   World w(topo, ranks, tcp, work);
-  const size_t in_bytes = algo::in_count(base, n) * codec::dtype_size(base.dtype);
-  const size_t out_bytes = algo::out_count(base, n) * codec::dtype_size(base.dtype);
+  const int all = static_cast<int>(w.members.size());  // the first epoch's peers and the joiners
+  const size_t in_bytes = algo::in_count(base, all) * codec::dtype_size(base.dtype);
+  const size_t out_bytes = algo::out_count(base, all) * codec::dtype_size(base.dtype);
   std::unique_ptr<Void> space;
   if (!work.data) {
-    space = std::make_unique<Void>(std::max(in_bytes, out_bytes) * 2 + (size_t{64} << 20));
+    space = std::make_unique<Void>(std::max({in_bytes, out_bytes, work.state_bytes}) * 2 + (size_t{64} << 20));
     if (space->base() == nullptr) {
       report.status = WCCL_ERROR(WCCL_ERR_NO_MEMORY, "sim: cannot reserve address space for the elided buffers");
       return report;
@@ -610,94 +676,212 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
   }
   const int ops = work.warmup + work.iters;
   constexpr Time kNever = -1;
-  std::vector<std::vector<Time>> started(static_cast<size_t>(ops), std::vector<Time>(static_cast<size_t>(n), kNever));
+  std::vector<std::vector<Time>> started(static_cast<size_t>(ops), std::vector<Time>(static_cast<size_t>(all), kNever));
   std::vector<std::vector<Time>> committed = started, data_done = started;
-  std::vector<std::pair<Time, Status>> failures(static_cast<size_t>(n));  // when and why a member gave up
-  std::vector<std::vector<float>> buffers(work.data ? static_cast<size_t>(n) : 0);
-  std::vector<std::vector<int>> last_ring(static_cast<size_t>(n));  // the ring of each member's last operation
+  std::vector<std::pair<Time, Status>> failures(static_cast<size_t>(all));  // when and why a member gave up
+  std::vector<std::vector<float>> buffers(work.data ? static_cast<size_t>(all) : 0);
+  std::vector<std::vector<int>> last_ring(static_cast<size_t>(all));  // the ring of each member's last operation
+
+  // The trainer's state, for state sync: with data, each member's own bytes (the first epoch's
+  // peers hold a pattern, a joiner zeros); elided, the untouched (zero) address space, which a
+  // joiner describes with another hash, as a fresh process's state differs.
+  std::vector<std::vector<uint8_t>> state(work.data && !work.joins.empty() ? static_cast<size_t>(all) : 0);
+  for (int m = 0; m < static_cast<int>(state.size()); ++m) {
+    state[static_cast<size_t>(m)].assign(work.state_bytes, 0);
+    if (m < n) {
+      for (size_t i = 0; i < work.state_bytes; ++i) state[static_cast<size_t>(m)][i] = static_cast<uint8_t>(i * 131 + 7);
+    }
+  }
+  uint64_t held_hash = 0, fresh_hash = 0;  // the described hashes of a state that is held, and of a joiner's
+  if (!work.joins.empty()) {
+    held_hash = codec::tensor_hash(work.data ? state[0].data() : space->base(), work.state_bytes);
+    fresh_hash = work.data ? codec::tensor_hash(state[static_cast<size_t>(n)].data(), work.state_bytes) : held_hash + 1;
+  }
+
+  // One operation of member r in its current epoch, from its call to its commit.
+  enum class Outcome { kCommitted, kRetry, kStop };
+  auto attempt = [&](int r, SimMemory &memory, algo::Collective c, int logical, Time *data_end,
+                     size_t hashed_after) -> Outcome {
+    MemberState &me = w.members[static_cast<size_t>(r)];
+    const uint64_t epoch = me.epoch, seq = ++me.ops;
+    if (logical >= 0) w.logical[{epoch, seq}] = logical;
+    c.memory = &memory;
+    Status st;
+    {
+      SimChannel channel(w, r, epoch, seq);
+      me.running = &channel;
+      algo::Exchange ex(channel, std::chrono::steady_clock::time_point::max());
+      st = algo::run(ex, c, nullptr);
+      ex.finish();
+      me.running = nullptr;
+    }
+    if (st.ok() && hashed_after > 0) st = memory.hashed(hashed_after);
+    if (data_end != nullptr) *data_end = w.engine.now();
+    if (me.stopped) return Outcome::kStop;
+    if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST && st.code() != WCCL_ERR_IO) {
+      // Not a lost peer: the caller gets the error, as from the library, and the run ends.
+      failures[static_cast<size_t>(r)] = {w.engine.now(), st};
+      w.halted = true;
+      return Outcome::kStop;
+    }
+    if (!st.ok()) {
+      // A lost peer: it reports the failure (unless the coordinator told it), and the operation
+      // is not committed anywhere (it never reported it done).
+      if (!me.revoked && !me.removed) {
+        const std::string why = st.to_string();
+        w.to_coordinator(r, r, [&w, r, epoch, seq, why](coord::Clock::time_point now) {
+          w.membership.op_failed(World::id(r), epoch, seq, why, now);
+        });
+      }
+      return w.engine.block(r, [&me, epoch] { return me.removed || me.revoked || me.epoch != epoch; })
+                 ? Outcome::kRetry
+                 : Outcome::kStop;
+    }
+    w.to_coordinator(r, r, [&w, r, epoch, seq](coord::Clock::time_point now) {
+      (void)w.membership.done(World::id(r), epoch, seq, now);
+    });
+    if (!w.engine.block(r, [&me, epoch, seq] {
+          return me.removed || me.revoked || me.epoch != epoch || me.committed >= seq;
+        })) {
+      return Outcome::kStop;
+    }
+    const bool done = me.epoch == epoch && (me.committed >= seq || (me.revoked && me.revoked_committed >= seq));
+    return done ? Outcome::kCommitted : Outcome::kRetry;
+  };
+
+  // State sync as comm/state_sync.cc runs it: every member hashes its state to describe it, the
+  // descriptions are all-gathered (their lengths, then the descriptions), every member plans
+  // alike, and the members that hold the state send it to those that lack it (the trainer's
+  // SEND_ONLY and RECEIVE_ONLY), who check its hash before the commit.
+  auto sync = [&](int r, SimMemory &memory) -> Outcome {
+    MemberState &me = w.members[static_cast<size_t>(r)];
+    std::vector<algo::MemberState> states;
+    for (int m : me.ring) {
+      algo::MemberState d;
+      const bool held = w.members[static_cast<size_t>(m)].has_state;
+      d.mode = held ? algo::SyncMode::kSendOnly : algo::SyncMode::kReceiveOnly;
+      d.revision = held ? 1 : 0;
+      d.tensors.push_back({"state", codec::Dtype::kU8, work.state_bytes, held ? held_hash : fresh_hash});
+      states.push_back(std::move(d));
+    }
+    const int rank = static_cast<int>(std::find(me.ring.begin(), me.ring.end(), r) - me.ring.begin());
+    if (!memory.hashed(work.state_bytes).ok()) return Outcome::kStop;
+    std::vector<uint8_t> mine = algo::encode_state(states[static_cast<size_t>(rank)]);
+    std::vector<int64_t> lens(me.ring.size(), static_cast<int64_t>(mine.size()));
+    std::vector<uint8_t> descriptions(mine.size() * me.ring.size());
+    algo::Collective c;
+    c.kind = algo::Kind::kAllgather;
+    c.dtype = codec::Dtype::kI64;
+    c.count = 1;
+    c.in = &lens[static_cast<size_t>(rank)];
+    c.out = lens.data();
+    if (const Outcome o = attempt(r, memory, c, -1, nullptr, 0); o != Outcome::kCommitted) return o;
+    c.dtype = codec::Dtype::kU8;
+    c.count = mine.size();
+    c.in = mine.data();
+    c.out = descriptions.data();
+    if (const Outcome o = attempt(r, memory, c, -1, nullptr, 0); o != Outcome::kCommitted) return o;
+    Result<algo::SyncPlan> plan = algo::plan_sync(states, base.chunk_bytes);
+    if (!plan.ok()) {
+      failures[static_cast<size_t>(r)] = {w.engine.now(), plan.status()};
+      w.halted = true;
+      return Outcome::kStop;
+    }
+    auto job = std::make_shared<algo::SyncJob>();
+    job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan).value());
+    uint8_t *tensor = work.data ? state[static_cast<size_t>(r)].data() : space->base();
+    job->tensors = {tensor};
+    job->tensor_bytes = {work.state_bytes};
+    algo::place_received(job.get(), rank);
+    std::vector<uint8_t> stage(work.data ? job->stage_bytes : 0);
+    if (!job->plan->transfers.empty()) {
+      c.kind = algo::Kind::kStateSync;
+      c.count = job->stage_bytes;
+      c.sync = job;
+      c.in = c.out = work.data ? stage.data() : space->base();
+      if (const Outcome o = attempt(r, memory, c, -1, nullptr, job->stage_bytes); o != Outcome::kCommitted) return o;
+    }
+    me.synced_epoch = me.epoch;
+    if (!me.has_state) {
+      // Committed: the received state becomes its own, and it goes on where the others are.
+      if (job->stage_bytes > 0 && !memory.copy(tensor, c.out, job->stage_bytes).ok()) return Outcome::kStop;
+      me.has_state = true;
+      for (int m : me.ring) me.next_op = std::max(me.next_op, w.members[static_cast<size_t>(m)].next_op);
+      w.admissions[static_cast<size_t>(r - n)].synced = seconds(w.engine.now());
+    }
+    return Outcome::kCommitted;
+  };
 
   auto member = [&](int r) {
     MemberState &me = w.members[static_cast<size_t>(r)];
     SimMemory memory(w, r, cpu, space.get());
-    int k = 0;
-    while (k < ops) {
+    // A joiner's process starts at its time and asks to join.
+    bool running = r < n || w.engine.sleep(r, work.joins[static_cast<size_t>(r - n)].at);
+    if (running && r >= n) w.join(r);
+    while (running && me.next_op < ops) {
       if (!w.engine.block(r, [&me] { return me.removed || me.revoked || (me.epoch != 0 && me.links_open); })) break;
       if (me.removed) break;
-      if (me.revoked) {  // the training loop's answer to PEER_LOST: update, then run it again
+      const bool sync_due = w.needs_sync.count(me.epoch) != 0 && me.synced_epoch != me.epoch;
+      if (me.revoked || (me.pending > 0 && !sync_due)) {
+        // The training loop's update: its answer to PEER_LOST, and, at an operation's boundary,
+        // how joiners that wait are admitted (not inside a state sync: that goes on first). After
+        // a state sync lost a peer, the sync's own REFORM instead: an update that admits nobody,
+        // refused (PEER_LOST) where a member updates, and then this member updates too.
         const uint64_t e = me.epoch, submitted = me.ops;
         const uint32_t call = ++me.call;
-        w.to_coordinator(r, r, [&w, r, e, submitted, call](coord::Clock::time_point now) {
-          (void)w.membership.update(World::id(r), e, submitted, now, true, call);
+        const bool admit = !me.reform;
+        me.reform = false;
+        w.to_coordinator(r, r, [&w, r, e, submitted, call, admit](coord::Clock::time_point now) {
+          if (w.membership.update(World::id(r), e, submitted, now, admit, call).ok()) return;
+          MemberState &x = w.members[static_cast<size_t>(r)];
+          w.engine.at(w.engine.now() + w.delay(w.work.coordinator, x.host), -1, [&w, r, call] {
+            MemberState &y = w.members[static_cast<size_t>(r)];
+            y.answered = std::max(y.answered, call);
+            w.engine.touch(r);
+          });
         });
-        if (!w.engine.block(r, [&me, e] { return me.removed || me.epoch != e; })) break;
+        running = w.engine.block(r, [&me, call] { return me.removed || me.answered >= call; });
         continue;
       }
-      const uint64_t epoch = me.epoch, seq = ++me.ops;
-      w.logical[{epoch, seq}] = k;
+      if (sync_due) {
+        const Outcome o = sync(r, memory);
+        running = o != Outcome::kStop;
+        me.reform = o == Outcome::kRetry && me.revoked;
+        continue;
+      }
+      const int k = me.next_op;
       auto &first_start = started[static_cast<size_t>(k)][static_cast<size_t>(r)];
       if (first_start == kNever) first_start = w.engine.now();
-      const int size = static_cast<int>(me.ring.size());
       algo::Collective c = base;
-      c.memory = &memory;
       if (work.data) {
         auto &b = buffers[static_cast<size_t>(r)];
-        b.resize(algo::out_count(c, size));
+        b.resize(algo::out_count(c, static_cast<int>(me.ring.size())));
         for (size_t i = 0; i < b.size(); ++i) b[i] = pattern(r, i);
         c.in = c.out = b.data();
       } else {
         c.in = c.out = space->base();
       }
-      Status st;
-      {
-        SimChannel channel(w, r, epoch, seq);
-        me.running = &channel;
-        algo::Exchange ex(channel, std::chrono::steady_clock::time_point::max());
-        st = algo::run(ex, c, nullptr);
-        ex.finish();
-        me.running = nullptr;
-      }
-      data_done[static_cast<size_t>(k)][static_cast<size_t>(r)] = w.engine.now();
-      if (me.stopped) break;
-      if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST && st.code() != WCCL_ERR_IO) {
-        // Not a lost peer: the caller gets the error, as from the library, and the run ends.
-        failures[static_cast<size_t>(r)] = {w.engine.now(), st};
-        w.halted = true;
-        break;
-      }
-      if (!st.ok()) {
-        // A lost peer: it reports the failure (unless the coordinator told it), and the
-        // operation is not committed anywhere (it never reported it done).
-        if (!me.revoked && !me.removed) {
-          const std::string why = st.to_string();
-          w.to_coordinator(r, r, [&w, r, epoch, seq, why](coord::Clock::time_point now) {
-            w.membership.op_failed(World::id(r), epoch, seq, why, now);
-          });
-        }
-        if (!w.engine.block(r, [&me, epoch] { return me.removed || me.revoked || me.epoch != epoch; })) break;
-        continue;
-      }
-      w.to_coordinator(r, r, [&w, r, epoch, seq](coord::Clock::time_point now) {
-        (void)w.membership.done(World::id(r), epoch, seq, now);
-      });
-      if (!w.engine.block(r, [&me, epoch, seq] {
-            return me.removed || me.revoked || me.epoch != epoch || me.committed >= seq;
-          })) {
-        break;
-      }
-      if (me.epoch != epoch || (me.committed < seq && !(me.revoked && me.revoked_committed >= seq))) continue;
+      const Outcome o = attempt(r, memory, c, k, &data_done[static_cast<size_t>(k)][static_cast<size_t>(r)], 0);
+      running = o != Outcome::kStop;
+      if (o != Outcome::kCommitted) continue;
       committed[static_cast<size_t>(k)][static_cast<size_t>(r)] = w.engine.now();
       last_ring[static_cast<size_t>(r)] = me.ring;
-      if (++k < ops) w.engine.sleep(r, work.gap);
+      if (r >= n && w.admissions[static_cast<size_t>(r - n)].committed < 0) {
+        w.admissions[static_cast<size_t>(r - n)].committed = seconds(w.engine.now());
+      }
+      if (++me.next_op < ops) w.engine.sleep(r, work.gap);
     }
     if (!me.stopped) {
-      if (k < ops && failures[static_cast<size_t>(r)].second.ok()) {
+      // A joiner never admitted asked after the job's last update: that is no failure.
+      const bool admitted = r < n || me.epoch != 0;
+      if (me.next_op < ops && admitted && failures[static_cast<size_t>(r)].second.ok()) {
         failures[static_cast<size_t>(r)] = {
             w.engine.now(),
-            me.removed ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "sim: member %d was removed at operation %d", r, k)
+            me.removed ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "sim: member %d was removed at operation %d", r, me.next_op)
                        : WCCL_ERROR(WCCL_ERR_TIMEOUT, "sim: member %d could not finish operation %d: nothing more could "
-                                    "happen", r, k)};
+                                    "happen", r, me.next_op)};
       }
-      --w.active;
+      if (me.joined) --w.active;
     }
     me.done = true;
     w.engine.finished();
@@ -718,8 +902,8 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     w.engine.at(f.at, -1, [&w, f] { w.fault(f); });
   }
   std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) threads.emplace_back(member, r);
+  threads.reserve(static_cast<size_t>(all));
+  for (int r = 0; r < all; ++r) threads.emplace_back(member, r);
   for (auto &t : threads) t.join();
 
   // The first failure in virtual time: the others are often its consequences.
@@ -731,10 +915,11 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     return report;
   }
   report.recoveries = w.recoveries;
-  for (const MemberState &m : w.members) report.survivors += !m.stopped && !m.removed;
+  report.admissions = w.admissions;
+  for (const MemberState &m : w.members) report.survivors += m.epoch != 0 && !m.stopped && !m.removed;
   for (int k = work.warmup; k < ops; ++k) {
     Time slowest = 0, phase = 0;
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < all; ++r) {
       const Time start = started[static_cast<size_t>(k)][static_cast<size_t>(r)];
       if (committed[static_cast<size_t>(k)][static_cast<size_t>(r)] == kNever) continue;  // stopped before
       slowest = std::max(slowest, committed[static_cast<size_t>(k)][static_cast<size_t>(r)] - start);
@@ -745,7 +930,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
   }
   if (work.iters > 0) {
     Time first = std::numeric_limits<Time>::max(), last = 0;
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < all; ++r) {
       if (committed[static_cast<size_t>(ops - 1)][static_cast<size_t>(r)] == kNever) continue;
       first = std::min(first, started[static_cast<size_t>(work.warmup)][static_cast<size_t>(r)]);
       last = std::max(last, committed[static_cast<size_t>(ops - 1)][static_cast<size_t>(r)]);
@@ -766,7 +951,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     // Every member that finished holds the last operation's result over that operation's ring.
     report.checked = true;
     int reference = -1;
-    for (int r = 0; r < n && report.checked; ++r) {
+    for (int r = 0; r < all && report.checked; ++r) {
       if (committed[static_cast<size_t>(ops - 1)][static_cast<size_t>(r)] == kNever) continue;
       const auto &b = buffers[static_cast<size_t>(r)];
       if (reference < 0) reference = r;
@@ -781,6 +966,10 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
       }
     }
     report.checked = report.checked && reference >= 0;
+    // Every joiner that got in holds the first epoch's peers' state.
+    for (int r = n; r < static_cast<int>(state.size()) && report.checked; ++r) {
+      if (w.members[static_cast<size_t>(r)].has_state) report.checked = state[static_cast<size_t>(r)] == state[0];
+    }
   }
   return report;
 }
