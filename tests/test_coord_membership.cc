@@ -216,6 +216,21 @@ TEST_F(MembershipTest, TheBarriersEpochNamesEachMembersCallAndAnOldEpochsUpdateI
   EXPECT_FALSE(m.revoked());
 }
 
+TEST_F(MembershipTest, AMemberThatReconnectsHearsThatJoinersWait) {
+  // Its connection was down when the count went out (the coordinator drops notices to a peer it
+  // cannot reach): it hears the count again when it comes back, or it would never update for them.
+  Membership m(options());
+  form(m, {A, B, C});
+  ASSERT_TRUE(m.join(D, info(D), t).ok());
+  (void)m.take_notices();
+  const std::vector<Member> ring = m.ring();
+  ASSERT_TRUE(m.rejoin(B, info(B), m.epoch(), ring, m.committed(), t).ok());
+  const std::vector<Notice> pending = of_kind(m.take_notices(), Kind::kPending);
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].to, B);
+  EXPECT_EQ(pending[0].joiners, 1u);
+}
+
 TEST_F(MembershipTest, AMemberRejoiningWhileOthersWaitAtTheBarrierHearsWhereTheyStopped) {
   Membership before(options());
   form(before, {A, B, C});

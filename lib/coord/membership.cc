@@ -257,6 +257,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
   }
   if (is_member(id)) {  // a member of the current epoch coming back
     live_[id] = {info, now};
+    retell_pending_.insert(id);  // it may have missed the count of waiting joiners
     const bool confirming = unconfirmed_.erase(id) != 0;
     if (epoch < epoch_) {
       // It missed the announcement of the epoch the others are in.
@@ -539,13 +540,16 @@ std::vector<Notice> Membership::take_notices() {
   } else if (pending_told_ > 0) {
     // A member told of an epoch forgets the joiners that waited (a barrier admits them all), but
     // an epoch that admitted nobody (a REFORM, an adopted one) leaves them waiting: its members
-    // hear the count again.
-    std::set<PeerId> told;
+    // hear the count again, and so does a member that reconnected (it may have missed it).
+    std::set<PeerId> told = retell_pending_;
     for (const Notice &n : notices_) {
-      if (n.kind == Notice::Kind::kEpoch && is_member(n.to)) told.insert(n.to);
+      if (n.kind == Notice::Kind::kEpoch) told.insert(n.to);
     }
-    for (PeerId id : told) notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(pending_told_);
+    for (PeerId id : told) {
+      if (is_member(id)) notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(pending_told_);
+    }
   }
+  retell_pending_.clear();
   std::vector<Notice> out;
   out.swap(notices_);
   return out;

@@ -193,8 +193,8 @@ class Membership {
   void tick(Clock::time_point now);
 
   // Decisions since the last call, in the order they were made, ending with a kPending notice to
-  // every member if the number of waiting joiners changed since the last call, or else to every
-  // member told of an epoch while joiners wait.
+  // every member if the number of waiting joiners changed since the last call, or else, while
+  // joiners wait, to every member told of an epoch or reconnected (rejoin) since.
   std::vector<Notice> take_notices();
 
   uint64_t epoch() const { return epoch_; }
@@ -270,6 +270,7 @@ class Membership {
   uint64_t lost_count_ = 0;
   std::vector<Notice> notices_;
   size_t pending_told_ = 0;  // the joiner count the members last heard
+  std::set<PeerId> retell_pending_;  // members that reconnected since the last take_notices()
   uint64_t committed_ = 0;   // operations of this epoch committed
   std::map<uint64_t, std::set<PeerId>> done_;  // operation -> members whose data phase completed
   std::map<std::pair<PeerId, PeerId>, LinkEstimate> links_;  // (smaller id, larger id), live peers only
