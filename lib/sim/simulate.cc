@@ -144,11 +144,13 @@ struct MemberState {
   bool removed = false;
   bool stopped = false;  // killed or frozen
   bool done = false;     // its thread ended
-  bool joined = true;    // a joiner: false until it asks
+  bool asked = true;      // its process runs (a joiner's from its time, when it sends JOIN)
+  bool joined = true;     // the coordinator has registered it (a joiner: once its JOIN arrived)
   bool has_state = true;  // holds the trainer's state (a joiner: once its state sync committed)
   int pending = 0;        // joiners waiting for the next update, as the coordinator last said
   uint64_t synced_epoch = 0;  // the epoch whose state sync it completed
   bool reform = false;        // its state sync lost a peer: it re-forms the survivors, admitting nobody
+  bool described = false;     // it hashed its state for the state sync under way (once per call)
   int next_op = 0;            // the workload's next operation
   uint32_t call = 0;
   uint32_t answered = 0;  // the last call (UPDATE, REFORM) answered: by an EPOCH, or refused
@@ -164,7 +166,7 @@ struct World {
     for (size_t j = 0; j < w.joins.size(); ++j) {
       MemberState &x = members[ranks.size() + j];
       x.host = w.joins[j].host;
-      x.joined = x.has_state = false;
+      x.asked = x.joined = x.has_state = false;
       admissions.push_back({w.joins[j]});
     }
   }
@@ -187,8 +189,10 @@ struct World {
   coord::Membership membership;
   std::vector<MemberState> members;  // the first epoch's peers, then the joiners
   const int first_peers;
-  int active = 0;  // members whose thread runs and whose process does
-  bool halted = false;  // a member failed for good: the timers stop, so the run ends
+  // Member threads of one instant run at once: what several of them write is atomic or locked.
+  std::atomic<int> active{0};  // members whose thread runs and whose process does
+  std::atomic<bool> halted{false};  // a member failed for good: the timers stop, so the run ends
+  std::mutex logical_mu;
   std::map<uint64_t, std::vector<Time>> links_at;  // epoch -> member -> when its links are open
   std::map<std::pair<uint64_t, uint64_t>, int> logical;  // (epoch, seq) -> the workload's operation
   std::vector<HostTraffic> traffic_before;
@@ -370,6 +374,7 @@ void World::dispatch() {
   }
   for (const coord::Notice &n : notices) {
     if (n.kind == coord::Notice::Kind::kCommit) {
+      std::lock_guard<std::mutex> lock(logical_mu);
       auto it = logical.find({n.epoch, n.seq});
       if (it != logical.end() && it->second + 1 == work.warmup && traffic_before.empty()) traffic_before = net.traffic();
       for (Recovery &r : recoveries) {
@@ -484,15 +489,16 @@ void World::tick(uint64_t generation) {
   engine.at(engine.now() + period, -1, [this, generation] { tick(generation); });
 }
 
-// Joiner m's process starts and asks the coordinator to join; its heartbeats start with it.
+// Joiner m's process starts and asks the coordinator to join; once registered, it sends heartbeats
+// while they run.
 void World::join(int m) {
-  MemberState &me = members[static_cast<size_t>(m)];
-  me.joined = true;
+  members[static_cast<size_t>(m)].asked = true;
   ++active;
   to_coordinator(m, m, [this, m](coord::Clock::time_point now) {
+    members[static_cast<size_t>(m)].joined = true;
     (void)membership.join(id(m), {"joiner " + std::to_string(m - first_peers), ""}, now);
+    if (timing) engine.at(engine.now() + work.heartbeat, -1, [this, m, g = timers] { heartbeat(m, g); });
   });
-  if (timing) engine.at(engine.now() + work.heartbeat, m, [this, m, g = timers] { heartbeat(m, g); });
 }
 
 void World::fault(const Fault &f) {
@@ -703,8 +709,14 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
   auto attempt = [&](int r, SimMemory &memory, algo::Collective c, int logical, Time *data_end,
                      size_t hashed_after) -> Outcome {
     MemberState &me = w.members[static_cast<size_t>(r)];
+    // As the library's submit: nothing starts in a revoked epoch (the revocation may have come
+    // during CPU work between operations); the loop updates.
+    if (me.revoked || me.removed) return Outcome::kRetry;
     const uint64_t epoch = me.epoch, seq = ++me.ops;
-    if (logical >= 0) w.logical[{epoch, seq}] = logical;
+    if (logical >= 0) {
+      std::lock_guard<std::mutex> lock(w.logical_mu);
+      w.logical[{epoch, seq}] = logical;
+    }
     c.memory = &memory;
     Status st;
     {
@@ -765,7 +777,10 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
       states.push_back(std::move(d));
     }
     const int rank = static_cast<int>(std::find(me.ring.begin(), me.ring.end(), r) - me.ring.begin());
-    if (!memory.hashed(work.state_bytes).ok()) return Outcome::kStop;
+    if (!me.described) {  // once per call, before its retries
+      if (!memory.hashed(work.state_bytes).ok()) return Outcome::kStop;
+      me.described = true;
+    }
     std::vector<uint8_t> mine = algo::encode_state(states[static_cast<size_t>(rank)]);
     std::vector<int64_t> lens(me.ring.size(), static_cast<int64_t>(mine.size()));
     std::vector<uint8_t> descriptions(mine.size() * me.ring.size());
@@ -802,6 +817,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
       if (const Outcome o = attempt(r, memory, c, -1, nullptr, job->stage_bytes); o != Outcome::kCommitted) return o;
     }
     me.synced_epoch = me.epoch;
+    me.described = false;
     if (!me.has_state) {
       // Committed: the received state becomes its own, and it goes on where the others are.
       if (job->stage_bytes > 0 && !memory.copy(tensor, c.out, job->stage_bytes).ok()) return Outcome::kStop;
@@ -831,6 +847,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
         const uint32_t call = ++me.call;
         const bool admit = !me.reform;
         me.reform = false;
+        if (admit) me.described = false;  // a state sync that gave up is called anew after the update
         w.to_coordinator(r, r, [&w, r, e, submitted, call, admit](coord::Clock::time_point now) {
           if (w.membership.update(World::id(r), e, submitted, now, admit, call).ok()) return;
           MemberState &x = w.members[static_cast<size_t>(r)];
@@ -881,7 +898,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
                        : WCCL_ERROR(WCCL_ERR_TIMEOUT, "sim: member %d could not finish operation %d: nothing more could "
                                     "happen", r, me.next_op)};
       }
-      if (me.joined) --w.active;
+      if (me.asked) --w.active;
     }
     me.done = true;
     w.engine.finished();
@@ -932,7 +949,8 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     Time first = std::numeric_limits<Time>::max(), last = 0;
     for (int r = 0; r < all; ++r) {
       if (committed[static_cast<size_t>(ops - 1)][static_cast<size_t>(r)] == kNever) continue;
-      first = std::min(first, started[static_cast<size_t>(work.warmup)][static_cast<size_t>(r)]);
+      const Time start = started[static_cast<size_t>(work.warmup)][static_cast<size_t>(r)];
+      if (start != kNever) first = std::min(first, start);  // kNever: a joiner admitted later
       last = std::max(last, committed[static_cast<size_t>(ops - 1)][static_cast<size_t>(r)]);
     }
     report.timed_s = seconds(last - first);
