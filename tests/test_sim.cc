@@ -408,6 +408,21 @@ TEST(SimJoins, AJoinerWaitingWhileADonorIsLostInAStateSyncIsAdmittedAfterIt) {
   EXPECT_GT(r.admissions[1].synced, r.admissions[1].links);
 }
 
+TEST(SimJoins, AJoinerKilledInItsStateSyncIsDroppedAndTheOthersGoOn) {
+  Workload work = with_joiner();
+  work.faults = {{Fault::Kind::kKill, 3, 8 * kSecond / 10}};  // rank 3: the joiner
+  const Report r = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.survivors, 3);
+  EXPECT_TRUE(r.checked) << "the first three end with their exact sum";
+  EXPECT_NEAR(r.recoveries[0].revoked, 0.825, 1e-6) << "its control link closes: a path delay to the coordinator";
+  EXPECT_LT(r.admissions[0].synced, 0) << "it never held the state";
+  // The survivors re-form and, all holding the state, run no second sync: their next operation
+  // is the workload's.
+  EXPECT_GT(r.recoveries[0].links, 0);
+  EXPECT_LT(r.recoveries[0].committed - r.recoveries[0].links, 0.5);
+}
+
 TEST(SimJoins, AJoinerAfterTheLastOperationIsNeverAdmitted) {
   Workload work = with_joiner();
   work.joins[0].at = 30 * kSecond;
@@ -424,6 +439,10 @@ TEST(SimJoins, BadJoinsAreRefused) {
   work.joins[0].host = 4;
   EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
       << "no host 4";
+  work = with_joiner();
+  work.joins[0].host = 2;
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+      << "host 2 has a peer";
   work = with_joiner();
   work.state_bytes = 0;
   EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)

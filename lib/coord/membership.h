@@ -204,6 +204,8 @@ class Membership {
   // The current epoch's algo=AUTO crossover (Options::measured_crossover), 0 if none.
   uint64_t tree_max_bytes() const { return tree_max_bytes_; }
   size_t joiners() const { return joiners_.size(); }
+  // The peer is a member or a joiner this coordinator hears from: not lost, not unknown.
+  bool live(PeerId id) const { return live_.count(id) != 0; }
   // When tick() next has something to decide (a timeout or the settle window), for the timer.
   Clock::time_point next_deadline() const;
 

@@ -152,6 +152,7 @@ struct MemberState {
   bool reform = false;        // its state sync lost a peer: it re-forms the survivors, admitting nobody
   bool described = false;     // it hashed its state for the state sync under way (once per call)
   int next_op = 0;            // the workload's next operation
+  Time since = 0;  // when its process started (a joiner's JOIN): its heartbeats follow, one a period
   uint32_t call = 0;
   uint32_t answered = 0;  // the last call (UPDATE, REFORM) answered: by an EPOCH, or refused
   SimChannel *running = nullptr;
@@ -204,7 +205,7 @@ struct World {
   // Heartbeats and the coordinator's timer decide something only while a stopped peer has not been
   // declared lost yet: they run from a fault until then (so a run without faults has no periodic
   // events, and one that can no longer move ends as the engine's deadlock).
-  std::set<int> undetected;  // stopped members not yet declared lost
+  std::set<int> undetected;  // stopped peers the coordinator has not declared lost (or heard of) yet
   bool timing = false;
   uint64_t timers = 0;  // generation of the running heartbeats and timer
 
@@ -317,6 +318,10 @@ class SimChannel final : public algo::Channel {
 
 void World::dispatch() {
   const Time now = engine.now();
+  for (auto it = undetected.begin(); it != undetected.end();) {
+    const bool lost = members[static_cast<size_t>(*it)].joined && !membership.live(id(*it));
+    it = lost ? undetected.erase(it) : std::next(it);
+  }
   const bool first = last_epoch == 0;  // the job's first epoch: formed before the simulation starts
   if (membership.revoked() && !was_revoked) {
     for (Recovery &r : recoveries) {
@@ -386,7 +391,6 @@ void World::dispatch() {
     }
     const int m = static_cast<int>(n.to) - 1;
     if (m < 0 || m >= static_cast<int>(members.size())) continue;
-    if (n.kind == coord::Notice::Kind::kRemoved && members[static_cast<size_t>(m)].stopped) undetected.erase(m);
     const Time t = first ? now : now + delay(work.coordinator, members[static_cast<size_t>(m)].host);
     engine.at(t, -1, [this, m, n] { apply(m, n); });
   }
@@ -493,6 +497,7 @@ void World::tick(uint64_t generation) {
 // while they run.
 void World::join(int m) {
   members[static_cast<size_t>(m)].asked = true;
+  members[static_cast<size_t>(m)].since = engine.now();
   ++active;
   to_coordinator(m, m, [this, m](coord::Clock::time_point now) {
     members[static_cast<size_t>(m)].joined = true;
@@ -506,16 +511,19 @@ void World::fault(const Fault &f) {
   MemberState &me = members[static_cast<size_t>(d)];
   if (me.stopped || me.done) return;
   me.stopped = true;
-  --active;
   engine.hold(d);
+  if (!me.asked) return;  // a joiner whose process had not started: it never will
+  --active;
   undetected.insert(d);
-  if (!timing && engine.now() > 0) {
-    // Its heartbeats ran from 0, one per period: the last one before now may still be on its way,
-    // and the coordinator heard the one before. (The others' start with the timers.)
-    const Time last = (engine.now() - 1) / work.heartbeat * work.heartbeat;
+  // Its heartbeats ran one per period from its start (a joiner's from a period after its JOIN):
+  // the last one before now may still be on its way, and the coordinator heard the one before.
+  // (The others' start with the timers.)
+  const Time first_beat = d < first_peers ? 0 : me.since + work.heartbeat;
+  if (!timing && engine.now() > first_beat) {
+    const Time last = first_beat + (engine.now() - 1 - first_beat) / work.heartbeat * work.heartbeat;
     for (Time sent : {last - work.heartbeat, last}) {
       const Time arrives = sent + delay(me.host, work.coordinator);
-      if (sent < 0) continue;
+      if (sent < first_beat) continue;
       if (arrives <= engine.now()) {
         membership.heartbeat(id(d), at_time(arrives));
       } else {
@@ -644,32 +652,36 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: data is carried for F32 all-reduces only");
     return report;
   }
+  const int all = n + static_cast<int>(work.joins.size());  // the first epoch's peers and the joiners
   std::set<int> faulty;
   for (const Fault &f : work.faults) {
-    if (f.rank < 0 || f.rank >= n || f.at < 0 || !faulty.insert(f.rank).second) {
+    if (f.rank < 0 || f.rank >= all || f.at < 0 || !faulty.insert(f.rank).second) {
       report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: a fault names rank %d at %.3f s: each fault needs a "
-                                 "rank of its own below %d and a time from 0", f.rank, seconds(f.at), n);
+                                 "rank of its own below %d (the peers, then the joiners) and a time from 0", f.rank,
+                                 seconds(f.at), all);
       return report;
     }
   }
-  if (static_cast<int>(faulty.size()) > n - 2) {
-    report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: %zu faults leave fewer than 2 of %d peers", faulty.size(), n);
+  const auto first_faulty = static_cast<int>(std::count_if(faulty.begin(), faulty.end(), [n](int r) { return r < n; }));
+  if (first_faulty > n - 2) {
+    report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: %d faults leave fewer than 2 of %d peers", first_faulty, n);
     return report;
   }
   if (work.heartbeat <= 0 || work.peer_timeout <= 0) {
     report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: the heartbeat and peer_timeout must be positive");
     return report;
   }
+  std::set<int> hosts(ranks.begin(), ranks.end());
   for (const Join &j : work.joins) {
-    if (j.host < 0 || j.host >= static_cast<int>(topo.hosts.size()) || j.at < 0 || work.state_bytes == 0) {
+    if (j.host < 0 || j.host >= static_cast<int>(topo.hosts.size()) || j.at < 0 || work.state_bytes == 0 ||
+        !hosts.insert(j.host).second) {
       report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: a joiner on host %d at %.3f s: it needs a host of "
-                                 "the topology, a time from 0 and a state to receive (state_bytes)", j.host,
-                                 seconds(j.at));
+                                 "the topology without another peer, a time from 0 and a state to receive "
+                                 "(state_bytes)", j.host, seconds(j.at));
       return report;
     }
   }
   World w(topo, ranks, tcp, work);
-  const int all = static_cast<int>(w.members.size());  // the first epoch's peers and the joiners
   const size_t in_bytes = algo::in_count(base, all) * codec::dtype_size(base.dtype);
   const size_t out_bytes = algo::out_count(base, all) * codec::dtype_size(base.dtype);
   std::unique_ptr<Void> space;

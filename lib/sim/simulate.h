@@ -43,7 +43,7 @@ struct CpuModel {
 // peer_timeout without a heartbeat).
 struct Fault {
   enum class Kind { kKill, kFreeze } kind = Kind::kKill;
-  int rank = 0;  // in the first epoch (the ranks argument's index)
+  int rank = 0;  // the ranks argument's index, or past it a joiner's (peers + its index in Workload::joins)
   Time at = 0;   // virtual time from the start of the first operation
 };
 
