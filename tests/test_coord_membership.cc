@@ -225,10 +225,19 @@ TEST_F(MembershipTest, AMemberThatReconnectsHearsThatJoinersWait) {
   (void)m.take_notices();
   const std::vector<Member> ring = m.ring();
   ASSERT_TRUE(m.rejoin(B, info(B), m.epoch(), ring, m.committed(), t).ok());
-  const std::vector<Notice> pending = of_kind(m.take_notices(), Kind::kPending);
+  std::vector<Notice> pending = of_kind(m.take_notices(), Kind::kPending);
   ASSERT_EQ(pending.size(), 1u);
   EXPECT_EQ(pending[0].to, B);
   EXPECT_EQ(pending[0].joiners, 1u);
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kPending).empty()) << "once";
+  // The same when the count dropped to 0 while it was away: it would update for nobody.
+  m.disconnected(D, t);
+  (void)m.take_notices();
+  ASSERT_TRUE(m.rejoin(B, info(B), m.epoch(), ring, m.committed(), t).ok());
+  pending = of_kind(m.take_notices(), Kind::kPending);
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].to, B);
+  EXPECT_EQ(pending[0].joiners, 0u);
 }
 
 TEST_F(MembershipTest, AMemberRejoiningWhileOthersWaitAtTheBarrierHearsWhereTheyStopped) {
@@ -677,7 +686,8 @@ TEST_F(MembershipTest, AMemberThatMissedTheEpochHearsItBeforeTheBarrierInIt) {
   for (const Notice &x : n) {
     if (x.to == C) kinds.push_back(x.kind);
   }
-  EXPECT_EQ(kinds, (std::vector<Kind>{Kind::kEpoch, Kind::kBarrier}));
+  // (Then the count of waiting joiners, 0 here, which a member that reconnects hears again.)
+  EXPECT_EQ(kinds, (std::vector<Kind>{Kind::kEpoch, Kind::kBarrier, Kind::kPending}));
 }
 
 TEST_F(MembershipTest, RestartedCoordinatorContinuesFromWhatPeersReport) {

@@ -537,13 +537,14 @@ std::vector<Notice> Membership::take_notices() {
     for (const Member &m : ring_) {
       if (is_member(m.id)) notify(Notice::Kind::kPending, m.id).joiners = static_cast<uint32_t>(pending_told_);
     }
-  } else if (pending_told_ > 0) {
+  } else {
+    // A member that reconnected may have missed the count (even a drop to 0) and hears it again.
     // A member told of an epoch forgets the joiners that waited (a barrier admits them all), but
-    // an epoch that admitted nobody (a REFORM, an adopted one) leaves them waiting: its members
-    // hear the count again, and so does a member that reconnected (it may have missed it).
+    // an epoch that admitted nobody (a REFORM, an adopted one) leaves them waiting: while they do,
+    // its members hear the count again.
     std::set<PeerId> told = retell_pending_;
     for (const Notice &n : notices_) {
-      if (n.kind == Notice::Kind::kEpoch) told.insert(n.to);
+      if (n.kind == Notice::Kind::kEpoch && pending_told_ > 0) told.insert(n.to);
     }
     for (PeerId id : told) {
       if (is_member(id)) notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(pending_told_);

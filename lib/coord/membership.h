@@ -193,8 +193,8 @@ class Membership {
   void tick(Clock::time_point now);
 
   // Decisions since the last call, in the order they were made, ending with a kPending notice to
-  // every member if the number of waiting joiners changed since the last call, or else, while
-  // joiners wait, to every member told of an epoch or reconnected (rejoin) since.
+  // every member if the number of waiting joiners changed since the last call, or else to every
+  // member that reconnected (rejoin) since and, while joiners wait, every member told of an epoch.
   std::vector<Notice> take_notices();
 
   uint64_t epoch() const { return epoch_; }

@@ -323,16 +323,21 @@ void World::dispatch() {
     it = lost ? undetected.erase(it) : std::next(it);
   }
   const bool first = last_epoch == 0;  // the job's first epoch: formed before the simulation starts
+  const std::vector<coord::Notice> notices = membership.take_notices();
   if (membership.revoked() && !was_revoked) {
-    for (Recovery &r : recoveries) {
-      if (r.revoked < 0 && r.fault.at <= now) {
-        r.revoked = seconds(now);
-        break;
-      }
+    // The revocation goes to the fault of the peer whose loss caused it (a stopped joiner that was
+    // no member yet revokes nothing), else to the earliest one due.
+    int lost = -1;
+    for (const coord::Notice &n : notices) {
+      if (n.kind == coord::Notice::Kind::kRevoked && n.lost != 0) lost = static_cast<int>(n.lost - 1);
     }
+    auto due = [now](const Recovery &r) { return r.revoked < 0 && r.fault.at <= now; };
+    auto r = std::find_if(recoveries.begin(), recoveries.end(),
+                          [&](const Recovery &x) { return due(x) && x.fault.rank == lost; });
+    if (r == recoveries.end()) r = std::find_if(recoveries.begin(), recoveries.end(), due);
+    if (r != recoveries.end()) r->revoked = seconds(now);
   }
   was_revoked = membership.revoked();
-  const std::vector<coord::Notice> notices = membership.take_notices();
   if (membership.epoch() != last_epoch) {
     // A new epoch: when each member hears of it, and when its links are open. The one of lower
     // rank connects (TCP: a round trip), TLS 1.3 takes another, then each side says hello: the
