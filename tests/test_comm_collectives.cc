@@ -199,7 +199,10 @@ enum class Fault { kKill, kStop };
 void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place, std::vector<std::unique_ptr<Communicator>> &comms,
                          MemberProcess &victim) {
   ASSERT_EQ(comms.size(), 3u);
-  ASSERT_NE(victim.line(20s).find("size 4 epoch 1"), std::string::npos);
+  // In the same epoch as the others (its number is the coordinator's clock: "epoch 1" matched it
+  // only as a prefix, until 2033).
+  const std::string joined = victim.line(20s);
+  ASSERT_NE(joined.find("size 4 epoch " + std::to_string(comms[0]->epoch()) + "\n"), std::string::npos) << joined;
   std::vector<std::vector<float>> send(3), recv(3), send_before(3), recv_before(3);
   std::vector<int> multiplier(3);
   for (size_t k = 0; k < 3; ++k) {
@@ -268,7 +271,10 @@ TEST_F(CollectivesTest, ConcurrentOperationsWithOneFailing) {
   MemberProcess victim(port_, pki_.node("victim"));
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
-  ASSERT_NE(victim.line(20s).find("size 4 epoch 1"), std::string::npos);
+  // In the same epoch as the others (its number is the coordinator's clock: "epoch 1" matched it
+  // only as a prefix, until 2033).
+  const std::string joined = victim.line(20s);
+  ASSERT_NE(joined.find("size 4 epoch " + std::to_string(comms[0]->epoch()) + "\n"), std::string::npos) << joined;
   const size_t counts[3] = {4096, kBig / 4, 4096};
   victim.command("batch " + std::to_string(counts[0]) + " " + std::to_string(counts[1]) + " " + std::to_string(counts[2]));
   std::vector<std::vector<std::vector<float>>> buf(3);
