@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codec/wire.h"
@@ -103,6 +104,14 @@ std::vector<std::string> split(const std::string &s, char sep) {
   std::stringstream in(s);
   for (std::string part; std::getline(in, part, sep);) out.push_back(part);
   return out;
+}
+
+// WHO@SECONDS (--kill, --freeze, --join): WHO, and the virtual time.
+std::pair<std::string, sim::Time> parse_at(const std::string &option, const std::string &text, const char *who) {
+  const std::vector<std::string> at = split(text, '@');
+  const double t = at.size() == 2 ? std::atof(at[1].c_str()) : -1;
+  if (at.size() != 2 || !(t >= 0) || t > 1e6) usage_error(option + " takes " + who + "@SECONDS");
+  return {at[0], static_cast<sim::Time>(t * 1e9)};
 }
 
 // The kernels' rates on the project's 2-core development machine: `python3 bench/sim/cpu_rates.py`
@@ -209,20 +218,16 @@ int run(int argc, char **argv) {
         *slot = gbs * 1e9;
       }
     } else if (a == "--kill" || a == "--freeze") {
-      const std::vector<std::string> at = split(value(), '@');
-      const double t = at.size() == 2 ? std::atof(at[1].c_str()) : -1;
-      if (at.size() != 2 || !(t >= 0) || t > 1e6) usage_error(a + " takes RANK@SECONDS");
+      const auto [rank, at] = parse_at(a, value(), "RANK");
       sim::Fault f;
       f.kind = a == "--kill" ? sim::Fault::Kind::kKill : sim::Fault::Kind::kFreeze;
-      f.rank = parse_int(at[0], 0, 1 << 16);
-      f.at = static_cast<sim::Time>(t * 1e9);
+      f.rank = parse_int(rank, 0, 1 << 16);
+      f.at = at;
       work.faults.push_back(f);
     } else if (a == "--join") {
-      const std::vector<std::string> at = split(value(), '@');
-      const double t = at.size() == 2 ? std::atof(at[1].c_str()) : -1;
-      if (at.size() != 2 || !(t >= 0) || t > 1e6) usage_error("--join takes HOST@SECONDS");
-      join_hosts.push_back(at[0]);
-      work.joins.push_back({0, static_cast<sim::Time>(t * 1e9)});
+      const auto [host, at] = parse_at(a, value(), "HOST");
+      join_hosts.push_back(host);
+      work.joins.push_back({0, at});
     } else if (a == "--state") work.state_bytes = parse_size(value());
     else if (a == "--heartbeat") work.heartbeat = sim::Time{parse_int(value(), 10, 3600000)} * 1000000;
     else if (a == "--peer-timeout") work.peer_timeout = sim::Time{parse_int(value(), 10, 3600000)} * 1000000;
@@ -285,11 +290,10 @@ int run(int argc, char **argv) {
     std::printf("%14s %12s %10s %10s %10s %10s %9s\n", "size(B)", "count", "time(ms)", "data(ms)", "algbw(GB/s)",
                 "busbw(GB/s)", "losses");
   }
-  // The hosts with a peer: the ranks', then the joiners' not among them.
+  // The hosts with a peer: the ranks', then the joiners' (each on a host of its own, or the
+  // simulation refuses them).
   std::vector<int> peer_hosts = ranks;
-  for (const sim::Join &j : work.joins) {
-    if (std::find(peer_hosts.begin(), peer_hosts.end(), j.host) == peer_hosts.end()) peer_hosts.push_back(j.host);
-  }
+  for (const sim::Join &j : work.joins) peer_hosts.push_back(j.host);
   bool first = true;
   int rc = 0;
   sim::Report last;
