@@ -3,7 +3,8 @@
 TLS. Asserts what cannot flake: every result exact (INT8: within its bound), no all-reduce faster
 than the links allow (a peer's wire bytes per second at most the link rate), none quicker than the delays allow
 (at least two one-way delays: the data must cross a link, then DONE and COMMIT cross one each),
-and the forwarder saw the traffic. Then the small validation of wccl-sim (docs/sim.md): the same
+the forwarder saw the traffic, and no device dropped a packet before the forwarder read it (only
+the topology's queues drop). Then the small validation of wccl-sim (docs/sim.md): the same
 topology and cases simulated, printed next to the measurement, and the one bound that cannot
 flake asserted: the simulation is no slower than the emulator by more than half (a loaded machine
 only slows the emulator). Skips (77) without root or /dev/net/tun.
@@ -54,6 +55,7 @@ def main():
         assert r["time_us"] >= 2 * ONE_WAY_S * 1e6, f"quicker than the delays: {r}"
     for host, c in counters.items():
         assert c["delivered(B)"] > 2 * 4 * 2**20, f"{host} received too little: {c}"
+        assert c["dev-drop"] == 0, f"{host}'s device dropped packets the topology did not: {c}"
     print("size wire algo emulator(ms) wccl-sim(ms) sim/emulator")
     with tempfile.NamedTemporaryFile("w", suffix=".wan") as topo:
         topo.write(TOPOLOGY)

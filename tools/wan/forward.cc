@@ -25,6 +25,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +51,13 @@
 namespace {
 
 constexpr size_t kMaxInFlight = size_t{1} << 30;  // packet buffers on the emulated paths, in bytes
+// Each device's transmit queue, in packets. The kernel drops what a host sends while its device's
+// queue is full, before the forwarder reads it: a loss the topology does not have, and one that
+// comes with CPU contention. The default (500) overflowed under four unpaced TCP windows whenever
+// this thread was descheduled for a moment (hundreds of retransmissions per host and second at
+// 250 Mbit/s, docs/wan.md); this holds every socket's share of the device many times over, so the
+// topology's queues are the only drops.
+constexpr int kDeviceQueuePackets = 1 << 15;
 
 struct Counters {
   uint64_t sent = 0, sent_bytes = 0;            // read from this host's device
@@ -104,6 +112,12 @@ int open_tun(const std::string &name) {
   ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
   std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name.c_str());
   if (ioctl(fd, TUNSETIFF, &ifr) < 0) fail_errno("TUNSETIFF " + name);
+  const int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) fail_errno("socket");
+  ifr.ifr_qlen = kDeviceQueuePackets;
+  const int set = ioctl(sock, SIOCSIFTXQLEN, &ifr);
+  close(sock);
+  if (set < 0) fail_errno("SIOCSIFTXQLEN " + name);
   return fd;
 }
 

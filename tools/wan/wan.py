@@ -53,6 +53,8 @@ class Wan:
         self.log = Path(log) if log else Path("/run/wccl-wan/forwarder.log")
         self.hosts = {}
         self.names = []  # the topology's hosts, in order, kept after down() for counters()
+        self.devices = {}  # host: its device
+        self.device_drops = {}  # host: packets its device dropped before the forwarder read them
         self.proc = None
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -77,6 +79,7 @@ class Wan:
                 sh("ip", "netns", "del", ns, check=False)
                 sh("ip", "netns", "add", ns)
                 self.hosts[name] = (address, ns)
+                self.devices[name] = device
                 sh("ip", "link", "set", device, "netns", ns)
                 sh("ip", "link", "set", "lo", "up", netns=ns)
                 sh("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", netns=ns, check=False)
@@ -91,6 +94,11 @@ class Wan:
 
     def down(self):
         """Stops the forwarder (it writes its counters to the log) and removes the namespaces."""
+        for name, (_, ns) in self.hosts.items():  # while the devices exist: they go with the forwarder
+            got = subprocess.run(["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{self.devices[name]}/statistics/tx_dropped"],
+                                 capture_output=True, text=True)
+            if got.returncode == 0 and got.stdout.strip().isdigit():
+                self.device_drops[name] = int(got.stdout)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -103,13 +111,15 @@ class Wan:
         self.hosts = {}
 
     def counters(self):
-        """The forwarder's per-host counters, once it has stopped: {host: {column: int}}."""
+        """The forwarder's per-host counters, once it has stopped: {host: {column: int}}, with
+        "dev-drop": what the host's device dropped before the forwarder read it (its transmit queue
+        was full), which the topology does not have (forward.cc, kDeviceQueuePackets)."""
         lines = [l.split() for l in self.log.read_text().splitlines()]
         head = next((l for l in lines if l and l[0] == "host"), None)
         if head is None:
             return {}
-        return {l[0]: dict(zip(head[1:], map(int, l[1:]))) for l in lines
-                if len(l) == len(head) and l[0] in self.names}
+        return {l[0]: dict(zip(head[1:], map(int, l[1:])), **{"dev-drop": self.device_drops.get(l[0], -1)})
+                for l in lines if len(l) == len(head) and l[0] in self.names}
 
     def __enter__(self):
         return self.up()
