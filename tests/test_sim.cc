@@ -162,6 +162,38 @@ TEST(SimNetwork, AnIdleStreamRestartsFromTheInitialWindow) {
   }
 }
 
+TEST(SimNetwork, StartingWindowsThatOverflowTheQueueLoseTheirTail) {
+  // 10 Gbit/s and 50 ms: the path holds 62 MB, so only a burst can overflow the queue. Four
+  // streams grown to 2 MiB windows go idle, then a 12 MiB message starts them all at once: 8 MiB
+  // of windows into the queue. Into 4 MiB, each gets its quarter in and loses the rest: its first
+  // round carries 1 MiB, its window halves (Reno), and the message takes three round trips' starts.
+  // Into 16 MiB, nothing is lost: two.
+  const double rate = 10e9 / 8 * kMss / 9000;
+  for (size_t queue : {size_t{4} << 20, size_t{16} << 20}) {
+    Topology t = pair("10gbit");
+    t.queue_bytes = queue;
+    Engine e(0);
+    TcpOptions o;
+    o.window_bytes = 2 << 20;
+    o.cc = TcpOptions::Cc::kReno;
+    Network net(e, t, o);
+    (void)send_one(e, net, 64 << 20);
+    for (int k = 0; k < 4; ++k) ASSERT_NEAR(net.cwnd(0, 1, k), 2 << 20, 1);
+    const uint64_t before = net.losses();
+    const Timing got = send_one(e, net, 12 << 20);
+    if (queue == size_t{4} << 20) {
+      EXPECT_EQ(net.losses() - before, 4u);
+      // Each window grows by a segment per window acknowledged (Reno): round two carries one more
+      // each, and the three rounds leave 1 MiB and three segments.
+      EXPECT_NEAR(got.sent, 2 * 0.05 + ((4 << 20) - 4 * kMss) / rate, 1e-5);
+      for (int k = 0; k < 4; ++k) EXPECT_NEAR(net.cwnd(0, 1, k), (1 << 20) + 3 * kMss, 0.1 * kMss);
+    } else {
+      EXPECT_EQ(net.losses(), before);
+      EXPECT_NEAR(got.sent, 0.05 + (4 << 20) / rate, 1e-5);
+    }
+  }
+}
+
 Workload allreduce(size_t bytes, algo::Algo a, codec::Wire w, bool data) {
   Workload work;
   work.op.count = bytes / 4;

@@ -42,6 +42,10 @@ struct Network::Stream {
   uint64_t version = 0;    // of the pending finish event
   uint64_t generation = 0; // of the pending round event
   bool active = false;
+  // A stream that starts sends its window at once (no pacing; Network::burst).
+  bool bursting = false;  // in the round trip after it started
+  double burst = 0;       // bytes it put into the queue then
+  bool burst_lost = false;
 };
 
 struct Network::Link {
@@ -65,6 +69,8 @@ Network::Network(Engine &engine, const Topology &topo, const TcpOptions &tcp)
   up_active_.resize(n);
   down_active_.resize(n);
   up_since_.assign(n, 0);
+  up_burst_at_.assign(n, 0);
+  up_burst_queue_.assign(n, 0);
   last_arrival_.assign(n, std::vector<Time>(n, 0));
   traffic_.resize(n);
 }
@@ -167,6 +173,46 @@ void Network::send(int from, int to, size_t len, std::function<void()> sent, std
   l.uncut += len;
   l.queue.push_back(std::move(m));
   pump(l);
+  burst(l);
+}
+
+// A stream that starts puts what its window lets out into its host's uplink queue at once: Reno
+// and CUBIC are not paced, so the kernel writes a window's worth as fast as the interface takes
+// it, far faster than the WAN link drains it. Through its first round trip (until acknowledgements
+// clock it), every byte its window lets out joins that burst. The queue drains at the uplink's
+// rate; where the bursts overflow it, tail drop takes the rest of the arriving one: the stream
+// loses (once per burst) and this round carries only what got in, the lost bytes going in the next
+// round under the reduced window. A link's frames go out round robin over its streams, so their
+// bursts interleave as here.
+void Network::burst(Link &l) {
+  const Time now = engine_.now();
+  const size_t host = static_cast<size_t>(l.from);
+  const double q = static_cast<double>(topo_.queue_bytes);
+  double &queued = up_burst_queue_[host];
+  queued = std::max(0.0, queued - up_Bps_[host] * seconds(now - up_burst_at_[host]));
+  up_burst_at_[host] = now;
+  const double uncut = static_cast<double>(l.uncut) / static_cast<double>(l.streams.size());
+  std::vector<std::pair<double, Stream *>> outs;
+  for (Stream &s : l.streams) {
+    if (!s.bursting || s.burst_lost) continue;
+    const double out =
+        std::min(s.cwnd, s.sent_total - s.round_start + static_cast<double>(s.backlog) + uncut) - s.burst;
+    if (out > 0) outs.emplace_back(out, &s);
+  }
+  // The smallest bursts first: each gets at most its equal part of the room left.
+  std::sort(outs.begin(), outs.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+  size_t k = outs.size();
+  for (auto &[out, s] : outs) {
+    const double in = std::min(out, std::max(0.0, q - queued) / static_cast<double>(k--));
+    queued += in;
+    s->burst += in;
+    if (in >= out) continue;
+    s->burst_lost = true;
+    settle(*s);
+    lose(*s);
+    s->budget = std::max(0.0, s->burst - (s->sent_total - s->round_start));
+    reschedule(*s);
+  }
 }
 
 void Network::pump(Link &l) {
@@ -213,6 +259,9 @@ void Network::start(Stream &s) {
   s.since = now;
   s.rate = 0;
   s.budget = s.cwnd;
+  s.bursting = true;
+  s.burst = 0;
+  s.burst_lost = false;
   s.up_share = s.down_share = kInf;
   auto &up = up_active_[static_cast<size_t>(s.link->from)];
   if (up.empty()) up_since_[static_cast<size_t>(s.link->from)] = now;
@@ -326,6 +375,7 @@ void Network::grow(Stream &s, double acked) {
 
 void Network::round(Stream *s, uint64_t generation) {
   if (!s->active || generation != s->generation) return;
+  s->bursting = false;
   settle(*s);
   grow(*s, s->sent_total - s->round_start);
   s->budget = s->cwnd;  // a new round trip: the window's worth may go out
@@ -373,6 +423,7 @@ void Network::step(Stream *s, uint64_t version) {
   });
   if (++m->left == m->frames && m->all_cut) m->sent();
   pump(l);
+  burst(l);
   if (s->frames.empty()) {
     stop(*s);
   } else if (s->budget <= kEpsilon) {

@@ -14,12 +14,16 @@
 //           a host's standing queue (its streams' windows beyond what its link carries in a round
 //           trip) exceeds the topology's queue, each stream above its fair part of the pipe loses
 //           one at its round: cwnd shrinks by CUBIC's 0.7 (Reno's 0.5);
+//   burst   a stream that starts (after it ran out of data) puts its window into its host's uplink
+//           queue at once, as unpaced TCP does; the queue drains at the uplink's rate, and where
+//           the bursts overflow it each arriving one loses its tail (Network::burst);
 //   idle    a stream idle for longer than its retransmission timeout restarts from a smaller
 //           window (Linux's tcp_slow_start_after_idle, on by default), halving per timeout idle;
 //   queue   the standing queue at the path's bottleneck (the windows in flight beyond the pipe)
 //           lengthens each round trip by queue / capacity; a frame's own wait there is in its rate.
 // Not modelled: BBR (the emulator's kernel default here), retransmission timeouts, the receive
-// window apart from window_bytes, and CPU contention between a host's peers.
+// window apart from window_bytes (its autotuning from small included), a standing queue's part in a
+// burst's overflow, and CPU contention between a host's peers.
 //
 // Within a round trip a stream sends at its share until its window's worth is out, then waits for
 // the next round trip (so a message smaller than the window crosses at the link's rate plus the
@@ -97,6 +101,7 @@ class Network {
   void grow(Stream &s, double acked);
   void step(Stream *s, uint64_t version);
   void lose(Stream &s);
+  void burst(Link &l);
   double rtt_s(const Stream &s) const;
   double queue_delay_s(const Stream &s) const;
   double standing_queue(int host, bool up) const;
@@ -110,6 +115,8 @@ class Network {
   std::vector<std::unique_ptr<Link>> closed_;  // kept: events of their streams may still be due
   std::vector<std::vector<Stream *>> up_active_, down_active_;
   std::vector<Time> up_since_;  // when the uplink last became busy
+  std::vector<double> up_burst_queue_;  // bytes of starting bursts in the uplink's queue
+  std::vector<Time> up_burst_at_;       // as of then
   std::vector<std::vector<Time>> last_arrival_;
   std::vector<HostTraffic> traffic_;
   std::mt19937_64 rng_;
