@@ -164,24 +164,45 @@ TEST(SimNetwork, AnIdleStreamRestartsFromTheInitialWindow) {
 
 TEST(SimNetwork, StartingWindowsThatOverflowTheQueueLoseTheirTail) {
   // 10 Gbit/s and 50 ms: the path holds 62 MB, so only a burst can overflow the queue. Four
-  // streams grown to 2 MiB windows go idle, then a 12 MiB message starts them all at once: 8 MiB
-  // of windows into the queue. Into 4 MiB, each gets its quarter in and loses the rest: its first
-  // round carries 1 MiB, its window halves (Reno), and the message takes three round trips' starts.
-  // Into 16 MiB, nothing is lost: two.
+  // streams grown to 2 MiB windows go idle, then a 12 MiB message starts them all at once. Idle
+  // for two round trips (everything they sent acknowledged), 8 MiB of windows go into the queue:
+  // into 4 MiB, each gets its quarter in and loses the rest, its first round carries 1 MiB, its
+  // window halves (Reno), and the message takes three round trips' starts; into 16 MiB, nothing is
+  // lost: two. Idle for a fifth of a round trip, the rest of each window is still in flight and
+  // only a fifth goes at once (1.6 MiB in all): nothing is lost, and the windows stay.
   const double rate = 10e9 / 8 * kMss / 9000;
-  for (size_t queue : {size_t{4} << 20, size_t{16} << 20}) {
+  struct Case {
+    size_t queue;
+    Time idle;
+    bool lost;
+  };
+  for (const Case c : {Case{size_t{4} << 20, kSecond / 10, true}, Case{size_t{16} << 20, kSecond / 10, false},
+                       Case{size_t{4} << 20, kSecond / 100, false}}) {
     Topology t = pair("10gbit");
-    t.queue_bytes = queue;
+    t.queue_bytes = c.queue;
     Engine e(0);
     TcpOptions o;
     o.window_bytes = 2 << 20;
     o.cc = TcpOptions::Cc::kReno;
     Network net(e, t, o);
-    (void)send_one(e, net, 64 << 20);
-    for (int k = 0; k < 4; ++k) ASSERT_NEAR(net.cwnd(0, 1, k), 2 << 20, 1);
-    const uint64_t before = net.losses();
-    const Timing got = send_one(e, net, 12 << 20);
-    if (queue == size_t{4} << 20) {
+    // The second message goes c.idle after the first one's last byte left.
+    uint64_t before = 0;
+    Time start = -1, sent = -1;
+    net.send(
+        0, 1, 64 << 20,
+        [&] {
+          e.at(e.now() + c.idle, -1, [&] {
+            for (int k = 0; k < 4; ++k) EXPECT_NEAR(net.cwnd(0, 1, k), 2 << 20, 1);
+            before = net.losses();
+            start = e.now();
+            net.send(0, 1, 12 << 20, [&] { sent = e.now(); }, [] {});
+          });
+        },
+        [] {});
+    e.run(1000 * kSecond);
+    ASSERT_GT(sent, start);
+    const Timing got{static_cast<double>(sent - start) * 1e-9};
+    if (c.lost) {
       EXPECT_EQ(net.losses() - before, 4u);
       // Each window grows by a segment per window acknowledged (Reno): round two carries one more
       // each, and the three rounds leave 1 MiB and three segments.
@@ -190,6 +211,7 @@ TEST(SimNetwork, StartingWindowsThatOverflowTheQueueLoseTheirTail) {
     } else {
       EXPECT_EQ(net.losses(), before);
       EXPECT_NEAR(got.sent, 0.05 + (4 << 20) / rate, 1e-5);
+      for (int k = 0; k < 4; ++k) EXPECT_NEAR(net.cwnd(0, 1, k), 2 << 20, 1);
     }
   }
 }

@@ -44,6 +44,7 @@ struct Network::Stream {
   bool active = false;
   // A stream that starts sends its window at once (no pacing; Network::burst).
   bool bursting = false;  // in the round trip after it started
+  double burst_room = 0;  // how much of its window could go at once then
   double burst = 0;       // bytes it put into the queue then
   bool burst_lost = false;
 };
@@ -177,13 +178,14 @@ void Network::send(int from, int to, size_t len, std::function<void()> sent, std
 }
 
 // A stream that starts puts what its window lets out into its host's uplink queue at once: Reno
-// and CUBIC are not paced, so the kernel writes a window's worth as fast as the interface takes
-// it, far faster than the WAN link drains it. Through its first round trip (until acknowledgements
-// clock it), every byte its window lets out joins that burst. The queue drains at the uplink's
-// rate; where the bursts overflow it, tail drop takes the rest of the arriving one: the stream
-// loses (once per burst) and this round carries only what got in, the lost bytes going in the next
-// round under the reduced window. A link's frames go out round robin over its streams, so their
-// bursts interleave as here.
+// and CUBIC are not paced, so the kernel writes as much as the window allows as fast as the
+// interface takes it, far faster than the WAN link drains it. That is the acknowledged part of the
+// window (burst_room: all of it after a round trip idle), and through the stream's first round
+// trip every byte within it joins the burst. The queue drains at the uplink's rate; where the
+// bursts overflow it, tail drop takes the rest of the arriving one: the stream loses (once per
+// burst) and this round carries only what got in, the lost bytes going in the next round under the
+// reduced window. A link's frames go out round robin over its streams, so their bursts interleave
+// as here.
 void Network::burst(Link &l) {
   const Time now = engine_.now();
   const size_t host = static_cast<size_t>(l.from);
@@ -196,7 +198,7 @@ void Network::burst(Link &l) {
   for (Stream &s : l.streams) {
     if (!s.bursting || s.burst_lost) continue;
     const double out =
-        std::min(s.cwnd, s.sent_total - s.round_start + static_cast<double>(s.backlog) + uncut) - s.burst;
+        std::min(s.burst_room, s.sent_total - s.round_start + static_cast<double>(s.backlog) + uncut) - s.burst;
     if (out > 0) outs.emplace_back(out, &s);
   }
   // The smallest bursts first: each gets at most its equal part of the room left.
@@ -259,7 +261,10 @@ void Network::start(Stream &s) {
   s.since = now;
   s.rate = 0;
   s.budget = s.cwnd;
+  // What goes out at once is the part of its window already acknowledged: all of it after a round
+  // trip idle; sooner, the rest is still in flight, and acknowledgements clock it out.
   s.bursting = true;
+  s.burst_room = s.last_active < 0 ? s.cwnd : s.cwnd * std::min(1.0, seconds(now - s.last_active) / rtt_s(s));
   s.burst = 0;
   s.burst_lost = false;
   s.up_share = s.down_share = kInf;

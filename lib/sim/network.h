@@ -14,9 +14,10 @@
 //           a host's standing queue (its streams' windows beyond what its link carries in a round
 //           trip) exceeds the topology's queue, each stream above its fair part of the pipe loses
 //           one at its round: cwnd shrinks by CUBIC's 0.7 (Reno's 0.5);
-//   burst   a stream that starts (after it ran out of data) puts its window into its host's uplink
-//           queue at once, as unpaced TCP does; the queue drains at the uplink's rate, and where
-//           the bursts overflow it each arriving one loses its tail (Network::burst);
+//   burst   a stream that starts (after it ran out of data) puts the acknowledged part of its
+//           window (all of it after a round trip idle) into its host's uplink queue at once, as
+//           unpaced TCP does; the queue drains at the uplink's rate, and where the bursts
+//           overflow it each arriving one loses its tail (Network::burst);
 //   idle    a stream idle for longer than its retransmission timeout restarts from a smaller
 //           window (Linux's tcp_slow_start_after_idle, on by default), halving per timeout idle;
 //   queue   the standing queue at the path's bottleneck (the windows in flight beyond the pipe)
