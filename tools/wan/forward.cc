@@ -54,9 +54,9 @@ constexpr size_t kMaxInFlight = size_t{1} << 30;  // packet buffers on the emula
 // Each device's transmit queue, in packets. The kernel drops what a host sends while its device's
 // queue is full, before the forwarder reads it: a loss the topology does not have, and one that
 // comes with CPU contention. The default (500) overflowed under four unpaced TCP windows whenever
-// this thread was descheduled for a moment (hundreds of retransmissions per host and second at
-// 250 Mbit/s, docs/wan.md); this holds every socket's share of the device many times over, so the
-// topology's queues are the only drops.
+// this thread was descheduled for a moment (400-650 retransmissions per host in 10 s at 250 Mbit/s,
+// docs/wan.md); this holds every socket's share of the device many times over, so the topology's
+// queues are the only drops.
 constexpr int kDeviceQueuePackets = 1 << 15;
 
 struct Counters {
