@@ -17,6 +17,19 @@ constexpr double kEpsilon = 1e-6;                                    // bytes: l
 
 Time ns(double s) { return static_cast<Time>(std::ceil(s * 1e9)); }
 
+// Shares `room` among the asks (max-min fairness): the smallest first, each at most its equal part
+// of what is left. Calls give(item, ask, got) for each.
+template <typename T, typename Give>
+void water_fill(std::vector<std::pair<double, T>> &asks, double room, Give give) {
+  std::sort(asks.begin(), asks.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+  size_t k = asks.size();
+  for (auto &[ask, item] : asks) {
+    const double got = std::min(ask, room / static_cast<double>(k--));
+    room -= got;
+    give(item, ask, got);
+  }
+}
+
 }  // namespace
 
 struct Network::Message {
@@ -189,32 +202,30 @@ void Network::send(int from, int to, size_t len, std::function<void()> sent, std
 void Network::burst(Link &l) {
   const Time now = engine_.now();
   const size_t host = static_cast<size_t>(l.from);
-  const double q = static_cast<double>(topo_.queue_bytes);
+  const auto bursts = [](const Stream &s) { return s.bursting && !s.burst_lost; };
+  if (std::none_of(l.streams.begin(), l.streams.end(), bursts)) return;  // the common case
   double &queued = up_burst_queue_[host];
   queued = std::max(0.0, queued - up_Bps_[host] * seconds(now - up_burst_at_[host]));
   up_burst_at_[host] = now;
   const double uncut = static_cast<double>(l.uncut) / static_cast<double>(l.streams.size());
   std::vector<std::pair<double, Stream *>> outs;
   for (Stream &s : l.streams) {
-    if (!s.bursting || s.burst_lost) continue;
+    if (!bursts(s)) continue;
     const double out =
         std::min(s.burst_room, s.sent_total - s.round_start + static_cast<double>(s.backlog) + uncut) - s.burst;
     if (out > 0) outs.emplace_back(out, &s);
   }
-  // The smallest bursts first: each gets at most its equal part of the room left.
-  std::sort(outs.begin(), outs.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
-  size_t k = outs.size();
-  for (auto &[out, s] : outs) {
-    const double in = std::min(out, std::max(0.0, q - queued) / static_cast<double>(k--));
+  const double room = std::max(0.0, static_cast<double>(topo_.queue_bytes) - queued);
+  water_fill(outs, room, [&](Stream *s, double out, double in) {
     queued += in;
     s->burst += in;
-    if (in >= out) continue;
+    if (in >= out) return;
     s->burst_lost = true;
     settle(*s);
     lose(*s);
     s->budget = std::max(0.0, s->burst - (s->sent_total - s->round_start));
     reschedule(*s);
-  }
+  });
 }
 
 void Network::pump(Link &l) {
@@ -264,7 +275,8 @@ void Network::start(Stream &s) {
   // What goes out at once is the part of its window already acknowledged: all of it after a round
   // trip idle; sooner, the rest is still in flight, and acknowledgements clock it out.
   s.bursting = true;
-  s.burst_room = s.last_active < 0 ? s.cwnd : s.cwnd * std::min(1.0, seconds(now - s.last_active) / rtt_s(s));
+  s.burst_room = s.last_active < 0 ? s.cwnd
+                                    : s.cwnd * std::min(1.0, seconds(now - s.last_active) / rtt_s(s));
   s.burst = 0;
   s.burst_lost = false;
   s.up_share = s.down_share = kInf;
@@ -325,20 +337,16 @@ void Network::share(int host, bool up) {
   std::vector<std::pair<double, Stream *>> asks;
   asks.reserve(streams.size());
   for (Stream *s : streams) asks.emplace_back(s->budget > kEpsilon ? kInf : 0.0, s);
-  std::sort(asks.begin(), asks.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
-  double left = up ? up_Bps_[static_cast<size_t>(host)] : down_Bps_[static_cast<size_t>(host)];
-  size_t k = asks.size();
-  for (auto &[ask, s] : asks) {
-    const double give = std::min(ask, left / static_cast<double>(k--));
-    left -= give;
-    (up ? s->up_share : s->down_share) = give;
-    const double rate = std::min(s->up_share, s->down_share);
-    if (rate != s->rate) {
-      settle(*s);
-      s->rate = rate;
-      reschedule(*s);
-    }
-  }
+  water_fill(asks, up ? up_Bps_[static_cast<size_t>(host)] : down_Bps_[static_cast<size_t>(host)],
+             [&](Stream *s, double, double got) {
+               (up ? s->up_share : s->down_share) = got;
+               const double rate = std::min(s->up_share, s->down_share);
+               if (rate != s->rate) {
+                 settle(*s);
+                 s->rate = rate;
+                 reschedule(*s);
+               }
+             });
 }
 
 void Network::lose(Stream &s) {
