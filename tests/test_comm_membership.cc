@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include "comm_fixture.h"
 
 namespace wccl::comm {
@@ -60,6 +62,32 @@ TEST_F(CommFourTest, FrozenMemberProcessIsLostAfterPeerTimeout) {
   ASSERT_EQ(comms.size(), 3u);
   EXPECT_NE(victim.line(10s).find("size 4 epoch " + std::to_string(comms[0]->epoch())), std::string::npos);
   member_fault(*this, Fault::kStop, comms, victim);
+}
+
+// A joiner frozen past peer_timeout_ms while it waits for admission is forgotten by the
+// coordinator; thawed, it hears so from its next heartbeat and registers again, so the members'
+// next update admits it (the churn soak's p63 waited out its 600 s join_timeout_ms instead).
+TEST_F(CommFourTest, AJoinerFrozenPastPeerTimeoutIsAdmittedAtTheNextUpdate) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  const uint64_t first = comms[0]->epoch();
+  auto every_member_hears = [&](int joiners) {
+    const auto deadline = Clock::now() + 5s;
+    while (Clock::now() < deadline) {
+      if (std::all_of(comms.begin(), comms.end(), [&](const auto &c) { return c->pending() == joiners; })) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  };
+  MemberProcess joiner(port_, pki_.node("joiner"));
+  ASSERT_TRUE(every_member_hears(1)) << "the joiner did not register";
+  joiner.signal(SIGSTOP);
+  ASSERT_TRUE(every_member_hears(0)) << "a joiner silent for peer_timeout_ms is forgotten";
+  joiner.signal(SIGCONT);
+  EXPECT_TRUE(every_member_hears(1)) << "the thawed joiner did not register again";
+  for (const Status &st : update_all(raw(comms))) EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_NE(joiner.line(5s).find("size 5 epoch " + std::to_string(first + 1)), std::string::npos);
+  for (auto &c : comms) EXPECT_EQ(c->size(), 5);
 }
 
 TEST_F(CommTest, GracefulLeaveFailsNobody) {

@@ -189,8 +189,11 @@ Actions MemberView::on_message(const ControlMessage &m) {
       fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer was removed from epoch %llu: %s",
                                 static_cast<unsigned long long>(epoch_), m.text.c_str()),
                      &out);
-      if (call_ == Call::kUpdate) {
-        // The UPDATE it sent was forgotten with it: sent again, it re-registers this peer.
+      if (call_ == Call::kUpdate || call_ == Call::kJoin) {
+        // The UPDATE it sent, or its JOIN (a joiner silent for peer_timeout_ms while it waited,
+        // frozen or descheduled), was forgotten with it: an UPDATE re-registers this peer, and
+        // repeated while it waits, it only refreshes its liveness. The epoch that admits it answers
+        // the call.
         Action a;
         a.message = message(MessageType::kUpdate);
         a.message.epoch = epoch_;

@@ -346,8 +346,8 @@ void Membership::lose(PeerId id, const std::string &reason) {
   const bool member = is_member(id);
   forget(id);
   // Marked lost, a peer never comes back as a member of this epoch, and its next update
-  // re-registers it: a joiner too, whose UPDATE (a lost member's, re-registered, waits as one)
-  // is repeated when it hears it was removed after a freeze longer than peer_timeout.
+  // re-registers it: a joiner too (a newcomer, or a lost member waiting again), which sends an
+  // UPDATE when its heartbeat after a freeze longer than peer_timeout earns it a kRemoved.
   remember_lost(id, info);
   if (!member) return;
   revoke(id, info.name + ": " + reason);
