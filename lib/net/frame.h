@@ -58,6 +58,17 @@ struct FrameHeader {
 inline constexpr uint32_t kMinStripeBytes = 16u << 10;
 uint32_t stripe_frame_bytes(uint64_t msg_len, int streams, uint32_t frame_bytes);
 
+// What each TCP connection's kernel holds unsent at most (TCP_NOTSENT_LOWAT). A frame goes to a
+// stream whose writes have room (LinkState::pump: less than frame_bytes of them unfinished), it
+// reaches the peer after everything queued ahead of it on that stream, and the receiver needs
+// every frame of a message. With the kernel's autotuned send buffer (up to tcp_wmem's 4 MB) a
+// stream whose window a loss had just halved took as much as the others, each message waited for
+// the slowest stream's queue, and a link ran at the pace of its slowest stream: a 256 MiB ring
+// all-reduce over four Reno streams on the WAN emulator reached 67% of the link. With a short
+// queue ahead of each frame a slow stream takes fewer frames, and the same run reaches about 90%
+// (docs/wan.md). 128 KiB lasts a millisecond at 1 GB/s, ample time for the loop to refill it.
+inline constexpr int kUnsentBytes = 128 << 10;
+
 void encode_header(const FrameHeader &h, uint8_t out[kFrameHeaderBytes]);
 
 // Decodes and validates: magic, then version (a mismatch names both versions), then every other

@@ -76,10 +76,12 @@ void LinkState::do_recv(const MessageKey &key, RecvOp op) {
   }
 }
 
-// Cuts frames off the queued messages while some stream has room in its write window.
+// Cuts frames off the queued messages while some stream has room in its write window: less than
+// one frame_bytes of its writes unfinished (not yet taken by its socket, which itself holds at most
+// kUnsentBytes unsent), so a frame is queued behind little and a slower stream takes fewer.
 void LinkState::pump() {
   if (state_ != State::kOpen) return;
-  const size_t window = 2 * static_cast<size_t>(core_->opt.frame_bytes);
+  const size_t window = core_->opt.frame_bytes;
   while (next_cut_ != sends_.end()) {
     Stream *s = nullptr;
     for (int i = 0; i < stream_count_; ++i) {

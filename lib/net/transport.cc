@@ -153,6 +153,7 @@ void Core::configure_socket(uv_tcp_t *tcp) {
     // a cut path), instead of TCP's default of about 15 minutes.
     const unsigned user_timeout = static_cast<unsigned>(opt.io_timeout.count());
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+    setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kUnsentBytes, sizeof(kUnsentBytes));
   }
   if (opt.sock_buf_bytes > 0) {
     set_buffer_sizes(reinterpret_cast<uv_handle_t *>(tcp), opt.sock_buf_bytes);

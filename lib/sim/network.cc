@@ -234,13 +234,13 @@ void Network::pump(Link &l) {
     Stream *s = nullptr;
     for (int i = 0; i < n; ++i) {
       Stream &c = l.streams[static_cast<size_t>((l.next + i) % n)];
-      if (c.backlog < 2 * tcp_.frame_bytes) {
+      if (c.backlog < tcp_.frame_bytes + net::kUnsentBytes) {
         s = &c;
         l.next = (l.next + i + 1) % n;
         break;
       }
     }
-    if (s == nullptr) return;  // every stream has two frames: a finish calls back in
+    if (s == nullptr) return;  // every stream's writes are full: a finish calls back in
     const std::shared_ptr<Message> m = l.queue.front();
     const size_t frame = std::min<size_t>(
         net::stripe_frame_bytes(m->len, n, static_cast<uint32_t>(tcp_.frame_bytes)), m->len - m->cut);

@@ -1,7 +1,8 @@
 // The simulated WAN (docs/sim.md): hosts with an uplink and a downlink, paths with a one-way
 // delay, jitter and loss (sim/topology.h), and between every pair of hosts a link of `streams` TCP
 // connections, as lib/net makes them. A link cuts its messages into frames as the transport does
-// (net::stripe_frame_bytes, round robin over the streams with room for two frames), and each TCP
+// (net::stripe_frame_bytes, round robin over the streams with room: less than frame_bytes plus
+// the kernel's net::kUnsentBytes waiting to leave), and each TCP
 // stream is a fluid flow:
 //
 //   rate    the smaller of its fair shares of the sender's uplink and of the receiver's downlink
