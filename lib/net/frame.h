@@ -64,7 +64,7 @@ uint32_t stripe_frame_bytes(uint64_t msg_len, int streams, uint32_t frame_bytes)
 // every frame of a message. With the kernel's autotuned send buffer (up to tcp_wmem's 4 MB) a
 // stream whose window a loss had just halved took as much as the others, each message waited for
 // the slowest stream's queue, and a link ran at the pace of its slowest stream: a 256 MiB ring
-// all-reduce over four Reno streams on the WAN emulator reached 67% of the link. With a short
+// all-reduce over four Reno streams on the WAN emulator reached 68% of the link. With a short
 // queue ahead of each frame a slow stream takes fewer frames, and the same run reaches about 90%
 // (docs/wan.md). 128 KiB lasts a millisecond at 1 GB/s, ample time for the loop to refill it.
 inline constexpr int kUnsentBytes = 128 << 10;
