@@ -95,8 +95,7 @@ class Wan:
     def down(self):
         """Stops the forwarder (it writes its counters to the log) and removes the namespaces."""
         for name, (_, ns) in self.hosts.items():  # while the devices exist: they go with the forwarder
-            got = subprocess.run(["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{self.devices[name]}/statistics/tx_dropped"],
-                                 capture_output=True, text=True)
+            got = sh("cat", f"/sys/class/net/{self.devices[name]}/statistics/tx_dropped", netns=ns, check=False)
             if got.returncode == 0 and got.stdout.strip().isdigit():
                 self.device_drops[name] = int(got.stdout)
         if self.proc is not None and self.proc.poll() is None:
