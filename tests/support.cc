@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 extern char **environ;
@@ -93,6 +95,11 @@ Status Done::wait(std::chrono::milliseconds timeout) {
     return WCCL_ERROR(WCCL_ERR_TIMEOUT, "test wait of %lld ms expired", static_cast<long long>(timeout.count()));
   }
   return state_->status;
+}
+
+size_t large_bytes(size_t full) {
+  const char *cap = std::getenv("WCCL_TEST_LARGE_BYTES");
+  return cap != nullptr ? std::min<size_t>(full, std::strtoull(cap, nullptr, 10)) : full;
 }
 
 int connect_loopback(int port) {

@@ -80,6 +80,10 @@ class Done {
   std::shared_ptr<DoneState> state_ = std::make_shared<DoneState>();
 };
 
+// The size of a test's large transfer: `full`, or less where WCCL_TEST_LARGE_BYTES caps it. The
+// sanitizer runs in CI cap it: the same schedules and code paths, with fewer bytes to check.
+size_t large_bytes(size_t full);
+
 // A plain TCP socket connected to 127.0.0.1:port, reads timing out after 10 s (for hand-made
 // peers that speak raw bytes). -1 (and a test failure) if it cannot connect.
 int connect_loopback(int port);

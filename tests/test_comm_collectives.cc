@@ -18,12 +18,8 @@ namespace {
 using algo::Collective;
 using algo::Kind;
 
-// F32 elements of the large all-reduce: 256 MiB, or WCCL_TEST_ALLREDUCE_BYTES (the ThreadSanitizer
-// run uses less: it runs the same schedules, only slower).
-const size_t kBig = [] {
-  const char *bytes = std::getenv("WCCL_TEST_ALLREDUCE_BYTES");
-  return (bytes != nullptr ? std::strtoull(bytes, nullptr, 10) : size_t{256} << 20) / sizeof(float);
-}();
+// F32 elements of the large all-reduce: 256 MiB, or less under WCCL_TEST_LARGE_BYTES.
+const size_t kBig = test::large_bytes(size_t{256} << 20) / sizeof(float);
 
 float pattern(int multiplier, size_t i) { return static_cast<float>(multiplier * static_cast<int>(i % 251 + 1)); }
 
