@@ -23,9 +23,11 @@
 //           window (Linux's tcp_slow_start_after_idle, on by default), halving per timeout idle;
 //   queue   the standing queue at the path's bottleneck (the windows in flight beyond the pipe)
 //           lengthens each round trip by queue / capacity; a frame's own wait there is in its rate.
-// Not modelled: BBR (the emulator's kernel default here), retransmission timeouts, the receive
-// window apart from window_bytes (its autotuning from small included), a standing queue's part in a
-// burst's overflow, and CPU contention between a host's peers.
+// Not modelled: a loss's cost beyond the window cut (seen a round trip later, the stream's later
+// bytes held until the repair: docs/sim.md), BBR (the emulator's kernel default here),
+// retransmission timeouts, the receive window apart from window_bytes (its autotuning from small
+// included), a standing queue's part in a burst's overflow, and CPU contention between a host's
+// peers.
 //
 // Within a round trip a stream sends at its share until its window's worth is out, then waits for
 // the next round trip (so a message smaller than the window crosses at the link's rate plus the
