@@ -190,8 +190,8 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
 
 enum class Fault { kKill, kStop };
 
-// Three members in this process, one in its own process that is killed or frozen while a 256 MiB
-// all-reduce is under way.
+// Three members in this process, one in its own process that is killed or frozen while the large
+// all-reduce (kBig elements) is under way.
 void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place, std::vector<std::unique_ptr<Communicator>> &comms,
                          MemberProcess &victim) {
   ASSERT_EQ(comms.size(), 3u);
