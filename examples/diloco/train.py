@@ -376,7 +376,7 @@ class Log:
     def joined(self) -> None:
         t = self.t
         self.write({"event": "joined", "node": self.args.node_name, "mode": self.args.mode, "step": t.pos.step,
-                    "nodes": t.nodes, "params": t.n_params, "time": time.time() - self.start},
+                    "nodes": t.nodes, "params": t.n_params, "device": str(t.device), "time": time.time() - self.start},
                    f"[{self.args.node_name}] joined at outer step {t.pos.step}: {t.nodes} nodes, "
                    f"{t.n_params} parameters over {t.local_size} local ranks")
         if self.bar:

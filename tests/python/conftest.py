@@ -118,3 +118,34 @@ def spawn(coordinators, pki):
     yield start
     codes = close_all(peers)
     assert all(code == 0 for p, code in zip(peers, codes) if not p.killed), f"a peer failed to leave: {codes}"
+
+
+@pytest.fixture
+def members(coordinators, pki):
+    """members(n, fn): runs fn(comm) on n in-process members of one epoch, on threads; returns the
+    results by rank, or raises the first member's exception."""
+
+    def run(n, fn):
+        coord = coordinators(min_peers=n)
+        config = {"coordinator": f"127.0.0.1:{coord.port}", "listen": "127.0.0.1:0", "log_level": "error", **pki}
+        results, errors = {}, []
+
+        def member():
+            try:
+                with wccl.Communicator(**config) as comm:
+                    assert comm.size == n
+                    results[comm.rank] = fn(comm)
+            except BaseException as e:  # re-raised on the test's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=member) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a member hung"
+        if errors:
+            raise errors[0]
+        return [results[r] for r in range(n)]
+
+    return run

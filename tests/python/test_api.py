@@ -1,8 +1,6 @@
 """The Pythonic layer in one process: members on threads, every collective on numpy arrays and torch
 tensors, requests, and the errors a caller meets."""
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -14,37 +12,6 @@ except ImportError:  # torch is optional: its tests skip
     torch = None
 
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
-
-
-@pytest.fixture
-def members(coordinators, pki):
-    """members(n, fn): runs fn(comm) on n in-process members of one epoch, on threads; returns the
-    results by rank, or raises the first member's exception."""
-
-    def run(n, fn):
-        coord = coordinators(min_peers=n)
-        config = {"coordinator": f"127.0.0.1:{coord.port}", "listen": "127.0.0.1:0", "log_level": "error", **pki}
-        results, errors = {}, []
-
-        def member():
-            try:
-                with wccl.Communicator(**config) as comm:
-                    assert comm.size == n
-                    results[comm.rank] = fn(comm)
-            except BaseException as e:  # re-raised on the test's thread
-                errors.append(e)
-
-        threads = [threading.Thread(target=member) for _ in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not any(t.is_alive() for t in threads), "a member hung"
-        if errors:
-            raise errors[0]
-        return [results[r] for r in range(n)]
-
-    return run
 
 
 def test_every_collective_on_numpy(members):
@@ -171,24 +138,3 @@ def test_tensors_on_other_devices_are_refused(members):
     assert members(1, fn) == [True]
 
 
-# CUDA tensors go to the library as device pointers, ordered after torch's current stream.
-@pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs torch with a CUDA device")
-def test_cuda_tensors(members):
-    def fn(comm):
-        t = torch.full((1000,), comm.rank + 1.0, device="cuda")
-        comm.allreduce(t, wire=wccl.Wire.INT8)  # ordered after the current stream's work
-        return t.cpu()
-
-    for t in members(2, fn):
-        assert t.tolist() == [3.0] * 1000
-
-
-@pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs torch with a CUDA device")
-def test_cuda_tensors_in_sync_state(members):
-    def fn(comm):
-        w = torch.arange(100000, dtype=torch.float32, device="cuda") * (comm.rank == 0)
-        stats = comm.sync_state({"w": w}, revision=5 if comm.rank == 0 else 0)
-        return stats.revision, float(w.sum().item())
-
-    want = float(sum(range(100000)))
-    assert members(2, fn) == [(5, want), (5, want)]

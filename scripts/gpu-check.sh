@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The prepared GPU check, for the first day a machine with an NVIDIA GPU is at hand (under 10
+# minutes on one GPU). It builds wccl with CUDA in BUILD_DIR (default build-gpu), then runs:
+#   kernels  tests/test_gpu_kernels: every GPU kernel against its CPU oracle, bit for bit, none skipped
+#   python   tests/python/test_cuda.py: every collective, wire, algorithm and dtype on CUDA tensors
+#            against the same on CPU tensors, bit for bit; stream ordering; state sync
+#   bench    bench_codec: the GPU kernels' rows next to the CPU tiers' INT8 rows and memcpy
+#   trainer  examples/diloco with --device cuda: two nodes of one local rank sharing the GPU, TLS,
+#            INT8 wire; both must end with the same model
+# and prints one summary line per step. On a machine without a GPU it says so and exits 0; it exits
+# 1 when a step failed. Logs go to GPU_CHECK_OUT (default BUILD_DIR/gpu-check).
+#
+#   PYTHON   the interpreter with torch (a CUDA build), numpy and pytest: default .venv/bin/python
+#            when its torch sees a GPU, else python3
+#   WCCL_GPU_CHECK_PREBUILT=1   use BUILD_DIR as it is (configured elsewhere with -Dcuda=enabled,
+#            e.g. on a machine without the GPU), build nothing
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+build="${BUILD_DIR:-build-gpu}"
+out="${GPU_CHECK_OUT:-$build/gpu-check}"
+
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU on this machine (nvidia-smi finds none): nothing to check"
+  exit 0
+fi
+gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+echo "gpu-check: $gpu"
+
+if [ "${WCCL_GPU_CHECK_PREBUILT:-0}" != 1 ]; then
+  BUILD_DIR="$build" MESON_ARGS="-Dcuda=enabled -Dfuzz=disabled" scripts/build.sh || {
+    echo "gpu-check: FAIL build (BUILD_DIR=$build, -Dcuda=enabled)"; exit 1; }
+fi
+mkdir -p "$out"
+export build out
+export PYTHONPATH="$root/$build/bindings/python${PYTHONPATH:+:$PYTHONPATH}" WCCL_LIBRARY="$root/$build/lib/libwccl.so"
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  if [ -x .venv/bin/python ] && .venv/bin/python -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2> /dev/null; then
+    PYTHON=.venv/bin/python
+  fi
+fi
+export PYTHON
+
+summary=()
+failed=0
+# step NAME SECONDS COMMAND...: runs COMMAND with its output in $out/NAME.log, within SECONDS.
+step() {
+  local name="$1" limit="$2" start rc
+  shift 2
+  start=$(date +%s)
+  # shellcheck disable=SC2016  # bash -c, so that a step may be one of the functions exported below
+  timeout --kill-after=10 "$limit" bash -c '"$@"' step "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  local took=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ]; then
+    summary+=("PASS  $name (${took}s)")
+  else
+    local why="rc $rc"
+    [ $rc -eq 124 ] && why="timed out after ${limit}s"
+    summary+=("FAIL  $name (${took}s, $why): log $out/$name.log")
+    failed=1
+    tail -n 30 "$out/$name.log" | sed "s/^/  $name| /"
+  fi
+}
+
+# The GPU kernels: a run that skips (CUDA sees no device) is a failure here.
+kernels() {
+  "$build/tests/test_gpu_kernels" --gtest_color=no || return 1
+}
+export -f kernels
+step kernels 60 kernels
+grep -q "SKIPPED" "$out/kernels.log" && { summary[-1]="FAIL  kernels: skipped (CUDA sees no device)"; failed=1; }
+
+# Every collective on CUDA tensors against CPU tensors; none may skip.
+python_cuda() {
+  "$PYTHON" -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda); sys.exit(not torch.cuda.is_available())' || {
+    echo "$PYTHON: torch sees no CUDA device"; return 1; }
+  "$PYTHON" -m pytest -q -p no:cacheprovider -o console_output_style=classic -rs tests/python/test_cuda.py || return 1
+  ! grep -q "skipped" "$out/python.log"
+}
+export -f python_cuda
+step python 180 python_cuda
+
+# The codec kernels on the GPU next to the CPU tiers (Google Benchmark; bytes/s is F32 bytes).
+step bench 60 "$build/bench/micro/bench_codec" --benchmark_min_time=0.2 \
+  --benchmark_filter='^(memcpy|int8_encode/.*|int8_decode_add/.*|gpu_.*)/16777216$|^gpu_'
+rows="$(grep -E '^(gpu_|int8_encode/)' "$out/bench.log" | awk '{print $1 " " $(NF)}' | tr '\n' ';' | sed 's/;$//')"
+[ -n "$rows" ] && summary[-1]+=": $rows"
+if ! grep -q '^gpu_int8_encode' "$out/bench.log"; then
+  summary[-1]="FAIL  bench: no GPU rows (bench_codec registers them only where a GPU is found)"; failed=1
+fi
+
+# The trainer on the GPU: two nodes of one local rank, TLS, INT8, identical models at the end.
+trainer() {
+  "$PYTHON" examples/diloco/local_run.py --nodes 2 --local-ranks 1 --out "$out/trainer" --timeout 130 -- \
+    --device cuda --outer-steps 3 --inner-steps 5 --dim 96 --layers 3 --heads 4 --seq-len 64 --batch-size 8 || return 1
+  grep -h '"event": "joined"' "$out"/trainer/node*.jsonl
+  [ "$(grep -h '"event": "joined"' "$out"/trainer/node*.jsonl | grep -c '"device": "cuda')" = 2 ] || {
+    echo "a node did not train on the GPU"; return 1; }
+}
+export -f trainer
+step trainer 150 trainer
+
+echo
+echo "gpu-check on $gpu:"
+printf '  %s\n' "${summary[@]}"
+exit $failed
