@@ -89,6 +89,9 @@ class Batches:
         self.train, self.held_out, self.seq_len = corpus[:split], corpus[split:], seq_len
         self.gen = torch.Generator().manual_seed(seed)
 
+    def reseed(self, seed: int) -> None:
+        self.gen.manual_seed(seed)
+
     def _windows(self, data: torch.Tensor, starts: torch.Tensor):
         offsets = starts[:, None] + torch.arange(self.seq_len + 1)
         w = data[offsets]

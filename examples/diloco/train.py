@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,12 +32,13 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import membership  # noqa: E402
+from membership import BOUNDARY, REDUCE, Position  # noqa: E402
 from model import GPT, Batches, load_corpus  # noqa: E402
 
 import wccl  # noqa: E402
 from wccl.torch import ElasticDeviceMesh, flat_hash  # noqa: E402
 
-BOUNDARY, REDUCE = 0, 1  # where a node is in its outer step: before the inner steps, or at the all-reduce
 WIRES = {"int8": wccl.Wire.INT8, "fp16": wccl.Wire.FP16, "bf16": wccl.Wire.BF16, "native": wccl.Wire.NATIVE}
 
 
@@ -50,8 +51,11 @@ def parse_args(argv=None):
     j.add_argument("--tls-cert", help="this node's PEM certificate")
     j.add_argument("--tls-key", help="its private key")
     j.add_argument("--tls-ca", help="the job's CA certificate")
-    j.add_argument("--listen", default="0.0.0.0:0", help="address the node's wccl links listen on")
-    j.add_argument("--advertise", default="", help="HOST:PORT the other nodes reach this node at (default: as seen by the coordinator)")
+    j.add_argument("--listen", default="0.0.0.0:0",
+                   help="HOST:PORT the node's wccl links listen on; local rank r listens on PORT + r (0: any port)")
+    j.add_argument("--advertise", default="",
+                   help="HOST:PORT the other nodes reach local rank 0 at, PORT + r for local rank r (default: the "
+                        "address the coordinator sees, with the listening port)")
     j.add_argument("--group-prefix", default="lr", help="wccl group of local rank r: PREFIX + r")
     j.add_argument("--admit-skew", type=float, default=10.0,
                    help="seconds a node waits for all its local ranks to be admitted before it retreats and rejoins")
@@ -78,21 +82,38 @@ def parse_args(argv=None):
     m.add_argument("--data", help="a text or uint8 token file (default: the Python standard library's sources)")
     m.add_argument("--data-bytes", type=int, default=16 << 20, help="at most this many bytes of the corpus")
     o = p.add_argument_group("output")
-    o.add_argument("--metrics", help="JSONL file: one record per outer step, then a final record")
+    o.add_argument("--metrics", help="JSONL file: one record per outer step, then a final record (emptied at "
+                                    "start, appended to when torchrun restarts the node's workers)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
     o.add_argument("--fault-kill-at-step", type=int, default=-1,
-                   help="rehearsal: SIGKILL this node's processes once its all-reduce of this outer step is in flight")
+                   help="rehearsal: once N outer steps are committed, SIGKILL this node's processes when local rank "
+                        "0's all-reduce of outer step N+1 is in flight")
     return p.parse_args(argv)
 
 
-@dataclass
-class Position:
-    """Where this node is, as it tells the others in every roster."""
+def rank_address(address: str, local_rank: int) -> str:
+    """HOST:PORT of local rank r: PORT + r, so that a node's ranks never share a port (PORT 0, any
+    free port, and an empty address stay as they are)."""
+    if not address:
+        return address
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SystemExit(f"--listen/--advertise: {address!r} is not HOST:PORT")
+    return address if int(port) == 0 else f"{host}:{int(port) + local_rank}"
 
-    step: int = 0          # outer steps committed
-    phase: int = BOUNDARY
-    has_delta: bool = False  # it ran this step's inner steps (its pseudo-gradient counts)
-    fresh: bool = True       # it has not yet held state agreed with the others
+
+def data_seed(seed: int, node_name: str, joined_step: int, local_rank: int) -> int:
+    """The seed of a local rank's stream of training windows: a hash of the whole node name (names
+    that share a prefix, worker-1 and worker-2, draw different batches), of the outer step at which
+    the node joined (a node that is restarted and joins again does not replay its earlier batches)
+    and of the local rank."""
+    key = f"{seed}/{node_name}/{joined_step}/{local_rank}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+
+
+def restarted() -> bool:
+    """True in workers that torchrun started again after a failure of the node's workers."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
 
 
 class Trainer:
@@ -112,15 +133,21 @@ class Trainer:
         self.outer = self.shard_vector()
         self.momentum = torch.zeros_like(self.outer)
         self.counters = torch.zeros(2, dtype=torch.int64)  # tokens trained on by the job, inner steps of this job
-        node_seed = int.from_bytes(args.node_name.encode()[:7].ljust(7, b"\0"), "little")
-        self.data = Batches(load_corpus(args.data, args.data_bytes), args.seq_len,
-                            seed=args.seed * 1_000_003 + node_seed * 17 + self.local_rank)
+        # Seeded again once the node knows the outer step it joins at (run()).
+        self.data = Batches(load_corpus(args.data, args.data_bytes), args.seq_len, seed=0)
         self.eval_x, self.eval_y = (t.to(self.device) for t in self.data.eval_batch(16))
         tls = {"tls": "off"} if args.tls == "off" else {"tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_ca": args.tls_ca}
-        self.mesh = ElasticDeviceMesh(coordinator=args.coordinator, name=args.node_name, listen=args.listen,
-                                      advertise=args.advertise, group_prefix=args.group_prefix,
+        self.mesh = ElasticDeviceMesh(coordinator=args.coordinator, name=args.node_name,
+                                      listen=rank_address(args.listen, self.local_rank),
+                                      advertise=rank_address(args.advertise, self.local_rank),
+                                      group_prefix=args.group_prefix,
                                       admit_skew=args.admit_skew, log_level=args.wccl_log, **tls)
         self.pos = Position()
+        a = args
+        self.fingerprint = membership.configuration_fingerprint(
+            local_size=self.local_size, mode=a.mode, dim=a.dim, layers=a.layers, heads=a.heads, seq_len=a.seq_len,
+            inner_steps=a.inner_steps, inner_lr=a.inner_lr, weight_decay=a.weight_decay, outer_lr=a.outer_lr,
+            outer_momentum=a.outer_momentum, wire=a.wire, sync_wire=a.sync_wire, seed=a.seed)
         self.n_contrib = 0
         self.nodes = 0
         self.pids = [v[0] for v in self.mesh.gather([os.getpid()])]
@@ -155,53 +182,31 @@ class Trainer:
     # --- membership -----------------------------------------------------------------------------
 
     def settle(self, need_update: bool) -> None:
-        """Until every node agrees: update if needed, take the roster, admit whole joining nodes at
-        a step boundary, and bring stale or fresh nodes to the others' state through state sync."""
-        while True:
-            if need_update:
-                self.mesh.update()
-                need_update = False
-            pos = self.pos
-            rows = self.mesh.roster([pos.step, pos.phase, int(pos.has_delta), int(pos.fresh), self.mesh.pending()])
-            if rows is None:
-                need_update = True
-                continue
-            if any(r.local_size != self.local_size for r in rows):
-                raise SystemExit(f"nodes run different numbers of local ranks: {sorted({r.local_size for r in rows})}")
-            top = max(r.info[0] for r in rows)
-            current = [r for r in rows if r.info[0] == top and not r.info[3]]
-            phases = {r.info[1] for r in current}
-            if len(phases) > 1:
-                raise RuntimeError(f"nodes at outer step {top} are in different phases: {rows}")
-            phase = phases.pop() if current else BOUNDARY
-            if phase == BOUNDARY and any(r.info[4] > 0 for r in rows):
-                need_update = True  # a whole node waits in every group: admit it before the inner steps
-                continue
-            me_current = any(r.node_id == self.mesh.node_id for r in current)
-            if any(r.info[0] != top or r.info[3] for r in rows):
-                if self.args.mode == "sync" and not pos.fresh and len(current) < len(rows):
-                    raise SystemExit("the synchronous baseline admits no node mid-run (use --mode diloco)")
-                if current:
-                    mode = wccl.SyncMode.SEND_ONLY if me_current else wccl.SyncMode.RECEIVE_ONLY
-                else:  # every node is fresh: the most common initial state wins
-                    mode = wccl.SyncMode.POPULAR if pos.step == top else wccl.SyncMode.RECEIVE_ONLY
-                if self.args.mode == "sync":
-                    self.outer = self.shard_vector()
-                revision = self.mesh.sync_state(self.state(), pos.step, mode)
-                if revision is None:
-                    need_update = True
-                    continue
-                if not me_current:
-                    self.load_shard(self.outer)
-                    pos.has_delta = False
-                pos.step, pos.fresh = revision, False
-            pos.phase = phase
-            self.nodes = len(rows)
-            if phase == BOUNDARY:
-                self.n_contrib = len(rows)
-            else:
-                self.n_contrib = sum(1 for r in rows if r.info[0] == top and r.info[1] == REDUCE and r.info[2] and not r.info[3])
-            return
+        """Makes the mesh calls membership.settle asks for until every node agrees (examples/diloco/
+        membership.py holds the rules); sets the nodes of the epoch and the step's divisor."""
+        sync_modes = {membership.SEND_ONLY: wccl.SyncMode.SEND_ONLY, membership.RECEIVE_ONLY: wccl.SyncMode.RECEIVE_ONLY,
+                      membership.POPULAR: wccl.SyncMode.POPULAR}
+
+        def call(c):
+            if isinstance(c, membership.Update):
+                return self.mesh.update()
+            if isinstance(c, membership.Roster):
+                rows = self.mesh.roster([*c.info, self.mesh.pending()])
+                return None if rows is None else [membership.Row.decode(r.node_id, r.info) for r in rows]
+            if self.args.mode == "sync":
+                self.outer = self.shard_vector()
+            revision = self.mesh.sync_state(self.state(), c.revision, sync_modes[c.mode])
+            if revision is not None and c.receive:
+                self.load_shard(self.outer)
+            return revision
+
+        try:
+            outcome = membership.run(membership.settle(self.pos, self.mesh.node_id, fingerprint=self.fingerprint,
+                                                       sync_mode=self.args.mode == "sync", need_update=need_update), call)
+        except membership.Refused as e:
+            self.mesh.leave()
+            raise SystemExit(f"[{self.args.node_name}] refused by the job: {e}") from None
+        self.nodes, self.n_contrib = outcome.nodes, outcome.contributors
 
     # --- training -------------------------------------------------------------------------------
 
@@ -254,6 +259,7 @@ class Trainer:
         args = self.args
         log = Log(args, self)
         self.settle(need_update=False)
+        self.data.reseed(data_seed(args.seed, args.node_name, self.pos.step, self.local_rank))
         log.joined()
         if args.mode == "sync":
             self.run_sync(log)
@@ -355,7 +361,7 @@ class Log:
         self.args, self.t = args, trainer
         self.lead = trainer.local_rank == 0
         self.start = time.time()
-        self.file = open(args.metrics, "a") if (self.lead and args.metrics) else None
+        self.file = open(args.metrics, "a" if restarted() else "w") if (self.lead and args.metrics) else None
         self.bar = None
         if self.lead and not args.no_progress:
             try:
@@ -368,7 +374,9 @@ class Log:
         if not self.lead:
             return
         if self.file:
-            self.file.write(json.dumps(record) + "\n")
+            record = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+            record["unix_time"] = time.time()
+            self.file.write(json.dumps(record, allow_nan=False) + "\n")
             self.file.flush()
         (self.bar.write if self.bar else print)(line)
         sys.stdout.flush()

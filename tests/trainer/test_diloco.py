@@ -2,7 +2,10 @@
 coordinator and torchrun nodes of two local ranks each (examples/diloco/local_run.py)."""
 
 import json
+import math
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,16 +29,30 @@ def job_env():
     return env
 
 
-def run_job(tmp_path, *args, timeout=600):
+def run_job(tmp_path, *args, timeout=600, check=True):
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, str(LOCAL_RUN), "--out", str(out), "--timeout", str(timeout - 60), *args],
                           env=job_env(), capture_output=True, text=True, timeout=timeout)
     logs = "".join(f"\n--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("*.log")))
-    assert proc.returncode == 0, proc.stdout + proc.stderr + logs
+    assert proc.returncode == 0 or not check, proc.stdout + proc.stderr + logs
     summary = json.loads((out / "summary.json").read_text())
-    records = {name: [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
+    records = {name: [strict_json(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
                for name in summary["nodes"]}
     return summary, records
+
+
+def strict_json(line):
+    """A metrics record, refusing what strict JSON has not (NaN, Infinity)."""
+    def refuse(constant):
+        raise ValueError(f"{constant} in a metrics record: {line}")
+    return json.loads(line, parse_constant=refuse)
+
+
+def train_py(code):
+    """Runs code in a process that has imported examples/diloco/train.py as ``train``; returns its stdout."""
+    prelude = f"import sys; sys.path.insert(0, {str(LOCAL_RUN.parent)!r}); import train\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], env=job_env(), capture_output=True, text=True,
+                          check=True, timeout=120).stdout
 
 
 @pytest.mark.skipif(os.environ.get("WCCL_TEST_INSTALLED") != "1", reason="no pip-installed wccl (scripts/test.sh)")
@@ -51,7 +68,6 @@ def test_loss_falls_a_joiner_catches_up_and_a_killed_node_is_dropped(tmp_path):
     summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--join-at", "2", "--kill", f"node1@{kill}",
                                "--", "--outer-steps", str(steps), "--inner-steps", "8", *MODEL)
     nodes = summary["nodes"]
-    survivors = ["node0", "node2"]
     # Every node that was not killed ends with the same parameters, bit for bit.
     assert summary["identical"] and nodes["node0"]["hash"] == nodes["node2"]["hash"]
     # No outer step lost or repeated: each survivor logged each step once, in order, to the end.
@@ -60,18 +76,20 @@ def test_loss_falls_a_joiner_catches_up_and_a_killed_node_is_dropped(tmp_path):
     assert 2 <= first < steps and nodes["node2"]["steps"] == list(range(first + 1, steps + 1))
     # node1 died in the all-reduce of step kill + 1, which committed without it. (Whether the joiner
     # was admitted before that depends on how fast its processes start: both orders are right.)
-    assert nodes["node1"]["killed"] and nodes["node1"]["steps"][-1] == kill
+    assert nodes["node1"]["exit"] == -signal.SIGKILL and nodes["node1"]["steps"][-1] == kill
     by_step = {r["step"]: r for r in records["node0"] if r["event"] == "step"}
     assert by_step[kill + 1]["nodes"] == by_step[kill]["nodes"] - 1 + (1 if first == kill else 0)
     # A joiner adds nothing to the step it is admitted in; it trains from the next one.
     joiner = [r for r in records["node2"] if r["event"] == "step"]
     assert all(r["eval_loss"] == by_step[r["step"]]["eval_loss"] for r in joiner)
-    # The loss falls: the held-out loss at the end is well below the first step's and ln(256).
+    # The loss falls: the held-out loss at the end is below the first step's and well below ln(256),
+    # an untrained model's.
     evals = [by_step[s]["eval_loss"] for s in range(1, steps + 1)]
-    assert evals[-1] < min(evals[0], 5.0) - 0.5, evals
+    assert evals[-1] < min(evals[0] - 0.2, math.log(256) - 2.0), evals
     # DiLoCo's pseudo-gradients travel as INT8: a two-node ring step sends each element once, a
     # quarter of its F32 bytes (plus each 1024-element block's scale and offset).
     params = records["node0"][0]["params"]
+    assert all(r["unix_time"] > 1.7e9 for r in records["node0"])
     two = [r for r in by_step.values() if r["nodes"] == 2 and r["step"] != kill + 1]
     assert two and all(0.25 * 4 * params <= r["bytes_sent"] < 0.27 * 4 * params for r in two), (params, two)
 
@@ -85,3 +103,58 @@ def test_synchronous_baseline_agrees_and_sends_more(tmp_path):
     # Every inner step's F32 gradients cross the ring: each element once per step with two nodes.
     params = records["node0"][0]["params"]
     assert all(r["bytes_sent"] >= 4 * 4 * params for r in steps)
+
+
+def free_ports(count):
+    """A base port P with P .. P + count - 1 free on every interface (checked, then released)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("0.0.0.0", 0))
+            base = s.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            held = []
+            for port in range(base, base + count):
+                held.append(socket.socket())
+                held[-1].bind(("0.0.0.0", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for h in held:
+                h.close()
+    raise RuntimeError("no free port range")
+
+
+def test_documented_fixed_ports_with_two_local_ranks(tmp_path):
+    """docs/trainer.md's form for real nodes, --listen 0.0.0.0:PORT --advertise HOST:PORT with two
+    local ranks: each rank takes PORT + its local rank (both used to take PORT: address in use)."""
+    summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--base-port", str(free_ports(12)),
+                               "--", "--outer-steps", "2", "--inner-steps", "3", *MODEL)
+    assert summary["identical"] and [r["contributors"] for r in records["node0"] if r["event"] == "step"] == [2, 2]
+
+
+def test_rank_addresses_and_data_seeds():
+    out = train_py("""
+print(train.rank_address("0.0.0.0:48200", 1), train.rank_address("[::]:48200", 3), train.rank_address("h:0", 2),
+      repr(train.rank_address("", 1)))
+seeds = {train.data_seed(0, name, step, rank) for name in ["gpu-node-01", "gpu-node-02", "worker-1", "worker-2"]
+         for step in [0, 7] for rank in [0, 1]}
+print(len(seeds))
+""").split()
+    assert out == ["0.0.0.0:48201", "[::]:48203", "h:0", "''", "16"]
+
+
+def test_a_misconfigured_node_is_refused_and_the_job_goes_on(tmp_path):
+    """Three nodes start together and one has another H: it is refused with a message on that node and
+    leaves; the other two train with identical models. (A misfit that joins mid-run meets the same
+    rule: tests/trainer/test_membership.py.)"""
+    summary, _ = run_job(tmp_path, "--nodes", "3", "--local-ranks", "2", "--tls", "off", "--node-args",
+                         "node2=--inner-steps 3", "--", "--outer-steps", "3", "--inner-steps", "2", *MODEL,
+                         check=False, timeout=300)
+    nodes = summary["nodes"]
+    assert nodes["node2"]["exit"] == 1 and nodes["node2"]["steps"] == [], nodes["node2"]
+    assert "refused by the job" in (tmp_path / "run" / "node2.log").read_text()
+    assert nodes["node0"]["steps"] == nodes["node1"]["steps"] == [1, 2, 3]
+    assert nodes["node0"]["hash"] == nodes["node1"]["hash"]
