@@ -26,8 +26,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "tools" / "devkit"))
 from group import make_pki  # noqa: E402
 
-import wccl  # noqa: E402
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -42,6 +40,74 @@ def addresses(args, index: int) -> list:
         return ["--listen", "127.0.0.1:0"]
     port = args.base_port + 10 * index
     return ["--listen", f"0.0.0.0:{port}", "--advertise", f"127.0.0.1:{port}"]
+
+
+class CoordinatorProcess:
+    """The job's coordinator, ``python -m wccl.coord`` in a process of its own, so that it can be
+    SIGKILLed and started again on its port as an operator's restart would."""
+
+    def __init__(self, args, pki: dict, out: Path) -> None:
+        self.flags = ["--min-peers", str(args.nodes), "--log-level", args.coordinator_log]
+        self.flags += ["--tls", "off"] if args.tls == "off" else [
+            "--tls-cert", pki["TLS_CERT"], "--tls-key", pki["TLS_KEY"], "--tls-ca", pki["TLS_CA"]]
+        self.log = open(out / "coordinator.log", "w")
+        self.port = 0
+        self.restarts = 0
+        self.start()
+
+    def start(self) -> None:
+        deadline = time.monotonic() + 10
+        while True:  # on a restart, until the killed one's port is free
+            self.proc = subprocess.Popen([sys.executable, "-m", "wccl.coord", "--listen", f"127.0.0.1:{self.port}",
+                                          *self.flags], stdout=subprocess.PIPE, stderr=self.log, text=True)
+            line = self.proc.stdout.readline()
+            if line.startswith("wccl-coord listening on port "):
+                self.port = int(line.split()[-1])
+                return
+            self.proc.wait()
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the coordinator did not start (out/coordinator.log): {line!r}")
+            time.sleep(0.1)
+
+    def restart(self, down: float) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        time.sleep(down)
+        self.start()
+        self.restarts += 1
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+        self.log.close()
+
+
+def process_tree(root: int) -> list:
+    """root and every process under it (from /proc): torchrun starts each worker in a session of
+    its own, so a signal to torchrun's process group does not reach them."""
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # gone meanwhile
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def signal_tree(root: int, sig: int) -> None:
+    for pid in process_tree(root):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def read_records(path: Path):
@@ -97,8 +163,14 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each local rank")
     p.add_argument("--admit-skew", type=float, default=10.0)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before the run is called failed")
+    p.add_argument("--freeze", default="",
+                   help="NODE@STEP:SECONDS: once node0 has done STEP outer steps, SIGSTOP every process of NODE "
+                        "for SECONDS, then SIGCONT")
+    p.add_argument("--restart-coordinator-at", type=int, default=-1,
+                   help="SIGKILL the coordinator once node0 has done this outer step, and start it again on its port")
+    p.add_argument("--coordinator-down", type=float, default=1.0, help="seconds between that kill and the restart")
     p.add_argument("--coordinator-log", default="info", choices=["error", "warn", "info", "debug"],
-                   help="the coordinator's log threshold (its log goes to stderr)")
+                   help="the coordinator's log threshold (its log: OUT/coordinator.log)")
     p.add_argument("--out", default="diloco-run", help="folder for metrics and logs")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's options")
     args = p.parse_args(argv)
@@ -108,8 +180,7 @@ def main(argv=None) -> int:
     pki = make_pki(out) if args.tls == "on" else {}
     kill_node, kill_step = (args.kill.split("@") + [""])[:2] if args.kill else ("", "")
 
-    coord_tls = {"tls": "off"} if args.tls == "off" else {k.lower(): v for k, v in pki.items()}
-    coord = wccl.Coordinator(listen="127.0.0.1:0", min_peers=args.nodes, log_level=args.coordinator_log, **coord_tls)
+    coord = CoordinatorProcess(args, pki, out)
     address = f"127.0.0.1:{coord.port}"
     nodes = []
 
@@ -122,9 +193,23 @@ def main(argv=None) -> int:
     for i in range(args.nodes):
         start(f"node{i}")
     joined = args.join_at < 0
+    freeze_node, freeze_at, freeze_s = "", -1, 0.0
+    if args.freeze:
+        freeze_node, rest = args.freeze.split("@")
+        freeze_at, freeze_s = int(rest.split(":")[0]), float(rest.split(":")[1])
+    frozen_until = None  # while a node is stopped
     timed_out = True
     try:
         while time.monotonic() - started < args.timeout:
+            if freeze_node and frozen_until is None and 0 <= freeze_at <= nodes[0].last_step():
+                victim = next(n for n in nodes if n.name == freeze_node)
+                signal_tree(victim.proc.pid, signal.SIGSTOP)
+                frozen_until, freeze_at = time.monotonic() + freeze_s, -1
+            if frozen_until is not None and time.monotonic() >= frozen_until:
+                signal_tree(victim.proc.pid, signal.SIGCONT)
+                frozen_until = None
+            if coord.restarts == 0 and 0 <= args.restart_coordinator_at <= nodes[0].last_step():
+                coord.restart(args.coordinator_down)
             if not joined and nodes[0].last_step() >= args.join_at:
                 start(f"node{len(nodes)}")
                 joined = True
@@ -140,7 +225,9 @@ def main(argv=None) -> int:
             n.log.close()
         coord.stop()
 
-    summary, failed = {"nodes": {}, "wall_s": time.monotonic() - started, "timed_out": timed_out}, timed_out
+    summary = {"nodes": {}, "wall_s": time.monotonic() - started, "timed_out": timed_out,
+               "coordinator_restarts": coord.restarts}
+    failed = timed_out
     hashes = set()
     for n in nodes:
         final = n.records("final")

@@ -85,6 +85,9 @@ def parse_args(argv=None):
     o.add_argument("--metrics", help="JSONL file: one record per outer step, then a final record (emptied at "
                                     "start, appended to when torchrun restarts the node's workers)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument("--fault-nan-at-step", type=int, default=-1,
+                   help="rehearsal: once N outer steps are committed, local rank 0's pseudo-gradient of step N+1 "
+                        "holds a NaN")
     o.add_argument("--fault-kill-at-step", type=int, default=-1,
                    help="rehearsal: once N outer steps are committed, SIGKILL this node's processes when local rank "
                         "0's all-reduce of outer step N+1 is in flight")
@@ -282,7 +285,19 @@ class Trainer:
                 losses = [float(self.inner_step_and_update()) for _ in range(args.inner_steps)]
                 train_loss = sum(losses) / len(losses)
                 torch.sub(self.outer, self.shard_vector(), out=delta)  # the pseudo-gradient
+                if pos.step == args.fault_nan_at_step and self.local_rank == 0:
+                    delta[0] = float("nan")
                 pos.has_delta, pos.phase = True, REDUCE
+                if not self.mesh.agree(bool(torch.isfinite(delta).all())):
+                    # A diverged node (a NaN or Inf in any local rank's shard) sends zeros and is not
+                    # counted: its update, where the others are in the all-reduce, revokes the epoch,
+                    # and the roster that follows tells every node. The outer step resets its model.
+                    print(f"[{args.node_name}] pseudo-gradient of step {pos.step + 1} is not finite: this node "
+                          "sits the step out", file=sys.stderr, flush=True)
+                    pos.has_delta = False
+                    self.load_shard(self.outer)
+                    self.opt.state.clear()  # AdamW's moments may hold the NaN too
+                    self.settle(need_update=True)
             t1 = time.perf_counter()
             if pos.step == args.fault_kill_at_step:
                 self.kill_node(delta, avg)

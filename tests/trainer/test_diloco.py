@@ -158,3 +158,51 @@ def test_a_misconfigured_node_is_refused_and_the_job_goes_on(tmp_path):
     assert "refused by the job" in (tmp_path / "run" / "node2.log").read_text()
     assert nodes["node0"]["steps"] == nodes["node1"]["steps"] == [1, 2, 3]
     assert nodes["node0"]["hash"] == nodes["node1"]["hash"]
+
+
+def test_coordinator_killed_and_restarted_then_a_node_killed(tmp_path):
+    """The coordinator process is SIGKILLed once node0 has done step 2 and started again on its port a
+    second later; then node1 is killed in the all-reduce of step 5. The survivors end identical, each
+    logging every outer step once, in order. (A join that meets the restart:
+    tests/python/test_torch_mesh.py.)"""
+    steps = 7
+    summary, records = run_job(tmp_path, "--nodes", "3", "--local-ranks", "2", "--restart-coordinator-at", "2",
+                               "--kill", "node1@4", "--", "--outer-steps", str(steps), "--inner-steps", "4", *MODEL)
+    nodes = summary["nodes"]
+    assert summary["coordinator_restarts"] == 1 and summary["identical"]
+    assert nodes["node0"]["steps"] == nodes["node2"]["steps"] == list(range(1, steps + 1))
+    assert nodes["node1"]["exit"] == -signal.SIGKILL and nodes["node1"]["steps"][-1] == 4
+    assert [r["contributors"] for r in records["node0"] if r["event"] == "step"] == [3, 3, 3, 3, 2, 2, 2]
+
+
+def test_a_diverged_node_sits_the_step_out(tmp_path):
+    """node1's pseudo-gradient of step 3 holds a NaN on one local rank (a rehearsal flag: nothing
+    outside can put a NaN into a model). The node agrees on it over its local ranks, sends nothing,
+    is not counted, and trains again from the committed state: every node ends identical, the step
+    divided by the two nodes that trained."""
+    summary, records = run_job(tmp_path, "--nodes", "3", "--local-ranks", "2", "--tls", "off",
+                               "--node-args", "node1=--fault-nan-at-step 2",
+                               "--", "--outer-steps", "5", "--inner-steps", "3", *MODEL)
+    assert summary["identical"] and all(n["steps"] == [1, 2, 3, 4, 5] for n in summary["nodes"].values())
+    steps = [r for r in records["node0"] if r["event"] == "step"]
+    assert [r["contributors"] for r in steps] == [3, 3, 2, 3, 3]
+    assert all(math.isfinite(r["eval_loss"]) for r in steps)
+    assert "is not finite: this node sits the step out" in (tmp_path / "run" / "node1.log").read_text()
+
+
+def test_a_node_frozen_past_the_operation_timeout(tmp_path):
+    """Every process of node1 is SIGSTOPped from outside for 4 s, past op_timeout_ms (1.5 s): node0's
+    all-reduce gives up (TIMEOUT), which used to kill it; now it updates, the coordinator's probe
+    drops the frozen node, and node0 goes on. node1, resumed, is admitted again and brought up to
+    date: both end identical, node0 with every step once."""
+    steps = 40
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(LOCAL_RUN), "--out", str(out), "--timeout", "240", "--nodes", "2",
+                           "--local-ranks", "2", "--tls", "off", "--freeze", "node1@2:4",
+                           "--", "--outer-steps", str(steps), "--inner-steps", "3", *MODEL],
+                          env={**job_env(), "WCCL_OP_TIMEOUT_MS": "1500"}, capture_output=True, text=True, timeout=300)
+    logs = "".join(f"\n--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(out.glob("*.log")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + logs
+    nodes = json.loads((out / "summary.json").read_text())["nodes"]
+    assert nodes["node0"]["hash"] == nodes["node1"]["hash"]
+    assert nodes["node0"]["steps"] == list(range(1, steps + 1)) and nodes["node1"]["steps"][-1] == steps

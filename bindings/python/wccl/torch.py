@@ -25,6 +25,11 @@ nodes**. It holds it in three ways (docs/trainer.md, "Membership"):
    ranks of a node are admitted and the others are still waiting ``admit_skew`` seconds later, the
    node retreats: admitted ranks leave their groups and join again, the waiting ones keep waiting,
    so that the whole node is admitted at once at a later update.
+
+A coordinator that restarts does not stop a node: a membership call (join, update, leave, the
+re-forming inside a state sync) that finds it unreachable is made again, for up to
+``coordinator_grace`` seconds (the communicator reconnects by itself; a restarted coordinator
+learns the job from its members).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from ._core import Communicator, OpStats, ReduceOp, SyncMode, Wire
-from ._lib import PeerLostError
+from ._lib import CoordinatorUnreachableError, PeerLostError
 from ._lib import TimeoutError as WcclTimeoutError
 
 __all__ = ["ElasticDeviceMesh", "NodeRow", "MembershipError", "flat_hash"]
@@ -98,7 +103,7 @@ class ElasticDeviceMesh:
     over the node's local ranks and must be called by all of them in the same order."""
 
     def __init__(self, *, group_prefix: str = "lr", admit_skew: float = 10.0, poll: float = 0.05,
-                 **config: Any) -> None:
+                 coordinator_grace: float = 60.0, **config: Any) -> None:
         if not dist.is_initialized():
             raise RuntimeError("wccl.torch: torch.distributed must be initialised over the node's local ranks")
         self.local_rank = dist.get_rank()
@@ -107,6 +112,7 @@ class ElasticDeviceMesh:
         self.local_group = dist.new_group(backend="gloo")
         self.admit_skew = float(admit_skew)
         self.poll = float(poll)
+        self.coordinator_grace = float(coordinator_grace)
         config = dict(config)
         config["group"] = f"{group_prefix}{self.local_rank}"
         if "name" in config:
@@ -117,7 +123,7 @@ class ElasticDeviceMesh:
         self.node_id = int(ident.item())
         self.retreats = 0  # times this node left its groups to be admitted whole (see the module text)
         self.comm: Optional[Communicator] = None
-        self._membership(_Call(self._join))
+        self._membership(self._call(self._join))
 
     # --- agreement inside the node ------------------------------------------------------------------
 
@@ -144,6 +150,21 @@ class ElasticDeviceMesh:
 
     def _join(self) -> Communicator:
         return Communicator(**self._config)
+
+    def _through_restarts(self, fn: Callable[[], Any]) -> Any:
+        """fn(), made again while it finds the coordinator unreachable, for up to coordinator_grace
+        seconds (then its error is raised)."""
+        deadline = time.monotonic() + self.coordinator_grace
+        while True:
+            try:
+                return fn()
+            except CoordinatorUnreachableError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # the communicator reconnects meanwhile
+
+    def _call(self, fn: Callable[[], Any]) -> _Call:
+        return _Call(lambda: self._through_restarts(fn))
 
     def _membership(self, call: _Call) -> None:
         """Waits until the membership call of every local rank is over. The node retreats (module
@@ -181,13 +202,13 @@ class ElasticDeviceMesh:
                 pass
             self.comm.close()
             self.comm = None
-        return _Call(self._join)
+        return self._call(self._join)
 
     def update(self) -> None:
         """Every local rank updates its group (``wccl_comm_update``): a new epoch with the
         survivors and the admitted joiners; returns once the whole node is in it."""
         comm = self.comm
-        self._membership(_Call(comm.update) if comm is not None else _Call(self._join))
+        self._membership(self._call(comm.update if comm is not None else self._join))
 
     def pending(self) -> int:
         """The fewest joiners any of this node's groups has waiting (a joining node is waited for
@@ -219,7 +240,7 @@ class ElasticDeviceMesh:
         """Leaves every group gracefully (the others' next update goes on without this node)."""
         if self.comm is not None:
             try:
-                self.comm.leave()
+                self._through_restarts(self.comm.leave)
             finally:
                 self.comm.close()
                 self.comm = None
@@ -235,21 +256,23 @@ class ElasticDeviceMesh:
                   wire: Wire = Wire.INT8) -> Optional[OpStats]:
         """``out`` = op over this local rank's group, out of place (``tensor`` is left as it is).
         Returns the stats when every group of the node committed, None when any group lost a peer
-        (then call update() and retry with the same ``tensor``: the outputs of the groups that did
-        commit are overwritten by the retry)."""
+        or gave up waiting for one (TIMEOUT: a straggler; the epoch is revoked for the others, so
+        every node updates and retries together): then call update() and retry with the same
+        ``tensor`` (the outputs of the groups that did commit are overwritten by the retry)."""
         stats = None
         try:
             stats = self.comm.allreduce(tensor, op, out=out, wire=wire)
-        except PeerLostError:
+        except (PeerLostError, WcclTimeoutError):
             pass
         return stats if self.agree(stats is not None) else None
 
     def sync_state(self, tensors: Dict[str, torch.Tensor], revision: int, mode: SyncMode) -> Optional[int]:
         """``wccl_state_sync`` in every group: the elected revision when every group succeeded, None
-        when any group lost a peer it could not replace (update() and call again)."""
+        when any group lost a peer it could not replace, or met the coordinator restarting (update()
+        and call again)."""
         revision_out = None
         try:
             revision_out = self.comm.sync_state(tensors, revision, mode).revision
-        except PeerLostError:
+        except (PeerLostError, CoordinatorUnreachableError):  # its re-forming met a restarting coordinator
             pass
         return revision_out if self.agree(revision_out is not None) else None

@@ -1,0 +1,108 @@
+"""wccl.torch.ElasticDeviceMesh against a coordinator that is SIGKILLed and restarted on its port
+(``python -m wccl.coord`` in its own process), in a node of one local rank (a gloo group of one)."""
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import wccl
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+from wccl.torch import ElasticDeviceMesh  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CoordinatorProcess:
+    """The daemon on a fixed port, killed and started again as an operator's restart would."""
+
+    def __init__(self, port):
+        self.port = port
+        self.proc = None
+        self.start()
+
+    def start(self):
+        deadline = time.monotonic() + 10
+        while True:
+            self.proc = subprocess.Popen([sys.executable, "-m", "wccl.coord", "--listen", f"127.0.0.1:{self.port}",
+                                          "--tls", "off", "--log-level", "error"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = self.proc.stdout.readline()
+            if line.startswith("wccl-coord listening"):
+                return
+            self.proc.wait()  # the old one's port not yet free: try again
+            assert time.monotonic() < deadline, self.proc.stderr.read()
+            time.sleep(0.1)
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.kill()
+
+
+@pytest.fixture
+def node_group(tmp_path):
+    """torch.distributed over this process alone: a node of one local rank."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_joiner_survives_a_coordinator_restart_while_it_waits(node_group):
+    """The mesh's join waits for the members' next update; the coordinator is SIGKILLed meanwhile
+    and restarted 0.5 s later. The join used to fail at once (COORDINATOR_UNREACHABLE) and the node
+    stopped; it now joins again and is admitted."""
+    coord = CoordinatorProcess(free_port())
+    config = {"coordinator": f"127.0.0.1:{coord.port}", "listen": "127.0.0.1:0", "tls": "off", "log_level": "error"}
+    try:
+        member = wccl.Communicator(group="g0", **config)  # the job: one member, in epoch 1
+        meshes, errors = [], []
+
+        def join():
+            try:
+                meshes.append(ElasticDeviceMesh(group_prefix="g", coordinator_grace=30, **config))
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        joiner = threading.Thread(target=join)
+        joiner.start()
+        deadline = time.monotonic() + 30
+        while member.pending == 0:  # the joiner is registered and waits for an update
+            assert time.monotonic() < deadline and not errors, errors
+            time.sleep(0.05)
+        coord.kill()
+        time.sleep(0.5)
+        coord.start()
+        while True:  # admits the joiner, once the communicator is back with the restarted coordinator
+            try:
+                member.update()
+                break
+            except wccl.CoordinatorUnreachableError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        joiner.join(timeout=max(1.0, deadline - time.monotonic()))
+        assert not errors, errors
+        assert meshes and meshes[0].comm.size == 2 and member.size == 2
+        out = torch.empty(2, dtype=torch.float32)
+        done = []
+        t = threading.Thread(target=lambda: done.append(member.allreduce(torch.ones(2))))
+        t.start()
+        assert meshes[0].allreduce(torch.full((2,), 2.0), out, wire=wccl.Wire.NATIVE) is not None
+        t.join(timeout=30)
+        assert out.tolist() == [3.0, 3.0]
+        meshes[0].close()
+        member.close()
+    finally:
+        coord.stop()
