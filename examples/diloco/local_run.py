@@ -137,6 +137,7 @@ class Node:
             cmd += ["--tls-cert", pki["TLS_CERT"], "--tls-key", pki["TLS_KEY"], "--tls-ca", pki["TLS_CA"]]
         cmd += extra
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
+        self.started_unix = time.time()
         self.log = open(out / f"{name}.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -163,6 +164,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each local rank")
     p.add_argument("--admit-skew", type=float, default=10.0)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before the run is called failed")
+    p.add_argument("--sigkill", default="",
+                   help="NODE@STEP[+SECONDS]: once node0 has done STEP outer steps (and SECONDS more), SIGKILL every "
+                        "process of NODE from outside")
     p.add_argument("--freeze", default="",
                    help="NODE@STEP:SECONDS: once node0 has done STEP outer steps, SIGSTOP every process of NODE "
                         "for SECONDS, then SIGCONT")
@@ -198,18 +202,34 @@ def main(argv=None) -> int:
         freeze_node, rest = args.freeze.split("@")
         freeze_at, freeze_s = int(rest.split(":")[0]), float(rest.split(":")[1])
     frozen_until = None  # while a node is stopped
+    sigkill_node, sigkill_at, sigkill_after = "", -1, 0.0
+    if args.sigkill:
+        sigkill_node, rest = args.sigkill.split("@")
+        sigkill_at, sigkill_after = int(rest.split("+")[0]), float((rest.split("+") + ["0"])[1])
+    sigkill_due = None
+    faults = []  # what was injected, when (Unix time)
     timed_out = True
     try:
         while time.monotonic() - started < args.timeout:
             if freeze_node and frozen_until is None and 0 <= freeze_at <= nodes[0].last_step():
                 victim = next(n for n in nodes if n.name == freeze_node)
                 signal_tree(victim.proc.pid, signal.SIGSTOP)
+                faults.append({"fault": "freeze", "node": freeze_node, "unix_time": time.time()})
                 frozen_until, freeze_at = time.monotonic() + freeze_s, -1
             if frozen_until is not None and time.monotonic() >= frozen_until:
                 signal_tree(victim.proc.pid, signal.SIGCONT)
+                faults.append({"fault": "resume", "node": freeze_node, "unix_time": time.time()})
                 frozen_until = None
+            if sigkill_node and sigkill_due is None and 0 <= sigkill_at <= nodes[0].last_step():
+                sigkill_due, sigkill_at = time.monotonic() + sigkill_after, -1
+            if sigkill_due is not None and time.monotonic() >= sigkill_due:
+                signal_tree(next(n for n in nodes if n.name == sigkill_node).proc.pid, signal.SIGKILL)
+                faults.append({"fault": "sigkill", "node": sigkill_node, "unix_time": time.time()})
+                sigkill_due = None
             if coord.restarts == 0 and 0 <= args.restart_coordinator_at <= nodes[0].last_step():
+                faults.append({"fault": "coordinator kill", "unix_time": time.time()})
                 coord.restart(args.coordinator_down)
+                faults.append({"fault": "coordinator up", "unix_time": time.time()})
             if not joined and nodes[0].last_step() >= args.join_at:
                 start(f"node{len(nodes)}")
                 joined = True
@@ -226,19 +246,19 @@ def main(argv=None) -> int:
         coord.stop()
 
     summary = {"nodes": {}, "wall_s": time.monotonic() - started, "timed_out": timed_out,
-               "coordinator_restarts": coord.restarts}
+               "coordinator_restarts": coord.restarts, "faults": faults}
     failed = timed_out
     hashes = set()
     for n in nodes:
         final = n.records("final")
         steps = [r["step"] for r in n.records("step")]
         joined_at = n.records("joined")
-        info = {"exit": n.proc.returncode, "steps": steps, "joined_at": joined_at[0]["step"] if joined_at else None,
+        info = {"exit": n.proc.returncode, "started_unix": n.started_unix, "steps": steps, "joined_at": joined_at[0]["step"] if joined_at else None,
                 "hash": final[0]["hash"] if final else None,
                 # torchrun's own process died of SIGKILL (--kill: the node killed its processes)
                 "killed": not timed_out and n.proc.returncode == -signal.SIGKILL}
         summary["nodes"][n.name] = info
-        if info["killed"] != (n.name == kill_node):
+        if info["killed"] != (n.name in (kill_node, sigkill_node)):
             failed = True
         elif not info["killed"]:
             if n.proc.returncode != 0 or not final:

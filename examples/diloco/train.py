@@ -27,9 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
+STARTED = time.time()  # before torch is imported: the joined record says where a node's start-up goes
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import membership  # noqa: E402
@@ -38,6 +40,8 @@ from model import GPT, Batches, load_corpus  # noqa: E402
 
 import wccl  # noqa: E402
 from wccl.torch import ElasticDeviceMesh, flat_hash  # noqa: E402
+
+IMPORTED = time.time()
 
 WIRES = {"int8": wccl.Wire.INT8, "fp16": wccl.Wire.FP16, "bf16": wccl.Wire.BF16, "native": wccl.Wire.NATIVE}
 
@@ -140,6 +144,8 @@ class Trainer:
         self.data = Batches(load_corpus(args.data, args.data_bytes), args.seq_len, seed=0)
         self.eval_x, self.eval_y = (t.to(self.device) for t in self.data.eval_batch(16))
         tls = {"tls": "off"} if args.tls == "off" else {"tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_ca": args.tls_ca}
+        self.startup = {"import_s": IMPORTED - STARTED, "setup_s": time.time() - IMPORTED}
+        t = time.time()
         self.mesh = ElasticDeviceMesh(coordinator=args.coordinator, name=args.node_name,
                                       listen=rank_address(args.listen, self.local_rank),
                                       advertise=rank_address(args.advertise, self.local_rank),
@@ -154,6 +160,7 @@ class Trainer:
         self.n_contrib = 0
         self.nodes = 0
         self.pids = [v[0] for v in self.mesh.gather([os.getpid()])]
+        self.startup["admission_s"] = time.time() - t
 
     # --- the shard as one vector ----------------------------------------------------------------
 
@@ -261,7 +268,9 @@ class Trainer:
     def run(self) -> None:
         args = self.args
         log = Log(args, self)
+        t = time.time()
         self.settle(need_update=False)
+        self.startup["state_sync_s"] = time.time() - t
         self.data.reseed(data_seed(args.seed, args.node_name, self.pos.step, self.local_rank))
         log.joined()
         if args.mode == "sync":
@@ -399,7 +408,8 @@ class Log:
     def joined(self) -> None:
         t = self.t
         self.write({"event": "joined", "node": self.args.node_name, "mode": self.args.mode, "step": t.pos.step,
-                    "nodes": t.nodes, "params": t.n_params, "device": str(t.device), "time": time.time() - self.start},
+                    "nodes": t.nodes, "params": t.n_params, "device": str(t.device), **t.startup,
+                    "time": time.time() - self.start},
                    f"[{self.args.node_name}] joined at outer step {t.pos.step}: {t.nodes} nodes, "
                    f"{t.n_params} parameters over {t.local_size} local ranks")
         if self.bar:

@@ -4,6 +4,7 @@ coordinator and torchrun nodes of two local ranks each (examples/diloco/local_ru
 import json
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -206,3 +207,31 @@ def test_a_node_frozen_past_the_operation_timeout(tmp_path):
     nodes = json.loads((out / "summary.json").read_text())["nodes"]
     assert nodes["node0"]["hash"] == nodes["node1"]["hash"]
     assert nodes["node0"]["steps"] == list(range(1, steps + 1)) and nodes["node1"]["steps"][-1] == steps
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_node_sigkilled_from_outside_at_a_random_point(tmp_path, seed):
+    """Every process of node1 (torchrun and its workers) is SIGKILLed from outside at a point of
+    step 3 drawn from the seed: in its inner steps, its all-reduce or its outer step. The two
+    survivors end identical, each logging every outer step once, in order."""
+    offset = random.Random(seed).uniform(0.0, 1.5)
+    steps = 6
+    summary, records = run_job(tmp_path, "--nodes", "3", "--local-ranks", "2", "--tls", "off",
+                               "--sigkill", f"node1@2+{offset:.3f}",
+                               "--", "--outer-steps", str(steps), "--inner-steps", "4", *MODEL)
+    nodes = summary["nodes"]
+    assert summary["identical"] and nodes["node1"]["exit"] == -signal.SIGKILL, (seed, offset)
+    assert nodes["node0"]["steps"] == nodes["node2"]["steps"] == list(range(1, steps + 1)), (seed, offset)
+    assert [f["fault"] for f in summary["faults"]] == ["sigkill"]
+    assert all(r["contributors"] in (2, 3) for r in records["node0"] if r["event"] == "step")
+
+
+def test_recovery_script_measures_a_kill(tmp_path):
+    """examples/diloco/recovery.py (docs/trainer.md's recovery table), its kill scenario on a short job."""
+    out = tmp_path / "recovery"
+    proc = subprocess.run([sys.executable, str(LOCAL_RUN.parent / "recovery.py"), "--out", str(out), "--only", "sigkill",
+                           "--", "--outer-steps", "6", "--inner-steps", "4", *MODEL],
+                          env=job_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads((out / "recovery.json").read_text())
+    assert row["fault"] == "sigkill" and row["identical"] and 0 < row["to_next_step_s"] < 60 and row["step"] >= 4
