@@ -218,14 +218,15 @@ class ElasticDeviceMesh:
     def roster(self, info: Sequence[int]) -> Optional[List[NodeRow]]:
         """All-gathers ``(node id, local size, *info)`` in this rank's group and compares the
         groups' results over the node: the nodes (sorted by id) when every group holds the same
-        nodes with the same rows, None when they differ or a group lost a peer (call update()).
+        nodes with the same rows, None when they differ or a group lost a peer or timed out (call
+        update()).
         ``info`` must be the same on every local rank; its length the same on every node."""
         row = torch.tensor([self.node_id, self.local_size, *[int(v) for v in info]], dtype=torch.int64)
         table = torch.empty(row.numel() * self.comm.size, dtype=torch.int64)
         ok = True
         try:
             self.comm.allgather(row, table)
-        except PeerLostError:
+        except (PeerLostError, WcclTimeoutError):
             ok = False
         if not self.agree(ok):
             return None
@@ -273,6 +274,6 @@ class ElasticDeviceMesh:
         revision_out = None
         try:
             revision_out = self.comm.sync_state(tensors, revision, mode).revision
-        except (PeerLostError, CoordinatorUnreachableError):  # its re-forming met a restarting coordinator
+        except (PeerLostError, WcclTimeoutError, CoordinatorUnreachableError):  # or met a restarting coordinator
             pass
         return revision_out if self.agree(revision_out is not None) else None
