@@ -24,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "tools" / "devkit"))
-from group import make_pki  # noqa: E402
+from group import make_pki, start_coordinator  # noqa: E402
 
 
 def free_port() -> int:
@@ -47,40 +47,26 @@ class CoordinatorProcess:
     SIGKILLed and started again on its port as an operator's restart would."""
 
     def __init__(self, args, pki: dict, out: Path) -> None:
-        self.flags = ["--min-peers", str(args.nodes), "--log-level", args.coordinator_log]
-        self.flags += ["--tls", "off"] if args.tls == "off" else [
+        flags = ["--min-peers", str(args.nodes), "--log-level", args.coordinator_log]
+        flags += ["--tls", "off"] if args.tls == "off" else [
             "--tls-cert", pki["TLS_CERT"], "--tls-key", pki["TLS_KEY"], "--tls-ca", pki["TLS_CA"]]
-        self.log = open(out / "coordinator.log", "w")
-        self.port = 0
+        self.cmd = [sys.executable, "-m", "wccl.coord", *flags]
+        self.log = out / "coordinator.log"
+        self.log.unlink(missing_ok=True)
+        self.proc, self.port = start_coordinator(self.cmd, os.environ, self.log)
         self.restarts = 0
-        self.start()
-
-    def start(self) -> None:
-        deadline = time.monotonic() + 10
-        while True:  # on a restart, until the killed one's port is free
-            self.proc = subprocess.Popen([sys.executable, "-m", "wccl.coord", "--listen", f"127.0.0.1:{self.port}",
-                                          *self.flags], stdout=subprocess.PIPE, stderr=self.log, text=True)
-            line = self.proc.stdout.readline()
-            if line.startswith("wccl-coord listening on port "):
-                self.port = int(line.split()[-1])
-                return
-            self.proc.wait()
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the coordinator did not start (out/coordinator.log): {line!r}")
-            time.sleep(0.1)
 
     def restart(self, down: float) -> None:
         self.proc.kill()
         self.proc.wait()
         time.sleep(down)
-        self.start()
+        self.proc, _ = start_coordinator(self.cmd, os.environ, self.log, self.port)
         self.restarts += 1
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait()
-        self.log.close()
 
 
 def process_tree(root: int) -> list:

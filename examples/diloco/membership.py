@@ -3,7 +3,7 @@
 ``settle`` is a generator: it yields the mesh call a node makes next (``Update``, ``Roster``,
 ``Sync``), is sent that call's result, and returns an ``Outcome`` (or raises ``Refused``). The
 trainer drives it with its ElasticDeviceMesh (train.py, ``Trainer.settle``); the tests drive it with
-scripted results and with a simulated job (tests/trainer/test_membership.py). Every rule of who
+scripted results (tests/trainer/test_membership.py). Every rule of who
 trains, who syncs whose state and what the outer step divides by lives here.
 """
 
@@ -75,8 +75,8 @@ class Sync:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the node does next: its phase, the nodes in the epoch, and how many of them count in
-    this step's average (nodes that trained it)."""
+    """The nodes in the epoch, and how many of them count in this step's average (nodes that trained
+    it). The node's phase is in its Position."""
 
     nodes: int
     contributors: int
@@ -90,11 +90,15 @@ class Refused(Exception):
 Call = Union[Update, Roster, Sync]
 
 
+def hash63(text: str) -> int:
+    """A non-negative 63-bit hash of text (SHA-256), the same in every process."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
 def configuration_fingerprint(**settings: object) -> int:
     """A 63-bit hash of what every node of a job must agree on (local size, model shape, H, learning
     rates, wire, mode), carried in every roster row."""
-    text = ";".join(f"{k}={settings[k]!r}" for k in sorted(settings))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+    return hash63(";".join(f"{k}={settings[k]!r}" for k in sorted(settings)))
 
 
 def settle(pos: Position, node_id: int, *, fingerprint: int, sync_mode: bool,

@@ -43,6 +43,8 @@ from wccl.torch import ElasticDeviceMesh, flat_hash  # noqa: E402
 
 IMPORTED = time.time()
 
+SYNC_MODES = {membership.SEND_ONLY: wccl.SyncMode.SEND_ONLY, membership.RECEIVE_ONLY: wccl.SyncMode.RECEIVE_ONLY,
+              membership.POPULAR: wccl.SyncMode.POPULAR}
 WIRES = {"int8": wccl.Wire.INT8, "fp16": wccl.Wire.FP16, "bf16": wccl.Wire.BF16, "native": wccl.Wire.NATIVE}
 
 
@@ -114,8 +116,7 @@ def data_seed(seed: int, node_name: str, joined_step: int, local_rank: int) -> i
     that share a prefix, worker-1 and worker-2, draw different batches), of the outer step at which
     the node joined (a node that is restarted and joins again does not replay its earlier batches)
     and of the local rank."""
-    key = f"{seed}/{node_name}/{joined_step}/{local_rank}".encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+    return membership.hash63(f"{seed}/{node_name}/{joined_step}/{local_rank}")
 
 
 def restarted() -> bool:
@@ -194,9 +195,6 @@ class Trainer:
     def settle(self, need_update: bool) -> None:
         """Makes the mesh calls membership.settle asks for until every node agrees (examples/diloco/
         membership.py holds the rules); sets the nodes of the epoch and the step's divisor."""
-        sync_modes = {membership.SEND_ONLY: wccl.SyncMode.SEND_ONLY, membership.RECEIVE_ONLY: wccl.SyncMode.RECEIVE_ONLY,
-                      membership.POPULAR: wccl.SyncMode.POPULAR}
-
         def call(c):
             if isinstance(c, membership.Update):
                 return self.mesh.update()
@@ -205,7 +203,7 @@ class Trainer:
                 return None if rows is None else [membership.Row.decode(r.node_id, r.info) for r in rows]
             if self.args.mode == "sync":
                 self.outer = self.shard_vector()
-            revision = self.mesh.sync_state(self.state(), c.revision, sync_modes[c.mode])
+            revision = self.mesh.sync_state(self.state(), c.revision, SYNC_MODES[c.mode])
             if revision is not None and c.receive:
                 self.load_shard(self.outer)
             return revision

@@ -1,8 +1,7 @@
 """wccl.torch.ElasticDeviceMesh against a coordinator that is SIGKILLed and restarted on its port
 (``python -m wccl.coord`` in its own process), in a node of one local rank (a gloo group of one)."""
 
-import socket
-import subprocess
+import os
 import sys
 import threading
 import time
@@ -13,39 +12,24 @@ import wccl
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
+from group import start_coordinator  # noqa: E402 (tools/devkit, on the path from conftest.py)
 from wccl.torch import ElasticDeviceMesh  # noqa: E402
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class CoordinatorProcess:
-    """The daemon on a fixed port, killed and started again as an operator's restart would."""
+    """python -m wccl.coord on a fixed port, killed and started again as an operator's restart would."""
 
-    def __init__(self, port):
-        self.port = port
-        self.proc = None
-        self.start()
-
-    def start(self):
-        deadline = time.monotonic() + 10
-        while True:
-            self.proc = subprocess.Popen([sys.executable, "-m", "wccl.coord", "--listen", f"127.0.0.1:{self.port}",
-                                          "--tls", "off", "--log-level", "error"],
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            line = self.proc.stdout.readline()
-            if line.startswith("wccl-coord listening"):
-                return
-            self.proc.wait()  # the old one's port not yet free: try again
-            assert time.monotonic() < deadline, self.proc.stderr.read()
-            time.sleep(0.1)
+    def __init__(self, log):
+        self.cmd = [sys.executable, "-m", "wccl.coord", "--tls", "off", "--log-level", "error"]
+        self.log = log
+        self.proc, self.port = start_coordinator(self.cmd, os.environ, log)
 
     def kill(self):
         self.proc.kill()
         self.proc.wait()
+
+    def start(self):
+        self.proc, _ = start_coordinator(self.cmd, os.environ, self.log, self.port)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -60,11 +44,11 @@ def node_group(tmp_path):
     dist.destroy_process_group()
 
 
-def test_a_joiner_survives_a_coordinator_restart_while_it_waits(node_group):
+def test_a_joiner_survives_a_coordinator_restart_while_it_waits(node_group, tmp_path):
     """The mesh's join waits for the members' next update; the coordinator is SIGKILLed meanwhile
     and restarted 0.5 s later. The join used to fail at once (COORDINATOR_UNREACHABLE) and the node
     stopped; it now joins again and is admitted."""
-    coord = CoordinatorProcess(free_port())
+    coord = CoordinatorProcess(tmp_path / "coord.log")
     config = {"coordinator": f"127.0.0.1:{coord.port}", "listen": "127.0.0.1:0", "tls": "off", "log_level": "error"}
     try:
         member = wccl.Communicator(group="g0", **config)  # the job: one member, in epoch 1

@@ -70,9 +70,10 @@ class Member:
 
 
 def start_coordinator(cmd, env, log_path, port=0):
-    """wccl-coord on 127.0.0.1:port (0: any); returns (process, port)."""
+    """The coordinator daemon on 127.0.0.1:port (0: any); returns (process, port). cmd: the wccl-coord
+    program, or a command line (a list) such as [python, "-m", "wccl.coord", flags...]."""
     env = dict(env, WCCL_LISTEN=f"127.0.0.1:{port}")
-    proc = subprocess.Popen([cmd], env=env, stdout=subprocess.PIPE, stderr=open(log_path, "a"), text=True)
+    proc = subprocess.Popen([cmd] if isinstance(cmd, str) else list(cmd), env=env, stdout=subprocess.PIPE, stderr=open(log_path, "a"), text=True)
     for line in proc.stdout:
         if "listening on port" in line:
             return proc, int(line.split()[-1])
