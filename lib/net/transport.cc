@@ -100,7 +100,10 @@ Result<int> open_listener(Core *c, const sockaddr_storage &sa, const std::string
   if (c->opt.sock_buf_bytes > 0) set_buffer_sizes(reinterpret_cast<uv_handle_t *>(&l->tcp), c->opt.sock_buf_bytes);
   int rc = uv_tcp_bind(&l->tcp, reinterpret_cast<const sockaddr *>(&sa), 0);
   if (rc == 0) {
-    rc = uv_listen(reinterpret_cast<uv_stream_t *>(&l->tcp), 512, [](uv_stream_t *server, int status) {
+    // A deep accept queue: a burst of connections (a group forming, or a flood from one address)
+    // waits there to be accepted and judged instead of having its SYNs dropped and retried
+    // seconds later. The kernel clamps it to net.core.somaxconn.
+    rc = uv_listen(reinterpret_cast<uv_stream_t *>(&l->tcp), 4096, [](uv_stream_t *server, int status) {
       auto *lis = static_cast<Core::Listener *>(server->data);
       lis->core->on_connection(lis, status);
       lis->core->run_deferred();
