@@ -197,7 +197,7 @@ void EmulatedGpu::destroy_event(gpu::Event e) { delete static_cast<Mark *>(e); }
 
 Status EmulatedGpu::encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first, gpu::Stream s) {
   WCCL_RETURN_IF_ERROR(fault("encode"));
-  // As the CUDA kernel: INT8 waits for its result, to name a value it cannot encode.
+  // As the CUDA kernels: a block-quantized wire waits for its result, to name a value it cannot encode.
   WCCL_RETURN_IF_ERROR(synchronize(s));
   const auto *in = reinterpret_cast<const float *>(at(src, count * 4));
   uint8_t *out = at(dst, codec::wire_size(w, count));
@@ -214,7 +214,9 @@ Status EmulatedGpu::decode(codec::Wire w, const uint8_t *src, size_t count, floa
     if (in == nullptr || out == nullptr) return;
     const codec::Kernels &k = codec::kernels();
     switch (w) {
-      case codec::Wire::kInt8: k.int8_decode(in, count, out); break;
+      case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kFp8:
+        codec::block_codec(k, w)->decode(in, count, out);
+        break;
       case codec::Wire::kF16: k.f16_decode(in, count, out); break;
       case codec::Wire::kBF16: k.bf16_decode(in, count, out); break;
       case codec::Wire::kNative: ADD_FAILURE() << "emulated GPU: no kernel decodes the native wire"; break;
@@ -223,13 +225,15 @@ Status EmulatedGpu::decode(codec::Wire w, const uint8_t *src, size_t count, floa
   return Status();
 }
 
-Status EmulatedGpu::int8_decode_add(const uint8_t *src, size_t count, float *dst, const float *mine, gpu::Stream s) {
-  WCCL_RETURN_IF_ERROR(fault("int8_decode_add"));
-  enqueue(s, [this, src, count, dst, mine] {
-    const uint8_t *in = at(src, codec::int8_encoded_size(count));
+Status EmulatedGpu::decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine, gpu::Stream s) {
+  WCCL_RETURN_IF_ERROR(fault("decode_add"));
+  const codec::BlockCodec *blocks = codec::block_codec(codec::kernels(), w);
+  if (blocks == nullptr) return WCCL_ERROR(WCCL_ERR_INTERNAL, "emulated GPU: the %s wire is not block-quantized", codec::wire_name(w));
+  enqueue(s, [this, w, blocks, src, count, dst, mine] {
+    const uint8_t *in = at(src, codec::wire_size(w, count));
     auto *out = reinterpret_cast<float *>(at(dst, count * 4));
     const auto *m = reinterpret_cast<const float *>(at(mine, count * 4));
-    if (in != nullptr && out != nullptr && m != nullptr) codec::kernels().int8_decode_add(in, count, out, m);
+    if (in != nullptr && out != nullptr && m != nullptr) blocks->decode_add(in, count, out, m);
   });
   return Status();
 }

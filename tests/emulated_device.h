@@ -65,7 +65,7 @@ class EmulatedGpu final : public gpu::Device {
   void destroy_event(gpu::Event e) override;
   Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first, gpu::Stream s) override;
   Status decode(codec::Wire w, const uint8_t *src, size_t count, float *dst, gpu::Stream s) override;
-  Status int8_decode_add(const uint8_t *src, size_t count, float *dst, const float *mine, gpu::Stream s) override;
+  Status decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine, gpu::Stream s) override;
   Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t count,
                      gpu::Stream s) override;
   Status finish_avg(codec::Dtype t, void *dst, size_t count, int by, gpu::Stream s) override;

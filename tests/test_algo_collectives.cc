@@ -273,6 +273,8 @@ double encode_error(codec::Wire w, const std::vector<Bytes> &ins) {
   }
   switch (w) {
     case codec::Wire::kInt8: return range / 510 + mag * std::ldexp(1.0, -20);
+    case codec::Wire::kInt4: return range / 30 + mag * std::ldexp(1.0, -20);
+    case codec::Wire::kFp8: return mag / 16 + mag / 229376;
     case codec::Wire::kF16: return mag * std::ldexp(1.0, -11) + std::ldexp(1.0, -24);
     case codec::Wire::kBF16: return mag * std::ldexp(1.0, -8);
     case codec::Wire::kNative: break;
@@ -338,7 +340,8 @@ INSTANTIATE_TEST_SUITE_P(
     Sweep, WireTest,
     ::testing::Combine(::testing::Values(1, 2, 3, 5, 8), ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
                        kEveryShape,
-                       ::testing::Values(codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8)),
+                       ::testing::Values(codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8, codec::Wire::kInt4,
+                                         codec::Wire::kFp8)),
     wire_param_name);
 
 TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
@@ -720,7 +723,8 @@ INSTANTIATE_TEST_SUITE_P(
     Sweep, DeviceTest,
     ::testing::Combine(::testing::Values(1, 2, 3, 5), ::testing::Values<size_t>(0, 7, 65537),
                        kEveryShape,
-                       ::testing::Values(codec::Wire::kNative, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8)),
+                       ::testing::Values(codec::Wire::kNative, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8,
+                                         codec::Wire::kInt4, codec::Wire::kFp8)),
     wire_param_name);
 
 // DESIGN §7: with a wire codec only the encoded bytes cross PCIe, each way, through page-locked

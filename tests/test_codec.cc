@@ -1,5 +1,5 @@
 // The codec kernels and wire codecs: every instruction-set tier against the scalar tier, bit for
-// bit; INT8 error bounds on hard blocks; what encoding refuses and what decoding rejects.
+// bit; the block-quantized wires' error bounds on hard blocks; what encoding refuses and what decoding rejects.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -19,14 +19,14 @@ namespace {
 
 using codec::Dtype;
 using codec::Kernels;
-using codec::kInt8Block;
 using codec::RedOp;
 using codec::Tier;
 using codec::Wire;
 using Bytes = std::vector<uint8_t>;
 
 // Lengths around the vector widths and the INT8 block, so tails and partial blocks are covered.
-const size_t kLengths[] = {0, 1, 3, 15, 16, 17, 63, 64, 65, 1023, 1024, 1025, 2048, 4099};
+const size_t kLengths[] = {0, 1, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1023, 1024, 1025, 2048, 4099};
+const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kFp8};
 
 // Byte-equal (memcmp, which may not be given the null data() of an empty vector).
 bool same(const void *a, const void *b, size_t bytes) { return bytes == 0 || std::memcmp(a, b, bytes) == 0; }
@@ -139,20 +139,25 @@ TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
     for (size_t n : kLengths) {
       std::vector<float> x = random_floats(n, -3.0f, 5.0f, rng);
       if (n > 20) x[17] = -0.0f;
-      Bytes want(codec::int8_encoded_size(n)), got(want.size());
-      ASSERT_EQ(ref.int8_encode(x.data(), n, want.data()), n);
-      ASSERT_EQ(k->int8_encode(x.data(), n, got.data()), n);
-      ASSERT_EQ(want, got) << k->name << " int8 encode n=" << n;
-      std::vector<float> mine = random_floats(n, -1.0f, 1.0f, rng);
-      std::vector<float> d_ref(n), d_got(n), a_ref(n), a_got(n);
-      ref.int8_decode(want.data(), n, d_ref.data());
-      k->int8_decode(want.data(), n, d_got.data());
-      ASSERT_TRUE(same(d_ref.data(), d_got.data(), n * 4)) << k->name << " int8 decode n=" << n;
-      ref.int8_decode_add(want.data(), n, a_ref.data(), mine.data());
-      k->int8_decode_add(want.data(), n, a_got.data(), mine.data());
-      ASSERT_TRUE(same(a_ref.data(), a_got.data(), n * 4)) << k->name << " int8 decode-add n=" << n;
-      k->int8_decode_add(want.data(), n, mine.data(), mine.data());  // in place
-      ASSERT_TRUE(same(a_ref.data(), mine.data(), n * 4)) << k->name << " int8 decode-add in place";
+      for (Wire w : kBlockWires) {
+        const codec::BlockCodec &r = *codec::block_codec(ref, w), &c = *codec::block_codec(*k, w);
+        const char *name = codec::wire_name(w);
+        Bytes want(codec::wire_size(w, n)), got(want.size());
+        ASSERT_EQ(r.encode(x.data(), n, want.data()), n);
+        ASSERT_EQ(c.encode(x.data(), n, got.data()), n);
+        ASSERT_EQ(want, got) << k->name << " " << name << " encode n=" << n;
+        std::vector<float> mine = random_floats(n, -1.0f, 1.0f, rng);
+        std::vector<float> d_ref(n), d_got(n), a_ref(n), a_got(n);
+        r.decode(want.data(), n, d_ref.data());
+        c.decode(want.data(), n, d_got.data());
+        ASSERT_TRUE(same(d_ref.data(), d_got.data(), n * 4)) << k->name << " " << name << " decode n=" << n;
+        r.decode_add(want.data(), n, a_ref.data(), mine.data());
+        c.decode_add(want.data(), n, a_got.data(), mine.data());
+        ASSERT_TRUE(same(a_ref.data(), a_got.data(), n * 4)) << k->name << " " << name << " decode-add n=" << n;
+        c.decode_add(want.data(), n, mine.data(), mine.data());  // in place
+        ASSERT_TRUE(same(a_ref.data(), mine.data(), n * 4)) << k->name << " " << name << " decode-add in place";
+      }
+      std::vector<float> d_ref(n), d_got(n);
 
       // 16-bit wire data at an odd address, as it may sit inside a receive buffer.
       Bytes h_ref(2 * n + 1), h_got(2 * n + 1);
@@ -172,116 +177,175 @@ TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
   }
 }
 
-// The documented INT8 bound for one element of a block with minimum lo and maximum hi:
-// (hi - lo) / 510, plus float rounding (2^-20 of the block's largest magnitude), plus the whole
-// range when the range is below 255 * FLT_MIN (the block is sent as its minimum).
-double int8_bound(float lo, float hi) {
+// The documented bound (wire.h) for element x of a block of `w` data holding [lo, hi]:
+//   INT8, INT4: (hi - lo) / (2 * levels), plus float rounding (2^-20 of the block's largest
+//   magnitude), plus the whole range when the step would be below FLT_MIN (sent as its minimum);
+//   FP8: max(|x| / 16, 2^(k-10)) with 2^k <= max(amax / 224, 2^-126).
+double error_bound(Wire w, float x, float lo, float hi) {
   const double range = static_cast<double>(hi) - lo;
   const double mag = std::max(std::fabs(static_cast<double>(lo)), std::fabs(static_cast<double>(hi)));
-  return range / 510.0 + mag * std::ldexp(1.0, -20) + (range < 255.0 * FLT_MIN ? range : 0.0);
+  if (w == Wire::kFp8) return std::max(std::fabs(static_cast<double>(x)) / 16, std::max(mag / 224, std::ldexp(1.0, -126)) * std::ldexp(1.0, -10));
+  const double levels = w == Wire::kInt8 ? 255.0 : 15.0;
+  return range / (2 * levels) + mag * std::ldexp(1.0, -20) + (range < levels * FLT_MIN ? range : 0.0);
 }
 
-void expect_within_int8_bound(const std::vector<float> &x, const char *what) {
-  const size_t n = x.size();
-  Bytes enc(codec::wire_size(Wire::kInt8, n));
-  ASSERT_TRUE(codec::encode(Wire::kInt8, x.data(), n, enc.data()).ok()) << what;
+void expect_within_bound(Wire w, const std::vector<float> &x, const char *what) {
+  const size_t n = x.size(), block = codec::block_format(w)->block;
+  Bytes enc(codec::wire_size(w, n));
+  ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok()) << codec::wire_name(w) << " " << what;
   std::vector<float> y(n);
-  ASSERT_TRUE(codec::decode(Wire::kInt8, enc.data(), enc.size(), n, y.data()).ok()) << what;
+  ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), n, y.data()).ok()) << what;
   double worst = 0;
-  for (size_t b = 0; b < n; b += kInt8Block) {
-    const size_t e = std::min(n, b + kInt8Block);
+  for (size_t b = 0; b < n; b += block) {
+    const size_t e = std::min(n, b + block);
     const float lo = *std::min_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
     const float hi = *std::max_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
-    const double bound = int8_bound(lo, hi);
     for (size_t i = b; i < e; ++i) {
-      ASSERT_TRUE(std::isfinite(y[i])) << what << " element " << i;
+      const double bound = error_bound(w, x[i], lo, hi);
+      ASSERT_TRUE(std::isfinite(y[i])) << codec::wire_name(w) << " " << what << " element " << i;
       const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
-      ASSERT_LE(err, bound) << what << " element " << i << ": " << x[i] << " came back as " << y[i];
+      ASSERT_LE(err, bound) << codec::wire_name(w) << " " << what << " element " << i << ": " << x[i] << " came back as " << y[i];
       if (bound > 0) worst = std::max(worst, err / bound);
     }
   }
-  std::printf("%-12s n=%-6zu worst error %.3f of the bound\n", what, n, worst);
+  std::printf("%-5s %-14s n=%-6zu worst error %.3f of the bound\n", codec::wire_name(w), what, n, worst);
 }
 
-TEST(Int8Codec, ErrorStaysWithinTheBound) {
+TEST(BlockCodecs, ErrorStaysWithinTheBound) {
   std::mt19937 rng(3);
-  for (size_t n : {size_t{1}, size_t{1000}, size_t{1024}, size_t{5000}}) {
-    expect_within_int8_bound(random_floats(n, -1.0f, 1.0f, rng), "random");
-    expect_within_int8_bound(random_floats(n, 1e6f, 1e6f + 1.0f, rng), "offset");
-    expect_within_int8_bound(std::vector<float>(n, 0.3f), "constant");
-    expect_within_int8_bound(random_floats(n, 1.0f, 1.0f + 1e-6f, rng), "tiny-range");
-    expect_within_int8_bound(random_floats(n, -1e37f, 1e37f, rng), "huge-range");
-    expect_within_int8_bound(random_floats(n, -1e-39f, 1e-39f, rng), "denormal");
-    expect_within_int8_bound(random_floats(n, 0.0f, 1e-44f, rng), "denormal-tiny");
+  for (Wire w : kBlockWires) {
+    for (size_t n : {size_t{1}, size_t{100}, size_t{1000}, size_t{1024}, size_t{5000}}) {
+      expect_within_bound(w, random_floats(n, -1.0f, 1.0f, rng), "random");
+      expect_within_bound(w, random_floats(n, 1e6f, 1e6f + 1.0f, rng), "offset");
+      expect_within_bound(w, std::vector<float>(n, 0.3f), "constant");
+      expect_within_bound(w, random_floats(n, 1.0f, 1.0f + 1e-6f, rng), "tiny-range");
+      expect_within_bound(w, random_floats(n, -1e37f, 1e37f, rng), "huge-range");
+      expect_within_bound(w, random_floats(n, -1e-39f, 1e-39f, rng), "denormal");
+      expect_within_bound(w, random_floats(n, 0.0f, 1e-44f, rng), "denormal-tiny");
+      std::vector<float> spiky = random_floats(n, -1e-3f, 1e-3f, rng);  // a pseudo-gradient with outliers
+      for (size_t i = 0; i < n; i += 97) spiky[i] *= 300.0f;
+      expect_within_bound(w, spiky, "outliers");
+    }
+    // The two ends of the float range in one block decode to finite values.
+    expect_within_bound(w, {-1.6e38f, 1.6e38f, 0.0f}, "widest");
   }
-  // The two ends of the float range in one block decode to finite values.
-  expect_within_int8_bound({-1.6e38f, 1.6e38f, 0.0f}, "widest");
 }
 
-TEST(Int8Codec, EveryCodeIsUsedOnARamp) {
-  // A block that spans 0..255 exactly maps element i to code i: the quantiser is not off by one.
-  std::vector<float> x(256);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
-  Bytes enc(codec::wire_size(Wire::kInt8, x.size()));
-  ASSERT_TRUE(codec::encode(Wire::kInt8, x.data(), x.size(), enc.data()).ok());
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(enc[codec::kInt8Header + i], i);
+TEST(BlockCodecs, EveryUniformCodeIsUsedOnARamp) {
+  // A block that spans 0..levels exactly maps element i to code i: the quantiser is not off by
+  // one, and INT4 packs element 2p in the low nibble.
+  for (Wire w : {Wire::kInt8, Wire::kInt4}) {
+    const size_t levels = w == Wire::kInt8 ? 255 : 15;
+    std::vector<float> x(levels + 1);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+    Bytes enc(codec::wire_size(w, x.size()));
+    ASSERT_TRUE(codec::encode(w, x.data(), x.size(), enc.data()).ok());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const unsigned code = w == Wire::kInt8 ? enc[8 + i] : (enc[8 + i / 2] >> (4 * (i % 2))) & 15u;
+      ASSERT_EQ(code, i) << codec::wire_name(w);
+    }
+    std::vector<float> y(x.size());
+    ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), x.size(), y.data()).ok());
+    EXPECT_EQ(x, y) << codec::wire_name(w);
+  }
+}
+
+TEST(BlockCodecs, Fp8RoundsToNearestEvenE4M3) {
+  // 448 = 1.75 * 2^8 puts the scale at 2^0: the elements are E4M3 values themselves.
+  const std::vector<float> x = {448.0f, 1.0f, 1.0625f, 1.1875f, -0x1p-9f, 3 * 0x1p-9f, 2.5f * 0x1p-9f, 0x1p-11f, -0.0f, 15.5f};
+  const std::vector<float> want = {448.0f, 1.0f, 1.0f, 1.25f, -0x1p-9f, 3 * 0x1p-9f, 2 * 0x1p-9f, 0.0f, -0.0f, 16.0f};
+  Bytes enc(codec::wire_size(Wire::kFp8, x.size()));
+  ASSERT_TRUE(codec::encode(Wire::kFp8, x.data(), x.size(), enc.data()).ok());
+  float scale;
+  std::memcpy(&scale, enc.data(), 4);
+  EXPECT_EQ(scale, 1.0f);
+  EXPECT_EQ(enc[4], 0x7e);  // 448: the largest finite E4M3
+  EXPECT_EQ(enc[5], 0x38);  // 1.0: exponent 7, mantissa 0
   std::vector<float> y(x.size());
-  ASSERT_TRUE(codec::decode(Wire::kInt8, enc.data(), enc.size(), x.size(), y.data()).ok());
-  EXPECT_EQ(x, y);
+  ASSERT_TRUE(codec::decode(Wire::kFp8, enc.data(), enc.size(), x.size(), y.data()).ok());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(y[i], want[i]) << "element " << i << " " << x[i];
+    EXPECT_EQ(std::signbit(y[i]), std::signbit(want[i])) << "element " << i;
+  }
+  // Scaled: every value doubled 2^20 times decodes doubled 2^20 times (the scale is exact).
+  std::vector<float> big(x.size());
+  for (size_t i = 0; i < x.size(); ++i) big[i] = x[i] * 0x1p20f;
+  ASSERT_TRUE(codec::encode(Wire::kFp8, big.data(), big.size(), enc.data()).ok());
+  ASSERT_TRUE(codec::decode(Wire::kFp8, enc.data(), enc.size(), x.size(), y.data()).ok());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], want[i] * 0x1p20f) << "element " << i;
 }
 
-TEST(Int8Codec, NanAndInfAreRefusedNamingTheElement) {
-  std::vector<float> x(3000, 1.0f);
-  Bytes enc(codec::wire_size(Wire::kInt8, x.size()));
-  x[2500] = std::numeric_limits<float>::quiet_NaN();
-  x[2700] = std::numeric_limits<float>::infinity();
-  Status st = codec::encode(Wire::kInt8, x.data(), x.size(), enc.data(), 100);
-  EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(st.message().find("element 2600 is NaN"), std::string::npos) << st.message();
-  x[2500] = 1.0f;
-  st = codec::encode(Wire::kInt8, x.data(), x.size(), enc.data());
-  EXPECT_NE(st.message().find("element 2700 is Inf"), std::string::npos) << st.message();
-  x[2700] = 1.0f;
-  x[1030] = -3e38f;
-  x[1031] = 3e38f;
-  st = codec::encode(Wire::kInt8, x.data(), x.size(), enc.data());
-  EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(st.message().find("elements 1024..2047 spans more than the float range"), std::string::npos) << st.message();
+TEST(BlockCodecs, NanAndInfAreRefusedNamingTheElement) {
+  for (Wire w : kBlockWires) {
+    const char *name = codec::wire_name(w);
+    std::vector<float> x(3000, 1.0f);
+    Bytes enc(codec::wire_size(w, x.size()));
+    x[2500] = std::numeric_limits<float>::quiet_NaN();
+    x[2700] = std::numeric_limits<float>::infinity();
+    Status st = codec::encode(w, x.data(), x.size(), enc.data(), 100);
+    EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("element 2600 is NaN, which the " + std::string(name) + " wire"), std::string::npos) << st.message();
+    x[2500] = 1.0f;
+    st = codec::encode(w, x.data(), x.size(), enc.data());
+    EXPECT_NE(st.message().find("element 2700 is Inf"), std::string::npos) << st.message();
+    x[2700] = 1.0f;
+    x[1030] = -3e38f;
+    x[1031] = 3e38f;
+    st = codec::encode(w, x.data(), x.size(), enc.data());
+    EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT) << name;
+    const std::string want = w == Wire::kInt8   ? "the int8 block of elements 1024..2047 spans more than the float range"
+                             : w == Wire::kInt4 ? "the int4 block of elements 1024..1151 spans more than the float range"
+                                                : "the fp8 block of elements 1024..2047 holds a magnitude of 2^127 or more";
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+  }
 }
 
-TEST(Int8Codec, BadDataIsRejectedBeforeAnythingIsWritten) {
+TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
   std::mt19937 rng(5);
   const std::vector<float> x = random_floats(2000, -1.0f, 1.0f, rng);
-  Bytes good(codec::wire_size(Wire::kInt8, x.size()));
-  ASSERT_TRUE(codec::encode(Wire::kInt8, x.data(), x.size(), good.data()).ok());
   const std::vector<float> untouched(x.size(), 42.0f);
-  auto expect_rejected = [&](const Bytes &enc, size_t len, const char *what) {
-    std::vector<float> y = untouched;
-    Status st = codec::decode(Wire::kInt8, enc.data(), len, x.size(), y.data());
-    EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << what;
-    st = codec::decode_reduce(Wire::kInt8, RedOp::kSum, enc.data(), len, x.size(), y.data(), y.data());
-    EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << what;
-    EXPECT_EQ(y, untouched) << what;
-  };
-  expect_rejected(good, good.size() - 1, "truncated");
-  Bytes longer = good;
-  longer.push_back(0);
-  expect_rejected(longer, longer.size(), "too long");
-  const float bad_scales[] = {std::numeric_limits<float>::quiet_NaN(), -1.0f, std::numeric_limits<float>::infinity(), 1e37f};
-  for (float s : bad_scales) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (Wire w : kBlockWires) {
+    const codec::BlockFormat &f = *codec::block_format(w);
+    Bytes good(codec::wire_size(w, x.size()));
+    ASSERT_TRUE(codec::encode(w, x.data(), x.size(), good.data()).ok());
+    auto expect_rejected = [&](const Bytes &enc, size_t len, const std::string &what) {
+      std::vector<float> y = untouched;
+      Status st = codec::decode(w, enc.data(), len, x.size(), y.data());
+      EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << codec::wire_name(w) << " " << what;
+      st = codec::decode_reduce(w, RedOp::kSum, enc.data(), len, x.size(), y.data(), y.data());
+      EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << codec::wire_name(w) << " " << what;
+      EXPECT_EQ(y, untouched) << codec::wire_name(w) << " " << what;
+    };
+    expect_rejected(good, good.size() - 1, "truncated");
+    Bytes longer = good;
+    longer.push_back(0);
+    expect_rejected(longer, longer.size(), "too long");
+    const std::vector<float> bad_scales = w == Wire::kFp8 ? std::vector<float>{nan, -1.0f, inf, 3.0f, 0x1p120f, 0x1p-127f}
+                                                          : std::vector<float>{nan, -1.0f, inf, w == Wire::kInt8 ? 1e37f : 1e38f};
+    for (float s : bad_scales) {
+      Bytes enc = good;
+      std::memcpy(&enc[f.block_bytes(f.block)], &s, 4);  // the second block's scale
+      expect_rejected(enc, enc.size(), "scale " + std::to_string(s));
+    }
     Bytes enc = good;
-    std::memcpy(&enc[codec::kInt8Header + kInt8Block], &s, 4);  // the second block's scale
-    expect_rejected(enc, enc.size(), "bad scale");
+    if (w == Wire::kFp8) {
+      for (uint8_t code : {0x7f, 0xff}) {
+        enc = good;
+        enc[f.block_bytes(f.block) + f.header + 5] = code;  // a NaN code in the second block
+        expect_rejected(enc, enc.size(), "NaN code");
+      }
+    } else {
+      std::memcpy(&enc[4], &inf, 4);
+      expect_rejected(enc, enc.size(), "infinite offset");
+    }
   }
-  Bytes enc = good;
-  const float inf = std::numeric_limits<float>::infinity();
-  std::memcpy(&enc[4], &inf, 4);
-  expect_rejected(enc, enc.size(), "infinite offset");
 }
 
 TEST(WireCodec, DecodeReduceEqualsDecodeThenReduce) {
   std::mt19937 rng(9);
-  for (Wire w : {Wire::kNative, Wire::kF16, Wire::kBF16, Wire::kInt8}) {
+  for (int wi = 0; wi < codec::kWireCount; ++wi) {
+    const auto w = static_cast<Wire>(wi);
     for (int oi = 0; oi < codec::kRedOpCount; ++oi) {
       const auto op = static_cast<RedOp>(oi);
       for (size_t n : kLengths) {
@@ -318,6 +382,9 @@ TEST(WireCodec, SixteenBitWiresRoundToNearestEven) {
   EXPECT_EQ(y[3], 999424.0f);  // 1e6 to 8 significant bits
   EXPECT_EQ(codec::wire_size(Wire::kBF16, 10), 20u);
   EXPECT_EQ(codec::wire_size(Wire::kInt8, 1025), 1025u + 16u);
+  EXPECT_EQ(codec::wire_size(Wire::kInt4, 129), 72u + 9u);
+  EXPECT_EQ(codec::wire_size(Wire::kInt4, 3), 8u + 2u);
+  EXPECT_EQ(codec::wire_size(Wire::kFp8, 1025), 1028u + 5u);
 }
 
 TEST(Shuffle, GroupsEachByteOfEveryElementAndUndoes) {

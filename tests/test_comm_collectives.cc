@@ -147,7 +147,8 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
     for (auto &t : threads) t.join();
   };
   uint64_t native_bytes = 0;
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kF16, codec::Wire::kBF16}) {
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt4,
+                        codec::Wire::kFp8}) {
     for (algo::Algo a : {algo::Algo::kRing, algo::Algo::kTree}) {
       SCOPED_TRACE(std::string(codec::wire_name(w)) + " " + algo::algo_name(a));
       std::vector<std::vector<float>> io(n);
@@ -157,6 +158,8 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
       run_all(w, a, io, st, stats);
       // Sums of (r + 1) * (i % 251 + 1): inputs span 250 (r + 1), so R = 2500 and M = 2510.
       const double e = w == codec::Wire::kInt8 ? 2500.0 / 510 + 2510 * std::ldexp(1.0, -20)
+                       : w == codec::Wire::kInt4 ? 2500.0 / 30 + 2510 * std::ldexp(1.0, -20)
+                       : w == codec::Wire::kFp8 ? 2510.0 / 16 + 2510.0 / 229376
                        : w == codec::Wire::kF16 ? 2510 * std::ldexp(1.0, -11)
                        : w == codec::Wire::kBF16 ? 2510 * std::ldexp(1.0, -8) : 0;
       for (int r = 0; r < n; ++r) {
@@ -165,8 +168,10 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
       }
       for (size_t i = 0; i < count; ++i) ASSERT_LE(std::fabs(io[0][i] - pattern(10, i)), n * e) << "element " << i;
       if (w == codec::Wire::kNative && a == algo::Algo::kRing) native_bytes = stats[0].bytes_sent;
-      if (w == codec::Wire::kInt8 && a == algo::Algo::kRing) {
-        EXPECT_NEAR(static_cast<double>(stats[0].bytes_sent) / static_cast<double>(native_bytes), 0.25 * 1032 / 1024, 0.002);
+      if (a == algo::Algo::kRing && codec::block_format(w) != nullptr) {
+        // Each wire's size against F32's, plus a little for the blocks cut short at segment ends.
+        const double want = w == codec::Wire::kInt8 ? 0.25 * 1032 / 1024 : w == codec::Wire::kInt4 ? 72.0 / 512 : 1028.0 / 4096;
+        EXPECT_NEAR(static_cast<double>(stats[0].bytes_sent) / static_cast<double>(native_bytes), want, 0.002);
       }
     }
   }

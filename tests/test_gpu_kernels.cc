@@ -55,7 +55,7 @@ class GpuTest : public ::testing::Test {
   }
 };
 
-const size_t kLengths[] = {1, 255, 1024, 1025, 4099, 1 << 20};
+const size_t kLengths[] = {1, 127, 128, 129, 255, 1024, 1025, 4099, 1 << 20};
 
 TEST_F(GpuTest, WireCodecsMatchTheCpuBitForBit) {
   std::mt19937 rng(1);
@@ -65,18 +65,24 @@ TEST_F(GpuTest, WireCodecsMatchTheCpuBitForBit) {
     for (float &v : x) v = d(rng);
     for (float &v : mine) v = d(rng);
     if (n > 20) x[17] = -0.0f;
-    Bytes want(codec::wire_size(Wire::kInt8, n));
-    ASSERT_TRUE(codec::encode(Wire::kInt8, x.data(), n, want.data()).ok());
-    DeviceBuffer dx(x.data(), n * 4), denc(want.size()), dmine(mine.data(), n * 4), dout(n * 4);
-    ASSERT_TRUE(gpu::int8_encode(dx.as<float>(), n, denc.as<uint8_t>(), nullptr).ok());
-    ASSERT_EQ(denc.host(), want) << "int8 encode n=" << n;
+    for (size_t i = 5; i < n; i += 61) x[i] *= 1e-7f;  // small against their block: FP8 subnormals, INT4 steps
+    for (size_t i = 9; i < n; i += 301) x[i] *= 400.0f;
+    DeviceBuffer dx(x.data(), n * 4), dout(n * 4);
     std::vector<float> dec(n);
-    ASSERT_TRUE(codec::decode(Wire::kInt8, want.data(), want.size(), n, dec.data()).ok());
-    ASSERT_TRUE(gpu::int8_decode(denc.as<uint8_t>(), n, dout.as<float>(), nullptr).ok());
-    ASSERT_EQ(dout.host(), as_bytes(dec.data(), n * 4)) << "int8 decode n=" << n;
-    ASSERT_TRUE(codec::decode_reduce(Wire::kInt8, RedOp::kSum, want.data(), want.size(), n, dec.data(), mine.data()).ok());
-    ASSERT_TRUE(gpu::int8_decode_add(denc.as<uint8_t>(), n, dmine.as<float>(), dmine.as<float>(), nullptr).ok());
-    ASSERT_EQ(dmine.host(), as_bytes(dec.data(), n * 4)) << "int8 decode-add n=" << n;
+    for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kFp8}) {
+      const char *name = codec::wire_name(w);
+      Bytes want(codec::wire_size(w, n));
+      ASSERT_TRUE(codec::encode(w, x.data(), n, want.data()).ok());
+      DeviceBuffer denc(want.size()), dmine(mine.data(), n * 4);
+      ASSERT_TRUE(gpu::block_encode(w, dx.as<float>(), n, denc.as<uint8_t>(), nullptr).ok());
+      ASSERT_EQ(denc.host(), want) << name << " encode n=" << n;
+      ASSERT_TRUE(codec::decode(w, want.data(), want.size(), n, dec.data()).ok());
+      ASSERT_TRUE(gpu::block_decode(w, denc.as<uint8_t>(), n, dout.as<float>(), nullptr).ok());
+      ASSERT_EQ(dout.host(), as_bytes(dec.data(), n * 4)) << name << " decode n=" << n;
+      ASSERT_TRUE(codec::decode_reduce(w, RedOp::kSum, want.data(), want.size(), n, dec.data(), mine.data()).ok());
+      ASSERT_TRUE(gpu::block_decode_add(w, denc.as<uint8_t>(), n, dmine.as<float>(), dmine.as<float>(), nullptr).ok());
+      ASSERT_EQ(dmine.host(), as_bytes(dec.data(), n * 4)) << name << " decode-add n=" << n;
+    }
     for (Wire w : {Wire::kF16, Wire::kBF16}) {
       Bytes enc(codec::wire_size(w, n));
       ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok());
@@ -142,9 +148,23 @@ TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {
   x[4321] = std::numeric_limits<float>::quiet_NaN();
   x[4500] = std::numeric_limits<float>::infinity();
   DeviceBuffer dx(x.data(), x.size() * 4), denc(codec::wire_size(Wire::kInt8, x.size()));
-  const Status st = gpu::int8_encode(dx.as<float>(), x.size(), denc.as<uint8_t>(), nullptr);
-  EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(st.message().find("element 4321 is NaN"), std::string::npos) << st.message();
+  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kFp8}) {
+    const Status st = gpu::block_encode(w, dx.as<float>(), x.size(), denc.as<uint8_t>(), nullptr);
+    EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("element 4321 is NaN"), std::string::npos) << st.message();
+  }
+  // A block that does not fit: the message names it as the CPU's does.
+  std::vector<float> y(3000, 1.0f);
+  y[1030] = -3e38f;
+  y[1031] = 3e38f;
+  DeviceBuffer dy(y.data(), y.size() * 4);
+  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kFp8}) {
+    Bytes enc(codec::wire_size(w, y.size()));
+    const Status want = codec::encode(w, y.data(), y.size(), enc.data(), 7);
+    const Status got = gpu::block_encode(w, dy.as<float>(), y.size(), denc.as<uint8_t>(), nullptr, 7);
+    EXPECT_EQ(got.code(), WCCL_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(got.message(), want.message());
+  }
   EXPECT_GE(gpu::device_ordinal(dx.as<void>()), 0);
   EXPECT_EQ(gpu::device_ordinal(x.data()), -1);
 }
@@ -159,7 +179,7 @@ TEST(GpuStubs, EveryEntryPointReportsUnsupported) {
   EXPECT_EQ(gpu::alloc(&p, 16).code(), WCCL_ERR_UNSUPPORTED);
   EXPECT_EQ(p, nullptr);
   uint8_t b[16];
-  EXPECT_EQ(gpu::int8_encode(&f, 1, b, nullptr).code(), WCCL_ERR_UNSUPPORTED);
+  EXPECT_EQ(gpu::block_encode(Wire::kInt8, &f, 1, b, nullptr).code(), WCCL_ERR_UNSUPPORTED);
   EXPECT_EQ(gpu::reduce_into(Dtype::kF32, RedOp::kSum, &f, &f, &f, 1, nullptr).code(), WCCL_ERR_UNSUPPORTED);
   EXPECT_EQ(gpu::finish_avg(Dtype::kF32, &f, 1, 2, nullptr).code(), WCCL_ERR_UNSUPPORTED);
   void *stream = &f;

@@ -10,6 +10,7 @@
 
 #include "codec/hash.h"
 #include "codec/kernels.h"
+#include "codec/wire.h"
 #include "gpu/kernels.h"
 
 namespace {
@@ -18,6 +19,9 @@ using wccl::codec::Dtype;
 using wccl::codec::Kernels;
 using wccl::codec::RedOp;
 using wccl::codec::Tier;
+using wccl::codec::Wire;
+
+const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kFp8};
 
 std::vector<float> random_floats(size_t n) {
   std::mt19937 rng(1);
@@ -50,38 +54,42 @@ void BM_tensor_hash(benchmark::State &state) {
   set_rate(state, n);
 }
 
-void BM_int8_encode(benchmark::State &state, const Kernels *k) {
+// The block-quantized wires (INT8, INT4, FP8), each as its own row per tier.
+void BM_block_encode(benchmark::State &state, const Kernels *k, Wire w) {
   const auto n = static_cast<size_t>(state.range(0));
   const std::vector<float> src = random_floats(n);
-  std::vector<uint8_t> dst(wccl::codec::int8_encoded_size(n));
+  std::vector<uint8_t> dst(wccl::codec::wire_size(w, n));
+  const wccl::codec::BlockCodec &c = *wccl::codec::block_codec(*k, w);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(k->int8_encode(src.data(), n, dst.data()));
+    benchmark::DoNotOptimize(c.encode(src.data(), n, dst.data()));
     benchmark::ClobberMemory();
   }
   set_rate(state, n);
 }
 
-void BM_int8_decode_add(benchmark::State &state, const Kernels *k) {
+void BM_block_decode_add(benchmark::State &state, const Kernels *k, Wire w) {
   const auto n = static_cast<size_t>(state.range(0));
   const std::vector<float> src = random_floats(n);
-  std::vector<uint8_t> enc(wccl::codec::int8_encoded_size(n));
-  k->int8_encode(src.data(), n, enc.data());
+  std::vector<uint8_t> enc(wccl::codec::wire_size(w, n));
+  const wccl::codec::BlockCodec &c = *wccl::codec::block_codec(*k, w);
+  c.encode(src.data(), n, enc.data());
   std::vector<float> acc = random_floats(n);
   for (auto _ : state) {
-    k->int8_decode_add(enc.data(), n, acc.data(), acc.data());
+    c.decode_add(enc.data(), n, acc.data(), acc.data());
     benchmark::ClobberMemory();
   }
   set_rate(state, n);
 }
 
-void BM_int8_decode(benchmark::State &state, const Kernels *k) {
+void BM_block_decode(benchmark::State &state, const Kernels *k, Wire w) {
   const auto n = static_cast<size_t>(state.range(0));
   const std::vector<float> src = random_floats(n);
-  std::vector<uint8_t> enc(wccl::codec::int8_encoded_size(n));
-  k->int8_encode(src.data(), n, enc.data());
+  std::vector<uint8_t> enc(wccl::codec::wire_size(w, n));
+  const wccl::codec::BlockCodec &c = *wccl::codec::block_codec(*k, w);
+  c.encode(src.data(), n, enc.data());
   std::vector<float> out(n);
   for (auto _ : state) {
-    k->int8_decode(enc.data(), n, out.data());
+    c.decode(enc.data(), n, out.data());
     benchmark::ClobberMemory();
   }
   set_rate(state, n);
@@ -131,7 +139,7 @@ void BM_sum_bf16(benchmark::State &state, const Kernels *k) {
 }
 
 // GPU kernels (lib/gpu/kernels.h) on 1 GiB of F32 on the device, registered only where a GPU is
-// present. Ten launches per iteration, then a wait for the stream; int8_encode also waits for
+// present. Ten launches per iteration, then a wait for the stream; block_encode also waits for
 // its own error check at each call, which this figure includes.
 constexpr int kGpuLaunches = 10;
 
@@ -147,12 +155,12 @@ void gpu_run(benchmark::State &state, size_t n, Launch launch) {
 }
 
 struct DeviceFloats {
-  explicit DeviceFloats(size_t count) : n(count) {
+  DeviceFloats(size_t count, Wire w) : n(count) {
     const std::vector<float> host = random_floats(n);
     ok = wccl::gpu::alloc(&x, n * 4).ok() && wccl::gpu::copy(x, host.data(), n * 4).ok() &&
          wccl::gpu::alloc(&acc, n * 4).ok() && wccl::gpu::copy(acc, host.data(), n * 4).ok() &&
-         wccl::gpu::alloc(&enc, wccl::codec::int8_encoded_size(n)).ok() &&
-         wccl::gpu::int8_encode(static_cast<float *>(x), n, static_cast<uint8_t *>(enc), nullptr).ok();
+         wccl::gpu::alloc(&enc, wccl::codec::wire_size(w, n)).ok() &&
+         wccl::gpu::block_encode(w, static_cast<float *>(x), n, static_cast<uint8_t *>(enc), nullptr).ok();
   }
   ~DeviceFloats() {
     wccl::gpu::free(x);
@@ -164,22 +172,23 @@ struct DeviceFloats {
   bool ok = false;
 };
 
-void BM_gpu_int8_encode(benchmark::State &state) {
-  DeviceFloats d(static_cast<size_t>(state.range(0)));
+void BM_gpu_block_encode(benchmark::State &state, Wire w) {
+  DeviceFloats d(static_cast<size_t>(state.range(0)), w);
   if (!d.ok) return state.SkipWithError("device setup failed");
-  gpu_run(state, d.n, [&] { return wccl::gpu::int8_encode(static_cast<float *>(d.x), d.n, static_cast<uint8_t *>(d.enc), nullptr); });
+  gpu_run(state, d.n, [&] { return wccl::gpu::block_encode(w, static_cast<float *>(d.x), d.n, static_cast<uint8_t *>(d.enc), nullptr); });
 }
 
-void BM_gpu_int8_decode_add(benchmark::State &state) {
-  DeviceFloats d(static_cast<size_t>(state.range(0)));
+void BM_gpu_block_decode_add(benchmark::State &state, Wire w) {
+  DeviceFloats d(static_cast<size_t>(state.range(0)), w);
   if (!d.ok) return state.SkipWithError("device setup failed");
   gpu_run(state, d.n, [&] {
-    return wccl::gpu::int8_decode_add(static_cast<uint8_t *>(d.enc), d.n, static_cast<float *>(d.acc), static_cast<float *>(d.acc), nullptr);
+    return wccl::gpu::block_decode_add(w, static_cast<uint8_t *>(d.enc), d.n, static_cast<float *>(d.acc), static_cast<float *>(d.acc),
+                                       nullptr);
   });
 }
 
 void BM_gpu_copy(benchmark::State &state) {  // device-to-device copy of the F32 bytes, for scale
-  DeviceFloats d(static_cast<size_t>(state.range(0)));
+  DeviceFloats d(static_cast<size_t>(state.range(0)), Wire::kInt8);
   if (!d.ok) return state.SkipWithError("device setup failed");
   gpu_run(state, d.n, [&] { return wccl::gpu::copy(d.acc, d.x, d.n * 4); });
 }
@@ -194,9 +203,12 @@ int register_all() {
     if (k == nullptr) continue;
     const std::string tier = k->name;
     for (int n : kSizes) {
-      benchmark::RegisterBenchmark(("int8_encode/" + tier).c_str(), BM_int8_encode, k)->Arg(n);
-      benchmark::RegisterBenchmark(("int8_decode_add/" + tier).c_str(), BM_int8_decode_add, k)->Arg(n);
-      benchmark::RegisterBenchmark(("int8_decode/" + tier).c_str(), BM_int8_decode, k)->Arg(n);
+      for (Wire w : kBlockWires) {
+        const std::string wire = wccl::codec::wire_name(w);
+        benchmark::RegisterBenchmark((wire + "_encode/" + tier).c_str(), BM_block_encode, k, w)->Arg(n);
+        benchmark::RegisterBenchmark((wire + "_decode_add/" + tier).c_str(), BM_block_decode_add, k, w)->Arg(n);
+        benchmark::RegisterBenchmark((wire + "_decode/" + tier).c_str(), BM_block_decode, k, w)->Arg(n);
+      }
       benchmark::RegisterBenchmark(("f16_encode/" + tier).c_str(), BM_f16_encode, k)->Arg(n);
       benchmark::RegisterBenchmark(("bf16_encode/" + tier).c_str(), BM_bf16_encode, k)->Arg(n);
       benchmark::RegisterBenchmark(("sum_f32/" + tier).c_str(), BM_sum_f32, k)->Arg(n);
@@ -206,8 +218,11 @@ int register_all() {
   if (wccl::gpu::available()) {
     const int n = 256 << 20;
     benchmark::RegisterBenchmark("gpu_copy", BM_gpu_copy)->Arg(n)->UseRealTime();
-    benchmark::RegisterBenchmark("gpu_int8_encode", BM_gpu_int8_encode)->Arg(n)->UseRealTime();
-    benchmark::RegisterBenchmark("gpu_int8_decode_add", BM_gpu_int8_decode_add)->Arg(n)->UseRealTime();
+    for (Wire w : kBlockWires) {
+      const std::string wire = wccl::codec::wire_name(w);
+      benchmark::RegisterBenchmark(("gpu_" + wire + "_encode").c_str(), BM_gpu_block_encode, w)->Arg(n)->UseRealTime();
+      benchmark::RegisterBenchmark(("gpu_" + wire + "_decode_add").c_str(), BM_gpu_block_decode_add, w)->Arg(n)->UseRealTime();
+    }
   }
   return 0;
 }

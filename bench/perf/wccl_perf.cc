@@ -58,7 +58,7 @@ const char kUsage[] =
     "  -d TYPE            f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)\n"
     "  -o OP              sum avg min max prod (default sum; results are checked for sum only)\n"
     "  -a ALGO            auto ring tree (default auto)\n"
-    "  --wire W[,W...]    native fp16 bf16 int8 (default native); several: each size with each in turn\n"
+    "  --wire W[,W...]    native fp16 bf16 int8 int4 fp8 (default native); several: each size with each in turn\n"
     "  --compress C[,C..] off zstd auto (default off); several: each wire with each in turn\n"
     "  --data D           pattern (default: exact sums, checked; compresses extremely well) or weights\n"
     "                     (f32 only, unchecked: about normal, deviation 0.02, as model weights; for --compress)\n"
@@ -74,7 +74,8 @@ int find(const char *const *names, int count, const std::string &s) {
 
 const char *const kOps[] = {"sum", "avg", "min", "max", "prod"};
 const char *const kAlgos[] = {"auto", "ring", "tree"};
-const char *const kWires[] = {"native", "fp16", "bf16", "int8"};
+const char *const kWires[] = {"native", "fp16", "bf16", "int8", "int4", "fp8"};
+constexpr int kWireCount = 6;
 const char *const kCompress[] = {"off", "zstd", "auto"};
 
 // A comma-separated list of names, as their indices; false if one is unknown.
@@ -124,7 +125,7 @@ bool parse(int argc, char **argv, Options *o) {
       o->algo = find(kAlgos, 3, v);
       ok = o->algo >= 0;
     } else if (f == "--wire") {
-      ok = find_list(kWires, 4, v, &o->wires);
+      ok = find_list(kWires, kWireCount, v, &o->wires);
     } else if (f == "--data") {
       ok = v == "pattern" || v == "weights";
       o->weights = v == "weights";
@@ -184,6 +185,8 @@ double tolerance(int wire, int size) {
   const double range = ranks * (m - 1), mag = ranks * m;  // sums over the peers' inputs
   switch (wire) {
     case WCCL_WIRE_INT8: return size * (range / 510 + mag * std::ldexp(1.0, -20));
+    case WCCL_WIRE_INT4: return size * (range / 30 + mag * std::ldexp(1.0, -20));
+    case WCCL_WIRE_FP8: return size * (mag / 16 + mag / 229376);
     case WCCL_WIRE_FP16: return size * mag * std::ldexp(1.0, -11);
     case WCCL_WIRE_BF16: return size * mag * std::ldexp(1.0, -8);
     default: return 0;
@@ -206,7 +209,7 @@ class WcclCollective : public sweep::Collective {
     count_ = count;
     dtype_ = static_cast<wccl_dtype_t>(c.type);
     op_ = static_cast<wccl_redop_t>(find(kOps, 5, c.redop));
-    opts_.wire = find(kWires, 4, c.wire);
+    opts_.wire = find(kWires, kWireCount, c.wire);
     opts_.compress = find(kCompress, 3, c.compress);
   }
 

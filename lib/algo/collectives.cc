@@ -28,21 +28,22 @@ Span split(size_t total, size_t parts, size_t i) {
   return {i * base + std::min(i, rem), base + (i < rem ? 1 : 0)};
 }
 
-size_t segments(size_t max_elems, size_t esize, size_t chunk_bytes) {
-  const size_t bytes = max_elems * esize;
-  return std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
-}
-
-// Bytes of one element on the wire: the dtype's, or the codec's (INT8: 1, plus its block headers).
-// Segments are cut by it, and zstd's byte shuffle groups by it.
+// Bytes of one element on the wire for zstd's byte shuffle: the dtype's, 2 for the 16-bit wires,
+// 1 for the block-quantized ones (whose codes are bytes or nibbles).
 size_t wire_elem_bytes(const Collective &c) {
   switch (c.wire) {
     case codec::Wire::kNative: return dtype_size(c.dtype);
-    case codec::Wire::kInt8: return 1;
     case codec::Wire::kF16:
     case codec::Wire::kBF16: return 2;
+    case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kFp8: return 1;
   }
   return 1;
+}
+
+// How many segments of at most about chunk_bytes on the wire `max_elems` elements take.
+size_t segments(const Collective &c, size_t max_elems) {
+  const size_t bytes = c.wire == codec::Wire::kNative ? max_elems * dtype_size(c.dtype) : codec::wire_size(c.wire, max_elems);
+  return std::max<size_t>(1, (bytes + c.chunk_bytes - 1) / c.chunk_bytes);
 }
 
 // --- Topologies ------------------------------------------------------------------------------------
@@ -124,7 +125,7 @@ Status ring_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   const size_t es = dtype_size(c.dtype);
   const auto *in = static_cast<const uint8_t *>(c.in);
   auto *out = static_cast<uint8_t *>(c.out);
-  const Ring ring = ring_of(ex, segments(split(c.count, ex.size(), 0).count, wire_elem_bytes(c), c.chunk_bytes));
+  const Ring ring = ring_of(ex, segments(c, split(c.count, ex.size(), 0).count));
   const int n = ring.n;
   auto piece = [&](long block, size_t j, int = 0) {
     const Span b = split(c.count, n, mod(block, n));
@@ -154,7 +155,7 @@ Status ring_reduce_scatter(Exchange &ex, const Collective &c, Undo *undo) {
   const size_t es = dtype_size(c.dtype);
   const auto *in = static_cast<const uint8_t *>(c.in);
   auto *out = static_cast<uint8_t *>(c.out);
-  const Ring ring = ring_of(ex, segments(c.count, wire_elem_bytes(c), c.chunk_bytes));
+  const Ring ring = ring_of(ex, segments(c, c.count));
   const int n = ring.n;
   Bytes partial[2];
   for (auto &p : partial) WCCL_RETURN_IF_ERROR(mem.scratch(n > 2 ? c.count * es : 0, &p));
@@ -181,7 +182,7 @@ Status ring_allgather(Exchange &ex, const Collective &c, Undo *undo) {
   const size_t es = dtype_size(c.dtype);
   const auto *in = static_cast<const uint8_t *>(c.in);
   auto *out = static_cast<uint8_t *>(c.out);
-  const Ring ring = ring_of(ex, segments(c.count, wire_elem_bytes(c), c.chunk_bytes));
+  const Ring ring = ring_of(ex, segments(c, c.count));
   auto piece = [&](long block, size_t j) {
     const Span s = split(c.count, ring.nseg, j);
     const size_t b = static_cast<size_t>(mod(block, ring.n));
@@ -218,7 +219,7 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   const size_t es = dtype_size(c.dtype);
   const auto *in = static_cast<const uint8_t *>(c.in);
   auto *out = static_cast<uint8_t *>(c.out);
-  const size_t nseg = segments(split(c.count, 2, 0).count, wire_elem_bytes(c), c.chunk_bytes);
+  const size_t nseg = segments(c, split(c.count, 2, 0).count);
   auto seg = [&](int t, size_t j) {
     const Span h = split(c.count, 2, static_cast<size_t>(t));
     const Span s = split(h.count, nseg, j);
@@ -286,7 +287,7 @@ Status chain_broadcast(Exchange &ex, const Collective &c, Undo *undo) {
   const size_t es = dtype_size(c.dtype);
   const auto *in = static_cast<const uint8_t *>(c.in);
   auto *out = static_cast<uint8_t *>(c.out);
-  const Ring ring = ring_of(ex, segments(c.count, wire_elem_bytes(c), c.chunk_bytes));
+  const Ring ring = ring_of(ex, segments(c, c.count));
   const int distance = mod(ring.r - c.root, ring.n);
   Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
@@ -411,7 +412,7 @@ Status check(const Collective &c, int n, int rank) {
   const size_t es = wire_elem_bytes(c);
   if (c.chunk_bytes < es) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element", c.chunk_bytes);
   const size_t per_step = c.kind == Kind::kAllreduce ? split(c.count, c.algo == Algo::kTree ? 2 : n, 0).count : c.count;
-  const size_t messages = segments(per_step, es, c.chunk_bytes) * 2 * static_cast<size_t>(n);
+  const size_t messages = segments(c, per_step) * 2 * static_cast<size_t>(n);
   if (messages > std::numeric_limits<uint32_t>::max()) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements in chunks of %zu bytes need more than 2^32 messages; raise chunk_bytes",
                       c.count, c.chunk_bytes);

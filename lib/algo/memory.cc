@@ -219,8 +219,8 @@ Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t
   uint8_t *ws = nullptr;
   WCCL_RETURN_IF_ERROR(workspace_.reserve(*this, GrowingBytes::Kind::kScratch, len, &ws));
   WCCL_RETURN_IF_ERROR(dev_.copy(ws, wire, len, work_));
-  if (w == codec::Wire::kInt8 && (op == codec::RedOp::kSum || op == codec::RedOp::kAvg)) {
-    WCCL_RETURN_IF_ERROR(dev_.int8_decode_add(ws, count, dst, mine, work_));  // fused, as on the CPU
+  if (codec::block_format(w) != nullptr && (op == codec::RedOp::kSum || op == codec::RedOp::kAvg)) {
+    WCCL_RETURN_IF_ERROR(dev_.decode_add(w, ws, count, dst, mine, work_));  // fused, as on the CPU
   } else {
     const float *decoded = reinterpret_cast<const float *>(ws);  // the native wire's bytes are floats
     if (w != codec::Wire::kNative) {

@@ -191,7 +191,7 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
   WCCL_CHECK_ARG(o.size == sizeof(wccl_opts_t), "%s: opts->size is %zu, not sizeof(wccl_opts_t) = %zu (use wccl_opts_default)",
                  fn, o.size, sizeof(wccl_opts_t));
   WCCL_CHECK_ARG(o.algo >= WCCL_ALGO_AUTO && o.algo <= WCCL_ALGO_TREE, "%s: opts->algo %d is not a wccl_algo_t", fn, o.algo);
-  WCCL_CHECK_ARG(o.wire >= WCCL_WIRE_NATIVE && o.wire <= WCCL_WIRE_INT8, "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
+  WCCL_CHECK_ARG(o.wire >= WCCL_WIRE_NATIVE && o.wire <= WCCL_WIRE_FP8, "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
   WCCL_CHECK_ARG(o.compress >= WCCL_COMPRESS_OFF && o.compress <= WCCL_COMPRESS_AUTO,
                  "%s: opts->compress %d is not a wccl_compress_t", fn, o.compress);
   WCCL_CHECK_ARG(o.timeout_ms >= 0, "%s: opts->timeout_ms is negative", fn);

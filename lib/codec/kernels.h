@@ -17,11 +17,49 @@
 
 namespace wccl::codec {
 
-// INT8 wire format: the elements are cut into blocks of kInt8Block (the last may be shorter).
-// Each block is a header, the float32 `scale` then the float32 `offset` (little-endian), followed
-// by one code byte per element; element i decodes to offset + code * scale.
-inline constexpr size_t kInt8Block = 1024;
-inline constexpr size_t kInt8Header = 8;
+// The block-quantized wires cut the elements into blocks (the last may be shorter); each block is
+// a little-endian header followed by its codes. docs/protocol.md specifies them, wire.h states
+// their error bounds.
+//   INT8  blocks of 1024: float32 scale, float32 offset, one byte per element; element j decodes
+//         to offset + code_j * scale (code 0..255).
+//   INT4  blocks of 128: float32 scale, float32 offset, then a nibble per element, element 2p in
+//         the low nibble of byte p and 2p+1 in the high one (an odd tail leaves the last high
+//         nibble 0); element j decodes to offset + code_j * scale (code 0..15).
+//   FP8   blocks of 1024: float32 scale (zero or a power of two, 2^-126..2^119), then one OCP
+//         E4M3 byte per element (sign, 4 exponent bits biased by 7, 3 mantissa bits; no
+//         infinities, S.1111.111 is NaN and never sent); element j decodes to e4m3(code_j) * scale.
+struct BlockFormat {
+  size_t block;   // elements per block
+  size_t header;  // bytes before the codes
+  size_t bits;    // bits per element: 8 or 4
+  // Bytes of one block of k elements.
+  constexpr size_t block_bytes(size_t k) const { return header + (k * bits + 7) / 8; }
+  // Bytes of n elements.
+  constexpr size_t encoded_size(size_t n) const {
+    return n / block * block_bytes(block) + (n % block != 0 ? block_bytes(n % block) : 0);
+  }
+};
+inline constexpr BlockFormat kInt8Format{1024, 8, 8};
+inline constexpr BlockFormat kInt4Format{128, 8, 4};
+inline constexpr BlockFormat kFp8Format{1024, 4, 8};
+inline constexpr size_t kInt8Block = kInt8Format.block;
+inline constexpr size_t kInt8Header = kInt8Format.header;
+inline constexpr size_t kMaxBlock = 1024;  // the largest block of any format
+
+// FP8 blocks hold magnitudes below 2^127: above, the power-of-two scale that fits the block into
+// E4M3's range (448) would let the largest codes decode beyond the float range.
+inline constexpr float kFp8Limit = 1.70141183e38f;  // 2^127
+
+// One block-quantized wire's kernels. encode writes format.encoded_size(n) bytes and returns n, or
+// the index of the first element that cannot be encoded: a NaN or Inf, or the first element of a
+// block that does not fit (INT8 and INT4: its range exceeds the float range; FP8: it holds a
+// magnitude of 2^127 or more). decode writes dst[i] = element i; decode_add dst[i] = mine[i] +
+// element i, rounded once (dst may equal mine).
+struct BlockCodec {
+  size_t (*encode)(const float *src, size_t n, uint8_t *dst);
+  void (*decode)(const uint8_t *src, size_t n, float *dst);
+  void (*decode_add)(const uint8_t *src, size_t n, float *dst, const float *mine);
+};
 
 struct Kernels {
   const char *name;
@@ -29,13 +67,7 @@ struct Kernels {
   void (*reduce_into)(Dtype t, RedOp op, void *dst, const void *a, const void *b, size_t n);
   // dst[i] /= by.
   void (*finish_avg)(Dtype t, void *dst, size_t n, int by);
-  // INT8 encode of n floats into dst (int8_encoded_size(n) bytes). Returns n, or the index of the
-  // first element that cannot be encoded: a NaN or Inf, or the first element of a block whose
-  // range does not fit a float.
-  size_t (*int8_encode)(const float *src, size_t n, uint8_t *dst);
-  // dst[i] = decoded element i; dst[i] = mine[i] + decoded element i (dst may equal mine).
-  void (*int8_decode)(const uint8_t *src, size_t n, float *dst);
-  void (*int8_decode_add)(const uint8_t *src, size_t n, float *dst, const float *mine);
+  BlockCodec int8, int4, fp8;
   // Float to binary16 / bfloat16 (round to nearest-even, 2 little-endian bytes each, at any
   // alignment) and back.
   void (*f16_encode)(const float *src, size_t n, uint8_t *dst);
@@ -52,6 +84,5 @@ const Kernels *kernels_for(Tier t);
 // The fastest tier this CPU runs (decided on first use).
 const Kernels &kernels();
 
-inline size_t int8_encoded_size(size_t n) { return n + (n + kInt8Block - 1) / kInt8Block * kInt8Header; }
 
 }  // namespace wccl::codec

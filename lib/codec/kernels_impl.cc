@@ -9,6 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "codec/fp8.h"
 #include "codec/half.h"
 #include "codec/kernels.h"
 
@@ -130,7 +131,7 @@ void finish_avg(Dtype t, void *dst, size_t n, int by) {
   }
 }
 
-// --- INT8 blocks ----------------------------------------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, FP8 ------------------------------------------------------
 
 // Floats as integers that order the same way (-0 just below +0), so the min/max scan is an
 // integer reduction: it vectorises without fast-math and gives the same answer in any order, on
@@ -146,9 +147,9 @@ inline float from_order_key(int32_t key) {
   return f;
 }
 
-// Encodes one block of k (1..kInt8Block) elements at out (header, then codes). Returns k, or the
-// index in the block of the element that stops it.
-size_t encode_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
+// Scans k elements for the smallest and largest (as order keys). Returns k, or the index of the
+// first NaN or Inf.
+size_t scan_range(const float *__restrict x, size_t k, int32_t *lo_key, int32_t *hi_key) {
   int32_t kmin = INT32_MAX, kmax = INT32_MIN;
   uint32_t bad = 0;
   for (size_t j = 0; j < k; ++j) {
@@ -159,6 +160,8 @@ size_t encode_block(const float *__restrict x, size_t k, uint8_t *__restrict out
     kmax = kmax < key ? key : kmax;
     bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
   }
+  *lo_key = kmin;
+  *hi_key = kmax;
   if (bad != 0) {
     for (size_t j = 0; j < k; ++j) {
       uint32_t u;
@@ -166,84 +169,128 @@ size_t encode_block(const float *__restrict x, size_t k, uint8_t *__restrict out
       if ((u & 0x7f800000u) == 0x7f800000u) return j;
     }
   }
+  return k;
+}
+
+// The nearest of Levels + 1 codes: x - offset >= 0, so adding 0.5 and truncating rounds half up;
+// the clamp catches the float rounding of the top element (and x - offset overflowing to Inf in
+// a huge block).
+template <int Levels>
+inline uint8_t uniform_code(float x, float offset, float inv) {
+  float v = (x - offset) * inv + 0.5f;
+  v = v < static_cast<float>(Levels) ? v : static_cast<float>(Levels);
+  return static_cast<uint8_t>(static_cast<int32_t>(v));
+}
+
+// Encodes one block of k (1..format's block) elements at out (header, then codes) with
+// Levels + 1 uniform steps from the block's minimum to its maximum: INT8 (255) one code per byte,
+// INT4 (15) two per byte. Returns k, or the index in the block of the element that stops it.
+template <int Levels>
+size_t uniform_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
+  int32_t kmin, kmax;
+  const size_t finite = scan_range(x, k, &kmin, &kmax);
+  if (finite != k) return finite;
   const float lo = from_order_key(kmin), hi = from_order_key(kmax);
   const float range = hi - lo;
-  float scale = range / 255.0f;
+  float scale = range / static_cast<float>(Levels);
   const float offset = lo + 0.0f;  // -0 becomes +0: the header does not depend on which zero won
   // Every code must decode to a finite float.
-  if (!(range <= FLT_MAX) || !(offset + 255.0f * scale <= FLT_MAX)) return 0;
+  if (!(range <= FLT_MAX) || !(offset + static_cast<float>(Levels) * scale <= FLT_MAX)) return 0;
   // A constant block, or one whose range is so small that its step would be subnormal, is
-  // encoded as its minimum (error at most the range, below 255 * FLT_MIN).
+  // encoded as its minimum (error at most the range, below Levels * FLT_MIN).
   if (!(scale >= FLT_MIN)) scale = 0.0f;
   std::memcpy(out, &scale, 4);
   std::memcpy(out + 4, &offset, 4);
-  uint8_t *__restrict codes = out + kInt8Header;
-  if (scale == 0.0f) {
-    for (size_t j = 0; j < k; ++j) codes[j] = 0;
-    return k;
-  }
-  // Nearest code: x - offset >= 0, so adding 0.5 and truncating rounds half up; the clamp catches
-  // the float rounding of the top element (and x - offset overflowing to Inf in a huge block).
-  const float inv = 1.0f / scale;
-  for (size_t j = 0; j < k; ++j) {
-    float v = (x[j] - offset) * inv + 0.5f;
-    v = v < 255.0f ? v : 255.0f;
-    codes[j] = static_cast<uint8_t>(static_cast<int32_t>(v));
+  uint8_t *__restrict codes = out + 8;
+  const float inv = scale == 0.0f ? 0.0f : 1.0f / scale;  // inv 0 makes every code 0
+  if constexpr (Levels == 255) {
+    for (size_t j = 0; j < k; ++j) codes[j] = uniform_code<Levels>(x[j], offset, inv);
+  } else {
+    const size_t pairs = k / 2;
+    for (size_t p = 0; p < pairs; ++p) {
+      codes[p] = static_cast<uint8_t>(uniform_code<Levels>(x[2 * p], offset, inv) |
+                                      (uniform_code<Levels>(x[2 * p + 1], offset, inv) << 4));
+    }
+    if (k % 2 != 0) codes[pairs] = uniform_code<Levels>(x[k - 1], offset, inv);
   }
   return k;
 }
 
-size_t int8_encode(const float *src, size_t n, uint8_t *dst) {
-  for (size_t b = 0; b < n; b += kInt8Block) {
-    const size_t k = n - b < kInt8Block ? n - b : kInt8Block;
-    const size_t done = encode_block(src + b, k, dst);
+// Encodes one FP8 block: the power-of-two scale that brings the largest magnitude within 448,
+// then each element divided by it (exactly: a power of two) and rounded to E4M3.
+size_t fp8_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
+  uint32_t amax = 0, bad = 0;
+  for (size_t j = 0; j < k; ++j) {
+    uint32_t u;
+    std::memcpy(&u, &x[j], 4);
+    const uint32_t a = u & 0x7fffffffu;
+    amax = amax < a ? a : amax;
+    bad |= static_cast<uint32_t>(a >= 0x7f000000u);  // 2^127 and up, Inf and NaN
+  }
+  if (bad != 0) {
+    for (size_t j = 0; j < k; ++j) {
+      uint32_t u;
+      std::memcpy(&u, &x[j], 4);
+      if ((u & 0x7f800000u) == 0x7f800000u) return j;  // a NaN or Inf names itself
+    }
+    return 0;  // else the block holds a magnitude the wire cannot scale
+  }
+  const int e = fp8_scale_exponent(amax);
+  const float scale = fp8_pow2(e), inv = fp8_pow2(-e);
+  std::memcpy(out, &scale, 4);
+  uint8_t *__restrict codes = out + 4;
+  for (size_t j = 0; j < k; ++j) codes[j] = fp8_from_float(x[j] * inv);
+  return k;
+}
+
+template <size_t (*Block)(const float *, size_t, uint8_t *), const BlockFormat &F>
+size_t encode_blocks(const float *src, size_t n, uint8_t *dst) {
+  for (size_t b = 0; b < n; b += F.block) {
+    const size_t k = n - b < F.block ? n - b : F.block;
+    const size_t done = Block(src + b, k, dst);
     if (done != k) return b + done;
-    dst += kInt8Header + k;
+    dst += F.block_bytes(k);
   }
   return n;
 }
 
-void decode_block(const uint8_t *__restrict in, size_t k, float *__restrict dst) {
-  float scale, offset;
-  std::memcpy(&scale, in, 4);
-  std::memcpy(&offset, in + 4, 4);
-  const uint8_t *__restrict codes = in + kInt8Header;
-  for (size_t j = 0; j < k; ++j) dst[j] = offset + static_cast<float>(codes[j]) * scale;
+// Decoding, one block at a time: Element(in, j) is element j of the block at `in`.
+inline float int8_element(const uint8_t *__restrict codes, size_t j, float scale, float offset) {
+  return offset + static_cast<float>(codes[j]) * scale;
+}
+inline float int4_element(const uint8_t *__restrict codes, size_t j, float scale, float offset) {
+  return offset + static_cast<float>((codes[j / 2] >> (4 * (j % 2))) & 15u) * scale;
+}
+inline float fp8_element(const uint8_t *__restrict codes, size_t j, float scale, float /*offset*/) {
+  return fp8_to_float(codes[j]) * scale;
 }
 
-void int8_decode(const uint8_t *src, size_t n, float *dst) {
-  for (size_t b = 0; b < n; b += kInt8Block) {
-    const size_t k = n - b < kInt8Block ? n - b : kInt8Block;
-    decode_block(src, k, dst + b);
-    src += kInt8Header + k;
-  }
-}
-
-void add_block(const uint8_t *__restrict in, size_t k, float *__restrict dst, const float *__restrict mine) {
-  float scale, offset;
-  std::memcpy(&scale, in, 4);
-  std::memcpy(&offset, in + 4, 4);
-  const uint8_t *__restrict codes = in + kInt8Header;
-  for (size_t j = 0; j < k; ++j) dst[j] = mine[j] + (offset + static_cast<float>(codes[j]) * scale);
-}
-void add_block_inplace(const uint8_t *__restrict in, size_t k, float *__restrict dst) {
-  float scale, offset;
-  std::memcpy(&scale, in, 4);
-  std::memcpy(&offset, in + 4, 4);
-  const uint8_t *__restrict codes = in + kInt8Header;
-  for (size_t j = 0; j < k; ++j) dst[j] = dst[j] + (offset + static_cast<float>(codes[j]) * scale);
-}
-
-void int8_decode_add(const uint8_t *src, size_t n, float *dst, const float *mine) {
-  for (size_t b = 0; b < n; b += kInt8Block) {
-    const size_t k = n - b < kInt8Block ? n - b : kInt8Block;
-    if (dst == mine) {
-      add_block_inplace(src, k, dst + b);
+// Add: dst[j] = mine[j] + element (mine null: dst[j] = element). The in-place form (dst == mine)
+// has its own loop, since restrict forbids aliasing.
+template <float (*Element)(const uint8_t *, size_t, float, float), const BlockFormat &F>
+void decode_blocks(const uint8_t *src, size_t n, float *dst, const float *mine) {
+  for (size_t b = 0; b < n; b += F.block) {
+    const size_t k = n - b < F.block ? n - b : F.block;
+    float scale, offset = 0.0f;
+    std::memcpy(&scale, src, 4);
+    if (F.header == 8) std::memcpy(&offset, src + 4, 4);
+    const uint8_t *__restrict codes = src + F.header;
+    float *__restrict d = dst + b;
+    if (mine == nullptr) {
+      for (size_t j = 0; j < k; ++j) d[j] = Element(codes, j, scale, offset);
+    } else if (mine == dst) {
+      for (size_t j = 0; j < k; ++j) d[j] = d[j] + Element(codes, j, scale, offset);
     } else {
-      add_block(src, k, dst + b, mine + b);
+      const float *__restrict m = mine + b;
+      for (size_t j = 0; j < k; ++j) d[j] = m[j] + Element(codes, j, scale, offset);
     }
-    src += kInt8Header + k;
+    src += F.block_bytes(k);
   }
+}
+
+template <float (*Element)(const uint8_t *, size_t, float, float), const BlockFormat &F>
+void decode_only(const uint8_t *src, size_t n, float *dst) {
+  decode_blocks<Element, F>(src, n, dst, nullptr);
 }
 
 // --- FP16 / BF16 ----------------------------------------------------------------------------------
@@ -276,9 +323,11 @@ const Kernels kKernels = {
     WCCL_STRINGIFY(WCCL_CODEC_TIER),
     reduce_into,
     finish_avg,
-    int8_encode,
-    int8_decode,
-    int8_decode_add,
+    {encode_blocks<uniform_block<255>, kInt8Format>, decode_only<int8_element, kInt8Format>,
+     decode_blocks<int8_element, kInt8Format>},
+    {encode_blocks<uniform_block<15>, kInt4Format>, decode_only<int4_element, kInt4Format>,
+     decode_blocks<int4_element, kInt4Format>},
+    {encode_blocks<fp8_block, kFp8Format>, decode_only<fp8_element, kFp8Format>, decode_blocks<fp8_element, kFp8Format>},
     encode16<float_to_half>,
     decode16<half_to_float>,
     encode16<float_to_bf16>,

@@ -4,47 +4,74 @@
 #include <cmath>
 #include <cstring>
 
-#include "codec/kernels.h"
-
 namespace wccl::codec {
+
+namespace {
+
+// The header of each block, and FP8's codes, checked: PROTOCOL names the first bad block.
+Status validate_blocks(Wire w, const BlockFormat &f, const uint8_t *src, size_t count) {
+  for (size_t b = 0; b < count; b += f.block) {
+    const size_t k = count - b < f.block ? count - b : f.block;
+    float scale, offset = 0.0f;
+    std::memcpy(&scale, src, 4);
+    if (w == Wire::kFp8) {
+      uint32_t bits;
+      std::memcpy(&bits, &scale, 4);
+      // Zero (accepted though never sent) or 2^-126..2^119: 448 * scale is finite.
+      if (bits != 0 && ((bits & 0x807fffffu) != 0 || bits < 0x00800000u || bits > 0x7b000000u)) {
+        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "fp8 block at element %zu has scale %g, not a power of two from 2^-126 to 2^119", b,
+                          static_cast<double>(scale));
+      }
+      const uint8_t *codes = src + f.header;
+      unsigned nan = 0;
+      for (size_t j = 0; j < k; ++j) nan |= static_cast<unsigned>((codes[j] & 0x7fu) == 0x7fu);
+      if (nan != 0) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "fp8 block at element %zu holds a NaN code", b);
+    } else {
+      std::memcpy(&offset, src + 4, 4);
+      const float top = static_cast<float>((1u << f.bits) - 1);
+      if (!(scale >= 0.0f && scale <= FLT_MAX) || !std::isfinite(offset) || !(offset + top * scale <= FLT_MAX)) {
+        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s block at element %zu has scale %g and offset %g, which do not decode to finite values",
+                          wire_name(w), b, static_cast<double>(scale), static_cast<double>(offset));
+      }
+    }
+    src += f.block_bytes(k);
+  }
+  return Status();
+}
+
+}  // namespace
+
+const BlockFormat *block_format(Wire w) {
+  switch (w) {
+    case Wire::kInt8: return &kInt8Format;
+    case Wire::kInt4: return &kInt4Format;
+    case Wire::kFp8: return &kFp8Format;
+    case Wire::kNative: case Wire::kF16: case Wire::kBF16: break;
+  }
+  return nullptr;
+}
+
+const BlockCodec *block_codec(const Kernels &k, Wire w) {
+  switch (w) {
+    case Wire::kInt8: return &k.int8;
+    case Wire::kInt4: return &k.int4;
+    case Wire::kFp8: return &k.fp8;
+    case Wire::kNative: case Wire::kF16: case Wire::kBF16: break;
+  }
+  return nullptr;
+}
 
 Status validate(Wire w, const uint8_t *src, size_t len, size_t count) {
   const size_t want = wire_size(w, count);
   if (len != want) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s data for %zu elements is %zu bytes, not %zu", wire_name(w), count, len, want);
   }
-  if (w != Wire::kInt8) return Status();
-  for (size_t b = 0; b < count; b += kInt8Block) {
-    float scale, offset;
-    std::memcpy(&scale, src, 4);
-    std::memcpy(&offset, src + 4, 4);
-    if (!(scale >= 0.0f && scale <= FLT_MAX) || !std::isfinite(offset) || !(offset + 255.0f * scale <= FLT_MAX)) {
-      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "int8 block at element %zu has scale %g and offset %g, which do not decode to finite values",
-                        b, static_cast<double>(scale), static_cast<double>(offset));
-    }
-    src += kInt8Header + (count - b < kInt8Block ? count - b : kInt8Block);
-  }
-  return Status();
+  const BlockFormat *f = block_format(w);
+  return f != nullptr ? validate_blocks(w, *f, src, count) : Status();
 }
-
-namespace {
-
-// Decodes in pieces small enough for the stack, and combines each with `op`.
-template <typename Decode>
-void decode_then_reduce(RedOp op, size_t count, float *dst, const float *mine, Decode decode_piece) {
-  float tmp[kInt8Block];
-  const Kernels &k = kernels();
-  for (size_t i = 0; i < count; i += kInt8Block) {
-    const size_t n = count - i < kInt8Block ? count - i : kInt8Block;
-    decode_piece(i, n, tmp);
-    k.reduce_into(Dtype::kF32, op, dst + i, mine + i, tmp, n);
-  }
-}
-
-}  // namespace
 
 const char *wire_name(Wire w) {
-  static const char *const kNames[] = {"native", "fp16", "bf16", "int8"};
+  static const char *const kNames[] = {"native", "fp16", "bf16", "int8", "int4", "fp8"};
   const int i = static_cast<int>(w);
   return i >= 0 && i < kWireCount ? kNames[i] : "?";
 }
@@ -53,7 +80,7 @@ size_t wire_size(Wire w, size_t count) {
   switch (w) {
     case Wire::kNative: return count * 4;
     case Wire::kF16: case Wire::kBF16: return count * 2;
-    case Wire::kInt8: return int8_encoded_size(count);
+    case Wire::kInt8: case Wire::kInt4: case Wire::kFp8: return block_format(w)->encoded_size(count);
   }
   return 0;
 }
@@ -66,19 +93,27 @@ Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first
       return Status();
     case Wire::kF16: k.f16_encode(src, count, dst); return Status();
     case Wire::kBF16: k.bf16_encode(src, count, dst); return Status();
-    case Wire::kInt8: {
-      const size_t bad = k.int8_encode(src, count, dst);
-      if (bad == count) return Status();
-      if (!std::isfinite(src[bad])) {
-        return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element %zu is %s, which the int8 wire cannot carry", first + bad,
-                          std::isnan(src[bad]) ? "NaN" : "Inf");
-      }
-      return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
-                        "the int8 block of elements %zu..%zu spans more than the float range; use another wire", first + bad,
-                        first + bad + (count - bad < kInt8Block ? count - bad : kInt8Block) - 1);
+    case Wire::kInt8: case Wire::kInt4: case Wire::kFp8: {
+      const size_t bad = block_codec(k, w)->encode(src, count, dst);
+      return bad == count ? Status() : unencodable(w, src[bad], first + bad, count - bad);
     }
   }
   return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "unknown wire %d", static_cast<int>(w));
+}
+
+Status unencodable(Wire w, float value, size_t index, size_t left) {
+  if (!std::isfinite(value)) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element %zu is %s, which the %s wire cannot carry", index,
+                      std::isnan(value) ? "NaN" : "Inf", wire_name(w));
+  }
+  const size_t block = block_format(w)->block;
+  const size_t last = index + (left < block ? left : block) - 1;
+  if (w == Wire::kFp8) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "the fp8 block of elements %zu..%zu holds a magnitude of 2^127 or more; use another wire", index, last);
+  }
+  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s block of elements %zu..%zu spans more than the float range; use another wire",
+                    wire_name(w), index, last);
 }
 
 Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) {
@@ -88,7 +123,7 @@ Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) 
     case Wire::kNative: if (count != 0) std::memcpy(dst, src, count * 4); break;
     case Wire::kF16: k.f16_decode(src, count, dst); break;
     case Wire::kBF16: k.bf16_decode(src, count, dst); break;
-    case Wire::kInt8: k.int8_decode(src, count, dst); break;
+    case Wire::kInt8: case Wire::kInt4: case Wire::kFp8: block_codec(k, w)->decode(src, count, dst); break;
   }
   return Status();
 }
@@ -96,19 +131,27 @@ Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) 
 Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t count, float *dst, const float *mine) {
   WCCL_RETURN_IF_ERROR(validate(w, src, len, count));
   const Kernels &k = kernels();
-  if (w == Wire::kInt8 && (op == RedOp::kSum || op == RedOp::kAvg)) {
-    k.int8_decode_add(src, count, dst, mine);  // fused: no temporary
+  const BlockCodec *blocks = block_codec(k, w);
+  if (blocks != nullptr && (op == RedOp::kSum || op == RedOp::kAvg)) {
+    blocks->decode_add(src, count, dst, mine);  // fused: no temporary
     return Status();
   }
-  decode_then_reduce(op, count, dst, mine, [&](size_t i, size_t n, float *tmp) {
+  // Otherwise decode in pieces small enough for the stack (whole blocks of a block-quantized
+  // wire, so that each piece starts at a header), and combine each with `op`.
+  float tmp[kMaxBlock];
+  const size_t piece = blocks != nullptr ? block_format(w)->block : kMaxBlock;
+  for (size_t i = 0; i < count; i += piece) {
+    const size_t n = count - i < piece ? count - i : piece;
     switch (w) {
       case Wire::kNative: std::memcpy(tmp, src + i * 4, n * 4); break;
       case Wire::kF16: k.f16_decode(src + 2 * i, n, tmp); break;
       case Wire::kBF16: k.bf16_decode(src + 2 * i, n, tmp); break;
-      // Pieces are whole blocks: piece i / kInt8Block starts at its header.
-      case Wire::kInt8: k.int8_decode(src + i / kInt8Block * (kInt8Block + kInt8Header), n, tmp); break;
+      case Wire::kInt8: case Wire::kInt4: case Wire::kFp8:
+        blocks->decode(src + i / piece * block_format(w)->block_bytes(piece), n, tmp);
+        break;
     }
-  });
+    k.reduce_into(Dtype::kF32, op, dst + i, mine + i, tmp, n);
+  }
   return Status();
 }
 

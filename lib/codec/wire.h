@@ -1,32 +1,48 @@
 // Wire codecs (DESIGN §5): how F32 elements travel between peers when an operation asks for
-// fewer bytes than their native size. docs/protocol.md specifies the formats.
+// fewer bytes than their native size. docs/protocol.md specifies the formats (kernels.h sums
+// them up), docs/algorithms.md the error bounds as seen by a collective.
 //
 //   kF16, kBF16  each element rounded to nearest-even to 16 bits (plain down-cast: values beyond
 //                the format's range become Inf, NaN stays NaN).
-//   kInt8        blocks of kInt8Block elements, each with a float scale and offset and one byte
-//                per element (kernels.h). Element x of a block with minimum lo and maximum hi
-//                decodes to within (hi - lo) / 510 of x, plus float rounding (a few ulp of the
-//                block's largest magnitude). A block whose range is below 255 * FLT_MIN is
-//                sent as its minimum. NaN and Inf cannot be encoded, nor a block whose range
-//                does not fit in a float (more than about 3.4e38): INVALID_ARGUMENT.
+//   kInt8        blocks of 1024 elements, each with a float scale and offset and one byte per
+//                element: 255 uniform steps from the block's minimum lo to its maximum hi.
+//                Element x decodes to within (hi - lo) / 510 of x, plus float rounding (a few ulp
+//                of the block's largest magnitude). A block whose step would be below FLT_MIN is
+//                sent as its minimum. About a quarter of the bytes (1032 per 4096).
+//   kInt4        the same with 15 steps in blocks of 128, two codes per byte: within
+//                (hi - lo) / 30 of x plus float rounding (a step below FLT_MIN: its minimum).
+//                72 bytes per 128 elements: 7.1 times fewer than F32.
+//   kFp8         blocks of 1024 elements: a power-of-two scale 2^k putting the block's largest
+//                magnitude amax within 448, then each element as OCP E4M3 (3 mantissa bits).
+//                Element x decodes to within max(|x| / 16, 2^(k-10)) of x, with
+//                2^k <= max(amax / 224, 2^-126): relative precision, down to an absolute floor
+//                of amax / 229376. 1028 bytes per 4096.
+// NaN and Inf cannot be encoded by INT8, INT4 or FP8, nor a block whose range does not fit in a
+// float (INT8, INT4: more than about 3.4e38) or that holds a magnitude of 2^127 or more (FP8):
+// INVALID_ARGUMENT.
 //
-// Decoding validates before it writes: a wrong length or an INT8 header that could decode to a
-// non-finite value is PROTOCOL (a bad frame), and nothing is written.
+// Decoding validates before it writes: a wrong length, or a header or code that could decode to a
+// non-finite value, is PROTOCOL (a bad frame), and nothing is written.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/kernels.h"
 #include "codec/reduce.h"
 #include "core/status.h"
 
 namespace wccl::codec {
 
 // The values match wccl_wire_t.
-enum class Wire : int { kNative = 0, kF16 = 1, kBF16 = 2, kInt8 = 3 };
-inline constexpr int kWireCount = 4;
+enum class Wire : int { kNative = 0, kF16 = 1, kBF16 = 2, kInt8 = 3, kInt4 = 4, kFp8 = 5 };
+inline constexpr int kWireCount = 6;
 
-const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8"
+const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp8"
+
+// The block format of a block-quantized wire (INT8, INT4, FP8), or null; its kernels in table k.
+const BlockFormat *block_format(Wire w);
+const BlockCodec *block_codec(const Kernels &k, Wire w);
 
 // Bytes that `count` F32 elements take on the wire.
 size_t wire_size(Wire w, size_t count);
@@ -34,6 +50,10 @@ size_t wire_size(Wire w, size_t count);
 // Encodes count elements into wire_size(w, count) bytes at dst. `first` is the index of src[0] in
 // the caller's buffer, for the error message.
 Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first = 0);
+
+// The INVALID_ARGUMENT for a block-quantized wire's encoder stopping at element `index` (of the
+// caller's buffer) whose value is `value`, with `left` elements from there to the end.
+Status unencodable(Wire w, float value, size_t index, size_t left);
 
 // OK if the `len` bytes at src are well-formed `w` data for `count` elements (PROTOCOL if not):
 // the check decode runs first, for callers that decode elsewhere (the GPU kernels).

@@ -5,7 +5,7 @@
 // streams that run their work only when synchronized, and the CPU kernels, which is how the
 // device data path (algo/memory.h) is tested on machines without a GPU.
 //
-// Every call enqueues on a stream and returns, except int8_encode, which waits for its result
+// Every call enqueues on a stream and returns, except encode, which waits for its result
 // (to name a value it cannot encode), and synchronize. Encoded input is trusted: callers validate
 // the host copy first (codec::validate).
 #pragma once
@@ -49,8 +49,9 @@ class Device {
   // `first` is src[0]'s index in the caller's buffer, for the error message.
   virtual Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first, Stream s) = 0;
   virtual Status decode(codec::Wire w, const uint8_t *src, size_t count, float *dst, Stream s) = 0;
-  // dst[i] = mine[i] + decoded INT8 element i (dst may equal mine).
-  virtual Status int8_decode_add(const uint8_t *src, size_t count, float *dst, const float *mine, Stream s) = 0;
+  // dst[i] = mine[i] + decoded element i of a block-quantized wire (INT8, INT4, FP8; dst may
+  // equal mine).
+  virtual Status decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine, Stream s) = 0;
   // codec::reduce_into and codec::finish_avg.
   virtual Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t count,
                              Stream s) = 0;

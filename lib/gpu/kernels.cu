@@ -9,7 +9,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "codec/fp8.h"
 #include "codec/half.h"
+#include "codec/wire.h"
 #include "codec/hash.h"
 #include "codec/kernels.h"
 #include "gpu/kernels.h"
@@ -18,12 +20,10 @@ namespace wccl::gpu {
 namespace {
 
 using codec::Dtype;
-using codec::kInt8Block;
-using codec::kInt8Header;
 using codec::RedOp;
+using codec::Wire;
 
-constexpr int kEncodeThreads = 256;  // one thread block per INT8 block, 4 elements per thread
-constexpr int kPerThread = static_cast<int>(kInt8Block) / kEncodeThreads;
+constexpr int kPerThread = 4;  // block encoders: one thread block per wire block, 4 elements a thread
 constexpr int kThreads = 256;
 
 Status cuda_status(cudaError_t e, const char *what) {
@@ -38,7 +38,18 @@ unsigned grid_for(size_t n) {
   return static_cast<unsigned>(blocks < 65535u * 32u ? blocks : 65535u * 32u);  // grid-stride beyond
 }
 
-// --- INT8 -----------------------------------------------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, FP8 -------------------------------------------------------
+
+template <Wire W>
+constexpr const codec::BlockFormat &format() {
+  if constexpr (W == Wire::kInt8) return codec::kInt8Format;
+  if constexpr (W == Wire::kInt4) return codec::kInt4Format;
+  return codec::kFp8Format;
+}
+template <Wire W>
+constexpr int levels() {
+  return W == Wire::kInt8 ? 255 : 15;
+}
 
 __device__ int32_t order_key(uint32_t bits) {
   const auto s = static_cast<int32_t>(bits);
@@ -46,38 +57,52 @@ __device__ int32_t order_key(uint32_t bits) {
 }
 __device__ float from_order_key(int32_t key) { return __uint_as_float(static_cast<uint32_t>(key ^ ((key >> 31) & 0x7fffffff))); }
 
-// `bad` receives the smallest index that stops the encoding (ULLONG_MAX if none), as the CPU's
-// int8_encode returns it: the first non-finite element, or the first element of a block whose
-// range does not fit a float.
-__global__ void int8_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst,
-                                   unsigned long long *bad) {
-  const size_t base = static_cast<size_t>(blockIdx.x) * kInt8Block;
-  const int k = static_cast<int>(n - base < kInt8Block ? n - base : kInt8Block);
+// One thread block per wire block. `bad` receives the smallest index that stops the encoding
+// (ULLONG_MAX if none), as the CPU's encoder returns it: the first non-finite element, or the
+// first element of a block that does not fit (INT8/INT4: its range exceeds the float range; FP8:
+// a magnitude of 2^127 or more). The uniform wires scan the order keys' minimum and maximum, FP8
+// the largest magnitude's bits (kept in kmax).
+template <Wire W>
+__global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst, unsigned long long *bad) {
+  constexpr codec::BlockFormat F = format<W>();
+  constexpr int kT = static_cast<int>(F.block) / kPerThread;
+  const size_t base = static_cast<size_t>(blockIdx.x) * F.block;
+  const int k = static_cast<int>(n - base < F.block ? n - base : F.block);
   float v[kPerThread];
   int32_t kmin = INT_MAX, kmax = INT_MIN;
-  int non_finite = 0;
+  int non_finite = 0, too_big = 0;
   for (int e = 0; e < kPerThread; ++e) {
-    const int j = static_cast<int>(threadIdx.x) + e * kEncodeThreads;
+    const int j = static_cast<int>(threadIdx.x) + e * kT;
     v[e] = 0.0f;
     if (j >= k) continue;
     v[e] = src[base + j];
     const uint32_t u = __float_as_uint(v[e]);
-    const int32_t key = order_key(u);
-    kmin = key < kmin ? key : kmin;
-    kmax = kmax < key ? key : kmax;
+    if constexpr (W == Wire::kFp8) {
+      const auto a = static_cast<int32_t>(u & 0x7fffffffu);
+      kmax = kmax < a ? a : kmax;
+      too_big |= a >= 0x7f000000;
+    } else {
+      const int32_t key = order_key(u);
+      kmin = key < kmin ? key : kmin;
+      kmax = kmax < key ? key : kmax;
+    }
     if ((u & 0x7f800000u) == 0x7f800000u) {
       non_finite = 1;
       atomicMin(bad, static_cast<unsigned long long>(base + j));
     }
   }
   if (__syncthreads_or(non_finite)) return;
+  if (__syncthreads_or(too_big)) {
+    if (threadIdx.x == 0) atomicMin(bad, static_cast<unsigned long long>(base));
+    return;
+  }
   for (int off = 16; off > 0; off >>= 1) {
     const int32_t a = __shfl_xor_sync(0xffffffffu, kmin, off), b = __shfl_xor_sync(0xffffffffu, kmax, off);
     kmin = a < kmin ? a : kmin;
     kmax = kmax < b ? b : kmax;
   }
-  __shared__ int32_t smin[kEncodeThreads / 32], smax[kEncodeThreads / 32];
-  __shared__ float params[2];
+  __shared__ int32_t smin[kT / 32], smax[kT / 32];
+  __shared__ float params[3];  // scale, offset, the multiplier that quantizes (0: every code 0)
   const int warp = static_cast<int>(threadIdx.x) / 32;
   if (threadIdx.x % 32 == 0) {
     smin[warp] = kmin;
@@ -85,64 +110,93 @@ __global__ void int8_encode_kernel(const float *__restrict src, size_t n, uint8_
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kEncodeThreads / 32; ++w) {
+    for (int w = 1; w < kT / 32; ++w) {
       kmin = smin[w] < kmin ? smin[w] : kmin;
       kmax = kmax < smax[w] ? smax[w] : kmax;
     }
-    const float lo = from_order_key(kmin), hi = from_order_key(kmax);
-    const float range = __fsub_rn(hi, lo);
-    float scale = __fdiv_rn(range, 255.0f);
-    const float offset = __fadd_rn(lo, 0.0f);
-    if (!(range <= FLT_MAX) || !(__fadd_rn(offset, __fmul_rn(255.0f, scale)) <= FLT_MAX)) {
-      atomicMin(bad, static_cast<unsigned long long>(base));
-      scale = -1.0f;  // tells the block to stop
-    } else if (!(scale >= FLT_MIN)) {
-      scale = 0.0f;
+    if constexpr (W == Wire::kFp8) {
+      const int e = codec::fp8_scale_exponent(static_cast<uint32_t>(kmax));
+      params[0] = codec::fp8_pow2(e);
+      params[1] = 0.0f;
+      params[2] = codec::fp8_pow2(-e);
+    } else {
+      constexpr auto top = static_cast<float>(levels<W>());
+      const float lo = from_order_key(kmin), hi = from_order_key(kmax);
+      const float range = __fsub_rn(hi, lo);
+      float scale = __fdiv_rn(range, top);
+      const float offset = __fadd_rn(lo, 0.0f);
+      if (!(range <= FLT_MAX) || !(__fadd_rn(offset, __fmul_rn(top, scale)) <= FLT_MAX)) {
+        atomicMin(bad, static_cast<unsigned long long>(base));
+        scale = -1.0f;  // tells the block to stop
+      } else if (!(scale >= FLT_MIN)) {
+        scale = 0.0f;
+      }
+      params[0] = scale;
+      params[1] = offset;
+      params[2] = scale > 0.0f ? __frcp_rn(scale) : 0.0f;
     }
-    params[0] = scale;
-    params[1] = offset;
   }
   __syncthreads();
-  const float scale = params[0], offset = params[1];
+  const float scale = params[0], offset = params[1], inv = params[2];
   if (scale < 0.0f) return;
-  uint8_t *out = dst + static_cast<size_t>(blockIdx.x) * (kInt8Block + kInt8Header);
+  uint8_t *out = dst + static_cast<size_t>(blockIdx.x) * F.block_bytes(F.block);
   if (threadIdx.x == 0) {
     memcpy(out, &scale, 4);
-    memcpy(out + 4, &offset, 4);
+    if constexpr (F.header == 8) memcpy(out + 4, &offset, 4);
   }
-  uint8_t *codes = out + kInt8Header;
-  const float inv = scale == 0.0f ? 0.0f : __frcp_rn(scale);
+  uint8_t *codes = out + F.header;
   for (int e = 0; e < kPerThread; ++e) {
-    const int j = static_cast<int>(threadIdx.x) + e * kEncodeThreads;
-    if (j >= k) continue;
-    if (scale == 0.0f) {
-      codes[j] = 0;
-      continue;
+    const int j = static_cast<int>(threadIdx.x) + e * kT;
+    uint32_t code = 0;
+    if (j < k) {
+      if constexpr (W == Wire::kFp8) {
+        code = codec::fp8_from_float(__fmul_rn(v[e], inv));
+      } else {
+        constexpr auto top = static_cast<float>(levels<W>());
+        float q = __fadd_rn(__fmul_rn(__fsub_rn(v[e], offset), inv), 0.5f);
+        q = q < top ? q : top;
+        code = static_cast<uint32_t>(static_cast<int32_t>(q));
+      }
     }
-    float q = __fadd_rn(__fmul_rn(__fsub_rn(v[e], offset), inv), 0.5f);
-    q = q < 255.0f ? q : 255.0f;
-    codes[j] = static_cast<uint8_t>(static_cast<int32_t>(q));
+    if constexpr (W == Wire::kInt4) {
+      // Elements j and j + 1 sit in neighbouring lanes (kT is one warp): the even lane packs both.
+      const uint32_t high = __shfl_down_sync(0xffffffffu, code, 1);
+      if (j % 2 == 0 && j < k) codes[j / 2] = static_cast<uint8_t>(code | (high << 4));
+    } else {
+      if (j < k) codes[j] = static_cast<uint8_t>(code);
+    }
   }
 }
 
-// Element i of INT8 data: block i / kInt8Block starts at (i / kInt8Block) * (kInt8Block + 8).
-__device__ float int8_element(const uint8_t *src, size_t i) {
-  const uint8_t *block = src + (i / kInt8Block) * (kInt8Block + kInt8Header);
-  float scale, offset;
+// Element i of W data, as the CPU kernels decode it.
+template <Wire W>
+__device__ float block_element(const uint8_t *src, size_t i) {
+  constexpr codec::BlockFormat F = format<W>();
+  const uint8_t *block = src + (i / F.block) * F.block_bytes(F.block);
+  const size_t j = i % F.block;
+  float scale;
   memcpy(&scale, block, 4);
-  memcpy(&offset, block + 4, 4);
-  return __fadd_rn(offset, __fmul_rn(static_cast<float>(block[kInt8Header + i % kInt8Block]), scale));
-}
-
-__global__ void int8_decode_kernel(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    dst[i] = int8_element(src, i);
+  if constexpr (W == Wire::kFp8) {
+    return __fmul_rn(codec::fp8_to_float(block[F.header + j]), scale);
+  } else {
+    float offset;
+    memcpy(&offset, block + 4, 4);
+    const uint32_t code = W == Wire::kInt4 ? (block[F.header + j / 2] >> (4 * (j % 2))) & 15u : block[F.header + j];
+    return __fadd_rn(offset, __fmul_rn(static_cast<float>(code), scale));
   }
 }
 
-__global__ void int8_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst, const float *mine) {
+template <Wire W>
+__global__ void block_decode_kernel(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    dst[i] = __fadd_rn(mine[i], int8_element(src, i));
+    dst[i] = block_element<W>(src, i);
+  }
+}
+
+template <Wire W>
+__global__ void block_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst, const float *mine) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = __fadd_rn(mine[i], block_element<W>(src, i));
   }
 }
 
@@ -339,17 +393,30 @@ void event_destroy(void *event) {
 
 Status synchronize(void *stream) { return cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize"); }
 
-Status int8_encode(const float *src, size_t n, uint8_t *dst, void *stream, size_t first) {
+template <Wire W>
+Status launch_encode(const float *src, size_t n, uint8_t *dst, void *stream, unsigned long long *bad) {
+  constexpr codec::BlockFormat F = format<W>();
+  const size_t blocks = (n + F.block - 1) / F.block;
+  block_encode_kernel<W><<<static_cast<unsigned>(blocks), static_cast<unsigned>(F.block / kPerThread), 0, as_stream(stream)>>>(
+      src, n, dst, bad);
+  return cuda_status(cudaGetLastError(), "block encode kernel");
+}
+
+Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stream, size_t first) {
+  const codec::BlockFormat *f = codec::block_format(w);
+  if (f == nullptr) return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
   if (n == 0) return Status();
-  const size_t blocks = (n + kInt8Block - 1) / kInt8Block;
-  if (blocks > INT_MAX) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements are too many for one encode", n);
+  if ((n + f->block - 1) / f->block > INT_MAX) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements are too many for one encode", n);
   unsigned long long *bad = nullptr;
   WCCL_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(reinterpret_cast<void **>(&bad), sizeof(*bad), as_stream(stream)), "cudaMallocAsync"));
   unsigned long long first_bad = ULLONG_MAX;
   const Status st = [&]() -> Status {
     WCCL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad, 0xff, sizeof(*bad), as_stream(stream)), "cudaMemsetAsync"));
-    int8_encode_kernel<<<static_cast<unsigned>(blocks), kEncodeThreads, 0, as_stream(stream)>>>(src, n, dst, bad);
-    WCCL_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "int8 encode kernel"));
+    switch (w) {
+      case Wire::kInt8: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt8>(src, n, dst, stream, bad)); break;
+      case Wire::kInt4: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt4>(src, n, dst, stream, bad)); break;
+      default: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kFp8>(src, n, dst, stream, bad)); break;
+    }
     return cuda_status(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost, as_stream(stream)),
                        "cudaMemcpyAsync");
   }();
@@ -360,24 +427,29 @@ Status int8_encode(const float *src, size_t n, uint8_t *dst, void *stream, size_
   float value = 0;
   WCCL_RETURN_IF_ERROR(copy_async(&value, src + first_bad, sizeof(value), stream));
   WCCL_RETURN_IF_ERROR(synchronize(stream));
-  if (!std::isfinite(value)) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element %llu is %s, which the int8 wire cannot carry", first + first_bad,
-                      std::isnan(value) ? "NaN" : "Inf");
+  return codec::unencodable(w, value, first + first_bad, n - first_bad);
+}
+
+Status block_decode(Wire w, const uint8_t *src, size_t n, float *dst, void *stream) {
+  if (n == 0) return Status();
+  switch (w) {
+    case Wire::kInt8: block_decode_kernel<Wire::kInt8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
+    case Wire::kInt4: block_decode_kernel<Wire::kInt4><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
+    case Wire::kFp8: block_decode_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
+    default: return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
   }
-  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the int8 block of elements %llu..%llu spans more than the float range; use another wire",
-                    first + first_bad, first + first_bad + (n - first_bad < kInt8Block ? n - first_bad : kInt8Block) - 1);
+  return cuda_status(cudaGetLastError(), "block decode kernel");
 }
 
-Status int8_decode(const uint8_t *src, size_t n, float *dst, void *stream) {
+Status block_decode_add(Wire w, const uint8_t *src, size_t n, float *dst, const float *mine, void *stream) {
   if (n == 0) return Status();
-  int8_decode_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
-  return cuda_status(cudaGetLastError(), "int8 decode kernel");
-}
-
-Status int8_decode_add(const uint8_t *src, size_t n, float *dst, const float *mine, void *stream) {
-  if (n == 0) return Status();
-  int8_decode_add_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
-  return cuda_status(cudaGetLastError(), "int8 decode-add kernel");
+  switch (w) {
+    case Wire::kInt8: block_decode_add_kernel<Wire::kInt8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
+    case Wire::kInt4: block_decode_add_kernel<Wire::kInt4><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
+    case Wire::kFp8: block_decode_add_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
+    default: return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
+  }
+  return cuda_status(cudaGetLastError(), "block decode-add kernel");
 }
 
 Status f16_encode(const float *src, size_t n, uint16_t *dst, void *stream) { return launch_map(src, n, dst, ToHalf{}, stream, "f16 encode kernel"); }

@@ -4,12 +4,12 @@
 // above this header changes with the build. device.h builds on these.
 //
 // The kernels compute exactly what the CPU kernels (lib/codec/kernels.h) compute, bit for bit:
-// the same INT8 format and rounding, every multiply and add rounded separately (no fused
+// the same block formats and rounding, every multiply and add rounded separately (no fused
 // multiply-add), the same 16-bit conversions. The CPU kernels are their test oracle.
 //
 // Pointers are device memory (or managed memory) of the current device. `stream` is a
 // cudaStream_t, null for the default stream. The functions enqueue and return: results are ready once the stream has
-// reached them (synchronize), except int8_encode, which waits for its own result to report a
+// reached them (synchronize), except block_encode, which waits for its own result to report a
 // value it cannot encode. Encoded input is trusted: check it with codec::validate on the host
 // copy before it goes to the device.
 #pragma once
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "codec/reduce.h"
+#include "codec/wire.h"
 #include "core/status.h"
 
 namespace wccl::gpu {
@@ -48,12 +49,13 @@ Status event_record(void *stream, void **event);
 Status stream_wait(void *stream, void *event);
 void event_destroy(void *event);
 
-// lib/codec/kernels.h's kernels on the device. int8_encode returns INVALID_ARGUMENT naming the
-// first element that cannot be encoded, as codec::encode does (`first` is src[0]'s index in the
-// caller's buffer).
-Status int8_encode(const float *src, size_t n, uint8_t *dst, void *stream, size_t first = 0);
-Status int8_decode(const uint8_t *src, size_t n, float *dst, void *stream);
-Status int8_decode_add(const uint8_t *src, size_t n, float *dst, const float *mine, void *stream);
+// lib/codec/kernels.h's block-quantized wires (INT8, INT4, FP8: codec::block_format) on the
+// device. block_encode returns INVALID_ARGUMENT naming the first element that cannot be encoded,
+// as codec::encode does (`first` is src[0]'s index in the caller's buffer). block_decode_add:
+// dst[i] = mine[i] + decoded element i (dst may equal mine).
+Status block_encode(codec::Wire w, const float *src, size_t n, uint8_t *dst, void *stream, size_t first = 0);
+Status block_decode(codec::Wire w, const uint8_t *src, size_t n, float *dst, void *stream);
+Status block_decode_add(codec::Wire w, const uint8_t *src, size_t n, float *dst, const float *mine, void *stream);
 Status f16_encode(const float *src, size_t n, uint16_t *dst, void *stream);
 Status f16_decode(const uint16_t *src, size_t n, float *dst, void *stream);
 Status bf16_encode(const float *src, size_t n, uint16_t *dst, void *stream);

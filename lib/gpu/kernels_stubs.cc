@@ -35,9 +35,9 @@ Status event_record(void *, void **event) {
 }
 Status stream_wait(void *, void *) { return unsupported(); }
 void event_destroy(void *) {}
-Status int8_encode(const float *, size_t, uint8_t *, void *, size_t) { return unsupported(); }
-Status int8_decode(const uint8_t *, size_t, float *, void *) { return unsupported(); }
-Status int8_decode_add(const uint8_t *, size_t, float *, const float *, void *) { return unsupported(); }
+Status block_encode(codec::Wire, const float *, size_t, uint8_t *, void *, size_t) { return unsupported(); }
+Status block_decode(codec::Wire, const uint8_t *, size_t, float *, void *) { return unsupported(); }
+Status block_decode_add(codec::Wire, const uint8_t *, size_t, float *, const float *, void *) { return unsupported(); }
 Status f16_encode(const float *, size_t, uint16_t *, void *) { return unsupported(); }
 Status f16_decode(const uint16_t *, size_t, float *, void *) { return unsupported(); }
 Status bf16_encode(const float *, size_t, uint16_t *, void *) { return unsupported(); }

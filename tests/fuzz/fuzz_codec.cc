@@ -1,7 +1,7 @@
 // libFuzzer target: the wire decoders (codec/wire.h) on arbitrary bytes. Byte 0 picks the wire,
 // bytes 1-2 the element count; the rest is the encoded data. A decoder must reject anything
-// malformed (wrong length, bad INT8 scales or offsets) without touching its output, and whatever
-// it accepts must decode to finite values on the INT8 wire, the same through decode and
+// malformed (wrong length, bad block scales or offsets, FP8 NaN codes) without touching its output,
+// and whatever it accepts must decode to finite values on the block-quantized wires, the same through decode and
 // decode-then-add to zero.
 #include <cmath>
 #include <cstdint>
@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   for (size_t i = 0; i < count; ++i) {
-    if (w == Wire::kInt8 && !std::isfinite(out[i])) __builtin_trap();
+    if (block_format(w) != nullptr && !std::isfinite(out[i])) __builtin_trap();
     // x + 0 is x for everything except -0 (which becomes +0) and NaN payloads.
     if (!(std::isnan(out[i]) && std::isnan(acc[i])) && out[i] + 0.0f != acc[i]) __builtin_trap();
   }

@@ -32,6 +32,8 @@ class Wire(IntEnum):
     FP16 = 1
     BF16 = 2
     INT8 = 3
+    INT4 = 4
+    FP8 = 5
 
 
 class Algo(IntEnum):
