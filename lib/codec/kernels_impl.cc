@@ -254,43 +254,74 @@ size_t encode_blocks(const float *src, size_t n, uint8_t *dst) {
   return n;
 }
 
-// Decoding, one block at a time: Element(in, j) is element j of the block at `in`.
-inline float int8_element(const uint8_t *__restrict codes, size_t j, float scale, float offset) {
-  return offset + static_cast<float>(codes[j]) * scale;
-}
-inline float int4_element(const uint8_t *__restrict codes, size_t j, float scale, float offset) {
-  return offset + static_cast<float>((codes[j / 2] >> (4 * (j % 2))) & 15u) * scale;
-}
-inline float fp8_element(const uint8_t *__restrict codes, size_t j, float scale, float /*offset*/) {
-  return fp8_to_float(codes[j]) * scale;
+// Decoding, one block at a time. A BlockDecoder turns one block's codes into floats:
+// decode(codes, k, scale, offset, mine, dst) sets dst[j] = mine[j] + element j (mine null: the
+// element alone). The in-place form (dst == mine) has its own loop, since restrict forbids
+// aliasing; INT4 walks byte by byte, two elements each, so that it vectorises.
+struct Int8Elements {
+  static float at(const uint8_t *__restrict codes, size_t j, float scale, float offset) {
+    return offset + static_cast<float>(codes[j]) * scale;
+  }
+};
+struct Fp8Elements {
+  static float at(const uint8_t *__restrict codes, size_t j, float scale, float /*offset*/) { return fp8_to_float(codes[j]) * scale; }
+};
+
+template <typename E>
+void per_element(const uint8_t *__restrict codes, size_t k, float scale, float offset, const float *mine, float *dst) {
+  float *__restrict d = dst;
+  if (mine == nullptr) {
+    for (size_t j = 0; j < k; ++j) d[j] = E::at(codes, j, scale, offset);
+  } else if (mine == dst) {
+    for (size_t j = 0; j < k; ++j) d[j] = d[j] + E::at(codes, j, scale, offset);
+  } else {
+    const float *__restrict m = mine;
+    for (size_t j = 0; j < k; ++j) d[j] = m[j] + E::at(codes, j, scale, offset);
+  }
 }
 
-// Add: dst[j] = mine[j] + element (mine null: dst[j] = element). The in-place form (dst == mine)
-// has its own loop, since restrict forbids aliasing.
-template <float (*Element)(const uint8_t *, size_t, float, float), const BlockFormat &F>
+void int4_pairs(const uint8_t *__restrict codes, size_t k, float scale, float offset, const float *mine, float *dst) {
+  float *__restrict d = dst;
+  const size_t pairs = k / 2;
+  auto lo = [&](size_t p) { return offset + static_cast<float>(codes[p] & 15u) * scale; };
+  auto hi = [&](size_t p) { return offset + static_cast<float>(codes[p] >> 4) * scale; };
+  if (mine == nullptr) {
+    for (size_t p = 0; p < pairs; ++p) {
+      d[2 * p] = lo(p);
+      d[2 * p + 1] = hi(p);
+    }
+  } else if (mine == dst) {
+    for (size_t p = 0; p < pairs; ++p) {
+      d[2 * p] = d[2 * p] + lo(p);
+      d[2 * p + 1] = d[2 * p + 1] + hi(p);
+    }
+  } else {
+    const float *__restrict m = mine;
+    for (size_t p = 0; p < pairs; ++p) {
+      d[2 * p] = m[2 * p] + lo(p);
+      d[2 * p + 1] = m[2 * p + 1] + hi(p);
+    }
+  }
+  if (k % 2 != 0) d[k - 1] = (mine == nullptr ? 0.0f : mine[k - 1]) + lo(pairs);
+}
+
+using BlockDecoder = void (*)(const uint8_t *, size_t, float, float, const float *, float *);
+
+template <BlockDecoder Decode, const BlockFormat &F>
 void decode_blocks(const uint8_t *src, size_t n, float *dst, const float *mine) {
   for (size_t b = 0; b < n; b += F.block) {
     const size_t k = n - b < F.block ? n - b : F.block;
     float scale, offset = 0.0f;
     std::memcpy(&scale, src, 4);
     if (F.header == 8) std::memcpy(&offset, src + 4, 4);
-    const uint8_t *__restrict codes = src + F.header;
-    float *__restrict d = dst + b;
-    if (mine == nullptr) {
-      for (size_t j = 0; j < k; ++j) d[j] = Element(codes, j, scale, offset);
-    } else if (mine == dst) {
-      for (size_t j = 0; j < k; ++j) d[j] = d[j] + Element(codes, j, scale, offset);
-    } else {
-      const float *__restrict m = mine + b;
-      for (size_t j = 0; j < k; ++j) d[j] = m[j] + Element(codes, j, scale, offset);
-    }
+    Decode(src + F.header, k, scale, offset, mine == nullptr ? nullptr : mine + b, dst + b);
     src += F.block_bytes(k);
   }
 }
 
-template <float (*Element)(const uint8_t *, size_t, float, float), const BlockFormat &F>
+template <BlockDecoder Decode, const BlockFormat &F>
 void decode_only(const uint8_t *src, size_t n, float *dst) {
-  decode_blocks<Element, F>(src, n, dst, nullptr);
+  decode_blocks<Decode, F>(src, n, dst, nullptr);
 }
 
 // --- FP16 / BF16 ----------------------------------------------------------------------------------
@@ -323,11 +354,11 @@ const Kernels kKernels = {
     WCCL_STRINGIFY(WCCL_CODEC_TIER),
     reduce_into,
     finish_avg,
-    {encode_blocks<uniform_block<255>, kInt8Format>, decode_only<int8_element, kInt8Format>,
-     decode_blocks<int8_element, kInt8Format>},
-    {encode_blocks<uniform_block<15>, kInt4Format>, decode_only<int4_element, kInt4Format>,
-     decode_blocks<int4_element, kInt4Format>},
-    {encode_blocks<fp8_block, kFp8Format>, decode_only<fp8_element, kFp8Format>, decode_blocks<fp8_element, kFp8Format>},
+    {encode_blocks<uniform_block<255>, kInt8Format>, decode_only<per_element<Int8Elements>, kInt8Format>,
+     decode_blocks<per_element<Int8Elements>, kInt8Format>},
+    {encode_blocks<uniform_block<15>, kInt4Format>, decode_only<int4_pairs, kInt4Format>, decode_blocks<int4_pairs, kInt4Format>},
+    {encode_blocks<fp8_block, kFp8Format>, decode_only<per_element<Fp8Elements>, kFp8Format>,
+     decode_blocks<per_element<Fp8Elements>, kFp8Format>},
     encode16<float_to_half>,
     decode16<half_to_float>,
     encode16<float_to_bf16>,
