@@ -84,8 +84,8 @@ export -f python_cuda
 step python 180 python_cuda
 
 # The codec kernels on the GPU next to the CPU tiers (Google Benchmark; bytes/s is F32 bytes).
-step bench 60 "$build/bench/micro/bench_codec" --benchmark_min_time=0.2 \
-  --benchmark_filter='^(memcpy|(int8|int4|fp8)_encode/.*|(int8|int4|fp8)_decode_add/.*|gpu_.*)/16777216$|^gpu_'
+step bench 180 "$build/bench/micro/bench_codec" --benchmark_min_time=0.2 \
+  --benchmark_filter='^(memcpy|(int8|int4|fp8)_(encode|decode_add)/(avx2|avx512))/16777216$|^gpu_'
 rows="$(grep -E '^(gpu_|(int8|int4|fp8)_encode/)' "$out/bench.log" | awk '{print $1 " " $(NF)}' | tr '\n' ';' | sed 's/;$//')"
 [ -n "$rows" ] && summary[-1]+=": $rows"
 if ! grep -q '^gpu_int8_encode' "$out/bench.log"; then

@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 #include <thread>
 
 #include "codec/compress.h"
+#include "codec/wire.h"
 #include "emulated_device.h"
 #include "wccl/wccl.h"
 #include "gpu/kernels.h"
@@ -167,6 +169,31 @@ TEST(LastError, IsPerThreadAndNamesTheSource) {
   EXPECT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
   EXPECT_EQ(std::string(wccl_last_error()), mine);
   wccl_config_destroy(cfg);
+}
+
+TEST(WireRoundtrip, IsWhatTheWireKeepsAndRefusesWithoutWriting) {
+  std::vector<float> x(3000), y(3000, 7.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 101) * 0.01f - 0.5f;
+  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_FP8}) {
+    ASSERT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), w), WCCL_OK) << wccl_last_error();
+    std::vector<uint8_t> bytes(wccl::codec::wire_size(static_cast<wccl::codec::Wire>(w), x.size()));
+    std::vector<float> want(x.size());
+    ASSERT_TRUE(wccl::codec::encode(static_cast<wccl::codec::Wire>(w), x.data(), x.size(), bytes.data()).ok());
+    ASSERT_TRUE(wccl::codec::decode(static_cast<wccl::codec::Wire>(w), bytes.data(), bytes.size(), x.size(), want.data()).ok());
+    EXPECT_EQ(y, want) << w;
+    EXPECT_NE(y, x) << w << " is lossy on these values";
+  }
+  ASSERT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_NATIVE), WCCL_OK);
+  EXPECT_EQ(y, x);
+  x[2222] = std::nanf("");
+  const std::vector<float> before = y;
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_INT4), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("element 2222 is NaN"), std::string::npos) << wccl_last_error();
+  EXPECT_EQ(y, before);
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), 4, static_cast<wccl_wire_t>(9)), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("wire 9"), std::string::npos) << wccl_last_error();
+  EXPECT_EQ(wccl_wire_roundtrip(nullptr, y.data(), 4, WCCL_WIRE_INT8), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wccl_wire_roundtrip(nullptr, nullptr, 0, WCCL_WIRE_INT8), WCCL_OK);
 }
 
 }  // namespace

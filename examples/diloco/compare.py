@@ -39,6 +39,15 @@ def row(label: str, folder: Path) -> dict:
             "all-reduce s": sum(r["allreduce_s"] for r in lead), "identical": summary["identical"]}
 
 
+def markdown_table(rows: list) -> str:
+    """Rows (dicts with the same keys) as a Markdown table; floats to 4 significant digits."""
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -80,12 +89,7 @@ def main(argv=None) -> int:
         if local_run.main(["--out", str(folder), *job]) != 0:
             print(f"{folder.name} failed: see {folder}/*.log")
             return 1
-    rows = [row(label, folder) for label, folder in runs.items()]
-    keys = list(rows[0])
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    for r in rows:
-        lines.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
-    table = "\n".join(lines)
+    table = markdown_table([row(label, folder) for label, folder in runs.items()])
     (out / "table.md").write_text(table + "\n")
     plot(runs, out / "loss.png")
     print(table)

@@ -79,6 +79,8 @@ def parse_args(argv=None):
     t.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov SGD learning rate (DiLoCo's 0.7)")
     t.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum (DiLoCo's 0.9)")
     t.add_argument("--wire", choices=list(WIRES), default="int8", help="wire format of the pseudo-gradient all-reduce")
+    t.add_argument("--error-feedback", action="store_true",
+                   help="keep what the wire drops of each pseudo-gradient (per local rank) and add it to the next")
     t.add_argument("--sync-wire", choices=list(WIRES), default="native", help="wire format of the baseline's gradients")
     t.add_argument("--seed", type=int, default=0, help="model initialisation (the same on every node)")
     m = p.add_argument_group("model and data")
@@ -141,6 +143,9 @@ class Trainer:
         # This rank's shard of the outer parameters and of the outer optimizer's momentum, on the CPU.
         self.outer = self.shard_vector()
         self.momentum = torch.zeros_like(self.outer)
+        # Error feedback: what the wire dropped of this rank's earlier pseudo-gradients (zero for a
+        # node that joins: it has sent nothing yet).
+        self.residual = torch.zeros_like(self.outer) if args.error_feedback else None
         self.counters = torch.zeros(2, dtype=torch.int64)  # tokens trained on by the job, inner steps of this job
         # Seeded again once the node knows the outer step it joins at (run()).
         self.data = Batches(load_corpus(args.data, args.data_bytes), args.seq_len, seed=0)
@@ -158,7 +163,8 @@ class Trainer:
         self.fingerprint = membership.configuration_fingerprint(
             local_size=self.local_size, mode=a.mode, dim=a.dim, layers=a.layers, heads=a.heads, seq_len=a.seq_len,
             inner_steps=a.inner_steps, inner_lr=a.inner_lr, weight_decay=a.weight_decay, outer_lr=a.outer_lr,
-            outer_momentum=a.outer_momentum, wire=a.wire, sync_wire=a.sync_wire, seed=a.seed)
+            outer_momentum=a.outer_momentum, wire=a.wire, error_feedback=a.error_feedback, sync_wire=a.sync_wire,
+            seed=a.seed)
         self.n_contrib = 0
         self.nodes = 0
         self.pids = [v[0] for v in self.mesh.gather([os.getpid()])]
@@ -306,6 +312,8 @@ class Trainer:
                     self.load_shard(self.outer)
                     self.opt.state.clear()  # AdamW's moments may hold the NaN too
                     self.settle(need_update=True)
+                if pos.has_delta and self.residual is not None:
+                    self.feed_back(delta, wire)
             t1 = time.perf_counter()
             if pos.step == args.fault_kill_at_step:
                 self.kill_node(delta, avg)
@@ -337,6 +345,14 @@ class Trainer:
             if contributors > 0:
                 log.step(train_loss, self.eval_loss(), inner_s=t1 - t0, outer_s=t3 - t1, allreduce_s=t2 - t1,
                          bytes_sent=bytes_sent, contributors=contributors, nodes=nodes, epoch=stats.epoch)
+
+    def feed_back(self, delta: torch.Tensor, wire: "wccl.Wire") -> None:
+        """Error feedback: the residual joins the pseudo-gradient, and what the wire will drop of the
+        sum (its roundtrip as this rank's contribution) becomes the next residual. Done once per
+        outer step: a retry after a lost node sends the same pseudo-gradient."""
+        delta.add_(self.residual)
+        kept = wccl.wire_roundtrip(delta, wire, out=self.residual)
+        torch.sub(delta, kept, out=self.residual)
 
     def inner_step_and_update(self) -> torch.Tensor:
         loss = self.inner_step()

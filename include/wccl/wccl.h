@@ -275,6 +275,13 @@ typedef enum wccl_compress {
                              zstd outpaces the link (docs/algorithms.md) */
 } wccl_compress_t;
 
+/* What `wire` keeps of count F32 elements: each encoded as one member's contribution is on its
+ * first hop and decoded again, written to out (which may equal in); NATIVE copies. For error
+ * feedback in a trainer (the residual in - out is added to the next contribution). Host memory
+ * only (INVALID_ARGUMENT for device memory, as for a NaN or Inf on INT8, INT4 and FP8, which
+ * names the element and leaves out as it was). */
+WCCL_API wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire);
+
 /* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later
  * releases add fields without breaking callers built against this one. */
 typedef struct wccl_opts {

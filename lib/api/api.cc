@@ -2,11 +2,13 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "algo/collectives.h"
 #include "api/guard.h"
 #include "comm/communicator.h"
 #include "codec/compress.h"
+#include "codec/wire.h"
 #include "comm/state_sync.h"
 #include "coord/coordinator.h"
 #include "core/config.h"
@@ -384,6 +386,20 @@ wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t rec
 wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t recvcount,
                                    wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
   return reduce_scatter("wccl_ireduce_scatter", req, true, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
+}
+
+wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire) {
+  return wccl::api_call([&]() -> wccl::Status {
+    const int w = wccl::enum_value(&wire);
+    WCCL_CHECK_ARG(w >= WCCL_WIRE_NATIVE && w <= WCCL_WIRE_FP8, "wccl_wire_roundtrip: wire %d is not a wccl_wire_t", w);
+    WCCL_CHECK_ARG(count == 0 || (in != nullptr && out != nullptr), "wccl_wire_roundtrip: in or out is NULL");
+    WCCL_CHECK_ARG(count == 0 || (wccl::gpu::device_of(in) == nullptr && wccl::gpu::device_of(out) == nullptr),
+                   "wccl_wire_roundtrip: in or out is device memory; it takes host memory");
+    const auto codec_wire = static_cast<wccl::codec::Wire>(w);
+    std::vector<uint8_t> bytes(wccl::codec::wire_size(codec_wire, count));
+    WCCL_RETURN_IF_ERROR(wccl::codec::encode(codec_wire, in, count, bytes.data()));
+    return wccl::codec::decode(codec_wire, bytes.data(), bytes.size(), count, out);
+  });
 }
 
 static wccl_result_t barrier(const char *fn, wccl_request_t **req, bool nonblocking, wccl_comm_t *comm, const wccl_opts_t *opts) {

@@ -138,3 +138,40 @@ def test_tensors_on_other_devices_are_refused(members):
     assert members(1, fn) == [True]
 
 
+
+
+def test_wire_roundtrip_is_what_the_wire_keeps():
+    """The error-feedback helper: each wire's roundtrip stays within its bound, the residual is
+    what it dropped, NATIVE is exact, and a value a wire cannot carry leaves the output as it was."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(5000) * 1e-3).astype(np.float32)
+    x[::97] *= 300  # outliers, as pseudo-gradients have
+    errors = {}
+    for wire in wccl.Wire:
+        y = np.empty_like(x)
+        assert wccl.wire_roundtrip(x, wire, out=y) is y
+        errors[wire] = float(np.abs(x - y).max())
+        again = np.empty_like(x)
+        wccl.wire_roundtrip(y, wire, out=again)
+        if wire in (wccl.Wire.NATIVE, wccl.Wire.FP8, wccl.Wire.FP16, wccl.Wire.BF16):
+            assert np.array_equal(again, y), wire  # what a wire keeps, it keeps exactly
+    assert errors[wccl.Wire.NATIVE] == 0
+    widest_block = max(float(np.ptp(x[i:i + 128])) for i in range(0, len(x), 128))
+    assert 0 < errors[wccl.Wire.INT8] < errors[wccl.Wire.INT4] <= widest_block / 30 * 1.0001
+    assert errors[wccl.Wire.FP8] <= np.abs(x).max() / 16
+    z = x.copy()
+    wccl.wire_roundtrip(z, wccl.Wire.INT4)  # in place
+    assert np.array_equal(z, wccl.wire_roundtrip(x.copy(), wccl.Wire.INT4))
+    bad = x.copy()
+    bad[4321] = np.nan
+    out = np.zeros_like(x)
+    for wire in (wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.FP8):
+        with pytest.raises(wccl.InvalidArgumentError, match="element 4321 is NaN"):
+            wccl.wire_roundtrip(bad, wire, out=out)
+        assert not out.any(), "a refused roundtrip wrote its output"
+    with pytest.raises(TypeError, match="float32"):
+        wccl.wire_roundtrip(np.zeros(4, np.float64), wccl.Wire.INT8)
+    if torch is not None:
+        t = torch.from_numpy(x.copy())
+        wccl.wire_roundtrip(t, wccl.Wire.FP8)
+        assert np.abs(t.numpy() - x).max() == errors[wccl.Wire.FP8]

@@ -180,15 +180,41 @@ def test_a_diverged_node_sits_the_step_out(tmp_path):
     """node1's pseudo-gradient of step 3 holds a NaN on one local rank (a rehearsal flag: nothing
     outside can put a NaN into a model). The node agrees on it over its local ranks, sends nothing,
     is not counted, and trains again from the committed state: every node ends identical, the step
-    divided by the two nodes that trained."""
+    divided by the two nodes that trained. On the INT4 wire with error feedback, whose residual must
+    not take the NaN in."""
     summary, records = run_job(tmp_path, "--nodes", "3", "--local-ranks", "2", "--tls", "off",
                                "--node-args", "node1=--fault-nan-at-step 2",
-                               "--", "--outer-steps", "5", "--inner-steps", "3", *MODEL)
+                               "--", "--outer-steps", "5", "--inner-steps", "3", "--wire", "int4", "--error-feedback",
+                               *MODEL)
     assert summary["identical"] and all(n["steps"] == [1, 2, 3, 4, 5] for n in summary["nodes"].values())
     steps = [r for r in records["node0"] if r["event"] == "step"]
     assert [r["contributors"] for r in steps] == [3, 3, 2, 3, 3]
     assert all(math.isfinite(r["eval_loss"]) for r in steps)
     assert "is not finite: this node sits the step out" in (tmp_path / "run" / "node1.log").read_text()
+
+
+def test_error_feedback_sends_every_pseudo_gradient_in_the_end():
+    """Error feedback's invariant: what a rank has sent (the wire's roundtrip of each pseudo-gradient
+    plus the residual before it) and its residual now add up to the sum of its pseudo-gradients."""
+    out = train_py("""
+import torch, types, wccl
+torch.manual_seed(0)
+me = types.SimpleNamespace(residual=torch.zeros(10000))
+deltas = [torch.randn(10000) * 1e-3 * (1 + 100 * (torch.rand(10000) < 0.01)) for _ in range(6)]
+sent = torch.zeros(10000, dtype=torch.float64)
+for d in deltas:
+    d = d.clone()
+    train.Trainer.feed_back(me, d, wccl.Wire.INT4)
+    sent += wccl.wire_roundtrip(d.clone(), wccl.Wire.INT4).double()
+total = sum(d.double() for d in deltas)
+gap = (sent + me.residual.double() - total).abs().max().item()
+without = (sum(wccl.wire_roundtrip(d.clone(), wccl.Wire.INT4).double() for d in deltas) - total).abs().max().item()
+print(gap, without, me.residual.abs().max().item())
+""")
+    gap, without, residual = map(float, out.split())
+    assert gap < 1e-6, "sent + residual is the sum of the pseudo-gradients, up to float rounding"
+    assert without > 100 * gap, "without the residual the wire's errors add up"
+    assert 0 < residual < 0.1
 
 
 def test_a_node_frozen_from_outside_past_the_peer_timeout(tmp_path):

@@ -372,6 +372,25 @@ class Communicator:
         return request if async_op else request.wait()
 
 
+def wire_roundtrip(tensor: Any, wire: Wire, *, out: Any = None) -> Any:
+    """What ``wire`` keeps of an F32 CPU tensor or array (encoded as one member's contribution and
+    decoded again), written to ``out`` (default: in place); returns ``out``. For error feedback: the
+    residual ``tensor - result`` goes into the next contribution."""
+    send = export(tensor, out is None, "tensor")
+    recv = export(out, True, "out") if out is not None else send
+    try:
+        _same_shape(send, recv, send.count, "out")
+        if send.dtype != DType.F32:
+            raise TypeError(f"wccl: wire_roundtrip takes float32 data, not {send.dtype.name}")
+        if send.cuda:
+            raise ValueError("wccl: wire_roundtrip takes CPU tensors (copy a CUDA tensor to the host first)")
+        check(lib.wccl_wire_roundtrip(send.ptr, recv.ptr, send.count, int(wire)))
+    finally:
+        send.release()
+        recv.release()
+    return tensor if out is None else out
+
+
 def _same_shape(a: Buffer, b: Buffer, count: int, what: str) -> None:
     if a.dtype != b.dtype:
         raise TypeError(f"wccl: {what} has dtype {b.dtype.name}, the input {a.dtype.name}")
@@ -403,4 +422,4 @@ def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
 
 
 __all__ = ["Algo", "Communicator", "Compress", "Coordinator", "DType", "OpStats", "ReduceOp", "Request", "SyncMode",
-           "SyncStats", "Wire", "config_keys", "version"]
+           "SyncStats", "Wire", "config_keys", "version", "wire_roundtrip"]

@@ -229,6 +229,7 @@ _SIGNATURES = {
     "wccl_comm_pending": ([_P], c_int),
     "wccl_comm_destroy": ([_P], None),
     "wccl_opts_default": ([], Opts),
+    "wccl_wire_roundtrip": ([_P, _P, c_size_t, c_int], _R),
     "wccl_allreduce": ([_P, _P, c_size_t, c_int, c_int, _P, POINTER(Opts)], _R),
     "wccl_broadcast": ([_P, _P, c_size_t, c_int, c_int, _P, POINTER(Opts)], _R),
     "wccl_allgather": ([_P, _P, c_size_t, c_int, _P, POINTER(Opts)], _R),
