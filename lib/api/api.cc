@@ -193,7 +193,7 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
   WCCL_CHECK_ARG(o.size == sizeof(wccl_opts_t), "%s: opts->size is %zu, not sizeof(wccl_opts_t) = %zu (use wccl_opts_default)",
                  fn, o.size, sizeof(wccl_opts_t));
   WCCL_CHECK_ARG(o.algo >= WCCL_ALGO_AUTO && o.algo <= WCCL_ALGO_TREE, "%s: opts->algo %d is not a wccl_algo_t", fn, o.algo);
-  WCCL_CHECK_ARG(o.wire >= WCCL_WIRE_NATIVE && o.wire <= WCCL_WIRE_FP8, "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
+  WCCL_CHECK_ARG(o.wire >= 0 && o.wire < codec::kWireCount, "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
   WCCL_CHECK_ARG(o.compress >= WCCL_COMPRESS_OFF && o.compress <= WCCL_COMPRESS_AUTO,
                  "%s: opts->compress %d is not a wccl_compress_t", fn, o.compress);
   WCCL_CHECK_ARG(o.timeout_ms >= 0, "%s: opts->timeout_ms is negative", fn);
@@ -391,7 +391,7 @@ wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, vo
 wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire) {
   return wccl::api_call([&]() -> wccl::Status {
     const int w = wccl::enum_value(&wire);
-    WCCL_CHECK_ARG(w >= WCCL_WIRE_NATIVE && w <= WCCL_WIRE_FP8, "wccl_wire_roundtrip: wire %d is not a wccl_wire_t", w);
+    WCCL_CHECK_ARG(w >= 0 && w < wccl::codec::kWireCount, "wccl_wire_roundtrip: wire %d is not a wccl_wire_t", w);
     WCCL_CHECK_ARG(count == 0 || (in != nullptr && out != nullptr), "wccl_wire_roundtrip: in or out is NULL");
     WCCL_CHECK_ARG(count == 0 || (wccl::gpu::device_of(in) == nullptr && wccl::gpu::device_of(out) == nullptr),
                    "wccl_wire_roundtrip: in or out is device memory; it takes host memory");

@@ -42,8 +42,6 @@ struct BlockFormat {
 inline constexpr BlockFormat kInt8Format{1024, 8, 8};
 inline constexpr BlockFormat kInt4Format{128, 8, 4};
 inline constexpr BlockFormat kFp8Format{1024, 4, 8};
-inline constexpr size_t kInt8Block = kInt8Format.block;
-inline constexpr size_t kInt8Header = kInt8Format.header;
 inline constexpr size_t kMaxBlock = 1024;  // the largest block of any format
 
 // FP8 blocks hold magnitudes below 2^127: above, the power-of-two scale that fits the block into

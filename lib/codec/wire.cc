@@ -12,7 +12,7 @@ namespace {
 Status validate_blocks(Wire w, const BlockFormat &f, const uint8_t *src, size_t count) {
   for (size_t b = 0; b < count; b += f.block) {
     const size_t k = count - b < f.block ? count - b : f.block;
-    float scale, offset = 0.0f;
+    float scale;
     std::memcpy(&scale, src, 4);
     if (w == Wire::kFp8) {
       uint32_t bits;
@@ -27,6 +27,7 @@ Status validate_blocks(Wire w, const BlockFormat &f, const uint8_t *src, size_t 
       for (size_t j = 0; j < k; ++j) nan |= static_cast<unsigned>((codes[j] & 0x7fu) == 0x7fu);
       if (nan != 0) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "fp8 block at element %zu holds a NaN code", b);
     } else {
+      float offset;
       std::memcpy(&offset, src + 4, 4);
       const float top = static_cast<float>((1u << f.bits) - 1);
       if (!(scale >= 0.0f && scale <= FLT_MAX) || !std::isfinite(offset) || !(offset + top * scale <= FLT_MAX)) {
@@ -139,7 +140,8 @@ Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t co
   // Otherwise decode in pieces small enough for the stack (whole blocks of a block-quantized
   // wire, so that each piece starts at a header), and combine each with `op`.
   float tmp[kMaxBlock];
-  const size_t piece = blocks != nullptr ? block_format(w)->block : kMaxBlock;
+  const BlockFormat *f = block_format(w);
+  const size_t piece = f != nullptr ? f->block : kMaxBlock;
   for (size_t i = 0; i < count; i += piece) {
     const size_t n = count - i < piece ? count - i : piece;
     switch (w) {
@@ -147,7 +149,7 @@ Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t co
       case Wire::kF16: k.f16_decode(src + 2 * i, n, tmp); break;
       case Wire::kBF16: k.bf16_decode(src + 2 * i, n, tmp); break;
       case Wire::kInt8: case Wire::kInt4: case Wire::kFp8:
-        blocks->decode(src + i / piece * block_format(w)->block_bytes(piece), n, tmp);
+        blocks->decode(src + i / piece * f->block_bytes(piece), n, tmp);
         break;
     }
     k.reduce_into(Dtype::kF32, op, dst + i, mine + i, tmp, n);

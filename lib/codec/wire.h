@@ -31,12 +31,14 @@
 #include "codec/kernels.h"
 #include "codec/reduce.h"
 #include "core/status.h"
+#include "wccl/wccl.h"
 
 namespace wccl::codec {
 
 // The values match wccl_wire_t.
 enum class Wire : int { kNative = 0, kF16 = 1, kBF16 = 2, kInt8 = 3, kInt4 = 4, kFp8 = 5 };
 inline constexpr int kWireCount = 6;
+static_assert(kWireCount == WCCL_WIRE_FP8 + 1, "codec::Wire and wccl_wire_t list the same wires");
 
 const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp8"
 
