@@ -245,11 +245,15 @@ void LinkState::stream_ready() {
   pump();
 }
 
-void LinkState::fail(const Status &why) {
+void LinkState::fail(const Status &cause) {
   if (state_ == State::kClosed) return;
   std::shared_ptr<LinkState> keep = shared_from_this();
   const bool was_setup = state_ == State::kSetup;
   state_ = State::kClosed;
+  // Whoever waits on the link learns which peer it led to: a stream's error names an address only.
+  const Status why = peer_name_.empty() || cause.message().find(peer_name_) != std::string::npos
+                         ? cause
+                         : cause.with_context("link with " + peer_name_);
   error_ = why;
   const LogLevel level = was_setup ? LogLevel::kWarn : LogLevel::kInfo;
   if (core_->log.enabled(level)) {

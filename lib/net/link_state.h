@@ -65,7 +65,7 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   bool on_loop_thread() const override;
 
   // All below run on the loop thread.
-  void fail(const Status &why);
+  void fail(const Status &cause);
   // Client set-up, once the address is known: one connection per stream.
   void open_streams(const ::sockaddr *sa);
   // Server set-up: an accepted stream said hello for slot `index`.

@@ -1,4 +1,6 @@
-"""wccl for torch trainers: the ElasticDeviceMesh of a hybrid FSDP + DiLoCo job.
+"""wccl for torch trainers: the ``torch.distributed`` backend "wccl" (registered on import; it lives
+in _torch_backend.py, with ``Options`` for ``pg_options``), and the ElasticDeviceMesh of a hybrid
+FSDP + DiLoCo job.
 
 A node runs L local ranks (one per GPU, or processes on a CPU), started the way torch users start
 them (``torchrun --nproc-per-node L``), so ``torch.distributed`` is initialised over the node. The
@@ -47,8 +49,11 @@ import torch.distributed as dist
 from ._core import Communicator, OpStats, ReduceOp, SyncMode, Wire
 from ._lib import CoordinatorUnreachableError, PeerLostError
 from ._lib import TimeoutError as WcclTimeoutError
+from ._torch_backend import Options, ProcessGroupWccl, register
 
-__all__ = ["ElasticDeviceMesh", "NodeRow", "MembershipError", "flat_hash"]
+__all__ = ["ElasticDeviceMesh", "NodeRow", "MembershipError", "Options", "ProcessGroupWccl", "flat_hash"]
+
+register()  # torch.distributed backend "wccl" (_torch_backend.py; docs/python.md)
 
 
 class MembershipError(RuntimeError):

@@ -1,0 +1,183 @@
+"""One rank of a torch.distributed job on backend "wccl" (test_torch_backend.py starts them):
+``torch_backend_worker.py SCENARIO STORE_FILE RANK WORLD_SIZE [BACKEND]``. It prints one JSON line
+per result and exits 0 when every check it makes passed. wccl configuration comes from WCCL_*."""
+
+import json
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import wccl
+import wccl.torch
+
+
+def say(**kv):
+    print(json.dumps(kv), flush=True)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def collectives(rank, n):
+    """Every collective of the backend against its exact answer, computed here."""
+    pg = dist.group.WORLD
+    check(pg.name() == "wccl" and dist.get_backend() == "wccl", f"backend {pg.name()}")
+    base = [torch.arange(6, dtype=torch.float32) + 10 * r for r in range(n)]
+    for op, expect in [(dist.ReduceOp.SUM, sum(base)), (dist.ReduceOp.AVG, sum(base) / n),
+                       (dist.ReduceOp.MIN, base[0]), (dist.ReduceOp.MAX, base[-1]),
+                       (dist.ReduceOp.PRODUCT, torch.stack(base).prod(0))]:
+        t = base[rank].clone()
+        dist.all_reduce(t, op=op)
+        check(torch.equal(t, expect), f"all_reduce {op}: {t} != {expect}")
+    ints = torch.tensor([rank + 1, -rank], dtype=torch.int64)
+    dist.all_reduce(ints)
+    check(ints.tolist() == [n * (n + 1) // 2, -n * (n - 1) // 2], f"int64 all_reduce {ints}")
+
+    # async: a Work, its future, in-order completion of several in flight
+    ts = [torch.full((1000,), float(rank + i)) for i in range(8)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    fut = works[-1].get_future()
+    check(fut.wait()[0] is ts[-1] or torch.equal(fut.wait()[0], ts[-1]), "future's value is the tensor")
+    for i, w in enumerate(works):
+        w.wait()
+        check(torch.equal(ts[i], torch.full((1000,), float(sum(r + i for r in range(n))))), f"async {i}")
+        check(w.is_completed() and w.is_success(), "work completed")
+
+    # a non-contiguous tensor is reduced in place
+    m = torch.arange(12, dtype=torch.float32).reshape(3, 4).t() * (rank + 1)
+    dist.all_reduce(m)
+    check(torch.equal(m, torch.arange(12, dtype=torch.float32).reshape(3, 4).t() * (n * (n + 1) // 2)), "strided")
+
+    for root in range(n):
+        b = torch.full((5,), float(rank)) if rank == root else torch.zeros(5)
+        dist.broadcast(b, src=root)
+        check(torch.equal(b, torch.full((5,), float(root))), f"broadcast from {root}: {b}")
+
+    mine = torch.tensor([rank, rank * 100], dtype=torch.float32)
+    outs = [torch.empty(2) for _ in range(n)]
+    dist.all_gather(outs, mine)
+    check([o.tolist() for o in outs] == [[r, r * 100] for r in range(n)], f"all_gather {outs}")
+    flat = torch.empty(2 * n)
+    dist.all_gather_single(flat, mine)
+    check(flat.tolist() == [v for r in range(n) for v in (r, r * 100)], f"all_gather_single {flat}")
+
+    full = torch.arange(3 * n, dtype=torch.float32) * (rank + 1)
+    out = torch.empty(3)
+    dist.reduce_scatter_single(out, full)
+    tri = n * (n + 1) // 2
+    check(out.tolist() == [float(v * tri) for v in range(3 * rank, 3 * rank + 3)], f"reduce_scatter_single {out}")
+    out2 = torch.empty(3)
+    dist.reduce_scatter(out2, list(full.chunk(n)))
+    check(torch.equal(out, out2), f"reduce_scatter {out2}")
+
+    a, b = torch.ones(3) * rank, torch.ones(2, 2) * rank
+    dist.all_reduce_coalesced([a, b])
+    check(torch.equal(a, torch.full((3,), float(n * (n - 1) // 2))) and torch.equal(b, torch.full((2, 2), float(n * (n - 1) // 2))),
+          "all_reduce_coalesced")
+    dist.barrier()
+
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": rank})
+    check(objs == [{"rank": r} for r in range(n)], f"all_gather_object {objs}")
+
+    # a subgroup of the last n-1 ranks, and an INT8 group: results identical on every member
+    sub = dist.new_group(list(range(1, n)), backend="wccl")
+    int8 = dist.new_group(backend="wccl", pg_options=wccl.torch.Options(wire=wccl.Wire.INT8))
+    if rank >= 1:
+        s = torch.ones(4) * rank
+        dist.all_reduce(s, group=sub)
+        check(torch.equal(s, torch.full((4,), float(sum(range(1, n))))), f"subgroup {s}")
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(4096, generator=g)
+    exact = x.clone()
+    dist.all_reduce(exact)
+    dist.all_reduce(x, group=int8)
+    check((x - exact).abs().max().item() < 0.05 * exact.abs().max().item(), "INT8 close to the exact sum")
+    gathered = [torch.empty_like(x) for _ in range(n)]
+    dist.all_gather(gathered, x)
+    check(all(torch.equal(g, gathered[0]) for g in gathered), "INT8 result bit-identical on every rank")
+    wccl_ranks = pg._torch_rank
+    say(rank=rank, ok=True, wccl_order=wccl_ranks)
+
+
+def train(rank, n, backend, mode):
+    """A small MLP trained with DDP or FSDP2's HSDP; prints the loss of every step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    if mode == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)  # several buckets
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        override = {"replicate": "wccl"} if backend == "wccl" else None
+        mesh = init_device_mesh("cpu", (n // 2, 2), mesh_dim_names=("replicate", "shard"), backend_override=override)
+        check(mesh.get_group("replicate").name() == ("wccl" if backend == "wccl" else "gloo"), "replicate backend")
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(100 + rank)
+    losses = []
+    for _ in range(8):
+        x = torch.randn(32, 16, generator=g)
+        y = x.sum(1, keepdim=True).sin()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)  # the job's mean loss
+        losses.append(t.item())
+    say(rank=rank, losses=losses)
+
+
+def survive(rank, n):
+    """All-reduces until the group fails; reports the error, then what the next call raises."""
+    say(rank=rank, ready=True)
+    t = torch.ones(1 << 16)
+    i = 0
+    try:
+        while True:
+            before = t.clone()
+            try:
+                dist.all_reduce(t)
+            except wccl.PeerLostError as e:
+                check(torch.equal(t, before), "a failed all-reduce leaves its tensor as it was")
+                say(rank=rank, lost=str(e), step=i)
+                break
+            t.fill_(1.0)
+            i += 1
+        try:
+            dist.all_reduce(t)
+            say(rank=rank, after="ok")
+        except wccl.WcclError as e:
+            say(rank=rank, after=str(e))
+    finally:
+        sys.stdout.flush()
+
+
+def main():
+    scenario, store, rank, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    backend = sys.argv[5] if len(sys.argv) > 5 else "wccl"
+    pg_backend = "gloo" if scenario == "hsdp" else backend
+    start = time.monotonic()
+    dist.init_process_group(pg_backend, init_method=f"file://{store}", rank=rank, world_size=n,
+                            timeout=timedelta(seconds=60))
+    say(rank=rank, init_s=round(time.monotonic() - start, 3))
+    if scenario == "collectives":
+        collectives(rank, n)
+    elif scenario in ("ddp", "hsdp"):
+        train(rank, n, backend, scenario)
+    elif scenario == "survive":
+        survive(rank, n)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
