@@ -138,3 +138,22 @@ def test_cuda_tensors_in_sync_state(members):
 
     for revision, w in members(2, fn):
         assert revision == 5 and torch.equal(w, torch.arange(100000, dtype=torch.float32))
+
+
+def test_torch_distributed_backend_on_cuda_tensors(tmp_path):
+    """The torch.distributed backend "wccl" on CUDA tensors: two ranks (processes) on this GPU run
+    torch_backend_worker.py's "cuda" scenario (every collective against the CPU's result)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("torch_backend_worker.py")
+    env = dict(os.environ, WCCL_TLS="off", WCCL_LOG_LEVEL="error")
+    procs = [subprocess.Popen([sys.executable, str(worker), "cuda", str(tmp_path / "store"), str(r), "2"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for rank, p in enumerate(procs):
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, f"rank {rank}: {err[-3000:]}"
+        assert json.loads(out.splitlines()[-1]) == {"rank": rank, "ok": True}

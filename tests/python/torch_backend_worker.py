@@ -14,6 +14,11 @@ import wccl
 import wccl.torch
 
 
+# torch 2.13's names, and the older ones (the GPU machine's torch may be older)
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 def say(**kv):
     print(json.dumps(kv), flush=True)
 
@@ -63,12 +68,12 @@ def collectives(rank, n):
     dist.all_gather(outs, mine)
     check([o.tolist() for o in outs] == [[r, r * 100] for r in range(n)], f"all_gather {outs}")
     flat = torch.empty(2 * n)
-    dist.all_gather_single(flat, mine)
+    all_gather_single(flat, mine)
     check(flat.tolist() == [v for r in range(n) for v in (r, r * 100)], f"all_gather_single {flat}")
 
     full = torch.arange(3 * n, dtype=torch.float32) * (rank + 1)
     out = torch.empty(3)
-    dist.reduce_scatter_single(out, full)
+    reduce_scatter_single(out, full)
     tri = n * (n + 1) // 2
     check(out.tolist() == [float(v * tri) for v in range(3 * rank, 3 * rank + 3)], f"reduce_scatter_single {out}")
     out2 = torch.empty(3)
@@ -103,6 +108,35 @@ def collectives(rank, n):
     check(all(torch.equal(g, gathered[0]) for g in gathered), "INT8 result bit-identical on every rank")
     wccl_ranks = pg._torch_rank
     say(rank=rank, ok=True, wccl_order=wccl_ranks)
+
+
+def cuda(rank, n):
+    """The backend on CUDA tensors (every rank on cuda:0 here): each collective against the same
+    one on CPU tensors, and an INT8 group whose CUDA result has the CPU result's bits."""
+    int8 = dist.new_group(backend="wccl", pg_options=wccl.torch.Options(wire=wccl.Wire.INT8))
+    g = torch.Generator().manual_seed(rank)
+    host = torch.rand(1 << 20, generator=g) * 4 - 2
+    for group in (None, int8):
+        a, b = host.clone(), host.cuda()
+        dist.all_reduce(a, group=group)
+        dist.all_reduce(b, group=group)
+        check(torch.equal(a, b.cpu()), "all_reduce on CUDA has the CPU's bits")
+    b = host.cuda() if rank == 1 else torch.zeros_like(host, device="cuda")
+    dist.broadcast(b, src=1)
+    gathered = torch.empty(n * host.numel(), device="cuda")
+    all_gather_single(gathered, b)
+    check(all(torch.equal(gathered.view(n, -1)[r].cpu(), gathered.view(n, -1)[0].cpu()) for r in range(n)),
+          "broadcast then all_gather: every block the root's")
+    out = torch.empty(host.numel() // n, device="cuda")
+    reduce_scatter_single(out, host.cuda(), op=dist.ReduceOp.MAX)
+    ref = torch.empty(host.numel() // n)
+    reduce_scatter_single(ref, host.clone(), op=dist.ReduceOp.MAX)
+    check(torch.equal(out.cpu(), ref), "reduce_scatter on CUDA")
+    works = [dist.all_reduce(torch.ones(1000, device="cuda") * i, async_op=True) for i in range(4)]
+    for i, w in enumerate(works):
+        w.wait()
+        check(torch.equal(w.get_future().wait()[0].cpu(), torch.full((1000,), float(n * i))), f"async {i}")
+    say(rank=rank, ok=True)
 
 
 def train(rank, n, backend, mode):
@@ -172,6 +206,8 @@ def main():
     say(rank=rank, init_s=round(time.monotonic() - start, 3))
     if scenario == "collectives":
         collectives(rank, n)
+    elif scenario == "cuda":
+        cuda(rank, n)
     elif scenario in ("ddp", "hsdp"):
         train(rank, n, backend, scenario)
     elif scenario == "survive":

@@ -120,7 +120,11 @@ class _Work(dist.Work):
                 if self._request is not None:
                     self._request.wait()
                 if self._finish is not None:
-                    self._finish()
+                    self._finish()  # copies on this thread's stream: done before the future completes
+                    for t in self._outputs:
+                        if t.is_cuda:
+                            torch.cuda.current_stream(t.device).synchronize()
+                            break
             except BaseException as e:  # the operation's outcome, reported by wait() and the future
                 self._error = e
                 self._on_error(e)
@@ -366,6 +370,10 @@ class ProcessGroupWccl(dist.ProcessGroup):
         finish = None if buf is out else (lambda: out.copy_(buf))
         return self._submit(lambda: self._comm.reduce_scatter(flat, buf, op, async_op=True, **self._opts(wire_ok)),
                             [out], finish)
+
+    # The names torch before 2.13 calls all_gather_into_tensor and reduce_scatter_tensor by.
+    _allgather_base = all_gather_single
+    _reduce_scatter_base = reduce_scatter_single
 
     def barrier(self, opts: Any = None) -> _Work:
         return self._submit(lambda: self._comm.barrier(async_op=True, **self._opts(False)), [])
