@@ -266,20 +266,27 @@ class ProcessGroupWccl(dist.ProcessGroup):
         """destroy_process_group: waits for the outstanding operations, leaves the wccl group
         gracefully (as every rank does: the members' leave is one decision, bounded by the group's
         timeout) unless it failed, and closes the communicator."""
+        self._close(graceful=True)
+
+    def abort(self) -> None:
+        """Operations in flight fail with AbortedError, so do later calls, and the communicator
+        closes (torchft aborts the previous quorum's group before it configures the next)."""
+        self._comm.abort()
+        self._failure(error("WCCL_ERR_ABORTED", "the group was aborted"))
+        self._close(graceful=False)
+
+    def _close(self, graceful: bool) -> None:
         if self._completer is not None:
             self._pending.put(None)
             self._completer.join()
             self._completer = None
         try:
-            if self._failed is None:
+            if graceful and self._failed is None:
                 self._comm.leave()
         except WcclError:
             pass  # a rank gone meanwhile: closing is all that is left
         finally:
             self._comm.close()
-
-    def abort(self) -> None:
-        self._comm.abort()
 
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> _Work:
         t = self._one(tensors, "all_reduce")
