@@ -153,7 +153,7 @@ def export(obj: Any, writable: bool, what: str) -> Buffer:
     return _from_buffer(obj, writable, what)
 
 
-def cuda_stream_of(buffers: list) -> Optional[int]:
+def cuda_stream_of(buffers: "list[Buffer]") -> Optional[int]:
     """The current CUDA stream of the device of the first CUDA tensor among buffers, or None."""
     for b in buffers:
         if b.cuda:

@@ -89,13 +89,19 @@ class OpStats:
 
 def version() -> str:
     """The loaded library's version, "MAJOR.MINOR.PATCH"."""
-    return lib.wccl_version().decode()
+    text: bytes = lib.wccl_version()
+    return text.decode()
 
 
 def config_keys() -> List[Tuple[str, str, str, str]]:
     """Every configuration key as (key, default, accepted form, description)."""
-    rows = lib.wccl_config_keys().decode().splitlines()
-    return [tuple(row.split("\t", 3)) for row in rows if row]  # type: ignore[misc]
+    text: bytes = lib.wccl_config_keys()
+    keys: List[Tuple[str, str, str, str]] = []
+    for row in text.decode().splitlines():
+        if row:
+            key, default, form, description = row.split("\t", 3)
+            keys.append((key, default, form, description))
+    return keys
 
 
 class _Config:
@@ -357,7 +363,7 @@ class Communicator:
             raise _lib.error("WCCL_ERR_INVALID_USAGE", "the communicator is closed")
         return self._handle
 
-    def _run(self, start: Callable[..., int], args: tuple, buffers: List[Buffer], opts: Mapping[str, Any],
+    def _run(self, start: Callable[..., int], args: Tuple[Any, ...], buffers: List[Buffer], opts: Mapping[str, Any],
              async_op: bool) -> Any:
         options = _options(opts, cuda_stream_of(buffers))
         handle = c_void_p()
@@ -408,7 +414,7 @@ def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
     unknown = set(opts) - set(_OPTION_NAMES)
     if unknown:
         raise TypeError(f"wccl: unknown option(s) {', '.join(sorted(unknown))}; options are {', '.join(_OPTION_NAMES)}")
-    o = lib.wccl_opts_default()
+    o: _lib.Opts = lib.wccl_opts_default()
     o.wire = int(opts.get("wire", Wire.NATIVE))
     o.algo = int(opts.get("algo", Algo.AUTO))
     o.compress = int(opts.get("compress", Compress.OFF))

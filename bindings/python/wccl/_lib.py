@@ -177,9 +177,16 @@ def _library_path() -> str:
     env = os.environ.get("WCCL_LIBRARY")
     if env:
         return env
-    # A wheel's _build.py names the library inside this package, relative to it; os.path.join keeps
-    # the absolute path of the build tree's or meson install's _build.py as it is.
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _build.LIBRARY)
+    # A wheel's _build.py names the library relative to this package (in .wccl.mesonpy.libs, which
+    # pip puts into platlib: where purelib differs from it, it is looked for there); os.path.join
+    # keeps the absolute path of the build tree's or meson install's _build.py as it is.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _build.LIBRARY)
+    if not os.path.isabs(_build.LIBRARY) and not os.path.exists(path):
+        import sysconfig
+        beside = os.path.join(sysconfig.get_paths()["platlib"], "wccl", _build.LIBRARY)
+        if os.path.exists(beside):
+            return os.path.normpath(beside)
+    return os.path.normpath(path)
 
 
 def _major(version: str) -> str:
@@ -254,11 +261,12 @@ SIGNATURES = frozenset(_SIGNATURES) | {"wccl_version"}
 
 def result_name(code: int) -> str:
     """The enumerator's name for a result code (``"WCCL_ERR_UNKNOWN"`` outside the table)."""
-    return lib.wccl_result_name(code).decode()
+    name: bytes = lib.wccl_result_name(code)
+    return name.decode()
 
 
-def _error_class_by_code() -> dict:
-    classes = {}
+def _error_class_by_code() -> "dict[int, type[WcclError]]":
+    classes: "dict[int, type[WcclError]]" = {}
     code = 1
     while (name := result_name(code)) != "WCCL_ERR_UNKNOWN":
         classes[code] = _ERROR_CLASSES.get(name, WcclError)
@@ -275,7 +283,7 @@ CODES = {result_name(code): code for code in ERROR_CLASSES}
 def error(name: str, detail: str) -> WcclError:
     """The exception for the result code named ``name`` ("WCCL_ERR_TIMEOUT") with ``detail``."""
     code = CODES[name]
-    exc = ERROR_CLASSES[code](detail if detail.startswith(name) else f"{name}: {detail}" if detail else name)
+    exc: WcclError = ERROR_CLASSES[code](detail if detail.startswith(name) else f"{name}: {detail}" if detail else name)
     exc.code, exc.name, exc.detail = code, name, detail
     return exc
 

@@ -35,14 +35,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Store
 
 from ._core import Algo, Communicator, Compress, Coordinator, ReduceOp, Request, Wire
 from ._lib import AbortedError, PeerLostError, WcclError, error
 
+_T = TypeVar("_T")
 BACKEND_NAME = "wccl"
 _MAX_IN_FLIGHT = 128  # wccl allows 256 requests in flight per communicator
 _FLOATS = (torch.float32,)  # the dtypes a codec wire carries (wccl_wire_t)
@@ -64,11 +66,11 @@ class Options:
 
 
 _REDUCE_OPS = {
-    dist.ReduceOp.RedOpType.SUM: ReduceOp.SUM,
-    dist.ReduceOp.RedOpType.AVG: ReduceOp.AVG,
-    dist.ReduceOp.RedOpType.MIN: ReduceOp.MIN,
-    dist.ReduceOp.RedOpType.MAX: ReduceOp.MAX,
-    dist.ReduceOp.RedOpType.PRODUCT: ReduceOp.PROD,
+    dist.ReduceOp.SUM: ReduceOp.SUM,
+    dist.ReduceOp.AVG: ReduceOp.AVG,
+    dist.ReduceOp.MIN: ReduceOp.MIN,
+    dist.ReduceOp.MAX: ReduceOp.MAX,
+    dist.ReduceOp.PRODUCT: ReduceOp.PROD,
 }
 
 _local_coordinator: Optional[Coordinator] = None
@@ -88,7 +90,10 @@ def _coordinator_here(config: Mapping[str, Any]) -> str:
         return f"{host}:{_local_coordinator.port}"
 
 
-def _reduce_op(op: Any) -> ReduceOp:
+def _reduce_op(opts: Any) -> ReduceOp:
+    """wccl's op from torch's options (AllreduceOptions, ReduceScatterOptions), a bare ReduceOp (as
+    torchft passes) or None (SUM)."""
+    op = dist.ReduceOp.SUM if opts is None else getattr(opts, "reduceOp", opts)
     kind = getattr(op, "op", op)
     if kind not in _REDUCE_OPS:
         raise ValueError(f"wccl: reduce op {op} is not supported (SUM, AVG, MIN, MAX and PRODUCT are)")
@@ -100,13 +105,13 @@ class _Work(dist.Work):
     output tensors from the group's completion thread."""
 
     def __init__(self, request: Optional[Request], outputs: List[torch.Tensor],
-                 finish: Optional[Callable[[], None]], on_error: Callable[[BaseException], None]) -> None:
+                 finish: Optional[Callable[[], object]], on_error: Callable[[BaseException], None]) -> None:
         super().__init__()
         self._request = request
         self._outputs = outputs
         self._finish = finish
         self._on_error = on_error
-        self._future: torch.futures.Future = torch.futures.Future()
+        self._future: torch.futures.Future[List[torch.Tensor]] = torch.futures.Future()
         self._lock = threading.Lock()
         self._error: Optional[BaseException] = None
         self._done = threading.Event()
@@ -133,7 +138,7 @@ class _Work(dist.Work):
         if self._error is None:
             self._future.set_result(self._outputs)
         else:
-            self._future.set_exception(self._error)
+            self._future.set_exception(self._error)  # type: ignore[arg-type]  # torch types it as the result
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         """Raises the operation's error; a positive ``timeout`` raises TimeoutError once it passes
@@ -156,16 +161,16 @@ class _Work(dist.Work):
     def exception(self) -> Optional[BaseException]:
         return self._error
 
-    def get_future(self) -> torch.futures.Future:
+    def get_future(self) -> torch.futures.Future[List[torch.Tensor]]:
         return self._future
 
 
 class ProcessGroupWccl(dist.ProcessGroup):
     """A torch process group over one wccl communicator (module docstring: how it maps)."""
 
-    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta, *, group_name: str = "default",
+    def __init__(self, store: Store, rank: int, size: int, timeout: timedelta, *, group_name: str = "default",
                  global_rank: Optional[int] = None, options: Optional[Options] = None) -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # the (rank, size) constructor, not in torch's stub
         self._group_name = group_name
         self._options = options or Options()
         config: Dict[str, Any] = dict(self._options.config)
@@ -227,7 +232,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
             self._failed = cause
 
     def _submit(self, start: Callable[[], Optional[Request]], outputs: List[torch.Tensor],
-                finish: Optional[Callable[[], None]] = None) -> _Work:
+                finish: Optional[Callable[[], object]] = None) -> _Work:
         if self._failed is not None:
             name = getattr(self._failed, "name", "") or "WCCL_ERR_INVALID_USAGE"
             raise error(name, f"the group failed earlier and cannot be used again (create a new one): {self._failed}")
@@ -246,10 +251,10 @@ class ProcessGroupWccl(dist.ProcessGroup):
                 "timeout": self._timeout}
 
     @staticmethod
-    def _one(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
-        if len(tensors) != 1:
-            raise ValueError(f"wccl: {what} takes one tensor per process, not {len(tensors)}")
-        return tensors[0]
+    def _one(items: Sequence[_T], what: str) -> _T:
+        if len(items) != 1:
+            raise ValueError(f"wccl: {what} takes one tensor (list) per process, not {len(items)}")
+        return items[0]
 
     # --- the ProcessGroup interface ----------------------------------------------------------------
 
@@ -288,9 +293,10 @@ class ProcessGroupWccl(dist.ProcessGroup):
         finally:
             self._comm.close()
 
-    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> _Work:
+    def allreduce(self,  # type: ignore[override]  # the C++ form the trampoline calls
+                tensors: List[torch.Tensor], opts: Any = None) -> _Work:
         t = self._one(tensors, "all_reduce")
-        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _reduce_op(opts)
         wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and t.dtype in _FLOATS
         if t.is_contiguous():
             return self._submit(lambda: self._comm.allreduce(t, op, async_op=True, **self._opts(wire_ok)), [t])
@@ -301,7 +307,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> _Work:
         if len({t.dtype for t in tensors}) != 1 or len({t.device for t in tensors}) != 1:
             raise ValueError("wccl: all_reduce_coalesced takes tensors of one dtype on one device")
-        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _reduce_op(opts)
         flat = torch.cat([t.reshape(-1) for t in tensors])
         wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and flat.dtype in _FLOATS
 
@@ -314,14 +320,16 @@ class ProcessGroupWccl(dist.ProcessGroup):
         return self._submit(lambda: self._comm.allreduce(flat, op, async_op=True, **self._opts(wire_ok)), tensors,
                             finish)
 
-    def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> _Work:
+    def broadcast(self,  # type: ignore[override]  # the C++ form the trampoline calls
+                tensors: List[torch.Tensor], opts: Any = None) -> _Work:
         t = self._one(tensors, "broadcast")
         root = self._wccl_rank[opts.rootRank if opts is not None else 0]
         buf = t if t.is_contiguous() else t.contiguous()
         finish = None if buf is t else (lambda: t.copy_(buf))
         return self._submit(lambda: self._comm.broadcast(buf, root, async_op=True, **self._opts(False)), [t], finish)
 
-    def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
+    def allgather(self,  # type: ignore[override]  # the C++ form the trampoline calls
+                output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                   opts: Any = None) -> _Work:
         t = self._one(input_tensors, "all_gather").contiguous()
         outs = self._one(output_tensors, "all_gather")
@@ -352,7 +360,8 @@ class ProcessGroupWccl(dist.ProcessGroup):
         return self._submit(lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts(False)), [output],
                             finish)
 
-    def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
+    def reduce_scatter(self,  # type: ignore[override]  # the C++ form the trampoline calls
+                output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                        opts: Any = None) -> _Work:
         out = self._one(output_tensors, "reduce_scatter")
         blocks = self._one(input_tensors, "reduce_scatter")
@@ -371,7 +380,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
         return self._reduce_scatter(output, flat.reshape(-1), opts)
 
     def _reduce_scatter(self, out: torch.Tensor, flat: torch.Tensor, opts: Any) -> _Work:
-        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _reduce_op(opts)
         wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and flat.dtype in _FLOATS
         buf = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
         finish = None if buf is out else (lambda: out.copy_(buf))
@@ -380,7 +389,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
 
     # The names torch before 2.13 calls all_gather_into_tensor and reduce_scatter_tensor by.
     _allgather_base = all_gather_single
-    _reduce_scatter_base = reduce_scatter_single
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]  # opts: Any
 
     def barrier(self, opts: Any = None) -> _Work:
         return self._submit(lambda: self._comm.barrier(async_op=True, **self._opts(False)), [])

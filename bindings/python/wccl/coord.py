@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ._core import Coordinator
 from ._lib import WcclError
@@ -28,7 +28,7 @@ them), each also read from WCCL_<KEY> in the environment. The usual ones: --list
 """
 
 
-def parse(argv: List[str]) -> dict:
+def parse(argv: List[str]) -> Dict[str, str]:
     """``--KEY VALUE`` pairs as configuration keys; SystemExit(2) naming a malformed argument."""
     config = {} if "WCCL_LISTEN" in os.environ else {"listen": "0.0.0.0:48148"}
     i = 0

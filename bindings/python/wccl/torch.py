@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -67,7 +67,7 @@ class NodeRow:
 
     node_id: int
     local_size: int
-    info: tuple
+    info: Tuple[int, ...]
 
 
 def flat_hash(tensors: Sequence[torch.Tensor]) -> str:
@@ -227,10 +227,10 @@ class ElasticDeviceMesh:
         update()).
         ``info`` must be the same on every local rank; its length the same on every node."""
         row = torch.tensor([self.node_id, self.local_size, *[int(v) for v in info]], dtype=torch.int64)
-        table = torch.empty(row.numel() * self.comm.size, dtype=torch.int64)
+        table = torch.empty(row.numel() * self._member().size, dtype=torch.int64)
         ok = True
         try:
-            self.comm.allgather(row, table)
+            self._member().allgather(row, table)
         except (PeerLostError, WcclTimeoutError):
             ok = False
         if not self.agree(ok):
@@ -241,6 +241,11 @@ class ElasticDeviceMesh:
         if any(o != rows for o in objects):
             return None
         return [NodeRow(r[0], r[1], tuple(r[2:])) for r in rows]
+
+    def _member(self) -> Communicator:
+        if self.comm is None:
+            raise MembershipError("wccl: this local rank is not a member (it left, or its join failed)")
+        return self.comm
 
     def leave(self) -> None:
         """Leaves every group gracefully (the others' next update goes on without this node)."""
@@ -267,7 +272,7 @@ class ElasticDeviceMesh:
         ``tensor`` (the outputs of the groups that did commit are overwritten by the retry)."""
         stats = None
         try:
-            stats = self.comm.allreduce(tensor, op, out=out, wire=wire)
+            stats = self._member().allreduce(tensor, op, out=out, wire=wire)
         except (PeerLostError, WcclTimeoutError):
             pass
         return stats if self.agree(stats is not None) else None
@@ -278,7 +283,7 @@ class ElasticDeviceMesh:
         and call again)."""
         revision_out = None
         try:
-            revision_out = self.comm.sync_state(tensors, revision, mode).revision
+            revision_out = self._member().sync_state(tensors, revision, mode).revision
         except (PeerLostError, WcclTimeoutError, CoordinatorUnreachableError):  # or met a restarting coordinator
             pass
         return revision_out if self.agree(revision_out is not None) else None

@@ -18,8 +18,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Optional
 
-from torch.distributed import Store
-from torchft.process_group import ProcessGroupWrapper
+from torch._C._distributed_c10d import Store
+from torchft.process_group import ProcessGroupWrapper  # type: ignore[import-untyped]
 
 from ._torch_backend import Options
 from ._torch_backend import ProcessGroupWccl as _Group
@@ -27,7 +27,7 @@ from ._torch_backend import ProcessGroupWccl as _Group
 __all__ = ["ProcessGroupWccl"]
 
 
-class ProcessGroupWccl(ProcessGroupWrapper):
+class ProcessGroupWccl(ProcessGroupWrapper):  # type: ignore[misc]  # torchft ships no type information
     """torchft's reconfigurable process group, over wccl. ``options`` (wccl.torch.Options) apply to
     every quorum's group: a wire for the Manager's all-reduces (INT8 for DiLoCo's pseudo-gradients),
     configuration keys such as the coordinator's address."""

@@ -1,0 +1,59 @@
+"""The package as users install it: Meson's version floor the same in pyproject.toml and meson.build,
+a build missing its system libraries stopped at once by a message naming them and the command that
+installs them, the installed wheel tagged for the platform but no Python version, and the public API
+clean under ``mypy --strict``."""
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wccl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_meson_version_floors_agree():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    build = (ROOT / "meson.build").read_text()
+    wheel_floor = re.search(r'"meson>=([0-9.]+)"', pyproject).group(1)
+    project_floor = re.search(r"meson_version: '>=([0-9.]+)'", build).group(1)
+    assert wheel_floor == project_floor
+
+
+@pytest.mark.skipif(shutil.which("meson") is None, reason="needs meson on PATH")
+def test_a_build_without_the_system_libraries_names_them(tmp_path):
+    """pkg-config pointed at an empty directory stands in for a machine without the -dev packages:
+    the wheel's configuration (-Dpython_wheel=true, as pip runs it) stops before compiling, naming
+    libuv and zstd and the apt-get command."""
+    env = dict(os.environ, PKG_CONFIG_LIBDIR=str(tmp_path / "empty"))
+    out = subprocess.run(["meson", "setup", str(tmp_path / "build"), str(ROOT), "-Dpython_wheel=true", "-Dtests=false",
+                          "-Dbench=false", "-Dcuda=disabled", "-Dfuzz=disabled"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "libuv >= 1.40" in text and "zstd" in text, text[-2000:]
+    assert "sudo apt-get install pkg-config libuv1-dev" in text and "libzstd-dev" in text, text[-2000:]
+
+
+def test_the_installed_wheel_is_tagged_for_any_python3():
+    try:
+        dist = importlib.metadata.distribution("wccl")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("wccl is not installed in this environment (pip install .)")
+    tags = [line.split(": ", 1)[1] for line in dist.read_text("WHEEL").splitlines() if line.startswith("Tag: ")]
+    assert tags and all(t.startswith("py3-none-") and not t.endswith("-any") for t in tags), tags
+    assert dist.version == wccl.__version__
+
+
+def test_the_public_api_passes_mypy_strict():
+    pytest.importorskip("mypy")
+    package = Path(wccl.__file__).resolve().parent
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", os.devnull, "-p", "wccl"],
+                         capture_output=True, text=True, cwd=package.parent, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
