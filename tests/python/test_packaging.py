@@ -57,3 +57,18 @@ def test_the_public_api_passes_mypy_strict():
     out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", os.devnull, "-p", "wccl"],
                          capture_output=True, text=True, cwd=package.parent, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+
+
+def test_the_wheels_wccl_perf_runs():
+    """The console script `wccl-perf` that pip installs runs the program the wheel carries beside
+    libwccl: a small local all-reduce, every element checked (it exits non-zero on a wrong one)."""
+    script = Path(sys.executable).with_name("wccl-perf")
+    if not script.exists():
+        pytest.skip("wccl is not installed in this environment (pip install .)")
+    out = subprocess.run([str(script), "--local", "2", "--tls", "off", "-b", "4K", "-e", "64K", "-f", "4", "-n", "2",
+                          "-w", "1"], capture_output=True, text=True, timeout=120,
+                         env={**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WCCL_LIBRARY")},
+                              "WCCL_LOG_LEVEL": "error"})  # the installed package, not the build tree's
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip() and not line.startswith("#")]
+    assert [int(r[0]) for r in rows] == [4096, 16384, 65536] and all(r[-1] == "0" for r in rows), out.stdout
