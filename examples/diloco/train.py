@@ -90,6 +90,13 @@ def parse_args(argv=None):
     m.add_argument("--seq-len", type=int, default=128)
     m.add_argument("--data", help="a text or uint8 token file (default: the Python standard library's sources)")
     m.add_argument("--data-bytes", type=int, default=16 << 20, help="at most this many bytes of the corpus")
+    c = p.add_argument_group("checkpoints (DiLoCo mode)")
+    c.add_argument("--checkpoint-dir", help="directory (local or shared) for checkpoints of the outer state: "
+                                            "DIR/NODE/rank<r>/step-<k>.pt; the two newest are kept")
+    c.add_argument("--checkpoint-every", type=int, default=10, help="write one every N committed outer steps")
+    c.add_argument("--resume", action="store_true",
+                   help="start from the newest checkpoint in --checkpoint-dir (any node's, for this "
+                        "configuration) that every local rank has, instead of outer step 0")
     o = p.add_argument_group("output")
     o.add_argument("--metrics", help="JSONL file: one record per outer step, then a final record (emptied at "
                                     "start, appended to when torchrun restarts the node's workers)")
@@ -197,6 +204,56 @@ class Trainer:
     def state(self):
         return {"outer": self.outer, "momentum": self.momentum, "counters": self.counters}
 
+    # --- checkpoints ----------------------------------------------------------------------------
+
+    def checkpoint_path(self, node: str, step: int) -> Path:
+        return Path(self.args.checkpoint_dir) / node / f"rank{self.local_rank}" / f"step-{step:08d}.pt"
+
+    def save_checkpoint(self) -> None:
+        """This rank's outer state at the boundary after a committed step (the model's shard equals
+        the outer parameters there), written to a temporary file and renamed, so a kill mid-write
+        leaves the previous checkpoint whole; the two newest are kept."""
+        path = self.checkpoint_path(self.args.node_name, self.pos.step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {"step": self.pos.step, "fingerprint": self.fingerprint, **self.state()}
+        if self.residual is not None:
+            state["residual"] = self.residual
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        for old in sorted(path.parent.glob("step-*.pt"))[:-2]:
+            old.unlink()
+
+    def resume(self) -> None:
+        """Loads the newest checkpoint step that every local rank of this node finds (any node's
+        directory, this configuration only) and takes its outer state as its own: the node then
+        holds the job's state at that step, and settle() brings it up to date if the others are
+        further. The inner optimizer's moments start afresh, as a joiner's do."""
+        mine = {}
+        for f in Path(self.args.checkpoint_dir).glob(f"*/rank{self.local_rank}/step-*.pt"):
+            mine.setdefault(int(f.stem.split("-")[1]), f)
+        every = [None] * self.local_size
+        dist.all_gather_object(every, sorted(mine))
+        steps = set.intersection(*(set(s) for s in every))
+        for step in sorted(steps, reverse=True):
+            state = torch.load(mine[step], weights_only=True)
+            if not self.mesh.agree(state["fingerprint"] == self.fingerprint):
+                continue  # another configuration's checkpoint, on some local rank
+            self.outer.copy_(state["outer"])
+            self.momentum.copy_(state["momentum"])
+            self.counters.copy_(state["counters"])
+            if self.residual is not None and "residual" in state:
+                self.residual.copy_(state["residual"])
+            self.load_shard(self.outer)
+            self.pos.step, self.pos.fresh = step, False
+            if self.local_rank == 0:
+                print(f"[{self.args.node_name}] resuming from the checkpoint of outer step {step} ({mine[step]})",
+                      file=sys.stderr, flush=True)
+            return
+        if self.local_rank == 0:
+            print(f"[{self.args.node_name}] --resume: no checkpoint of this configuration in "
+                  f"{self.args.checkpoint_dir}; starting fresh", file=sys.stderr, flush=True)
+
     # --- membership -----------------------------------------------------------------------------
 
     def settle(self, need_update: bool) -> None:
@@ -273,6 +330,8 @@ class Trainer:
     def run(self) -> None:
         args = self.args
         log = Log(args, self)
+        if args.resume:
+            self.resume()
         t = time.time()
         self.settle(need_update=False)
         self.startup["state_sync_s"] = time.time() - t
@@ -338,6 +397,8 @@ class Trainer:
                 pos.step += 1
             self.load_shard(self.outer)
             pos.phase, pos.has_delta = BOUNDARY, False
+            if args.checkpoint_dir and self.n_contrib > 0 and pos.step % args.checkpoint_every == 0:
+                self.save_checkpoint()
             bytes_sent = self.mesh.node_sum(stats.bytes_sent)
             contributors, nodes = self.n_contrib, self.nodes
             self.settle(need_update=False)  # the step boundary: admit waiting nodes
@@ -458,6 +519,12 @@ class Log:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if (args.checkpoint_dir or args.resume) and args.mode != "diloco":
+        raise SystemExit("--checkpoint-dir and --resume are for --mode diloco (the baseline's state is its model)")
+    if args.resume and not args.checkpoint_dir:
+        raise SystemExit("--resume needs --checkpoint-dir")
+    if args.checkpoint_every < 1:
+        raise SystemExit("--checkpoint-every must be at least 1")
     if args.tls == "on" and not (args.tls_cert and args.tls_key and args.tls_ca):
         raise SystemExit("--tls on needs --tls-cert, --tls-key and --tls-ca (docs/tls.md), or --tls off")
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")

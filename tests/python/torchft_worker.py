@@ -1,7 +1,8 @@
 """One replica group (one process) of a torchft job: LocalSGD over torchft's Manager, on
 ``wccl.torchft.ProcessGroupWccl`` or torchft's own ProcessGroupGloo (test_torchft.py starts them):
-``torchft_worker.py BACKEND REPLICA_ID LIGHTHOUSE STEPS MIN_REPLICAS [PACE]`` (PACE: seconds each
-inner step lasts at least, standing in for compute). Prints one JSON line per
+``torchft_worker.py BACKEND REPLICA_ID LIGHTHOUSE STEPS MIN_REPLICAS [PACE [sync|async]]`` (PACE:
+seconds each inner step lasts at least, standing in for compute; the quorum torchft's default
+async, or sync). Prints one JSON line per
 committed sync and a last one with the final parameters' hash; wccl configuration comes from WCCL_*."""
 
 import json
@@ -25,6 +26,9 @@ def say(**kv):
 def main():
     backend, replica, lighthouse, steps, min_replicas = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     pace = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+    # A quorum taken at each step's start (not during it) makes every sync of a job of healthy
+    # replicas have them all, however loaded the machine: what comparing two backends needs.
+    async_quorum = sys.argv[7] == "async" if len(sys.argv) > 7 else True
     torch.manual_seed(0)  # every replica starts from the same model
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -42,7 +46,8 @@ def main():
     manager = Manager(pg=pg, min_replica_size=min_replicas, load_state_dict=load_state_dict, state_dict=state_dict,
                       replica_id=f"replica{replica}", store_addr="localhost", store_port=store.port, rank=0,
                       world_size=1, lighthouse_addr=lighthouse, port=0, timeout=timeout,
-                      quorum_timeout=timedelta(seconds=60), init_sync=False)
+                      quorum_timeout=timedelta(seconds=60), init_sync=False,
+                      use_async_quorum=async_quorum)
     say(replica=replica, started=True)
     g = torch.Generator().manual_seed(1000 + replica)
     try:

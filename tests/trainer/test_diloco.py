@@ -61,7 +61,9 @@ def test_the_installed_package_carries_its_library():
     code = "import wccl, os; print(wccl.LIBRARY_PATH); print(os.path.dirname(wccl.__file__))"
     lib, package = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True, text=True,
                                   check=True, cwd="/").stdout.split()
-    assert "site-packages" in package and os.path.dirname(lib) == package
+    # The wheel's library lies in meson-python's .wccl.mesonpy.libs beside the package (docs/python.md).
+    assert "site-packages" in package and os.path.dirname(lib) == os.path.join(os.path.dirname(package),
+                                                                               ".wccl.mesonpy.libs")
 
 
 def test_loss_falls_a_joiner_catches_up_and_a_killed_node_is_dropped(tmp_path):
@@ -159,6 +161,32 @@ def test_a_misconfigured_node_is_refused_and_the_job_goes_on(tmp_path):
     assert "refused by the job" in (tmp_path / "run" / "node2.log").read_text()
     assert nodes["node0"]["steps"] == nodes["node1"]["steps"] == [1, 2, 3]
     assert nodes["node0"]["hash"] == nodes["node1"]["hash"]
+
+
+def test_a_job_resumes_from_its_checkpoints(tmp_path):
+    """A job of two nodes writes a checkpoint at every outer step into one shared directory and ends
+    at step 3. A new job (new coordinator) with --resume: node0 finds the checkpoints and starts at
+    step 3, not 0; node1, pointed at an empty directory, starts fresh and receives node0's state at
+    admission; both train steps 4 and 5 to the same parameters, and the job's token count goes on
+    from where it was. Only the two newest checkpoints are kept."""
+    ckpt, empty = tmp_path / "ckpt", tmp_path / "empty"
+    common = ["--inner-steps", "2", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1", *MODEL]
+    first, first_records = run_job(tmp_path / "a", "--nodes", "2", "--local-ranks", "2", "--tls", "off", "--",
+                                   "--outer-steps", "3", *common, timeout=300)
+    assert first["nodes"]["node0"]["steps"] == [1, 2, 3]
+    kept = sorted(p.name for p in (ckpt / "node0" / "rank1").iterdir())
+    assert kept == ["step-00000002.pt", "step-00000003.pt"]
+    second, records = run_job(tmp_path / "b", "--nodes", "2", "--local-ranks", "2", "--tls", "off", "--node-args",
+                              f"node1=--checkpoint-dir {empty}", "--", "--outer-steps", "5", *common, "--resume",
+                              timeout=300)
+    nodes = second["nodes"]
+    assert [r["step"] for r in records["node0"] if r["event"] == "joined"] == [3]
+    assert nodes["node0"]["steps"] == nodes["node1"]["steps"] == [4, 5]
+    assert second["identical"] and nodes["node0"]["hash"] == nodes["node1"]["hash"]
+    tokens = {r["step"]: r["tokens"] for r in first_records["node0"] if r["event"] == "step"}
+    step4 = [r for r in records["node0"] if r["event"] == "step"][0]
+    assert step4["tokens"] == tokens[3] + (tokens[3] - tokens[2])  # two nodes, as in step 3
+    assert "resuming from the checkpoint of outer step 3" in (tmp_path / "b" / "run" / "node0.log").read_text()
 
 
 def test_coordinator_killed_and_restarted_then_a_node_killed(tmp_path):
