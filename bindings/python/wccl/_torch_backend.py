@@ -11,8 +11,8 @@ is how it works:
   the group's store; the others read it there.
 - **Configuration.** Every wccl config key comes from ``WCCL_<KEY>`` environment variables (the
   library reads them), overridden by ``Options.config``; the backend sets ``group`` (``torch-``, or
-  ``WCCL_GROUP`` and ``-``, then the torch group's name), ``name`` (``rank<global rank>``, so errors name torch ranks) and
-  ``join_timeout_ms`` (the group's timeout).
+  ``WCCL_GROUP`` and ``-``, then the torch group's name), ``name`` (``rank<global rank>``, so
+  errors name torch ranks), ``join_timeout_ms`` and ``op_timeout_ms`` (the group's timeout).
 - **Ranks.** wccl orders its ring itself (by measured round trips), so a torch rank is not its
   wccl rank. At creation the members all-gather their torch ranks once; broadcast's root, all-gather's
   output order and reduce-scatter's input blocks are mapped through that permutation (no copy when
@@ -23,7 +23,7 @@ is how it works:
   ``wait()``. At most ``_MAX_IN_FLIGHT`` are outstanding; the next call waits for the oldest.
 - **Faults.** A torch group has a fixed size, so a lost peer ends it: the failed operation raises
   wccl's PeerLostError (naming the lost rank), its tensors as they were, and every later call on
-  the group raises the same error. Recovering means a new group (torchelastic restarts the job;
+  the group raises an error of the same code saying that it failed earlier. Recovering means a new group (torchelastic restarts the job;
   ``wccl.torch.ElasticDeviceMesh`` and torchft re-form groups in place).
 """
 
@@ -245,8 +245,10 @@ class ProcessGroupWccl(dist.ProcessGroup):
         self._pending.put(work)
         return work
 
-    def _opts(self, wire_ok: bool) -> Dict[str, Any]:
+    def _opts(self, op: Optional[ReduceOp] = None, dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
+        """The operation's options: the group's wire for float32 SUM and AVG reductions, else NATIVE."""
         o = self._options
+        wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and dtype in _FLOATS
         return {"wire": o.wire if wire_ok else Wire.NATIVE, "algo": o.algo, "compress": o.compress,
                 "timeout": self._timeout}
 
@@ -263,9 +265,6 @@ class ProcessGroupWccl(dist.ProcessGroup):
 
     def getGroupName(self) -> str:  # noqa: N802 (torch's; its default reads a C++ backend this group has not)
         return self._group_name
-
-    def size(self) -> int:
-        return super().size()
 
     def shutdown(self) -> None:
         """destroy_process_group: waits for the outstanding operations, leaves the wccl group
@@ -297,19 +296,16 @@ class ProcessGroupWccl(dist.ProcessGroup):
                 tensors: List[torch.Tensor], opts: Any = None) -> _Work:
         t = self._one(tensors, "all_reduce")
         op = _reduce_op(opts)
-        wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and t.dtype in _FLOATS
-        if t.is_contiguous():
-            return self._submit(lambda: self._comm.allreduce(t, op, async_op=True, **self._opts(wire_ok)), [t])
-        flat = t.contiguous()
-        return self._submit(lambda: self._comm.allreduce(flat, op, async_op=True, **self._opts(wire_ok)), [t],
-                            lambda: t.copy_(flat))
+        buf = t if t.is_contiguous() else t.contiguous()
+        finish = None if buf is t else (lambda: t.copy_(buf))
+        return self._submit(lambda: self._comm.allreduce(buf, op, async_op=True, **self._opts(op, t.dtype)), [t],
+                            finish)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> _Work:
         if len({t.dtype for t in tensors}) != 1 or len({t.device for t in tensors}) != 1:
             raise ValueError("wccl: all_reduce_coalesced takes tensors of one dtype on one device")
         op = _reduce_op(opts)
         flat = torch.cat([t.reshape(-1) for t in tensors])
-        wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and flat.dtype in _FLOATS
 
         def finish() -> None:
             offset = 0
@@ -317,8 +313,8 @@ class ProcessGroupWccl(dist.ProcessGroup):
                 t.copy_(flat[offset:offset + t.numel()].view_as(t))
                 offset += t.numel()
 
-        return self._submit(lambda: self._comm.allreduce(flat, op, async_op=True, **self._opts(wire_ok)), tensors,
-                            finish)
+        return self._submit(lambda: self._comm.allreduce(flat, op, async_op=True, **self._opts(op, flat.dtype)),
+                            tensors, finish)
 
     def broadcast(self,  # type: ignore[override]  # the C++ form the trampoline calls
                 tensors: List[torch.Tensor], opts: Any = None) -> _Work:
@@ -326,7 +322,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
         root = self._wccl_rank[opts.rootRank if opts is not None else 0]
         buf = t if t.is_contiguous() else t.contiguous()
         finish = None if buf is t else (lambda: t.copy_(buf))
-        return self._submit(lambda: self._comm.broadcast(buf, root, async_op=True, **self._opts(False)), [t], finish)
+        return self._submit(lambda: self._comm.broadcast(buf, root, async_op=True, **self._opts()), [t], finish)
 
     def allgather(self,  # type: ignore[override]  # the C++ form the trampoline calls
                 output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
@@ -341,7 +337,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
             for w, torch_rank in enumerate(self._torch_rank):
                 outs[torch_rank].copy_(gathered[w].view_as(outs[torch_rank]))
 
-        return self._submit(lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts(False)), outs,
+        return self._submit(lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts()), outs,
                             finish)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> _Work:
@@ -350,14 +346,14 @@ class ProcessGroupWccl(dist.ProcessGroup):
             raise ValueError(f"wccl: all_gather_into_tensor needs an output of {t.numel() * self.size()} {t.dtype} "
                              f"elements, not {output.numel()} {output.dtype}")
         if self._identity and output.is_contiguous():
-            return self._submit(lambda: self._comm.allgather(t, output, async_op=True, **self._opts(False)), [output])
+            return self._submit(lambda: self._comm.allgather(t, output, async_op=True, **self._opts()), [output])
         gathered = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
 
         def finish() -> None:
             rows = output.view(self.size(), t.numel())  # output's blocks in torch rank order
             rows[self._torch_rank] = gathered
 
-        return self._submit(lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts(False)), [output],
+        return self._submit(lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts()), [output],
                             finish)
 
     def reduce_scatter(self,  # type: ignore[override]  # the C++ form the trampoline calls
@@ -381,18 +377,17 @@ class ProcessGroupWccl(dist.ProcessGroup):
 
     def _reduce_scatter(self, out: torch.Tensor, flat: torch.Tensor, opts: Any) -> _Work:
         op = _reduce_op(opts)
-        wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and flat.dtype in _FLOATS
         buf = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
         finish = None if buf is out else (lambda: out.copy_(buf))
-        return self._submit(lambda: self._comm.reduce_scatter(flat, buf, op, async_op=True, **self._opts(wire_ok)),
-                            [out], finish)
+        return self._submit(
+            lambda: self._comm.reduce_scatter(flat, buf, op, async_op=True, **self._opts(op, flat.dtype)), [out], finish)
 
     # The names torch before 2.13 calls all_gather_into_tensor and reduce_scatter_tensor by.
     _allgather_base = all_gather_single
     _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]  # opts: Any
 
     def barrier(self, opts: Any = None) -> _Work:
-        return self._submit(lambda: self._comm.barrier(async_op=True, **self._opts(False)), [])
+        return self._submit(lambda: self._comm.barrier(async_op=True, **self._opts()), [])
 
 
 def create(backend_opts: Any, pg_options: Optional[Options]) -> ProcessGroupWccl:
