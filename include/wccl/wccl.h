@@ -184,7 +184,8 @@ WCCL_API uint64_t wccl_comm_epoch(const wccl_comm_t *comm);
 WCCL_API int wccl_comm_pending(const wccl_comm_t *comm);
 
 /* Closes the communicator (the coordinator sees its link close; call wccl_comm_leave first for a
- * graceful exit) and frees it. Must not be called from a wccl callback. NULL is ignored. */
+ * graceful exit) and frees it. What it already sent the coordinator (an operation's failure) goes
+ * out first: it waits up to 1 s for that. Must not be called from a wccl callback. NULL is ignored. */
 WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
 
 /* ---------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ constexpr net::MessageKey kLinkHello{~0ULL - 1, 0, 0};
 constexpr net::MessageKey kLinkSentinel{~0ULL - 1, 0, 1};
 constexpr size_t kMaxEarlyLinks = 16;
 constexpr size_t kMaxSpareBuffers = 2;
+// How long destroying a communicator waits for its last control messages to reach the kernel.
+constexpr std::chrono::milliseconds kCloseFlush{1000};
 
 coord::PeerId random_id() {
   coord::PeerId id = 0;
@@ -126,6 +128,16 @@ Communicator::~Communicator() {
   // The worker's data phase, cancelled above, closes its links and drains on the data thread,
   // which still runs.
   if (worker_.joinable()) worker_.join();
+  // What this member last told the coordinator (an operation's failure, its DONE) goes out before
+  // the link closes, or the coordinator would hear only the close and blame this member.
+  std::shared_ptr<coord::ControlChannel> channel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channel = channel_;
+  }
+  if (channel && !channel->flush(kCloseFlush)) {
+    WCCL_LOG(log_, kWarn, "closing with control messages unsent after %lld ms", static_cast<long long>(kCloseFlush.count()));
+  }
   // A transport's destructor runs this communicator's last callbacks on its loop thread, and
   // they may still call either transport (whose calls then return ABORTED). unique_ptr::reset
   // would null the pointer before that, so each is deleted in place and released afterwards. The

@@ -31,16 +31,39 @@ Status ControlChannel::send(const ControlMessage &m) {
   // Numbers are given on the loop thread as the frames go out, so the wire carries messages in
   // their numbered order; the receiver asks for them in that order, and a message that overtook
   // an earlier one would wait behind it for ever.
-  return link_->run([self = shared_from_this(), out] {
+  {
+    std::lock_guard<std::mutex> lock(unsent_mu_);
+    ++unsent_;
+  }
+  Status posted = link_->run([self = shared_from_this(), out] {
     const uint64_t seq = self->tx_seq_++;
-    // Completions only keep the buffers alive: a failed send fails the link, which on_close
-    // reports.
+    // Completions keep the buffers alive and count the message out (a failed send fails the link,
+    // which on_close reports).
     Status st = self->link_->send({kControlEpoch, seq, kLengthTag}, out->length, 4, [out](const Status &) {});
     if (st.ok()) {
-      st = self->link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(), [out](const Status &) {});
+      st = self->link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(),
+                             [self, out](const Status &) { self->written(); });
     }
-    if (!st.ok()) self->link_->close(st);
+    if (!st.ok()) {
+      self->written();
+      self->link_->close(st);
+    }
   });
+  if (!posted.ok()) written();
+  return posted;
+}
+
+void ControlChannel::written() {
+  {
+    std::lock_guard<std::mutex> lock(unsent_mu_);
+    --unsent_;
+  }
+  unsent_cv_.notify_all();
+}
+
+bool ControlChannel::flush(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(unsent_mu_);
+  return unsent_cv_.wait_for(lock, timeout, [this] { return unsent_ == 0 || finished_; });
 }
 
 void ControlChannel::close(const Status &why) { link_->close(why); }
@@ -80,6 +103,10 @@ void ControlChannel::receive_next() {
 
 void ControlChannel::finish(const Status &why) {
   if (finished_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(unsent_mu_);  // a flush waiting on this link ends with it
+  }
+  unsent_cv_.notify_all();
   auto on_close = std::move(on_close_);
   on_message_ = nullptr;  // the callbacks may hold this channel: break the cycle
   if (on_close) on_close(why);

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -31,6 +34,10 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   // Queues m for sending; any thread. Messages go out in the order they reach the loop thread. A
   // failure afterwards closes the link (seen in on_close).
   Status send(const ControlMessage &m);
+  // Waits until every message sent so far was handed to the kernel (or the link closed), at most
+  // `timeout`; false if that ran out. Not on the link's loop thread. Destroying a transport drops
+  // the frames it has not written yet: a peer flushes what it last said before it goes.
+  bool flush(std::chrono::milliseconds timeout);
   // Closes the link with `why`; on_close follows.
   void close(const Status &why);
   net::Link &link() { return *link_; }
@@ -40,6 +47,8 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
       : link_(std::move(link)), on_message_(std::move(on_message)), on_close_(std::move(on_close)) {}
   void receive_next();
   void finish(const Status &why);
+  void written();  // one message handed to the kernel, or given up on
+
 
   std::shared_ptr<net::Link> link_;
   OnMessage on_message_;
@@ -49,6 +58,9 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   uint8_t rx_len_[4] = {};
   std::vector<uint8_t> rx_body_;
   std::atomic<bool> finished_{false};
+  std::mutex unsent_mu_;
+  std::condition_variable unsent_cv_;
+  uint64_t unsent_ = 0;  // messages sent and not yet handed to the kernel, under unsent_mu_
 };
 
 }  // namespace wccl::coord
