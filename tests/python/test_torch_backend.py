@@ -155,6 +155,43 @@ def test_a_lost_rank_fails_the_group_naming_it(jobs, tmp_path, pki, fault):
         assert job.procs[rank].wait(30) == 0, job.stderr(rank)
 
 
+def test_wait_returns_once_the_future_has_completed():
+    """As with gloo, a Work's wait() returns only after its future completed and ran its callbacks,
+    whichever thread completes it: torchft chains callbacks onto the future right after wait() and
+    asserted (a failed commit) when the group's completion thread completed the future later."""
+    import threading
+
+    import torch
+    from wccl._torch_backend import _Work
+
+    work = _Work(None, [torch.ones(2)], None, lambda e: None)
+    in_callback, release = threading.Event(), threading.Event()
+
+    def callback(fut):
+        in_callback.set()
+        release.wait(10)
+        return fut.value()
+
+    chained = work.get_future().then(callback)
+    completer = threading.Thread(target=work._complete)
+    completer.start()
+    assert in_callback.wait(10)
+    waited = []
+    waiter = threading.Thread(target=lambda: waited.append(work.wait()))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not work.is_completed(), "wait() returned while the future's callbacks ran"
+    release.set()
+    waiter.join(10)
+    completer.join(10)
+    assert waited == [True] and work.get_future().done() and chained.done() and work.is_completed()
+    # A callback that waits on its own work (on the completing thread) does not deadlock.
+    again = _Work(None, [torch.ones(1)], None, lambda e: None)
+    inner = again.get_future().then(lambda fut: again.wait())
+    again._complete()
+    assert inner.value() is True
+
+
 def test_pg_options_of_another_type_are_refused():
     import torch.distributed as dist
     import wccl.torch  # noqa: F401 (registers the backend)

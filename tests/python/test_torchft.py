@@ -77,9 +77,10 @@ def job(tmp_path):
 
 def test_localsgd_over_wccl_ends_where_gloo_does(job, pki):
     """Two replica groups, LocalSGD syncing every two steps for 6 syncs, over TLS, the quorum taken
-    at each step's start (torchft's async quorum lets a loaded replica heal instead, which changes
-    the average): every sync has both participants, and the final parameters are the same bits as
-    on torchft's gloo group."""
+    at each step's start (so that both replicas are in every sync, however loaded the machine):
+    every sync has both participants, and the final parameters are the same bits as on torchft's
+    gloo group. A replica that failed a commit here once showed a Work whose wait() returned before
+    its future completed (torchft's callback chain then asserts)."""
     start_lighthouse, replica = job
     finals = {}
     for backend in ("gloo", "wccl"):

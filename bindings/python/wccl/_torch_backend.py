@@ -112,15 +112,19 @@ class _Work(dist.Work):
         self._finish = finish
         self._on_error = on_error
         self._future: torch.futures.Future[List[torch.Tensor]] = torch.futures.Future()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a future's callback may wait on its own work
+        self._completing = False
         self._error: Optional[BaseException] = None
         self._done = threading.Event()
 
     def _complete(self) -> None:
-        """Waits for the request and finishes the work once; both threads may call it."""
+        """Waits for the request and finishes the work once; both threads may call it. As gloo's,
+        the work is done once its future has completed and run its callbacks (torchft chains its
+        own onto the future right after wait() returns, and needs it completed by then)."""
         with self._lock:
-            if self._done.is_set():
-                return
+            if self._done.is_set() or self._completing:
+                return  # done, or a callback of this very completion waits on it
+            self._completing = True
             try:
                 if self._request is not None:
                     self._request.wait()
@@ -134,11 +138,13 @@ class _Work(dist.Work):
                 self._error = e
                 self._on_error(e)
             self._request = None
-            self._done.set()
-        if self._error is None:
-            self._future.set_result(self._outputs)
-        else:
-            self._future.set_exception(self._error)  # type: ignore[arg-type]  # torch types it as the result
+            try:
+                if self._error is None:
+                    self._future.set_result(self._outputs)
+                else:
+                    self._future.set_exception(self._error)  # type: ignore[arg-type]  # torch types it as the result
+            finally:
+                self._done.set()
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         """Raises the operation's error; a positive ``timeout`` raises TimeoutError once it passes
