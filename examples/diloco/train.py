@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Dict, List
 
 STARTED = time.time()  # before torch is imported: the joined record says where a node's start-up goes
 
@@ -229,16 +230,21 @@ class Trainer:
         directory, this configuration only) and takes its outer state as its own: the node then
         holds the job's state at that step, and settle() brings it up to date if the others are
         further. The inner optimizer's moments start afresh, as a joiner's do."""
-        mine = {}
-        for f in Path(self.args.checkpoint_dir).glob(f"*/rank{self.local_rank}/step-*.pt"):
-            mine.setdefault(int(f.stem.split("-")[1]), f)
+        found: Dict[int, List[Path]] = {}  # step: every node's file of it (several configurations may share the dir)
+        for f in sorted(Path(self.args.checkpoint_dir).glob(f"*/rank{self.local_rank}/step-*.pt")):
+            found.setdefault(int(f.stem.split("-")[1]), []).append(f)
         every = [None] * self.local_size
-        dist.all_gather_object(every, sorted(mine))
+        dist.all_gather_object(every, sorted(found))
         steps = set.intersection(*(set(s) for s in every))
         for step in sorted(steps, reverse=True):
-            state = torch.load(mine[step], weights_only=True)
-            if not self.mesh.agree(state["fingerprint"] == self.fingerprint):
-                continue  # another configuration's checkpoint, on some local rank
+            state, path = None, None
+            for f in found[step]:
+                candidate = torch.load(f, weights_only=True)
+                if candidate["fingerprint"] == self.fingerprint:
+                    state, path = candidate, f
+                    break
+            if not self.mesh.agree(state is not None):
+                continue  # no checkpoint of this configuration at this step, on some local rank
             self.outer.copy_(state["outer"])
             self.momentum.copy_(state["momentum"])
             self.counters.copy_(state["counters"])
@@ -247,7 +253,7 @@ class Trainer:
             self.load_shard(self.outer)
             self.pos.step, self.pos.fresh = step, False
             if self.local_rank == 0:
-                print(f"[{self.args.node_name}] resuming from the checkpoint of outer step {step} ({mine[step]})",
+                print(f"[{self.args.node_name}] resuming from the checkpoint of outer step {step} ({path})",
                       file=sys.stderr, flush=True)
             return
         if self.local_rank == 0:
@@ -377,6 +383,7 @@ class Trainer:
             if pos.step == args.fault_kill_at_step:
                 self.kill_node(delta, avg)
             stats = None
+            self.mesh.uncommitted_bytes_sent = 0
             while pos.phase == REDUCE:
                 if not pos.has_delta:
                     delta.zero_()  # admitted (or brought up to date) at this step's all-reduce: adds nothing
@@ -399,7 +406,7 @@ class Trainer:
             pos.phase, pos.has_delta = BOUNDARY, False
             if args.checkpoint_dir and self.n_contrib > 0 and pos.step % args.checkpoint_every == 0:
                 self.save_checkpoint()
-            bytes_sent = self.mesh.node_sum(stats.bytes_sent)
+            bytes_sent = self.mesh.node_sum(stats.bytes_sent + self.mesh.uncommitted_bytes_sent)  # failed attempts too
             contributors, nodes = self.n_contrib, self.nodes
             self.settle(need_update=False)  # the step boundary: admit waiting nodes
             t3 = time.perf_counter()
@@ -432,9 +439,10 @@ class Trainer:
                 grads = self.grad_vector()
                 avg = torch.empty_like(grads) if avg is None else avg
                 a0 = time.perf_counter()
+                self.mesh.uncommitted_bytes_sent = 0
                 stats = self.reduce(grads, avg, wccl.ReduceOp.AVG, wire)
                 allreduce_s += time.perf_counter() - a0
-                bytes_sent += stats.bytes_sent
+                bytes_sent += stats.bytes_sent + self.mesh.uncommitted_bytes_sent
                 epoch = stats.epoch
                 self.load_grads(avg)
                 self.optimizer_step()

@@ -4,9 +4,9 @@ It joins with the configuration in the WCCL_* environment, prints one JSON line
 {"rank", "size", "epoch"}, then answers each JSON command it reads on stdin with one JSON line:
   {"cmd": "allreduce", "lib": "numpy"|"torch", "dtype": NAME, "count": N, "op": NAME, "wire": NAME}
       element i of rank r is (r + 1) * (i % 5 + 1), or for "random": true, uniform in [-1, 1) from
-      seed r. Answers {"ok", "error", "message", "result" (base64 of the output bytes), "input"
-      (base64 of the input bytes), "intact" (the buffer equals its input after a failure),
-      "bytes_sent"}.
+      seed r; "nan_rank": r puts a NaN in rank r's last element. Answers {"ok", "error", "message",
+      "result" (base64 of the output bytes), "input" (base64 of the input bytes), "intact" (the
+      buffer equals its input after a failure), "bytes_sent" (a failed attempt's too)}.
   {"cmd": "update"}   answers {"ok", "error", "rank", "size", "epoch"}.
   {"cmd": "pending"}  answers {"pending"}: peers waiting to be admitted.
   {"cmd": "sync", "filled": BOOL, "revision": R, "count": N}
@@ -45,11 +45,14 @@ def raw(buf):
 
 def allreduce(comm, cmd):
     buf = filled(cmd["lib"], cmd["dtype"], cmd["count"], comm.rank, cmd.get("random", False))
+    if cmd.get("nan_rank") == comm.rank:
+        buf[-1] = float("nan")
     before = raw(buf)
     try:
         stats = comm.allreduce(buf, wccl.ReduceOp[cmd.get("op", "SUM")], wire=wccl.Wire[cmd.get("wire", "NATIVE")])
     except wccl.WcclError as e:
-        return {"ok": False, "error": type(e).__name__, "message": str(e), "intact": raw(buf) == before}
+        return {"ok": False, "error": type(e).__name__, "message": str(e), "intact": raw(buf) == before,
+                "bytes_sent": e.stats.bytes_sent if e.stats is not None else None}
     return {"ok": True, "result": raw(buf), "input": before, "bytes_sent": stats.bytes_sent}
 
 

@@ -80,6 +80,20 @@ def test_int8_wire(group, lib):
     assert 0.24 < coded[0]["bytes_sent"] / native[0]["bytes_sent"] < 0.26
 
 
+def test_a_failed_operation_reports_what_it_sent(spawn):
+    """A NaN on the INT8 wire at the end of rank 1's buffer fails the all-reduce everywhere
+    (INVALID_ARGUMENT there, PEER_LOST for the others) after rank 1 sent the blocks before it: the
+    exception's stats say what the failed attempt cost. Buffers stay as they were. (A member whose
+    call came after the revocation ran nothing: its error has no stats.)"""
+    peers = spawn(N)
+    count = 1 << 20
+    replies = ask(peers, lib="numpy", dtype="float32", count=count, random=True, wire="INT8", nan_rank=1)
+    assert sorted(r["error"] for r in replies) == ["InvalidArgumentError", "PeerLostError", "PeerLostError"], replies
+    assert all(r["intact"] for r in replies), replies
+    refused = next(r for r in replies if r["error"] == "InvalidArgumentError")
+    assert refused["bytes_sent"] > 0.9 * count / N, refused  # at least one block of the INT8 wire went out
+
+
 def test_killed_member(spawn):
     peers = spawn(N)
     assert all(r["ok"] for r in ask(peers, lib="numpy", dtype="float32", count=COUNT))

@@ -168,7 +168,8 @@ def test_a_job_resumes_from_its_checkpoints(tmp_path):
     at step 3. A new job (new coordinator) with --resume: node0 finds the checkpoints and starts at
     step 3, not 0; node1, pointed at an empty directory, starts fresh and receives node0's state at
     admission; both train steps 4 and 5 to the same parameters, and the job's token count goes on
-    from where it was. Only the two newest checkpoints are kept."""
+    from where it was. Only the two newest checkpoints are kept; another configuration's files of
+    the same step in the same directory are passed over."""
     ckpt, empty = tmp_path / "ckpt", tmp_path / "empty"
     common = ["--inner-steps", "2", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1", *MODEL]
     first, first_records = run_job(tmp_path / "a", "--nodes", "2", "--local-ranks", "2", "--tls", "off", "--",
@@ -176,6 +177,16 @@ def test_a_job_resumes_from_its_checkpoints(tmp_path):
     assert first["nodes"]["node0"]["steps"] == [1, 2, 3]
     kept = sorted(p.name for p in (ckpt / "node0" / "rank1").iterdir())
     assert kept == ["step-00000002.pt", "step-00000003.pt"]
+    # Another job of another configuration shares the directory and reached step 3 too: its files
+    # are passed over, not taken as "no step 3 here" (16 of its nodes, so that a directory listing
+    # in any order meets one before ours).
+    import torch
+    for rank in (0, 1):
+        state = torch.load(ckpt / "node0" / f"rank{rank}" / "step-00000003.pt", weights_only=True)
+        state["fingerprint"] = "another configuration"
+        for other in (f"other{i}" for i in range(16)):
+            (ckpt / other / f"rank{rank}").mkdir(parents=True, exist_ok=True)
+            torch.save(state, ckpt / other / f"rank{rank}" / "step-00000003.pt")
     second, records = run_job(tmp_path / "b", "--nodes", "2", "--local-ranks", "2", "--tls", "off", "--node-args",
                               f"node1=--checkpoint-dir {empty}", "--", "--outer-steps", "5", *common, "--resume",
                               timeout=300)

@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from . import _lib
 from ._buffers import Buffer, DType, cuda_stream_of, export
-from ._lib import check, lib
+from ._lib import WcclError, check, lib
 
 
 class ReduceOp(IntEnum):
@@ -184,7 +184,11 @@ class Request:
                                                raw.world_size, Algo(raw.algo)))
                 self._free()
             code, stats = self._outcome
-        check(code)
+        try:
+            check(code)
+        except WcclError as e:
+            e.stats = stats
+            raise
         return stats
 
     def done(self) -> bool:

@@ -15,6 +15,7 @@ import builtins
 import ctypes
 import os
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t, c_uint64, c_void_p
+from typing import Any
 
 from . import _build
 
@@ -24,11 +25,14 @@ from . import _build
 class WcclError(Exception):
     """A wccl call failed. ``code`` is the wccl_result_t value, ``name`` its enumerator
     (``"WCCL_ERR_PEER_LOST"``), ``detail`` the library's wccl_last_error() text, which names the
-    cause (and begins with the name); str() gives both."""
+    cause (and begins with the name); str() gives both. ``stats``: for an operation that failed
+    (Request.wait), what it cost before it did (an OpStats: a failed attempt's bytes count too);
+    None for other calls."""
 
     code: int = -1
     name: str = ""
     detail: str = ""
+    stats: Any = None
 
 
 class InvalidArgumentError(WcclError, ValueError):

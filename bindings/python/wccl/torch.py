@@ -127,6 +127,9 @@ class ElasticDeviceMesh:
         dist.broadcast(ident, src=0, group=self.local_group)
         self.node_id = int(ident.item())
         self.retreats = 0  # times this node left its groups to be admitted whole (see the module text)
+        # Payload bytes this local rank sent in all-reduce attempts that did not commit (a lost peer,
+        # a straggler): they cost the link too. The caller reads it and sets it back to 0.
+        self.uncommitted_bytes_sent = 0
         self.comm: Optional[Communicator] = None
         self._membership(self._call(self._join))
 
@@ -273,9 +276,13 @@ class ElasticDeviceMesh:
         stats = None
         try:
             stats = self._member().allreduce(tensor, op, out=out, wire=wire)
-        except (PeerLostError, WcclTimeoutError):
-            pass
-        return stats if self.agree(stats is not None) else None
+        except (PeerLostError, WcclTimeoutError) as e:
+            self.uncommitted_bytes_sent += e.stats.bytes_sent if e.stats is not None else 0
+        if self.agree(stats is not None):
+            return stats
+        if stats is not None:  # committed here, but another group of the node did not: it runs again
+            self.uncommitted_bytes_sent += stats.bytes_sent
+        return None
 
     def sync_state(self, tensors: Dict[str, torch.Tensor], revision: int, mode: SyncMode) -> Optional[int]:
         """``wccl_state_sync`` in every group: the elected revision when every group succeeded, None
