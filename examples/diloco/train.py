@@ -40,7 +40,7 @@ from membership import BOUNDARY, REDUCE, Position  # noqa: E402
 from model import GPT, Batches, load_corpus  # noqa: E402
 
 import wccl  # noqa: E402
-from wccl.torch import ElasticDeviceMesh, flat_hash  # noqa: E402
+from wccl.torch import ElasticDeviceMesh, MembershipError, flat_hash  # noqa: E402
 
 IMPORTED = time.time()
 
@@ -67,6 +67,9 @@ def parse_args(argv=None):
     j.add_argument("--group-prefix", default="lr", help="wccl group of local rank r: PREFIX + r")
     j.add_argument("--admit-skew", type=float, default=10.0,
                    help="seconds a node waits for all its local ranks to be admitted before it retreats and rejoins")
+    j.add_argument("--admit-timeout", type=float, default=3600.0,
+                   help="seconds a node waits to be admitted (joining, or updating after a loss) before it stops "
+                        "with an error; above the longest outer step, since joiners are admitted at step boundaries")
     j.add_argument("--wccl-log", default="warn", choices=["error", "warn", "info", "debug"],
                    help="wccl's log threshold (its log goes to stderr)")
     j.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -165,7 +168,8 @@ class Trainer:
                                       listen=rank_address(args.listen, self.local_rank),
                                       advertise=rank_address(args.advertise, self.local_rank),
                                       group_prefix=args.group_prefix,
-                                      admit_skew=args.admit_skew, log_level=args.wccl_log, **tls)
+                                      admit_skew=args.admit_skew, admit_timeout=args.admit_timeout,
+                                      log_level=args.wccl_log, **tls)
         self.pos = Position()
         a = args
         self.fingerprint = membership.configuration_fingerprint(
@@ -541,6 +545,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     try:
         Trainer(args).run()
+    except MembershipError as e:  # not admitted in time, a refused certificate, a coordinator gone for good
+        raise SystemExit(f"[{args.node_name}] {e}") from None
     finally:
         dist.destroy_process_group()
 

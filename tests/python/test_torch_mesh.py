@@ -90,3 +90,20 @@ def test_a_joiner_survives_a_coordinator_restart_while_it_waits(node_group, tmp_
         member.close()
     finally:
         coord.stop()
+
+
+def test_a_node_nobody_admits_stops_after_admit_timeout(node_group, tmp_path):
+    """A job of one member that never updates again (as when it has finished): a node joining it
+    waits, and raises MembershipError once admit_timeout passes, instead of retreating and joining
+    again for ever."""
+    coord = CoordinatorProcess(tmp_path / "coord.log")
+    config = {"coordinator": f"127.0.0.1:{coord.port}", "listen": "127.0.0.1:0", "tls": "off", "log_level": "error",
+              "join_timeout_ms": "1000"}
+    try:
+        with wccl.Communicator(group="g0", **config):
+            start = time.monotonic()
+            with pytest.raises(wccl.torch.MembershipError, match="not admitted .* within 3 s"):
+                ElasticDeviceMesh(group_prefix="g", admit_timeout=3, admit_skew=1, **config)
+            assert 3 <= time.monotonic() - start < 10
+    finally:
+        coord.stop()

@@ -26,7 +26,9 @@ nodes**. It holds it in three ways (docs/trainer.md, "Membership"):
 3. Membership calls (join, update) run on a thread while the local ranks poll each other. If some
    ranks of a node are admitted and the others are still waiting ``admit_skew`` seconds later, the
    node retreats: admitted ranks leave their groups and join again, the waiting ones keep waiting,
-   so that the whole node is admitted at once at a later update.
+   so that the whole node is admitted at once at a later update. A call that has not admitted the
+   whole node within ``admit_timeout`` seconds raises MembershipError on every local rank: a node
+   that joins after the job ended, or that no node admits, stops instead of waiting for ever.
 
 A coordinator that restarts does not stop a node: a membership call (join, update, leave, the
 re-forming inside a state sync) that finds it unreachable is made again, for up to
@@ -108,7 +110,7 @@ class ElasticDeviceMesh:
     over the node's local ranks and must be called by all of them in the same order."""
 
     def __init__(self, *, group_prefix: str = "lr", admit_skew: float = 10.0, poll: float = 0.05,
-                 coordinator_grace: float = 60.0, **config: Any) -> None:
+                 coordinator_grace: float = 60.0, admit_timeout: float = 3600.0, **config: Any) -> None:
         if not dist.is_initialized():
             raise RuntimeError("wccl.torch: torch.distributed must be initialised over the node's local ranks")
         self.local_rank = dist.get_rank()
@@ -118,6 +120,7 @@ class ElasticDeviceMesh:
         self.admit_skew = float(admit_skew)
         self.poll = float(poll)
         self.coordinator_grace = float(coordinator_grace)
+        self.admit_timeout = float(admit_timeout)
         config = dict(config)
         config["group"] = f"{group_prefix}{self.local_rank}"
         if "name" in config:
@@ -177,8 +180,10 @@ class ElasticDeviceMesh:
     def _membership(self, call: _Call) -> None:
         """Waits until the membership call of every local rank is over. The node retreats (module
         text) when some ranks are admitted while others still wait ``admit_skew`` seconds later, or
-        when a rank's call timed out; any other failure is raised on every local rank."""
+        when a rank's call timed out; any other failure, or no admission within ``admit_timeout``
+        seconds, is raised on every local rank."""
         first_done: Optional[float] = None
+        started = time.monotonic()
         while True:
             done = call.wait(self.poll)
             if done and call.error is None and isinstance(call.result, Communicator):
@@ -186,12 +191,16 @@ class ElasticDeviceMesh:
             failed = done and call.error is not None
             fatal = failed and not isinstance(call.error, WcclTimeoutError)
             late = first_done is not None and time.monotonic() - first_done > self.admit_skew
-            states = self.gather([int(done), int(failed), int(fatal), int(late)])
+            expired = time.monotonic() - started > self.admit_timeout
+            states = self.gather([int(done), int(failed), int(fatal), int(late), int(expired)])
             if any(s[2] for s in states):
                 why = f"local rank {self.local_rank}: {call.error}" if fatal else "another local rank's call failed"
                 raise MembershipError(f"wccl.torch: the node cannot join its groups ({why})") from call.error
             if not any(s[1] for s in states) and all(s[0] for s in states):
                 return
+            if any(s[4] for s in states):
+                raise MembershipError(f"wccl.torch: the node was not admitted to its groups within {self.admit_timeout:g} s "
+                                      "(admit_timeout): no node of the job admitted it (has the job ended?)")
             if any(s[1] or s[3] for s in states):
                 call, first_done = self._retreat(call, done), None
             elif first_done is None and any(s[0] for s in states):
