@@ -183,7 +183,7 @@ int Sim::spawn() {
   Member m;
   m.index = static_cast<int>(members_.size());
   m.id = 0x1000 + static_cast<PeerId>(m.index);
-  m.view = std::make_unique<MemberView>(m.id, "g", coord::PeerInfo{"m" + std::to_string(m.index), "sim:1"});
+  m.view = std::make_unique<MemberView>(m.id, "g", coord::PeerInfo{"m" + std::to_string(m.index), "sim:1", ""});
   members_.push_back(std::move(m));
   const int i = static_cast<int>(members_.size()) - 1;
   trace("spawn m" + std::to_string(i));
@@ -749,8 +749,8 @@ std::string Sim::run() {
 TEST(ControlSim, AJoinerForgottenWhileItWaitsRegistersAgain) {
   coord::Membership coord(options(2, 0));
   const auto at = [](int64_t ms) { return coord::Clock::time_point() + std::chrono::milliseconds(ms); };
-  MemberView joiner(0x1001, "g", coord::PeerInfo{"j", "sim:1"});
-  MemberView second(0x1002, "g", coord::PeerInfo{"k", "sim:2"});
+  MemberView joiner(0x1001, "g", coord::PeerInfo{"j", "sim:1", ""});
+  MemberView second(0x1002, "g", coord::PeerInfo{"k", "sim:2", ""});
   // Delivers the coordinator's notices to the views, and what the views send back to it.
   auto exchange = [&](int64_t now) {
     for (int round = 0; round < 4; ++round) {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <optional>
 
 #include "coord/channel.h"
@@ -59,7 +61,7 @@ class Client {
     ControlMessage m;
     m.type = MessageType::kJoin;
     m.group = group_;
-    m.info = {"peer-" + std::to_string(id_), "127.0.0.1:" + std::to_string(7000 + id_)};
+    m.info = {"peer-" + std::to_string(id_), "127.0.0.1:" + std::to_string(7000 + id_), node_};
     send(m);
   }
   void heartbeat() { send(simple(MessageType::kHeartbeat, 0)); }
@@ -90,6 +92,7 @@ class Client {
     return state_->closed;
   }
   PeerId id() const { return id_; }
+  void set_node(std::string node) { node_ = std::move(node); }  // the `node` its JOIN names
   ControlChannel &channel() { return *channel_; }
 
  private:
@@ -108,6 +111,7 @@ class Client {
   };
   PeerId id_;
   std::string group_;
+  std::string node_;
   std::shared_ptr<State> state_ = std::make_shared<State>();
   std::unique_ptr<net::Transport> transport_;
   std::shared_ptr<ControlChannel> channel_;
@@ -211,6 +215,34 @@ TEST_F(CoordinatorTest, ClosedControlLinkRevokesTheEpochAtOnce) {
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->epoch, epoch_ + 1);
   EXPECT_EQ(sorted(ring_ids(*e)), (std::vector<PeerId>{1, 2}));
+}
+
+// Two nodes, A and B, each with a communicator in groups g0 and g1 (a node of two local ranks): A's
+// communicator in g1 goes, so A's in g0 is lost with it, and g0's epoch is revoked naming why. B
+// stays in both.
+TEST_F(CoordinatorTest, ANodesCommunicatorsAreLostTogether) {
+  std::map<std::string, std::unique_ptr<Client>> c;
+  for (const auto &[name, id, group] : {std::tuple{"a0", 1, "g0"}, {"b0", 2, "g0"}, {"a1", 3, "g1"}, {"b1", 4, "g1"}}) {
+    c[name] = client(static_cast<PeerId>(id), group);
+    c[name]->set_node(name[0] == 'a' ? "node-A" : "node-B");
+  }
+  for (auto &[name, cl] : c) {
+    cl->heartbeats(100ms);
+    cl->join();
+  }
+  for (auto &[name, cl] : c) ASSERT_TRUE(cl->next(MessageType::kEpoch).has_value()) << name;
+  c["a1"].reset();  // its transport goes: the link closes
+  auto in_g1 = c["b1"]->next(MessageType::kRevoked);
+  ASSERT_TRUE(in_g1.has_value());
+  EXPECT_NE(in_g1->text.find("peer-3: its connection to the coordinator closed"), std::string::npos) << in_g1->text;
+  auto in_g0 = c["b0"]->next(MessageType::kRevoked);
+  ASSERT_TRUE(in_g0.has_value()) << "A's communicator in g0 is lost with the one in g1";
+  EXPECT_EQ(in_g0->other, PeerId{1});
+  EXPECT_NE(in_g0->text.find("node node-A lost its member peer-3 of group \"g1\""), std::string::npos) << in_g0->text;
+  auto removed = c["a0"]->next(MessageType::kRemoved);
+  ASSERT_TRUE(removed.has_value());
+  EXPECT_NE(removed->text.find("declared lost: node node-A"), std::string::npos) << removed->text;
+  EXPECT_FALSE(c["b0"]->next(MessageType::kRemoved, 300ms).has_value()) << "node B stays";
 }
 
 TEST_F(CoordinatorTest, SilentPeerIsRevokedAfterPeerTimeout) {

@@ -19,7 +19,7 @@ using Kind = Notice::Kind;
 
 constexpr PeerId A = 0xa, B = 0xb, C = 0xc, D = 0xd, E = 0xe;
 
-PeerInfo info(PeerId id) { return {"peer-" + std::to_string(id), "10.0.0." + std::to_string(id) + ":7000"}; }
+PeerInfo info(PeerId id) { return {"peer-" + std::to_string(id), "10.0.0." + std::to_string(id) + ":7000", ""}; }
 
 std::vector<PeerId> ids(const std::vector<Member> &ring) {
   std::vector<PeerId> out;
@@ -70,6 +70,47 @@ class MembershipTest : public testing::Test {
   }
   Clock::time_point t = Clock::time_point() + 1h;
 };
+
+// A node's communicators go together: lose_node loses this group's peers of the node (a member
+// and a joiner here), revoking the epoch with the reason given; take_lost lists the lost member,
+// with its node, once. A node with no peer here, or node "", changes nothing.
+TEST_F(MembershipTest, LoseNodeLosesThatNodesPeersHere) {
+  Membership m(options());
+  PeerInfo a = info(A), b = info(B), d = info(D);
+  a.node = "n1";
+  b.node = "n2";
+  d.node = "n1";
+  ASSERT_TRUE(m.join(A, a, t).ok());
+  ASSERT_TRUE(m.join(B, b, t).ok());
+  ASSERT_TRUE(m.join(C, info(C), t).ok());
+  t += 250ms;
+  m.tick(t);
+  expect_announced(m.take_notices(), 1, {A, B, C});
+  ASSERT_TRUE(m.join(D, d, t).ok());  // a joiner of node n1
+  (void)m.take_notices();
+  m.lose_node("", "nothing", t);
+  m.lose_node("n9", "nothing", t);
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kRevoked).empty());
+  EXPECT_TRUE(m.take_lost().empty());
+  m.lose_node("n1", "node n1 lost its member x of group \"g1\"", t);
+  const auto notices = m.take_notices();
+  const auto revoked = of_kind(notices, Kind::kRevoked);
+  ASSERT_EQ(revoked.size(), 2u);  // told to B and C
+  EXPECT_EQ(revoked[0].lost, A);
+  EXPECT_EQ(revoked[0].reason, "peer-10: node n1 lost its member x of group \"g1\"");
+  EXPECT_FALSE(m.live(A));
+  EXPECT_FALSE(m.live(D));
+  EXPECT_TRUE(m.live(B) && m.live(C));
+  const auto lost = m.take_lost();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].name, "peer-10");
+  EXPECT_EQ(lost[0].node, "n1");
+  EXPECT_TRUE(m.take_lost().empty());
+  // The survivors' update forms the next epoch without the node.
+  ASSERT_TRUE(m.update(B, 1, 0, t).ok());
+  ASSERT_TRUE(m.update(C, 1, 0, t).ok());
+  expect_announced(m.take_notices(), 2, {B, C});
+}
 
 TEST_F(MembershipTest, FirstEpochWaitsForMinPeersAndTheSettleWindow) {
   Membership::Options o = options();

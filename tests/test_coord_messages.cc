@@ -8,7 +8,7 @@ namespace wccl::coord {
 namespace {
 
 std::vector<Member> sample_ring() {
-  return {{0x1111, {"node-a", "10.1.0.1:7000"}}, {0x2222, {"node-b", "[2001:db8::2]:7000"}}};
+  return {{0x1111, {"node-a", "10.1.0.1:7000", ""}}, {0x2222, {"node-b", "[2001:db8::2]:7000", ""}}};
 }
 
 std::vector<ControlMessage> one_of_each() {
@@ -21,11 +21,11 @@ std::vector<ControlMessage> one_of_each() {
   ControlMessage &join = add(MessageType::kJoin);
   join.peer = 0xabcdef;
   join.group = "gpu3";
-  join.info = {"node-c", "10.1.0.3:7000"};
+  join.info = {"node-c", "10.1.0.3:7000", "machine 3"};
   ControlMessage &rejoin = add(MessageType::kRejoin);
   rejoin.peer = 0x1111;
   rejoin.group = "gpu0";
-  rejoin.info = {"node-a", "10.1.0.1:7000"};
+  rejoin.info = {"node-a", "10.1.0.1:7000", "machine-1"};
   rejoin.epoch = 42;
   rejoin.seq = 17;
   rejoin.ring = sample_ring();
@@ -91,6 +91,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(out.group, m.group);
     EXPECT_EQ(out.info.name, m.info.name);
     EXPECT_EQ(out.info.address, m.info.address);
+    EXPECT_EQ(out.info.node, m.info.node);
     EXPECT_EQ(out.epoch, m.epoch);
     EXPECT_EQ(out.seq, m.seq);
     EXPECT_EQ(out.ring, m.ring);
@@ -150,9 +151,9 @@ TEST(ControlMessages, BadFieldsAreNamed) {
   join.type = MessageType::kJoin;
   join.peer = 1;
   join.group = "g";
-  join.info = {"has space", "a:1"};
+  join.info = {"has space", "a:1", ""};
   expect(encode(join), "name holds a forbidden byte 0x20");
-  join.info = {"ok", std::string("a\n:1")};
+  join.info = {"ok", std::string("a\n:1"), ""};
   expect(encode(join), "address holds a forbidden byte 0x0a");
 
   ControlMessage epoch;

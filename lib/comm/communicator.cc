@@ -51,6 +51,7 @@ Communicator::Communicator(const Config &cfg)
       tree_max_bytes_(static_cast<size_t>(cfg.integer("tree_max_bytes"))) {
   info_.name = cfg.peer_name();
   info_.address = cfg.str("advertise");
+  info_.node = cfg.str("node");
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {

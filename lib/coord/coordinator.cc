@@ -186,6 +186,18 @@ void Coordinator::deliver(const std::string &name) {
     std::shared_ptr<ControlChannel> channel = it->second->channel;  // a failed send can end the session
     (void)channel->send(to_message(n));
   }
+  // A node's communicators are lost together: a loss here is one in the node's other groups too
+  // (whose own losses, delivered in turn, find this group's peers of the node gone already).
+  for (const PeerInfo &lost : m.take_lost()) {
+    if (lost.node.empty()) continue;
+    const std::string reason = format("node %s lost its member %s of group \"%s\"", lost.node.c_str(),
+                                      lost.name.c_str(), name.c_str());
+    for (auto &[other, membership] : groups_) {
+      if (other == name) continue;
+      membership->lose_node(lost.node, reason, Clock::now());
+      deliver(other);
+    }
+  }
 }
 
 void Coordinator::tick() {

@@ -1,6 +1,7 @@
 #include "coord/membership.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "coord/algo_choice.h"
 #include "coord/ring_order.h"
@@ -190,6 +191,19 @@ void Membership::disconnected(PeerId id, Clock::time_point now) {
   maybe_form_first(now);
 }
 
+void Membership::lose_node(const std::string &node, const std::string &reason, Clock::time_point now) {
+  if (node.empty()) return;
+  std::vector<PeerId> of_node;
+  for (const auto &[id, peer] : live_) {
+    if (peer.info.node == node) of_node.push_back(id);
+  }
+  for (PeerId id : of_node) lose(id, reason);
+  maybe_complete_update();
+  maybe_form_first(now);
+}
+
+std::vector<PeerInfo> Membership::take_lost() { return std::exchange(lost_now_, {}); }
+
 void Membership::link_broken(PeerId reporter, PeerId suspect, Clock::time_point now) {
   auto it = live_.find(reporter);
   if (it != live_.end()) it->second.last_seen = now;
@@ -350,6 +364,7 @@ void Membership::lose(PeerId id, const std::string &reason) {
   // UPDATE when its heartbeat after a freeze longer than peer_timeout earns it a kRemoved.
   remember_lost(id, info);
   if (!member) return;
+  lost_now_.push_back(info);
   revoke(id, info.name + ": " + reason);
   // Delivered only if it is still reachable (frozen or cut off rather than dead).
   notify(Notice::Kind::kRemoved, id).reason = "declared lost: " + reason;

@@ -45,6 +45,7 @@ inline constexpr size_t kMaxRingMembers = 4096;  // members and joiners of one g
 struct PeerInfo {
   std::string name;     // for logs
   std::string address;  // where its peer links are accepted ("host:port")
+  std::string node;     // the `node` key: its node's communicators in other groups share it ("": none)
 };
 
 struct Member {
@@ -191,6 +192,13 @@ class Membership {
   LinkEstimate link(PeerId a, PeerId b) const;
   // Applies timeouts (silent peers, unanswered probes, the initial settle window).
   void tick(Clock::time_point now);
+  // Another group lost a communicator of `node` (PeerInfo::node, not ""): this group's peers of
+  // that node, members or joiners, are lost too, for `reason`. A node's communicators go together.
+  void lose_node(const std::string &node, const std::string &reason, Clock::time_point now);
+  // The members declared lost since the last call, for the coordinator to carry each one's loss to
+  // the other groups of its node. (A joiner that goes, such as one whose join timed out, is not a
+  // node's failure: its node's members elsewhere stay.)
+  std::vector<PeerInfo> take_lost();
 
   // Decisions since the last call, in the order they were made, ending with a kPending notice to
   // every member if the number of waiting joiners changed since the last call, or else to every
@@ -271,6 +279,7 @@ class Membership {
   std::map<uint64_t, PeerId> lost_order_;  // the order they were lost in
   uint64_t lost_count_ = 0;
   std::vector<Notice> notices_;
+  std::vector<PeerInfo> lost_now_;  // for take_lost()
   size_t pending_told_ = 0;  // the joiner count the members last heard
   std::set<PeerId> retell_pending_;  // members that reconnected since the last take_notices()
   uint64_t committed_ = 0;   // operations of this epoch committed

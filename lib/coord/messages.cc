@@ -147,6 +147,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.text(m.group);
       w.text(m.info.name);
       w.text(m.info.address);
+      w.text(m.info.node);
       if (m.type == MessageType::kRejoin) {
         w.u64(m.epoch);
         w.u64(m.seq);
@@ -236,6 +237,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       m.group = r.text("group", true);
       m.info.name = r.text("name", true);
       m.info.address = r.text("address", true);
+      m.info.node = r.text("node", false);
       if (m.type == MessageType::kRejoin) {
         m.epoch = r.u64("epoch");
         m.seq = r.u64("committed operation");

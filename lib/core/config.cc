@@ -50,6 +50,9 @@ constexpr KeySpec kKeys[] = {
     {"coordinator", "", Kind::kText, 0, 255, "the coordinator's host:port (peers)"},
     {"group", "default", Kind::kText, 1, 64,
      "peers of one group form one communicator (e.g. one group per local GPU index)"},
+    {"node", "", Kind::kText, 0, 64,
+     "the machine this communicator is one of, named alike by the node's communicators in its other "
+     "groups: the coordinator loses them together (docs/fault-tolerance.md); empty: a node of its own"},
     {"advertise", "", Kind::kText, 0, 255,
      "host:port peers reach this peer's links at; empty: the address it reaches the coordinator from"},
     {"join_timeout_ms", "600000", Kind::kInteger, 1, 86400000, "how long wccl_comm_join waits for admission"},

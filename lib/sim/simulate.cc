@@ -506,7 +506,7 @@ void World::join(int m) {
   ++active;
   to_coordinator(m, m, [this, m](coord::Clock::time_point now) {
     members[static_cast<size_t>(m)].joined = true;
-    (void)membership.join(id(m), {"joiner " + std::to_string(m - first_peers), ""}, now);
+    (void)membership.join(id(m), {"joiner " + std::to_string(m - first_peers), "", ""}, now);
     if (timing) engine.at(engine.now() + work.heartbeat, -1, [this, m, g = timers] { heartbeat(m, g); });
   });
 }
@@ -927,7 +927,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
   for (const Fault &f : work.faults) w.recoveries.push_back({f});
   w.engine.at(0, -1, [&w, n] {
     for (int r = 0; r < n; ++r) {
-      (void)w.membership.join(World::id(r), {"rank " + std::to_string(r), ""}, World::at_time(0));
+      (void)w.membership.join(World::id(r), {"rank " + std::to_string(r), "", ""}, World::at_time(0));
     }
     w.membership.tick(World::at_time(0));
     w.dispatch();

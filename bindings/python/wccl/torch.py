@@ -121,14 +121,17 @@ class ElasticDeviceMesh:
         self.poll = float(poll)
         self.coordinator_grace = float(coordinator_grace)
         self.admit_timeout = float(admit_timeout)
+        ident = torch.tensor([int.from_bytes(os.urandom(7), "little")], dtype=torch.int64)
+        dist.broadcast(ident, src=0, group=self.local_group)
+        self.node_id = int(ident.item())
         config = dict(config)
         config["group"] = f"{group_prefix}{self.local_rank}"
         if "name" in config:
             config["name"] = f"{config['name']}.{self.local_rank}"
+        # The coordinator loses a node's communicators together: a node lost in one group (silent,
+        # failed probe, closed) is lost in all, so its groups never disagree about it.
+        config["node"] = f"{self.node_id:014x}"
         self._config = config
-        ident = torch.tensor([int.from_bytes(os.urandom(7), "little")], dtype=torch.int64)
-        dist.broadcast(ident, src=0, group=self.local_group)
-        self.node_id = int(ident.item())
         self.retreats = 0  # times this node left its groups to be admitted whole (see the module text)
         # Payload bytes this local rank sent in all-reduce attempts that did not commit (a lost peer,
         # a straggler): they cost the link too. The caller reads it and sets it back to 0.
