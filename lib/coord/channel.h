@@ -49,7 +49,6 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   void finish(const Status &why);
   void written();  // one message handed to the kernel, or given up on
 
-
   std::shared_ptr<net::Link> link_;
   OnMessage on_message_;
   OnClose on_close_;

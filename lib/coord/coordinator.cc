@@ -189,7 +189,6 @@ void Coordinator::deliver(const std::string &name) {
   // A node's communicators are lost together: a loss here is one in the node's other groups too
   // (whose own losses, delivered in turn, find this group's peers of the node gone already).
   for (const PeerInfo &lost : m.take_lost()) {
-    if (lost.node.empty()) continue;
     const std::string reason = format("node %s lost its member %s of group \"%s\"", lost.node.c_str(),
                                       lost.name.c_str(), name.c_str());
     for (auto &[other, membership] : groups_) {

@@ -364,7 +364,7 @@ void Membership::lose(PeerId id, const std::string &reason) {
   // UPDATE when its heartbeat after a freeze longer than peer_timeout earns it a kRemoved.
   remember_lost(id, info);
   if (!member) return;
-  lost_now_.push_back(info);
+  if (!info.node.empty()) lost_now_.push_back(info);  // drained by take_lost() after every event
   revoke(id, info.name + ": " + reason);
   // Delivered only if it is still reachable (frozen or cut off rather than dead).
   notify(Notice::Kind::kRemoved, id).reason = "declared lost: " + reason;

@@ -195,8 +195,8 @@ class Membership {
   // Another group lost a communicator of `node` (PeerInfo::node, not ""): this group's peers of
   // that node, members or joiners, are lost too, for `reason`. A node's communicators go together.
   void lose_node(const std::string &node, const std::string &reason, Clock::time_point now);
-  // The members declared lost since the last call, for the coordinator to carry each one's loss to
-  // the other groups of its node. (A joiner that goes, such as one whose join timed out, is not a
+  // The members declared lost since the last call (those with a node), for the coordinator to carry
+  // each one's loss to the other groups of its node. (A joiner that goes, such as one whose join timed out, is not a
   // node's failure: its node's members elsewhere stay.)
   std::vector<PeerInfo> take_lost();
 

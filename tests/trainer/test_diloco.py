@@ -269,6 +269,26 @@ def test_a_node_frozen_from_outside_past_the_peer_timeout(tmp_path):
     assert [f["fault"] for f in summary["faults"]] == ["freeze", "resume"]
 
 
+def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, monkeypatch):
+    """node1 is SIGSTOPped for 4 s, past a 1.5 s op_timeout_ms but within peer_timeout_ms (5 s):
+    node0's all-reduce and then its updates time out while node1 is frozen. node0 updates again
+    each time; it used to retreat (leave its groups and join again), and node1, resumed, then
+    committed the step alone and node0 lost its work of it. Either node1 is in every step, or a
+    probe declares it lost (node0's cancelled all-reduce broke their links), in both of node1's
+    groups at once, and it is admitted again later; once this livelocked when only one group lost
+    it. node0 commits every step, in order; both end identical."""
+    monkeypatch.setenv("WCCL_OP_TIMEOUT_MS", "1500")
+    steps = 12
+    summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--tls", "off", "--freeze",
+                               "node1@2:4", "--", "--outer-steps", str(steps), "--inner-steps", "3", *MODEL,
+                               timeout=300)
+    nodes = summary["nodes"]
+    assert summary["identical"] and [f["fault"] for f in summary["faults"]] == ["freeze", "resume"]
+    assert nodes["node0"]["steps"] == list(range(1, steps + 1)), nodes["node0"]["steps"]
+    contributors = [r["contributors"] for r in records["node0"] if r["event"] == "step"]
+    assert contributors[:2] == [2, 2] and contributors[-1] == 2 and min(contributors) >= 1, contributors
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_node_sigkilled_from_outside_at_a_random_point(tmp_path, seed):
     """Every process of node1 (torchrun and its workers) is SIGKILLed from outside at a point of

@@ -180,11 +180,12 @@ class ElasticDeviceMesh:
     def _call(self, fn: Callable[[], Any]) -> _Call:
         return _Call(lambda: self._through_restarts(fn))
 
-    def _membership(self, call: _Call) -> None:
+    def _membership(self, call: _Call, again: Optional[Callable[[], _Call]] = None) -> None:
         """Waits until the membership call of every local rank is over. The node retreats (module
         text) when some ranks are admitted while others still wait ``admit_skew`` seconds later, or
-        when a rank's call timed out; any other failure, or no admission within ``admit_timeout``
-        seconds, is raised on every local rank."""
+        when a rank's join timed out (an update that timed out is made ``again``: the rank is still
+        a member); any other failure, or no admission within ``admit_timeout`` seconds, is raised
+        on every local rank."""
         first_done: Optional[float] = None
         started = time.monotonic()
         while True:
@@ -193,6 +194,11 @@ class ElasticDeviceMesh:
                 self.comm, call.result = call.result, None  # a join that admitted this rank
             failed = done and call.error is not None
             fatal = failed and not isinstance(call.error, WcclTimeoutError)
+            if failed and not fatal and again is not None:
+                # An update that timed out (a barrier waiting for a frozen or slow node): this rank
+                # is still a member of its epoch, so it waits at the barrier again rather than
+                # retreating, which would leave the frozen node to commit the step alone.
+                call, done, failed = again(), False, False
             late = first_done is not None and time.monotonic() - first_done > self.admit_skew
             expired = time.monotonic() - started > self.admit_timeout
             states = self.gather([int(done), int(failed), int(fatal), int(late), int(expired)])
@@ -228,7 +234,10 @@ class ElasticDeviceMesh:
         """Every local rank updates its group (``wccl_comm_update``): a new epoch with the
         survivors and the admitted joiners; returns once the whole node is in it."""
         comm = self.comm
-        self._membership(self._call(comm.update if comm is not None else self._join))
+        if comm is None:
+            self._membership(self._call(self._join))
+        else:
+            self._membership(self._call(comm.update), again=lambda: self._call(comm.update))
 
     def pending(self) -> int:
         """The fewest joiners any of this node's groups has waiting (a joining node is waited for
