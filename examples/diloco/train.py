@@ -243,7 +243,7 @@ class Trainer:
         for step in sorted(steps, reverse=True):
             state, path = None, None
             for f in found[step]:
-                candidate = torch.load(f, weights_only=True)
+                candidate = torch.load(f, weights_only=True, mmap=True)  # another configuration's is not read whole
                 if candidate["fingerprint"] == self.fingerprint:
                     state, path = candidate, f
                     break

@@ -178,8 +178,8 @@ def test_a_job_resumes_from_its_checkpoints(tmp_path):
     kept = sorted(p.name for p in (ckpt / "node0" / "rank1").iterdir())
     assert kept == ["step-00000002.pt", "step-00000003.pt"]
     # Another job of another configuration shares the directory and reached step 3 too: its files
-    # are passed over, not taken as "no step 3 here" (16 of its nodes, so that a directory listing
-    # in any order meets one before ours).
+    # are passed over, not taken as "no step 3 here" (16 of its nodes: in whatever order the
+    # directory lists them, one almost surely comes before ours, which the old code then took alone).
     import torch
     for rank in (0, 1):
         state = torch.load(ckpt / "node0" / f"rank{rank}" / "step-00000003.pt", weights_only=True)

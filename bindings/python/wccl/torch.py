@@ -237,7 +237,9 @@ class ElasticDeviceMesh:
         if comm is None:
             self._membership(self._call(self._join))
         else:
-            self._membership(self._call(comm.update), again=lambda: self._call(comm.update))
+            def again() -> _Call:  # the call, and the one made again after a timeout
+                return self._call(comm.update)
+            self._membership(again(), again=again)
 
     def pending(self) -> int:
         """The fewest joiners any of this node's groups has waiting (a joining node is waited for
