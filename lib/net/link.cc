@@ -42,8 +42,8 @@ void LinkState::close(Status why) {
 }
 
 void LinkState::do_send(SendOp op) {
-  if (state_ == State::kClosed) {
-    defer([done = std::move(op.done), err = error_] { done(err); });
+  if (state_ == State::kClosed || peer_closing_) {
+    defer([done = std::move(op.done), err = state_ == State::kClosed ? error_ : peer_closed_why_] { done(err); });
     return;
   }
   sends_.push_back(std::move(op));
@@ -80,7 +80,7 @@ void LinkState::do_recv(const MessageKey &key, RecvOp op) {
 // one frame_bytes of its writes unfinished (not yet taken by its socket, which itself holds at most
 // kUnsentBytes unsent), so a frame is queued behind little and a slower stream takes fewer.
 void LinkState::pump() {
-  if (state_ != State::kOpen) return;
+  if (state_ != State::kOpen || peer_closing_) return;
   const size_t window = core_->opt.frame_bytes;
   while (next_cut_ != sends_.end()) {
     Stream *s = nullptr;
@@ -250,10 +250,7 @@ void LinkState::fail(const Status &cause) {
   std::shared_ptr<LinkState> keep = shared_from_this();
   const bool was_setup = state_ == State::kSetup;
   state_ = State::kClosed;
-  // Whoever waits on the link learns which peer it led to: a stream's error names an address only.
-  const Status why = peer_name_.empty() || cause.message().find(peer_name_) != std::string::npos
-                         ? cause
-                         : cause.with_context("link with " + peer_name_);
+  const Status why = about_peer(cause);
   error_ = why;
   const LogLevel level = was_setup ? LogLevel::kWarn : LogLevel::kInfo;
   if (core_->log.enabled(level)) {
@@ -283,6 +280,44 @@ void LinkState::fail(const Status &cause) {
   core_->links.erase(keep);
 }
 
+// Whoever waits on the link learns which peer it led to: a stream's error names an address only.
+Status LinkState::about_peer(const Status &cause) const {
+  return peer_name_.empty() || cause.message().find(peer_name_) != std::string::npos
+             ? cause
+             : cause.with_context("link with " + peer_name_);
+}
+
+void LinkState::peer_closing(Stream *ended, const Status &why) {
+  if (state_ != State::kOpen) return;
+  if (ended != nullptr) ended->ended_ = true;
+  if (!peer_closing_) {
+    peer_closing_ = true;
+    peer_closed_why_ = about_peer(why);
+    peer_closed_at_ = Clock::now();
+    WCCL_LOG(core_->log, kDebug, "link %s %s: the peer is closing (%s); delivering what it sent",
+             is_client_ ? "to" : "from", peer_address_.c_str(), why.to_string().c_str());
+    // Frames still being written are forgotten: on_write skips them once the peer is closing.
+    for (SendOp &op : sends_) defer([done = std::move(op.done), err = peer_closed_why_] { done(err); });
+    sends_.clear();
+    next_cut_ = sends_.end();
+  }
+  // After the completions already due: a callback that posts the next receive resumes a stream
+  // parked on it.
+  defer([self = shared_from_this()] { self->check_drained(); });
+}
+
+void LinkState::stream_parked() {
+  if (peer_closing_) defer([self = shared_from_this()] { self->check_drained(); });
+}
+
+void LinkState::check_drained() {
+  if (state_ != State::kOpen) return;
+  for (Stream *s : streams_) {
+    if (s != nullptr && !s->ended_ && !s->parked()) return;
+  }
+  fail(peer_closed_why_);
+}
+
 void LinkState::check_timeouts(Clock::time_point now) {
   if (state_ == State::kSetup) {
     if (now >= setup_deadline_) {
@@ -291,6 +326,10 @@ void LinkState::check_timeouts(Clock::time_point now) {
                       static_cast<long long>(core_->opt.connect_timeout.count())));
     }
     return;
+  }
+  if (state_ == State::kOpen && peer_closing_ && now - peer_closed_at_ >= core_->opt.io_timeout) {
+    return fail(peer_closed_why_.with_context(format("not drained %lld ms after the peer began closing",
+                                                     static_cast<long long>(core_->opt.io_timeout.count()))));
   }
   if (state_ != State::kOpen || now - last_rx_ < core_->opt.io_timeout) return;
   // Silence counts only while the peer owes bytes: a frame or a message has started to arrive.

@@ -76,6 +76,12 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   // Where the data frame h goes (*dst), or kPark: no receive for it yet; the stream waits.
   Result<RxBegin> rx_begin(Stream *stream, const FrameHeader &h, uint8_t **dst);
   void rx_done(const FrameHeader &h);
+  // The peer closed or reset the link (a stream read its end, or a write found it gone): every
+  // send fails now, and the link fails once drained (see link.h). `ended`: the stream that read
+  // its end (null for a write).
+  void peer_closing(Stream *ended, const Status &why);
+  // A stream parked: when the peer is closing, the link may now be drained.
+  void stream_parked();
   void check_timeouts(Clock::time_point now);
 
   std::shared_ptr<Core> core_;
@@ -96,6 +102,9 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   std::atomic<uint32_t> min_rtt_us_{0};
   std::atomic<uint64_t> delivery_rate_{0};
   Clock::time_point tcp_sampled_{};
+  bool peer_closing_ = false;  // see peer_closing()
+  Status peer_closed_why_;
+  Clock::time_point peer_closed_at_{};
 
  private:
   void do_send(SendOp op);
@@ -103,6 +112,10 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   void pump();
   void sample_tcp(bool all_streams_busy);
   void defer(std::function<void()> fn);
+  // Fails the link (peer_closed_why_) if no stream can deliver more: each has ended or is parked.
+  void check_drained();
+  // cause, naming the peer this link leads to where it does not already.
+  Status about_peer(const Status &cause) const;
 
   std::list<SendOp> sends_;
   std::list<SendOp>::iterator next_cut_ = sends_.end();  // first op with bytes not yet in a frame

@@ -91,12 +91,19 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
   if (nread < 0) {
     const bool mid_frame = s->mid_frame();
     s->reset_ = nread == UV_ECONNRESET;
-    if (nread == UV_EOF) {
-      s->fail(WCCL_ERROR(WCCL_ERR_IO, "peer %s closed the connection%s", s->peer_.c_str(),
-                         mid_frame ? " in the middle of a frame" : ""));
+    const Status why = nread == UV_EOF
+                           ? WCCL_ERROR(WCCL_ERR_IO, "peer %s closed the connection%s", s->peer_.c_str(),
+                                        mid_frame ? " in the middle of a frame" : "")
+                           : WCCL_ERROR(io_code(static_cast<int>(nread)), "read from %s: %s", s->peer_.c_str(),
+                                        uv_strerror(static_cast<int>(nread)));
+    // The peer's kernel closed this connection between frames: the link's other streams may still
+    // hold what the peer wrote before it closed them.
+    if (!mid_frame && s->link_ != nullptr && s->link_->state_ == LinkState::State::kOpen &&
+        (nread == UV_EOF || s->reset_)) {
+      s->stop_reading();
+      s->link_->peer_closing(s, why);
     } else {
-      s->fail(WCCL_ERROR(io_code(static_cast<int>(nread)), "read from %s: %s", s->peer_.c_str(),
-                         uv_strerror(static_cast<int>(nread))));
+      s->fail(why);
     }
   } else if (nread > 0) {
     const size_t n = static_cast<size_t>(nread);
@@ -220,6 +227,7 @@ void Stream::begin_data() {
   if (!r.ok()) return fail(r.status().with_context(format("frame from %s", peer_.c_str())));
   if (r.value() == LinkState::RxBegin::kPark) {
     rx_ = Rx::kAwaitDest;
+    link_->stream_parked();
     return;
   }
   left_ = cur_.length;
@@ -334,9 +342,16 @@ void Stream::on_write(uv_write_t *r, int status) {
   LinkState *link = s->link_;
   if (link == nullptr || s->closing_) return;  // the link already failed and released its ops
   std::shared_ptr<LinkState> keep = link->shared_from_this();
-  if (status < 0) {
+  if (link->peer_closing_) {
+    // Its op failed when the peer began closing; the stream's reads end it.
+  } else if (status < 0) {
     s->reset_ = status == UV_ECONNRESET || status == UV_EPIPE;
-    s->fail(WCCL_ERROR(io_code(status), "write to %s: %s", s->peer_.c_str(), uv_strerror(status)));
+    const Status why = WCCL_ERROR(io_code(status), "write to %s: %s", s->peer_.c_str(), uv_strerror(status));
+    if (s->reset_ && link->state_ == LinkState::State::kOpen) {
+      link->peer_closing(nullptr, why);  // what the peer wrote before it went may still be unread
+    } else {
+      s->fail(why);
+    }
   } else if (req->op != nullptr) {
     link->frame_sent(req->op, req->frame_len);
   }

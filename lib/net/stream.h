@@ -42,6 +42,8 @@ class Stream {
   // reset: with a TCP reset (a refusal the peer can tell from a closed connection).
   void close(bool reset = false);
   bool mid_frame() const { return rx_ == Rx::kPayload || (rx_ == Rx::kHeader && hdr_got_ > 0); }
+  // Waiting for a receive of the frame it has begun (reading stopped).
+  bool parked() const { return rx_ == Rx::kAwaitDest; }
   // The peer certificate's subject; "" for plaintext.
   std::string peer_subject() const;
 
@@ -55,6 +57,7 @@ class Stream {
   std::string host_;              // pending (server) streams only: the peer's address
   bool heard_ = false;            // any byte arrived from the peer
   bool reset_ = false;            // the peer reset the connection (RST)
+  bool ended_ = false;            // the peer closed it between frames; all it sent was read
   std::function<void(std::shared_ptr<Link>)> on_link_;  // pending (server) streams only
   std::string peer_;
   size_t tx_in_flight_ = 0;
