@@ -196,6 +196,51 @@ TEST(WireRoundtrip, IsWhatTheWireKeepsAndRefusesWithoutWriting) {
   EXPECT_EQ(wccl_wire_roundtrip(nullptr, nullptr, 0, WCCL_WIRE_INT8), WCCL_OK);
 }
 
+// On device memory (an emulated GPU, whose streams run only when synchronized): the GPU's
+// roundtrip is the host's bit for bit, runs after the work already queued on the default stream,
+// frees its scratch, and refuses without writing.
+TEST(WireRoundtrip, OnAGpuIsTheHostsAfterTheDefaultStreamsWork) {
+  wccl::test::EmulatedGpu gpu;
+  gpu.install();
+  std::vector<float> x(3000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 101) * 0.01f - 0.5f;
+  const size_t bytes = x.size() * sizeof(float);
+  const std::vector<float> sevens(x.size(), 7.0f);
+  void *din = gpu.alloc_copy(sevens.data(), bytes);
+  void *dout = gpu.alloc_copy(sevens.data(), bytes);
+  ASSERT_TRUE(gpu.copy(din, x.data(), bytes, nullptr).ok());  // queued, not run yet
+  auto read = [&](void *p) {
+    std::vector<float> v(x.size());
+    const std::vector<uint8_t> b = gpu.read(p, bytes);
+    std::memcpy(v.data(), b.data(), bytes);
+    return v;
+  };
+  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_FP8, WCCL_WIRE_BF16, WCCL_WIRE_FP16, WCCL_WIRE_NATIVE}) {
+    std::vector<float> want(x.size());
+    ASSERT_EQ(wccl_wire_roundtrip(x.data(), want.data(), x.size(), w), WCCL_OK) << wccl_last_error();
+    ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout), x.size(), w), WCCL_OK)
+        << wccl_last_error();
+    EXPECT_EQ(read(dout), want) << w;
+  }
+  ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(dout), static_cast<float *>(dout), x.size(), WCCL_WIRE_INT8),
+            WCCL_OK) << wccl_last_error();
+  std::vector<float> want(x.size());
+  ASSERT_EQ(wccl_wire_roundtrip(x.data(), want.data(), x.size(), WCCL_WIRE_INT8), WCCL_OK);
+  EXPECT_EQ(read(dout), want) << "in place";
+  x[2222] = std::nanf("");
+  gpu.write(din, x.data(), bytes);
+  EXPECT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout), x.size(), WCCL_WIRE_FP8),
+            WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("element 2222 is NaN"), std::string::npos) << wccl_last_error();
+  EXPECT_EQ(read(dout), want) << "a refused roundtrip writes nothing";
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), static_cast<float *>(dout), x.size(), WCCL_WIRE_INT8), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("in is in host memory and out in emulated-gpu"), std::string::npos)
+      << wccl_last_error();
+  gpu.free(din);
+  gpu.free(dout);
+  EXPECT_EQ(gpu.live_allocations(), 0u);
+}
+
 }  // namespace
 
 namespace {

@@ -278,9 +278,11 @@ typedef enum wccl_compress {
 
 /* What `wire` keeps of count F32 elements: each encoded as one member's contribution is on its
  * first hop and decoded again, written to out (which may equal in); NATIVE copies. For error
- * feedback in a trainer (the residual in - out is added to the next contribution). Host memory
- * only (INVALID_ARGUMENT for device memory, as for a NaN or Inf on INT8, INT4 and FP8, which
- * names the element and leaves out as it was). */
+ * feedback in a trainer (the residual in - out is added to the next contribution). in and out are
+ * both host memory, or both memory of one GPU: the GPU then encodes and decodes, bit for bit as
+ * the CPU would, on the default CUDA stream after the work queued there, and the call returns once
+ * out is written (work on another stream must be synchronized first). INVALID_ARGUMENT for a NaN
+ * or Inf on INT8, INT4 and FP8, naming the element, with out left as it was. */
 WCCL_API wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire);
 
 /* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later

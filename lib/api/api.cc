@@ -388,14 +388,41 @@ wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, vo
   return reduce_scatter("wccl_ireduce_scatter", req, true, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
 
+namespace wccl {
+namespace {
+
+// wccl_wire_roundtrip on one GPU's memory: encoded into device scratch and decoded into out by the
+// GPU, on the legacy default stream (after the work queued there), waited for.
+Status device_roundtrip(gpu::Device &dev, codec::Wire w, const float *in, float *out, size_t count) {
+  if (w == codec::Wire::kNative) {
+    if (in != out) WCCL_RETURN_IF_ERROR(dev.copy(out, in, count * sizeof(float), nullptr));
+    return dev.synchronize(nullptr);
+  }
+  void *scratch = nullptr;
+  WCCL_RETURN_IF_ERROR(dev.alloc(&scratch, codec::wire_size(w, count)));
+  auto *bytes = static_cast<uint8_t *>(scratch);
+  Status st = dev.encode(w, in, count, bytes, 0, nullptr);  // waits: names a value it cannot encode
+  if (st.ok()) st = dev.decode(w, bytes, count, out, nullptr);
+  const Status synced = dev.synchronize(nullptr);  // before the scratch goes
+  dev.free(scratch);
+  return st.ok() ? synced : st;
+}
+
+}  // namespace
+}  // namespace wccl
+
 wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire) {
   return wccl::api_call([&]() -> wccl::Status {
     const int w = wccl::enum_value(&wire);
     WCCL_CHECK_ARG(w >= 0 && w < wccl::codec::kWireCount, "wccl_wire_roundtrip: wire %d is not a wccl_wire_t", w);
     WCCL_CHECK_ARG(count == 0 || (in != nullptr && out != nullptr), "wccl_wire_roundtrip: in or out is NULL");
-    WCCL_CHECK_ARG(count == 0 || (wccl::gpu::device_of(in) == nullptr && wccl::gpu::device_of(out) == nullptr),
-                   "wccl_wire_roundtrip: in or out is device memory; it takes host memory");
+    if (count == 0) return wccl::Status();
     const auto codec_wire = static_cast<wccl::codec::Wire>(w);
+    wccl::gpu::Device *in_dev = wccl::gpu::device_of(in), *out_dev = wccl::gpu::device_of(out);
+    WCCL_CHECK_ARG(in_dev == out_dev, "wccl_wire_roundtrip: in is in %s and out in %s; both must be on one device "
+                   "or both in host memory", in_dev != nullptr ? in_dev->name().c_str() : "host memory",
+                   out_dev != nullptr ? out_dev->name().c_str() : "host memory");
+    if (in_dev != nullptr) return wccl::device_roundtrip(*in_dev, codec_wire, in, out, count);
     std::vector<uint8_t> bytes(wccl::codec::wire_size(codec_wire, count));
     WCCL_RETURN_IF_ERROR(wccl::codec::encode(codec_wire, in, count, bytes.data()));
     return wccl::codec::decode(codec_wire, bytes.data(), bytes.size(), count, out);

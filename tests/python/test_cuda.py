@@ -130,6 +130,31 @@ def test_ordered_after_the_callers_stream(members):
         assert torch.equal(t, torch.full((1 << 22,), 3.0))
 
 
+@pytest.mark.parametrize("wire", list(wccl.Wire))
+def test_wire_roundtrip_on_the_gpu_is_the_cpus(wire):
+    """Error feedback on CUDA tensors: the GPU's roundtrip is the CPU's bit for bit, out of place
+    (after a side stream's pending write) and in place; a NaN on a block wire leaves out as it was."""
+    x = inputs(0, (1 << 16) + 3, torch.float32, 5) * 1e-3
+    want = wccl.wire_roundtrip(x.clone(), wire)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        dev = torch.zeros_like(x, device="cuda")
+        torch.cuda._sleep(20_000_000)  # the input is written only after some GPU time
+        dev.copy_(x)
+        out = torch.full_like(dev, 7.0)
+        assert wccl.wire_roundtrip(dev, wire, out=out) is out
+        assert torch.equal(out.cpu().view(torch.uint8), want.view(torch.uint8))
+        wccl.wire_roundtrip(dev, wire)
+        assert torch.equal(dev.cpu().view(torch.uint8), want.view(torch.uint8))
+    if wire in (wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.FP8):
+        bad = x.cuda()
+        bad[1234] = float("nan")
+        before = out.clone()
+        with pytest.raises(wccl.InvalidArgumentError, match="element 1234 is NaN"):
+            wccl.wire_roundtrip(bad, wire, out=out)
+        assert torch.equal(out, before)
+
+
 def test_cuda_tensors_in_sync_state(members):
     def fn(comm):
         w = torch.arange(100000, dtype=torch.float32, device="cuda") * (comm.rank == 0)

@@ -383,17 +383,21 @@ class Communicator:
 
 
 def wire_roundtrip(tensor: Any, wire: Wire, *, out: Any = None) -> Any:
-    """What ``wire`` keeps of an F32 CPU tensor or array (encoded as one member's contribution and
+    """What ``wire`` keeps of an F32 tensor or array (encoded as one member's contribution and
     decoded again), written to ``out`` (default: in place); returns ``out``. For error feedback: the
-    residual ``tensor - result`` goes into the next contribution."""
+    residual ``tensor - result`` goes into the next contribution. CUDA tensors (``out`` on the same
+    GPU) are encoded and decoded by the GPU, bit for bit as on the CPU, after this call synchronizes
+    their current stream."""
     send = export(tensor, out is None, "tensor")
     recv = export(out, True, "out") if out is not None else send
     try:
         _same_shape(send, recv, send.count, "out")
         if send.dtype != DType.F32:
             raise TypeError(f"wccl: wire_roundtrip takes float32 data, not {send.dtype.name}")
-        if send.cuda:
-            raise ValueError("wccl: wire_roundtrip takes CPU tensors (copy a CUDA tensor to the host first)")
+        for b in (send, recv):
+            if b.cuda:
+                import torch
+                torch.cuda.current_stream(b.owner.device).synchronize()
         check(lib.wccl_wire_roundtrip(send.ptr, recv.ptr, send.count, int(wire)))
     finally:
         send.release()
