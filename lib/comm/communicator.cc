@@ -59,6 +59,7 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "config key coordinator (the coordinator's host:port) is not set");
   }
   std::unique_ptr<Communicator> c(new Communicator(cfg));
+  if (!cfg.flag("tls")) WCCL_LOG(c->log_, kWarn, "tls=off: links are neither encrypted nor authenticated");
   auto transport = net::Transport::create(cfg);
   if (!transport.ok()) return transport.status();
   c->transport_ = std::move(transport).value();

@@ -21,6 +21,9 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
   std::unique_ptr<Coordinator> c(new Coordinator(cfg));
+  if (!cfg.flag("tls")) {
+    WCCL_LOG(c->log_, kWarn, "tls=off: links to the coordinator are neither encrypted nor authenticated");
+  }
   auto transport = net::Transport::create(cfg);
   if (!transport.ok()) return transport.status();
   c->transport_ = std::move(transport).value();

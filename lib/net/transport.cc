@@ -296,8 +296,6 @@ Result<std::unique_ptr<Transport>> Transport::create(const Config &cfg) {
     Result<std::shared_ptr<TlsContext>> tls = TlsContext::create(cfg);
     if (!tls.ok()) return tls.status();
     core->tls = std::move(tls).value();
-  } else {
-    WCCL_LOG(core->log, kWarn, "tls=off: links are neither encrypted nor authenticated");
   }
   Result<std::unique_ptr<Loop>> loop = Loop::start(core->log);
   if (!loop.ok()) return loop.status();
