@@ -57,22 +57,55 @@ __device__ int32_t order_key(uint32_t bits) {
 }
 __device__ float from_order_key(int32_t key) { return __uint_as_float(static_cast<uint32_t>(key ^ ((key >> 31) & 0x7fffffff))); }
 
-// One thread block per wire block. `bad` receives the smallest index that stops the encoding
-// (ULLONG_MAX if none), as the CPU's encoder returns it: the first non-finite element, or the
-// first element of a block that does not fit (INT8/INT4: its range exceeds the float range; FP8:
-// a magnitude of 2^127 or more). The uniform wires scan the order keys' minimum and maximum, FP8
-// the largest magnitude's bits (kept in kmax).
+// The scale, offset and quantizing multiplier (0: every code 0) of a wire block from its scan: the
+// order keys' minimum and maximum, or (FP8) the largest magnitude's bits in kmax. False: the
+// block's range does not fit in a float (INT8, INT4), and nothing of it is encoded.
+template <Wire W>
+__device__ bool block_params(int32_t kmin, int32_t kmax, float *scale_out, float *offset_out, float *inv_out) {
+  if constexpr (W == Wire::kFp8) {
+    const int e = codec::fp8_scale_exponent(static_cast<uint32_t>(kmax));
+    *scale_out = codec::fp8_pow2(e);
+    *offset_out = 0.0f;
+    *inv_out = codec::fp8_pow2(-e);
+    return true;
+  } else {
+    constexpr auto top = static_cast<float>(levels<W>());
+    const float lo = from_order_key(kmin), hi = from_order_key(kmax);
+    const float range = __fsub_rn(hi, lo);
+    float scale = __fdiv_rn(range, top);
+    const float offset = __fadd_rn(lo, 0.0f);
+    if (!(range <= FLT_MAX) || !(__fadd_rn(offset, __fmul_rn(top, scale)) <= FLT_MAX)) return false;
+    if (!(scale >= FLT_MIN)) scale = 0.0f;
+    *scale_out = scale;
+    *offset_out = offset;
+    *inv_out = scale > 0.0f ? __frcp_rn(scale) : 0.0f;
+    return true;
+  }
+}
+
+// One wire block per group of F.block / kPerThread threads: a thread block of its own (INT8 and
+// FP8: 256 threads), or one warp of a thread block of kThreads (INT4: 32 threads, 8 wire blocks a
+// thread block, warp-synchronous, as one warp per thread block left most of each SM idle).
+// `bad` receives the smallest index that stops the encoding (ULLONG_MAX if none), as the CPU's
+// encoder returns it: the first non-finite element, or the first element of a block that does
+// not fit (INT8/INT4: its range exceeds the float range; FP8: a magnitude of 2^127 or more). The
+// uniform wires scan the order keys' minimum and maximum, FP8 the largest magnitude's bits (kept
+// in kmax).
 template <Wire W>
 __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst, unsigned long long *bad) {
   constexpr codec::BlockFormat F = format<W>();
-  constexpr int kT = static_cast<int>(F.block) / kPerThread;
-  const size_t base = static_cast<size_t>(blockIdx.x) * F.block;
+  constexpr int kT = static_cast<int>(F.block) / kPerThread;  // threads of one wire block
+  constexpr bool kWarp = kT == 32;
+  const size_t wire_block = kWarp ? static_cast<size_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32 : blockIdx.x;
+  const size_t base = wire_block * F.block;
+  if (kWarp && base >= n) return;  // the whole warp: past the last wire block
+  const int t = static_cast<int>(kWarp ? threadIdx.x % 32 : threadIdx.x);
   const int k = static_cast<int>(n - base < F.block ? n - base : F.block);
   float v[kPerThread];
   int32_t kmin = INT_MAX, kmax = INT_MIN;
   int non_finite = 0, too_big = 0;
   for (int e = 0; e < kPerThread; ++e) {
-    const int j = static_cast<int>(threadIdx.x) + e * kT;
+    const int j = t + e * kT;
     v[e] = 0.0f;
     if (j >= k) continue;
     v[e] = src[base + j];
@@ -91,62 +124,56 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
       atomicMin(bad, static_cast<unsigned long long>(base + j));
     }
   }
-  if (__syncthreads_or(non_finite)) return;
-  if (__syncthreads_or(too_big)) {
-    if (threadIdx.x == 0) atomicMin(bad, static_cast<unsigned long long>(base));
+  if (kWarp ? __any_sync(0xffffffffu, non_finite) : __syncthreads_or(non_finite)) return;
+  if (kWarp ? __any_sync(0xffffffffu, too_big) : __syncthreads_or(too_big)) {
+    if (t == 0) atomicMin(bad, static_cast<unsigned long long>(base));
     return;
   }
-  for (int off = 16; off > 0; off >>= 1) {
+  for (int off = 16; off > 0; off >>= 1) {  // every lane ends with its warp's minimum and maximum
     const int32_t a = __shfl_xor_sync(0xffffffffu, kmin, off), b = __shfl_xor_sync(0xffffffffu, kmax, off);
     kmin = a < kmin ? a : kmin;
     kmax = kmax < b ? b : kmax;
   }
-  __shared__ int32_t smin[kT / 32], smax[kT / 32];
-  __shared__ float params[3];  // scale, offset, the multiplier that quantizes (0: every code 0)
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  if (threadIdx.x % 32 == 0) {
-    smin[warp] = kmin;
-    smax[warp] = kmax;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kT / 32; ++w) {
-      kmin = smin[w] < kmin ? smin[w] : kmin;
-      kmax = kmax < smax[w] ? smax[w] : kmax;
+  float scale = 0.0f, offset = 0.0f, inv = 0.0f;
+  if constexpr (kWarp) {
+    // Every lane holds the block's scan and computes the same parameters.
+    if (!block_params<W>(kmin, kmax, &scale, &offset, &inv)) {
+      if (t == 0) atomicMin(bad, static_cast<unsigned long long>(base));
+      return;
     }
-    if constexpr (W == Wire::kFp8) {
-      const int e = codec::fp8_scale_exponent(static_cast<uint32_t>(kmax));
-      params[0] = codec::fp8_pow2(e);
-      params[1] = 0.0f;
-      params[2] = codec::fp8_pow2(-e);
-    } else {
-      constexpr auto top = static_cast<float>(levels<W>());
-      const float lo = from_order_key(kmin), hi = from_order_key(kmax);
-      const float range = __fsub_rn(hi, lo);
-      float scale = __fdiv_rn(range, top);
-      const float offset = __fadd_rn(lo, 0.0f);
-      if (!(range <= FLT_MAX) || !(__fadd_rn(offset, __fmul_rn(top, scale)) <= FLT_MAX)) {
-        atomicMin(bad, static_cast<unsigned long long>(base));
-        scale = -1.0f;  // tells the block to stop
-      } else if (!(scale >= FLT_MIN)) {
-        scale = 0.0f;
+  } else {
+    __shared__ int32_t smin[kT / 32], smax[kT / 32];
+    __shared__ float params[3];  // scale, offset, inv; scale -1: the block does not fit
+    const int warp = t / 32;
+    if (t % 32 == 0) {
+      smin[warp] = kmin;
+      smax[warp] = kmax;
+    }
+    __syncthreads();
+    if (t == 0) {
+      for (int w = 1; w < kT / 32; ++w) {
+        kmin = smin[w] < kmin ? smin[w] : kmin;
+        kmax = kmax < smax[w] ? smax[w] : kmax;
       }
-      params[0] = scale;
-      params[1] = offset;
-      params[2] = scale > 0.0f ? __frcp_rn(scale) : 0.0f;
+      if (!block_params<W>(kmin, kmax, &params[0], &params[1], &params[2])) {
+        atomicMin(bad, static_cast<unsigned long long>(base));
+        params[0] = -1.0f;
+      }
     }
+    __syncthreads();
+    scale = params[0];
+    offset = params[1];
+    inv = params[2];
+    if (scale < 0.0f) return;
   }
-  __syncthreads();
-  const float scale = params[0], offset = params[1], inv = params[2];
-  if (scale < 0.0f) return;
-  uint8_t *out = dst + static_cast<size_t>(blockIdx.x) * F.block_bytes(F.block);
-  if (threadIdx.x == 0) {
+  uint8_t *out = dst + wire_block * F.block_bytes(F.block);
+  if (t == 0) {
     memcpy(out, &scale, 4);
     if constexpr (F.header == 8) memcpy(out + 4, &offset, 4);
   }
   uint8_t *codes = out + F.header;
   for (int e = 0; e < kPerThread; ++e) {
-    const int j = static_cast<int>(threadIdx.x) + e * kT;
+    const int j = t + e * kT;
     uint32_t code = 0;
     if (j < k) {
       if constexpr (W == Wire::kFp8) {
@@ -396,9 +423,11 @@ Status synchronize(void *stream) { return cuda_status(cudaStreamSynchronize(as_s
 template <Wire W>
 Status launch_encode(const float *src, size_t n, uint8_t *dst, void *stream, unsigned long long *bad) {
   constexpr codec::BlockFormat F = format<W>();
+  constexpr unsigned kT = F.block / kPerThread;  // threads of one wire block (see the kernel)
   const size_t blocks = (n + F.block - 1) / F.block;
-  block_encode_kernel<W><<<static_cast<unsigned>(blocks), static_cast<unsigned>(F.block / kPerThread), 0, as_stream(stream)>>>(
-      src, n, dst, bad);
+  const size_t per_cta = kT == 32 ? kThreads / 32 : 1;
+  block_encode_kernel<W><<<static_cast<unsigned>((blocks + per_cta - 1) / per_cta), kT == 32 ? kThreads : kT, 0,
+                           as_stream(stream)>>>(src, n, dst, bad);
   return cuda_status(cudaGetLastError(), "block encode kernel");
 }
 
