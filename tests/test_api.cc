@@ -329,7 +329,7 @@ TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->size");
   o = wccl_opts_default();
   o.wire = WCCL_WIRE_INT8;
-  expect(wccl_allreduce(v, v, 2, WCCL_F64, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "int8 wire carries f32 elements, not f64");
+  expect(wccl_allreduce(v, v, 2, WCCL_F64, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "int8 wire carries f32, f16 and bf16 elements, not f64");
   o.wire = WCCL_WIRE_FP8 + 1;
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->wire 6");
   o = wccl_opts_default();

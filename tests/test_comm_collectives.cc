@@ -45,6 +45,13 @@ Status run_op(Communicator *comm, const Collective &c, OpStats *stats = nullptr)
   return comm->wait(op.value(), stats);
 }
 
+// The communicators in rank order.
+std::vector<Communicator *> by_rank_of(const std::vector<std::unique_ptr<Communicator>> &comms) {
+  std::vector<Communicator *> by_rank(comms.size());
+  for (auto &c : comms) by_rank[static_cast<size_t>(c->rank())] = c.get();
+  return by_rank;
+}
+
 // Payload bytes this communicator has received on its links of the current epoch.
 uint64_t received(Communicator *c) {
   std::map<int, std::shared_ptr<net::Link>> links;
@@ -69,8 +76,7 @@ class CollectivesTest : public CommFourTest {};
 TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);
-  std::vector<Communicator *> by_rank(4);
-  for (auto &c : comms) by_rank[static_cast<size_t>(c->rank())] = c.get();
+  std::vector<Communicator *> by_rank = by_rank_of(comms);
   const int n = 4;
   struct Case {
     Kind kind;
@@ -132,8 +138,7 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
 TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);
-  std::vector<Communicator *> by_rank(4);
-  for (auto &c : comms) by_rank[static_cast<size_t>(c->rank())] = c.get();
+  std::vector<Communicator *> by_rank = by_rank_of(comms);
   const int n = 4;
   const size_t count = 1000003;
   auto run_all = [&](codec::Wire w, algo::Algo a, std::vector<std::vector<float>> &io, std::vector<Status> &st,
@@ -190,6 +195,98 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
       EXPECT_EQ(st[r].code(), WCCL_ERR_PEER_LOST) << "rank " << r << ": " << st[r].to_string();
     }
     EXPECT_EQ(std::memcmp(io[r].data(), before[r].data(), count * 4), 0) << "rank " << r << " buffer changed";
+  }
+}
+
+// F16 and BF16 data on the coded wires: each member widens its input to F32 exactly, the F32
+// collective runs, and the committed result is rounded once into its output. So a half collective
+// equals the same F32 collective on the widened inputs, rounded, bit for bit on every member; a
+// NaN on a block wire fails it everywhere with buffers untouched.
+TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  std::vector<Communicator *> by_rank = by_rank_of(comms);
+  const int n = 4;
+  // Runs c on every member with in[r] and out[r] (bytes), returning each member's status.
+  auto run_all = [&](Collective c, std::vector<std::vector<uint8_t>> &in, std::vector<std::vector<uint8_t>> &out) {
+    std::vector<Status> st(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      c.in = in[r].data();
+      c.out = out[r].data();
+      threads.emplace_back([&, r, c] { st[r] = run_op(by_rank[r], c); });
+    }
+    for (auto &t : threads) t.join();
+    return st;
+  };
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-3.0f, 2.0f);
+  struct Case {
+    Kind kind;
+    algo::Algo a;
+    codec::RedOp op;
+  };
+  const Case cases[] = {{Kind::kAllreduce, algo::Algo::kRing, codec::RedOp::kSum},
+                        {Kind::kAllreduce, algo::Algo::kTree, codec::RedOp::kAvg},
+                        {Kind::kAllreduce, algo::Algo::kRing, codec::RedOp::kMax},
+                        {Kind::kAllgather, algo::Algo::kAuto, codec::RedOp::kSum},
+                        {Kind::kReduceScatter, algo::Algo::kAuto, codec::RedOp::kSum},
+                        {Kind::kBroadcast, algo::Algo::kAuto, codec::RedOp::kSum}};
+  const size_t count = 70001;
+  for (codec::Dtype t : {codec::Dtype::kBF16, codec::Dtype::kF16}) {
+    for (codec::Wire w : {codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kFp8, codec::Wire::kBF16, codec::Wire::kF16}) {
+      for (const Case &k : cases) {
+        SCOPED_TRACE(std::string(codec::dtype_name(t)) + " on " + codec::wire_name(w) + ": " + algo::kind_name(k.kind) +
+                     " " + algo::algo_name(k.a));
+        Collective c = allreduce(nullptr, nullptr, count, k.a);
+        c.kind = k.kind;
+        c.op = k.op;
+        c.root = 1;
+        c.wire = w;
+        const size_t nin = algo::in_count(c, n), nout = algo::out_count(c, n);
+        std::vector<std::vector<uint8_t>> in(n), out(n), in32(n), out32(n);
+        for (int r = 0; r < n; ++r) {
+          std::vector<float> x(nin);
+          for (float &v : x) v = d(rng);
+          in[r].resize(nin * 2);
+          ASSERT_TRUE(codec::encode(codec::half_wire(t), x.data(), nin, in[r].data()).ok());
+          in32[r].resize(nin * 4);  // the same values, widened
+          ASSERT_TRUE(codec::decode(codec::half_wire(t), in[r].data(), in[r].size(), nin,
+                                    reinterpret_cast<float *>(in32[r].data())).ok());
+          out[r].assign(nout * 2, 0x5a);
+          out32[r].assign(nout * 4, 0);
+        }
+        c.dtype = t;
+        for (const Status &st : run_all(c, in, out)) ASSERT_TRUE(st.ok()) << st.to_string();
+        c.dtype = codec::Dtype::kF32;
+        for (const Status &st : run_all(c, in32, out32)) ASSERT_TRUE(st.ok()) << st.to_string();
+        for (int r = 0; r < n; ++r) {
+          std::vector<uint8_t> want(nout * 2);
+          ASSERT_TRUE(codec::encode(codec::half_wire(t), reinterpret_cast<const float *>(out32[r].data()), nout,
+                                    want.data()).ok());
+          ASSERT_TRUE(out[r] == want) << "rank " << r << ": not the F32 collective's result, rounded";
+          if (k.kind != Kind::kReduceScatter) ASSERT_TRUE(out[r] == out[0]) << "rank " << r << " differs from rank 0";
+        }
+      }
+    }
+  }
+  // A NaN that a block wire cannot carry: named on its member, PEER_LOST elsewhere, nothing written.
+  Collective c = allreduce(nullptr, nullptr, count, algo::Algo::kRing);
+  c.dtype = codec::Dtype::kBF16;
+  c.wire = codec::Wire::kInt8;
+  std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * 2, 0x3f)), out(n, std::vector<uint8_t>(count * 2, 7));
+  in[3][2 * 4321] = 0xc0;  // BF16 0x7fc0: NaN
+  in[3][2 * 4321 + 1] = 0x7f;
+  const auto before = out;
+  const std::vector<Status> st = run_all(c, in, out);
+  for (int r = 0; r < n; ++r) {
+    if (r == 3) {
+      EXPECT_EQ(st[r].code(), WCCL_ERR_INVALID_ARGUMENT) << st[r].to_string();
+      EXPECT_NE(st[r].message().find("element 4321 is NaN"), std::string::npos) << st[r].to_string();
+    } else {
+      EXPECT_EQ(st[r].code(), WCCL_ERR_PEER_LOST) << "rank " << r << ": " << st[r].to_string();
+    }
+    EXPECT_TRUE(out[r] == before[r]) << "rank " << r << " output changed";
   }
 }
 
@@ -335,14 +432,23 @@ TEST_F(CollectivesTest, APeerThatNeverCallsMakesTheOthersTimeOutAndRevokesTheEpo
 // lands in device memory, bit-identical to host memory's; a GPU fault on one member fails the
 // operation there with the CUDA error and PEER_LOST elsewhere, every recvbuf untouched, and the
 // retry after update succeeds.
-TEST_F(CollectivesTest, DeviceBuffersOnAGpu) {
+// Four members whose device buffers live on an emulated GPU (installed first, gone last).
+class DeviceCollectivesTest : public CollectivesTest {
+ protected:
+  void SetUp() override {
+    CollectivesTest::SetUp();
+    gpu.install();
+    comms = join_all(n);
+    ASSERT_EQ(comms.size(), static_cast<size_t>(n));
+    by_rank = by_rank_of(comms);
+  }
+  static constexpr int n = 4;
   test::EmulatedGpu gpu;
-  gpu.install();
-  auto comms = join_all(4);
-  ASSERT_EQ(comms.size(), 4u);
-  const int n = 4;
-  std::vector<Communicator *> by_rank(n);
-  for (auto &c : comms) by_rank[static_cast<size_t>(c->rank())] = c.get();
+  std::vector<std::unique_ptr<Communicator>> comms;  // they keep device scratch: destroyed before the GPU
+  std::vector<Communicator *> by_rank;
+};
+
+TEST_F(DeviceCollectivesTest, DeviceBuffersOnAGpu) {
   const size_t count = 300007;
   std::vector<std::vector<float>> in(n);
   std::vector<void *> din(n), dout(n);
@@ -415,7 +521,7 @@ TEST_F(CollectivesTest, DeviceBuffersOnAGpu) {
   }
   EXPECT_EQ(own, 1);
   for (const Status &u : update_all(raw(comms))) ASSERT_TRUE(u.ok()) << u.to_string();
-  for (auto &c : comms) by_rank[static_cast<size_t>(c->rank())] = c.get();
+  by_rank = by_rank_of(comms);
   for (const Status &s : run_all_ranks(codec::Wire::kInt8, -1)) EXPECT_TRUE(s.ok()) << s.to_string();
   comms.clear();
   for (int r = 0; r < n; ++r) {
@@ -424,6 +530,54 @@ TEST_F(CollectivesTest, DeviceBuffersOnAGpu) {
     gpu.destroy_stream(streams[r]);
   }
   EXPECT_EQ(gpu.live_allocations(), 0u) << "the communicators freed their device memory";
+}
+
+// BF16 device buffers on the INT8 wire (an emulated GPU): widened and rounded by the GPU, after
+// the caller's stream, bit for bit what host buffers give.
+TEST_F(DeviceCollectivesTest, HalfPrecisionDeviceBuffersAreWidenedOnTheGpu) {
+  const size_t count = 100003;
+  std::vector<std::vector<uint8_t>> in(n), host_out(n, std::vector<uint8_t>(count * 2));
+  std::vector<void *> dbuf(n);
+  std::vector<gpu::Stream> streams(n);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<float> x = filled(count, r + 1);
+    in[r].resize(count * 2);
+    ASSERT_TRUE(codec::encode(codec::Wire::kBF16, x.data(), count, in[r].data()).ok());
+    const std::vector<uint8_t> garbage(count * 2, 0x7f);
+    dbuf[r] = gpu.alloc_copy(garbage.data(), garbage.size());
+    ASSERT_TRUE(gpu.create_stream(&streams[r]).ok());
+    ASSERT_TRUE(gpu.copy(dbuf[r], in[r].data(), count * 2, streams[r]).ok());  // not run yet
+  }
+  std::vector<Status> st(2 * n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    Collective c = allreduce(in[r].data(), host_out[r].data(), count, algo::Algo::kRing);
+    c.dtype = codec::Dtype::kBF16;
+    c.wire = codec::Wire::kInt8;
+    threads.emplace_back([&, r, c] { st[r] = run_op(by_rank[r], c); });
+  }
+  for (auto &t : threads) t.join();
+  threads.clear();
+  for (int r = 0; r < n; ++r) {
+    Collective c = allreduce(dbuf[r], dbuf[r], count, algo::Algo::kRing);  // in place
+    c.dtype = codec::Dtype::kBF16;
+    c.wire = codec::Wire::kInt8;
+    c.device = &gpu;
+    c.after = streams[r];
+    threads.emplace_back([&, r, c] { st[n + r] = run_op(by_rank[r], c); });
+  }
+  for (auto &t : threads) t.join();
+  for (int r = 0; r < 2 * n; ++r) ASSERT_TRUE(st[r].ok()) << r << ": " << st[r].to_string();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(host_out[r], host_out[0]) << "rank " << r;
+    EXPECT_EQ(gpu.read(dbuf[r], count * 2), host_out[r]) << "rank " << r << ": device and host results differ";
+  }
+  comms.clear();
+  for (int r = 0; r < n; ++r) {
+    gpu.free(dbuf[r]);
+    gpu.destroy_stream(streams[r]);
+  }
+  EXPECT_EQ(gpu.live_allocations(), 0u);
 }
 
 TEST_F(CollectivesTest, BarrierReturnsOnlyOnceEveryoneCalledIt) {

@@ -238,9 +238,12 @@ typedef enum wccl_redop {
   WCCL_PROD = 4
 } wccl_redop_t;
 
-/* How elements travel between members. Codecs other than NATIVE carry WCCL_F32 data only
- * (INVALID_ARGUMENT otherwise) and are lossy; every hop decodes, combines in F32 and encodes
- * again, and each final value is encoded once by the member that produced it, which keeps what
+/* How elements travel between members. Codecs other than NATIVE carry WCCL_F32, WCCL_F16 and
+ * WCCL_BF16 data (INVALID_ARGUMENT for other dtypes) and are lossy. F16 and BF16 data travel as F32
+ * would: each member widens its input to F32 (exactly, into scratch of 4 bytes per input and per
+ * output element), and the committed F32 result is rounded once into its output (F16: beyond
+ * +-65504, +-Inf), which is not written before the commit. Every hop decodes, combines in F32
+ * and encodes again, and each final value is encoded once by the member that produced it, which keeps what
  * decodes from its own bytes: results are still bit-identical on every member. Error bounds and
  * formats: docs/algorithms.md. With INT8, INT4 and FP8, a NaN or Inf (in the input, or a partial
  * result that overflows) cannot be sent: the member that finds it returns INVALID_ARGUMENT naming

@@ -399,15 +399,20 @@ size_t out_count(const Collective &c, int n) {
   }
 }
 
+bool widened(const Collective &c) {
+  return c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.kind != Kind::kStateSync &&
+         (c.dtype == codec::Dtype::kF16 || c.dtype == codec::Dtype::kBF16);
+}
+
 Status check(const Collective &c, int n, int rank) {
   if (c.kind == Kind::kStateSync) {
     return c.sync != nullptr && c.dtype == codec::Dtype::kU8 && c.count == c.sync->stage_bytes
                ? Status()
                : WCCL_ERROR(WCCL_ERR_INTERNAL, "state_sync: the collective does not describe its job");
   }
-  if (c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.dtype != codec::Dtype::kF32) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s wire carries f32 elements, not %s", codec::wire_name(c.wire),
-                      codec::dtype_name(c.dtype));
+  if (c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.dtype != codec::Dtype::kF32 && !widened(c)) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s wire carries f32, f16 and bf16 elements, not %s",
+                      codec::wire_name(c.wire), codec::dtype_name(c.dtype));
   }
   const size_t es = wire_elem_bytes(c);
   if (c.chunk_bytes < es) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element", c.chunk_bytes);

@@ -66,6 +66,11 @@ struct Collective {
 size_t in_count(const Collective &c, int n);
 size_t out_count(const Collective &c, int n);
 
+// F16 or BF16 elements on a wire other than NATIVE: the communicator runs c on F32 copies of its
+// input (widened exactly) and rounds the committed F32 result into its output once, so the
+// algorithms see F32 only (docs/algorithms.md, "Wire codecs").
+bool widened(const Collective &c);
+
 // INVALID_ARGUMENT if c cannot run as member `rank` of n peers: a wire codec on a dtype other than
 // F32, more messages than 32-bit tags can name, or in and out overlapping other than in place
 // (all-reduce, broadcast: the same buffer; all-gather: in = out + rank * count; reduce-scatter:

@@ -52,6 +52,9 @@ class HostMemory final : public Memory {
                        const float *mine) override {
     return codec::decode_reduce(w, op, wire, len, count, dst, mine);
   }
+  Status widen(codec::Dtype t, const void *src, size_t count, float *dst) override {
+    return codec::decode(codec::half_wire(t), static_cast<const uint8_t *>(src), count * 2, count, dst);
+  }
 
  protected:
   void give_back(uint8_t *p, bool) override { delete[] p; }
@@ -254,6 +257,19 @@ Status DeviceMemory::hash(const void *data, size_t len, uint64_t *out) {
   }
   *out = codec::combine_block_hashes(hashes.data(), blocks);
   return Status();
+}
+
+Status DeviceMemory::widen(codec::Dtype t, const void *src, size_t count, float *dst) {
+  if (count == 0) return Status();
+  WCCL_RETURN_IF_ERROR(dev_.decode(codec::half_wire(t), static_cast<const uint8_t *>(src), count, dst, work_));
+  return dev_.synchronize(work_);
+}
+
+Status DeviceMemory::narrow_out(codec::Dtype t, const float *src, size_t count, void *dst) {
+  if (count == 0) return Status();
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  WCCL_RETURN_IF_ERROR(dev_.encode(codec::half_wire(t), src, count, static_cast<uint8_t *>(dst), 0, commit_));
+  return dev_.synchronize(commit_);
 }
 
 Status DeviceMemory::copy_out(void *dst, const void *src, size_t n) {

@@ -65,6 +65,8 @@ class Memory {
   virtual Status decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) = 0;
   virtual Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
                                const float *mine) = 0;
+  // dst = the count F16 or BF16 (t) elements at src as F32, exactly; both in this memory.
+  virtual Status widen(codec::Dtype t, const void *src, size_t count, float *dst) = 0;
 
  protected:
   friend struct ReturnBytes;
@@ -115,6 +117,7 @@ class DeviceMemory final : public Memory {
   Status decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) override;
   Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
                        const float *mine) override;
+  Status widen(codec::Dtype t, const void *src, size_t count, float *dst) override;
 
   // codec::tensor_hash of len bytes of this device's memory, hashed by the GPU, on the caller's
   // thread (the commit's stream).
@@ -124,6 +127,9 @@ class DeviceMemory final : public Memory {
   // The commit: copies n bytes between any two of this device's memory and host memory, on the
   // caller's thread, and waits for the copy.
   Status copy_out(void *dst, const void *src, size_t n);
+  // The commit of a widened operation: dst (count F16 or BF16 elements, t) = src (F32) rounded,
+  // both in this device's memory, on the caller's thread, waited for.
+  Status narrow_out(codec::Dtype t, const float *src, size_t count, void *dst);
 
   static constexpr size_t kMaxSparePinned = 8;  // page-locked blocks kept for reuse
 

@@ -46,6 +46,10 @@ const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp
 const BlockFormat *block_format(Wire w);
 const BlockCodec *block_codec(const Kernels &k, Wire w);
 
+// The wire whose bytes are F16 or BF16 elements as they are (kF16, kBF16): its decode widens them
+// to F32 exactly, its encode rounds F32 to them (nearest-even; beyond F16's range, Inf).
+inline Wire half_wire(Dtype t) { return t == Dtype::kF16 ? Wire::kF16 : Wire::kBF16; }
+
 // Bytes that `count` F32 elements take on the wire.
 size_t wire_size(Wire w, size_t count);
 

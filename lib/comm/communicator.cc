@@ -569,6 +569,9 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
                                  t < job.device.size() ? job.device[t] : nullptr});
       }
     }
+  } else if (algo::widened(op->c)) {
+    // F32 copies of its output, then of its input: the caller's output is written at the commit.
+    op->result_bytes = (algo::out_count(c, n) + algo::in_count(c, n)) * sizeof(float);
   } else {
     op->result_bytes = algo::out_count(c, n) * codec::dtype_size(c.dtype);  // the Undo's buffer
   }
@@ -686,6 +689,16 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     ready = op->device->wait_for(op->ready);
     op->ready = nullptr;
   }
+  algo::Collective c = op->c;
+  if (ready.ok() && algo::widened(c)) {
+    // The algorithms see F32: the input widened exactly into the scratch, the output there too.
+    auto *out32 = reinterpret_cast<float *>(scratch.get());
+    float *in32 = out32 + algo::out_count(c, op->size);
+    if (c.in != nullptr) ready = memory.widen(c.dtype, c.in, algo::in_count(c, op->size), in32);
+    c.in = c.in != nullptr ? in32 : nullptr;
+    c.out = out32;
+    c.dtype = codec::Dtype::kF32;
+  }
   if (!ready.ok()) {
     std::unique_lock<std::mutex> lock(mu_);
     return end(lock, ready, /*data_error=*/true);  // this member's own failure, whatever else happened
@@ -698,11 +711,10 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     if (view_->aborted()) ex.cancel(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
     else if (!view_->epoch_failure().ok()) ex.cancel(view_->epoch_failure());
   }
-  algo::Collective c = op->c;
   std::unique_ptr<algo::Undo> undo;
   if (c.kind == algo::Kind::kStateSync) {
     c.out = scratch.get();  // the staging buffer; the commit copies the received tensors out of it
-  } else {
+  } else if (!algo::widened(op->c)) {
     undo = std::make_unique<algo::Undo>(memory, c.out, op->result_bytes, scratch.get());
   }
   const Status st = algo::run(ex, c, undo.get());
@@ -736,7 +748,21 @@ Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::
     op->state = Op::State::kFinished;
     algo::Bytes scratch = std::move(op->scratch);
     std::unique_ptr<algo::Undo> undo = std::move(op->undo);
-    if (op->outcome.ok() && !op->results.empty()) {
+    if (op->outcome.ok() && algo::widened(op->c)) {
+      // The committed F32 result, rounded once into the caller's F16 or BF16 output.
+      lock.unlock();
+      const size_t count = algo::out_count(op->c, op->size);
+      const auto *out32 = reinterpret_cast<const float *>(scratch.get());
+      const Status narrowed =
+          op->device != nullptr
+              ? op->device->narrow_out(op->c.dtype, out32, count, op->c.out)
+              : codec::encode(codec::half_wire(op->c.dtype), out32, count, static_cast<uint8_t *>(op->c.out));
+      lock.lock();
+      if (!narrowed.ok()) {
+        op->outcome = WCCL_ERROR(narrowed.code(), "operation %llu committed, but copying its result out failed: %s",
+                                 static_cast<unsigned long long>(op->seq), narrowed.message().c_str());
+      }
+    } else if (op->outcome.ok() && !op->results.empty()) {
       // The op is this caller's alone now: copy without holding the communicator's lock.
       lock.unlock();
       Status copied;

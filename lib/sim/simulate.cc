@@ -597,6 +597,10 @@ class SimMemory final : public algo::Memory {
     if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().decode_reduce(w, op, wire, len, count, dst, mine));
     return spend(count * 4, cpu_.decode_reduce);
   }
+  Status widen(codec::Dtype t, const void *src, size_t count, float *dst) override {
+    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().widen(t, src, count, dst));
+    return spend(count * 4, cpu_.decode);
+  }
   // State sync hashes outside algo::Memory (codec::tensor_hash): the caller charges its bytes.
   Status hashed(size_t bytes) { return spend(bytes, cpu_.hash); }
 

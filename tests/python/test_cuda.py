@@ -66,6 +66,20 @@ def test_allreduce_other_dtypes_and_ops_match_the_cpu(members, dtype, op):
         assert_same_bits([m[i] for m in per_member])
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("wire", [wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.FP8, wccl.Wire.BF16])
+def test_half_data_on_coded_wires_match_the_cpu(members, dtype, wire):
+    """F16 and BF16 CUDA tensors on the coded wires: widened and rounded back by the GPU, the same
+    bits as CPU tensors."""
+    def fn(comm):
+        return [both(comm, count, dtype, 4, lambda t: comm.allreduce(t, wccl.ReduceOp.AVG, wire=wire))
+                for count in SIZES]
+
+    per_member = members(N, fn)
+    for i in range(len(SIZES)):
+        assert_same_bits([m[i] for m in per_member])
+
+
 def test_broadcast_allgather_reduce_scatter_match_the_cpu(members):
     count = 5000
 

@@ -80,6 +80,24 @@ def test_int8_wire(group, lib):
     assert 0.24 < coded[0]["bytes_sent"] / native[0]["bytes_sent"] < 0.26
 
 
+@pytest.mark.parametrize("lib,dtype", [("numpy", "float16"), ("torch", "bfloat16"), ("torch", "float16")])
+def test_half_data_on_the_int8_wire(group, lib, dtype):
+    """F16 and BF16 data take the coded wires as F32 would (widened, rounded back once): every
+    member holds the same bits, within the F32 bound plus one rounding, at INT8's bytes."""
+    if lib == "torch" and torch is None:
+        pytest.skip("torch is not installed")
+    count = 50_000
+    native = ask(group, lib=lib, dtype=dtype, count=count, random=True)
+    coded = ask(group, lib=lib, dtype=dtype, count=count, random=True, wire="INT8")
+    assert all(r["ok"] for r in native + coded), coded
+    assert len({r["result"] for r in coded}) == 1, "every member holds the same bits"
+    exact = sum(decode(r["input"], dtype).astype(np.float64) for r in coded)
+    error = np.max(np.abs(decode(coded[0]["result"], dtype).astype(np.float64) - exact))
+    half_ulp = 2.0**-9 if dtype == "bfloat16" else 2.0**-12  # relative, of a sum of at most N
+    assert error <= N * (2 * N / 510 + 2**-20 * N) + N * half_ulp
+    assert 0.49 < coded[0]["bytes_sent"] / native[0]["bytes_sent"] < 0.51  # a byte per 2-byte element
+
+
 def test_a_failed_operation_reports_what_it_sent(spawn):
     """A NaN on the INT8 wire at the end of rank 1's buffer fails the all-reduce everywhere
     (INVALID_ARGUMENT there, PEER_LOST for the others) after rank 1 sent the blocks before it: the

@@ -26,7 +26,8 @@ class ReduceOp(IntEnum):
 
 
 class Wire(IntEnum):
-    """wccl_wire_t: how F32 elements travel between members (other dtypes take NATIVE only)."""
+    """wccl_wire_t: how F32 elements travel between members (F16 and BF16 data travel as F32 would,
+    widened and rounded back once; other dtypes take NATIVE only)."""
 
     NATIVE = 0
     FP16 = 1

@@ -47,7 +47,7 @@ from ._lib import AbortedError, PeerLostError, WcclError, error
 _T = TypeVar("_T")
 BACKEND_NAME = "wccl"
 _MAX_IN_FLIGHT = 128  # wccl allows 256 requests in flight per communicator
-_FLOATS = (torch.float32,)  # the dtypes a codec wire carries (wccl_wire_t)
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)  # the dtypes a codec wire carries (wccl_wire_t)
 
 
 @dataclass
@@ -55,8 +55,8 @@ class Options:
     """``pg_options`` of a wccl group (``init_process_group(..., pg_options=Options(...))``,
     ``new_group(..., pg_options=...)``, or ``backend_override={dim: ("wccl", Options(...))}``).
 
-    ``wire`` applies to float32 SUM and AVG all-reduces and reduce-scatters (the codecs carry F32
-    sums; every other operation travels NATIVE); ``algo`` and ``compress`` to every operation;
+    ``wire`` applies to float32, float16 and bfloat16 SUM and AVG all-reduces and reduce-scatters
+    (the codecs carry F32 sums, half data widened to F32; every other operation travels NATIVE); ``algo`` and ``compress`` to every operation;
     ``config`` holds wccl config keys (``wccl.config_keys()``) over the ``WCCL_*`` environment."""
 
     wire: Wire = Wire.NATIVE
@@ -252,7 +252,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
         return work
 
     def _opts(self, op: Optional[ReduceOp] = None, dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
-        """The operation's options: the group's wire for float32 SUM and AVG reductions, else NATIVE."""
+        """The operation's options: the group's wire for float SUM and AVG reductions, else NATIVE."""
         o = self._options
         wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and dtype in _FLOATS
         return {"wire": o.wire if wire_ok else Wire.NATIVE, "algo": o.algo, "compress": o.compress,
