@@ -41,7 +41,8 @@ struct Collective {
   int root = 0;             // broadcast
   Algo algo = Algo::kRing;  // allreduce: kRing or kTree (kAuto is resolved by choose())
   size_t chunk_bytes = 1 << 20;  // pipelining unit: messages are at most this long
-  // How elements travel (codec/wire.h). Other than kNative: dtype kF32 only; every hop decodes,
+  // How elements travel (codec/wire.h). Other than kNative: dtype kF32 (kF16 and kBF16 are
+  // widened to it by the communicator: widened()); every hop decodes,
   // combines in F32 and encodes again, and a final value is encoded once by the peer that
   // produced it, which then keeps what it decodes from its own bytes, so all peers still end
   // bit-identical. Barrier ignores it.
@@ -72,9 +73,9 @@ size_t out_count(const Collective &c, int n);
 bool widened(const Collective &c);
 
 // INVALID_ARGUMENT if c cannot run as member `rank` of n peers: a wire codec on a dtype other than
-// F32, more messages than 32-bit tags can name, or in and out overlapping other than in place
-// (all-reduce, broadcast: the same buffer; all-gather: in = out + rank * count; reduce-scatter:
-// out = in + rank * count, in elements).
+// F32, F16 and BF16, more messages than 32-bit tags can name, or in and out overlapping other
+// than in place (all-reduce, broadcast: the same buffer; all-gather: in = out + rank * count;
+// reduce-scatter: out = in + rank * count, in elements).
 Status check(const Collective &c, int n, int rank);
 
 // The all-reduce algorithm for c.algo = kAuto on n peers: the tree up to tree_max_bytes, where

@@ -24,11 +24,12 @@
 // every send (the peer reads nothing more), and the link fails once each stream has ended or is
 // parked on a message nobody has asked for, after the completions already due have run, and at
 // most io_timeout_ms after the first end. So every message whose send completed before the peer
-// closed arrives, if its receive is posted by then (completion callbacks post in time). Timeouts: the whole set-up (connect, TLS handshake, hello
-// on every stream) must finish within connect_timeout_ms; once a frame or message has started to
-// arrive, a silence of io_timeout_ms fails the link; data the peer's kernel does not acknowledge
-// for io_timeout_ms fails it too (TCP_USER_TIMEOUT). Waiting for a message that has not started is
-// not a transport failure: the layers above bound that wait.
+// closed arrives, if its receive is posted by then (completion callbacks post in time).
+// Timeouts: the whole set-up (connect, TLS handshake, hello on every stream) must finish within
+// connect_timeout_ms; once a frame or message has started to arrive, a silence of io_timeout_ms
+// fails the link; data the peer's kernel does not acknowledge for io_timeout_ms fails it too
+// (TCP_USER_TIMEOUT). Waiting for a message that has not started is not a transport failure: the
+// layers above bound that wait.
 #pragma once
 
 #include <chrono>
