@@ -265,7 +265,9 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
           ASSERT_TRUE(codec::encode(codec::half_wire(t), reinterpret_cast<const float *>(out32[r].data()), nout,
                                     want.data()).ok());
           ASSERT_TRUE(out[r] == want) << "rank " << r << ": not the F32 collective's result, rounded";
-          if (k.kind != Kind::kReduceScatter) ASSERT_TRUE(out[r] == out[0]) << "rank " << r << " differs from rank 0";
+          if (k.kind != Kind::kReduceScatter) {
+            ASSERT_TRUE(out[r] == out[0]) << "rank " << r << " differs from rank 0";
+          }
         }
       }
     }
