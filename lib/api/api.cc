@@ -280,6 +280,23 @@ wccl_result_t collective(const char *fn, wccl_request_t **req, bool nonblocking,
   });
 }
 
+// wccl_wire_roundtrip on one GPU's memory: encoded into device scratch and decoded into out by the
+// GPU, on the legacy default stream (after the work queued there), waited for.
+Status device_roundtrip(gpu::Device &dev, codec::Wire w, const float *in, float *out, size_t count) {
+  if (w == codec::Wire::kNative) {
+    if (in != out) WCCL_RETURN_IF_ERROR(dev.copy(out, in, count * sizeof(float), nullptr));
+    return dev.synchronize(nullptr);
+  }
+  void *scratch = nullptr;
+  WCCL_RETURN_IF_ERROR(dev.alloc(&scratch, codec::wire_size(w, count)));
+  auto *bytes = static_cast<uint8_t *>(scratch);
+  Status st = dev.encode(w, in, count, bytes, 0, nullptr);  // waits: names a value it cannot encode
+  if (st.ok()) st = dev.decode(w, bytes, count, out, nullptr);
+  const Status synced = dev.synchronize(nullptr);  // before the scratch goes
+  dev.free(scratch);
+  return st.ok() ? synced : st;
+}
+
 }  // namespace
 }  // namespace wccl
 
@@ -387,29 +404,6 @@ wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, vo
                                    wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
   return reduce_scatter("wccl_ireduce_scatter", req, true, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
 }
-
-namespace wccl {
-namespace {
-
-// wccl_wire_roundtrip on one GPU's memory: encoded into device scratch and decoded into out by the
-// GPU, on the legacy default stream (after the work queued there), waited for.
-Status device_roundtrip(gpu::Device &dev, codec::Wire w, const float *in, float *out, size_t count) {
-  if (w == codec::Wire::kNative) {
-    if (in != out) WCCL_RETURN_IF_ERROR(dev.copy(out, in, count * sizeof(float), nullptr));
-    return dev.synchronize(nullptr);
-  }
-  void *scratch = nullptr;
-  WCCL_RETURN_IF_ERROR(dev.alloc(&scratch, codec::wire_size(w, count)));
-  auto *bytes = static_cast<uint8_t *>(scratch);
-  Status st = dev.encode(w, in, count, bytes, 0, nullptr);  // waits: names a value it cannot encode
-  if (st.ok()) st = dev.decode(w, bytes, count, out, nullptr);
-  const Status synced = dev.synchronize(nullptr);  // before the scratch goes
-  dev.free(scratch);
-  return st.ok() ? synced : st;
-}
-
-}  // namespace
-}  // namespace wccl
 
 wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire) {
   return wccl::api_call([&]() -> wccl::Status {
