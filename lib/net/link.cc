@@ -263,9 +263,7 @@ void LinkState::fail(const Status &cause) {
     s->close();
   }
   streams_.assign(stream_count_, nullptr);
-  for (SendOp &op : sends_) defer([done = std::move(op.done), why] { done(why); });
-  sends_.clear();
-  next_cut_ = sends_.end();
+  fail_sends(why);
   for (auto &[key, op] : recvs_) defer([done = std::move(op.done), why] { done(why); });
   recvs_.clear();
   parked_.clear();
@@ -296,14 +294,17 @@ void LinkState::peer_closing(Stream *ended, const Status &why) {
     peer_closed_at_ = Clock::now();
     WCCL_LOG(core_->log, kDebug, "link %s %s: the peer is closing (%s); delivering what it sent",
              is_client_ ? "to" : "from", peer_address_.c_str(), why.to_string().c_str());
-    // Frames still being written are forgotten: on_write skips them once the peer is closing.
-    for (SendOp &op : sends_) defer([done = std::move(op.done), err = peer_closed_why_] { done(err); });
-    sends_.clear();
-    next_cut_ = sends_.end();
+    fail_sends(peer_closed_why_);  // frames still being written are forgotten: on_write skips them
   }
   // After the completions already due: a callback that posts the next receive resumes a stream
   // parked on it.
   defer([self = shared_from_this()] { self->check_drained(); });
+}
+
+void LinkState::fail_sends(const Status &why) {
+  for (SendOp &op : sends_) defer([done = std::move(op.done), why] { done(why); });
+  sends_.clear();
+  next_cut_ = sends_.end();
 }
 
 void LinkState::stream_parked() {

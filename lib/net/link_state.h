@@ -112,6 +112,8 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   void pump();
   void sample_tcp(bool all_streams_busy);
   void defer(std::function<void()> fn);
+  // Every queued send completes with why, and the queue is emptied.
+  void fail_sends(const Status &why);
   // Fails the link (peer_closed_why_) if no stream can deliver more: each has ended or is parked.
   void check_drained();
   // cause, naming the peer this link leads to where it does not already.
