@@ -153,6 +153,15 @@ def export(obj: Any, writable: bool, what: str) -> Buffer:
     return _from_buffer(obj, writable, what)
 
 
+def synchronize_cuda(buffers: "list[Buffer]") -> None:
+    """Waits for the work queued on the current stream of each CUDA tensor's device among buffers:
+    for the calls whose library work runs on streams of its own."""
+    for b in buffers:
+        if b.cuda:
+            import torch  # only reached with a CUDA tensor in hand
+            torch.cuda.current_stream(b.owner.device).synchronize()
+
+
 def cuda_stream_of(buffers: "list[Buffer]") -> Optional[int]:
     """The current CUDA stream of the device of the first CUDA tensor among buffers, or None."""
     for b in buffers:

@@ -11,7 +11,7 @@ from enum import IntEnum
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from . import _lib
-from ._buffers import Buffer, DType, cuda_stream_of, export
+from ._buffers import Buffer, DType, cuda_stream_of, export, synchronize_cuda
 from ._lib import WcclError, check, lib
 
 
@@ -343,10 +343,7 @@ class Communicator:
         they were, only when no remaining member holds a tensor some member lacks. CUDA tensors are
         hashed and sent by their GPU (after this call synchronizes their current streams)."""
         buffers = [export(array, True, f"tensor {name!r}") for name, array in tensors.items()]
-        for b in buffers:
-            if b.cuda:  # the library reads them on its own streams: the work queued on them must be done
-                import torch  # only reached with a CUDA tensor in hand
-                torch.cuda.current_stream(b.owner.device).synchronize()
+        synchronize_cuda(buffers)  # the library reads them on its own streams
         try:
             names = [str(name).encode() for name in tensors]
             table = (_lib.Tensor * max(1, len(buffers)))()
@@ -395,10 +392,7 @@ def wire_roundtrip(tensor: Any, wire: Wire, *, out: Any = None) -> Any:
         _same_shape(send, recv, send.count, "out")
         if send.dtype != DType.F32:
             raise TypeError(f"wccl: wire_roundtrip takes float32 data, not {send.dtype.name}")
-        for b in (send, recv):
-            if b.cuda:
-                import torch
-                torch.cuda.current_stream(b.owner.device).synchronize()
+        synchronize_cuda([send, recv])  # the library runs on the default stream
         check(lib.wccl_wire_roundtrip(send.ptr, recv.ptr, send.count, int(wire)))
     finally:
         send.release()

@@ -56,8 +56,8 @@ class Options:
     ``new_group(..., pg_options=...)``, or ``backend_override={dim: ("wccl", Options(...))}``).
 
     ``wire`` applies to float32, float16 and bfloat16 SUM and AVG all-reduces and reduce-scatters
-    (the codecs carry F32 sums, half data widened to F32; every other operation travels NATIVE); ``algo`` and ``compress`` to every operation;
-    ``config`` holds wccl config keys (``wccl.config_keys()``) over the ``WCCL_*`` environment."""
+    (the codecs carry F32 sums, half data widened to F32; every other operation travels NATIVE);
+    ``algo`` and ``compress`` to every operation; ``config`` holds wccl config keys (``wccl.config_keys()``) over the ``WCCL_*`` environment."""
 
     wire: Wire = Wire.NATIVE
     algo: Algo = Algo.AUTO
