@@ -1,6 +1,8 @@
 """A whole DiLoCo job on this machine, for rehearsals, tests and the numbers in docs/trainer.md: a
 job's certificates, a TLS coordinator, N nodes of L local ranks (each node one torchrun), and
 optionally a node that joins mid-run and a node that is SIGKILLed in the middle of an all-reduce.
+With ``--wan TOPOLOGY`` (root) each node runs on its own host of the WAN emulator (docs/wan.md), the
+coordinator on the first.
 
     python examples/diloco/local_run.py --nodes 2 --local-ranks 2 --join-at 3 --kill node1@6 \
         --out runs/rehearsal -- --outer-steps 10 --inner-steps 10
@@ -24,7 +26,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "tools" / "devkit"))
+sys.path.insert(0, str(HERE.parents[1] / "tools" / "wan"))
 from group import make_pki, start_coordinator  # noqa: E402
+from wan import Wan  # noqa: E402
 
 
 def free_port() -> int:
@@ -35,7 +39,10 @@ def free_port() -> int:
 
 def addresses(args, index: int) -> list:
     """The node's --listen and --advertise: any free ports, or with --base-port the form docs/trainer.md
-    gives for real nodes (listen on every interface, advertise HOST:PORT), node i at PORT + 10 i."""
+    gives for real nodes (listen on every interface, advertise HOST:PORT), node i at PORT + 10 i. On
+    the WAN emulator, any port of the host's address (the coordinator sees it and tells the others)."""
+    if args.wan:
+        return ["--listen", "0.0.0.0:0"]
     if not args.base_port:
         return ["--listen", "127.0.0.1:0"]
     port = args.base_port + 10 * index
@@ -46,21 +53,24 @@ class CoordinatorProcess:
     """The job's coordinator, ``python -m wccl.coord`` in a process of its own, so that it can be
     SIGKILLed and started again on its port as an operator's restart would."""
 
-    def __init__(self, args, pki: dict, out: Path) -> None:
+    def __init__(self, args, pki: dict, out: Path, wan) -> None:
         flags = ["--min-peers", str(args.nodes), "--log-level", args.coordinator_log]
         flags += ["--tls", "off"] if args.tls == "off" else [
             "--tls-cert", pki["TLS_CERT"], "--tls-key", pki["TLS_KEY"], "--tls-ca", pki["TLS_CA"]]
         self.cmd = [sys.executable, "-m", "wccl.coord", *flags]
+        self.host = "127.0.0.1"
+        if wan:  # on the first emulated host: the others reach it across the emulated links
+            self.cmd, self.host = wan.command(wan.names[0], self.cmd), wan.address(wan.names[0])
         self.log = out / "coordinator.log"
         self.log.unlink(missing_ok=True)
-        self.proc, self.port = start_coordinator(self.cmd, os.environ, self.log)
+        self.proc, self.port = start_coordinator(self.cmd, os.environ, self.log, host=self.host)
         self.restarts = 0
 
     def restart(self, down: float) -> None:
         self.proc.kill()
         self.proc.wait()
         time.sleep(down)
-        self.proc, _ = start_coordinator(self.cmd, os.environ, self.log, self.port)
+        self.proc, _ = start_coordinator(self.cmd, os.environ, self.log, self.port, self.host)
         self.restarts += 1
 
     def stop(self) -> None:
@@ -109,7 +119,7 @@ def read_records(path: Path):
 
 
 class Node:
-    def __init__(self, name: str, index: int, args, coordinator: str, pki: dict, out: Path, extra) -> None:
+    def __init__(self, name: str, index: int, args, coordinator: str, pki: dict, out: Path, extra, wan) -> None:
         self.name = name
         self.metrics = out / f"{name}.jsonl"
         self.metrics.unlink(missing_ok=True)
@@ -122,6 +132,10 @@ class Node:
         else:
             cmd += ["--tls-cert", pki["TLS_CERT"], "--tls-key", pki["TLS_KEY"], "--tls-ca", pki["TLS_CA"]]
         cmd += extra
+        if wan:
+            if index >= len(wan.names):
+                raise SystemExit(f"--wan {args.wan}: {len(wan.names)} hosts, not enough for node{index}")
+            cmd = wan.command(wan.names[index], cmd)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
         self.started_unix = time.time()
         self.log = open(out / f"{name}.log", "w")
@@ -161,6 +175,10 @@ def main(argv=None) -> int:
     p.add_argument("--coordinator-down", type=float, default=1.0, help="seconds between that kill and the restart")
     p.add_argument("--coordinator-log", default="info", choices=["error", "warn", "info", "debug"],
                    help="the coordinator's log threshold (its log: OUT/coordinator.log)")
+    p.add_argument("--wan", default="", metavar="TOPOLOGY",
+                   help="run node i on host i of the WAN emulator (tools/wan; root), the coordinator on host 0; "
+                        "the forwarder's counters go into the summary")
+    p.add_argument("--forwarder", default=None, help="the wccl-wan-forward program (default: found in a build)")
     p.add_argument("--out", default="diloco-run", help="folder for metrics and logs")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's options")
     args = p.parse_args(argv)
@@ -170,14 +188,28 @@ def main(argv=None) -> int:
     pki = make_pki(out) if args.tls == "on" else {}
     kill_node, kill_step = (args.kill.split("@") + [""])[:2] if args.kill else ("", "")
 
-    coord = CoordinatorProcess(args, pki, out)
-    address = f"127.0.0.1:{coord.port}"
+    wan = Wan(args.wan, args.forwarder, log=out / "forwarder.log").up() if args.wan else None
+    try:
+        summary, failed = run(args, extra, out, pki, kill_node, kill_step, wan)
+    finally:
+        if wan:
+            wan.down()
+    if wan:
+        summary["wan"] = {"topology": args.wan, "counters": wan.counters()}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return 1 if failed else 0
+
+
+def run(args, extra, out: Path, pki: dict, kill_node: str, kill_step: str, wan):
+    """The job; returns its summary and whether it failed."""
+    coord = CoordinatorProcess(args, pki, out, wan)
+    address = f"{coord.host}:{coord.port}"
     nodes = []
 
     def start(name):
         node_extra = extra + (["--fault-kill-at-step", kill_step] if name == kill_node else [])
         node_extra += [a for spec in args.node_args if spec.split("=", 1)[0] == name for a in spec.split("=", 1)[1].split()]
-        nodes.append(Node(name, len(nodes), args, address, pki, out, node_extra))
+        nodes.append(Node(name, len(nodes), args, address, pki, out, node_extra, wan))
 
     started = time.monotonic()
     for i in range(args.nodes):
@@ -255,9 +287,8 @@ def main(argv=None) -> int:
               f"hash {(info['hash'] or '-')[:16]}{' (killed)' if info['killed'] else ''}")
     summary["identical"] = len(hashes) == 1
     failed = failed or len(hashes) != 1
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print("models identical" if len(hashes) == 1 else f"models differ: {len(hashes)} hashes", f"({summary['wall_s']:.0f} s)")
-    return 1 if failed else 0
+    return summary, failed
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 STARTED = time.time()  # before torch is imported: the joined record says where a node's start-up goes
 
@@ -75,11 +75,21 @@ def parse_args(argv=None):
     j.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     t = p.add_argument_group("training")
     t.add_argument("--mode", choices=["diloco", "sync"], default="diloco", help="DiLoCo, or the synchronous baseline")
-    t.add_argument("--outer-steps", type=int, default=50, help="outer steps (sync mode: inner steps / H)")
+    t.add_argument("--outer-steps", type=int, default=50,
+                   help="outer steps: each fragment is synchronised this many times (sync mode: inner steps / H)")
     t.add_argument("--inner-steps", "-H", type=int, default=50, help="H: inner steps per outer step")
     t.add_argument("--batch-size", type=int, default=16, help="sequences per local rank per inner step")
     t.add_argument("--inner-lr", type=float, default=3e-3, help="AdamW learning rate")
     t.add_argument("--weight-decay", type=float, default=0.1)
+    t.add_argument("--fragments", "-P", type=int, default=1,
+                   help="streaming DiLoCo: each local rank's shard is split into P fragments, synchronised in "
+                        "turn, one every H/P inner steps (each fragment every H)")
+    t.add_argument("--overlap", type=int, default=0,
+                   help="tau: a fragment's all-reduce runs while the next tau inner steps do (at most H/P); "
+                        "0 waits for it")
+    t.add_argument("--mix", type=float, default=0.0,
+                   help="alpha: a synchronised fragment becomes alpha * local + (1 - alpha) * outer (0: the outer "
+                        "parameters, DiLoCo's rule)")
     t.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov SGD learning rate (DiLoCo's 0.7)")
     t.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum (DiLoCo's 0.9)")
     t.add_argument("--wire", choices=list(WIRES), default="int8", help="wire format of the pseudo-gradient all-reduce")
@@ -97,7 +107,8 @@ def parse_args(argv=None):
     c = p.add_argument_group("checkpoints (DiLoCo mode)")
     c.add_argument("--checkpoint-dir", help="directory (local or shared) for checkpoints of the outer state: "
                                             "DIR/NODE/rank<r>/step-<k>.pt; the two newest are kept")
-    c.add_argument("--checkpoint-every", type=int, default=10, help="write one every N committed outer steps")
+    c.add_argument("--checkpoint-every", type=int, default=10,
+                   help="write one every N committed outer steps (N * P syncs)")
     c.add_argument("--resume", action="store_true",
                    help="start from the newest checkpoint in --checkpoint-dir (any node's, for this "
                         "configuration) that every local rank has, instead of outer step 0")
@@ -106,11 +117,11 @@ def parse_args(argv=None):
                                     "start, appended to when torchrun restarts the node's workers)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
     o.add_argument("--fault-nan-at-step", type=int, default=-1,
-                   help="rehearsal: once N outer steps are committed, local rank 0's pseudo-gradient of step N+1 "
+                   help="rehearsal: once N syncs are committed, local rank 0's pseudo-gradient of sync N+1 "
                         "holds a NaN")
     o.add_argument("--fault-kill-at-step", type=int, default=-1,
-                   help="rehearsal: once N outer steps are committed, SIGKILL this node's processes when local rank "
-                        "0's all-reduce of outer step N+1 is in flight")
+                   help="rehearsal: once N syncs are committed, SIGKILL this node's processes when local rank "
+                        "0's all-reduce of sync N+1 is in flight")
     return p.parse_args(argv)
 
 
@@ -133,6 +144,21 @@ def data_seed(seed: int, node_name: str, joined_step: int, local_rank: int) -> i
     return membership.hash63(f"{seed}/{node_name}/{joined_step}/{local_rank}")
 
 
+def fragment_bounds(size: int, fragments: int) -> List[Tuple[int, int]]:
+    """[lo, hi) of each fragment of a shard vector of ``size`` elements: contiguous, in parameter
+    order (so roughly runs of layers), sizes differing by at most one element."""
+    return [(size * p // fragments, size * (p + 1) // fragments) for p in range(fragments)]
+
+
+def feed_back(delta: torch.Tensor, residual: torch.Tensor, wire: "wccl.Wire") -> None:
+    """Error feedback: the residual joins the pseudo-gradient, and what the wire will drop of the
+    sum (its roundtrip as this rank's contribution) becomes the next residual. Done once per sync:
+    a retry after a lost node sends the same pseudo-gradient."""
+    delta.add_(residual)
+    kept = wccl.wire_roundtrip(delta, wire, out=residual)
+    torch.sub(delta, kept, out=residual)
+
+
 def restarted() -> bool:
     """True in workers that torchrun started again after a failure of the node's workers."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
@@ -150,6 +176,7 @@ class Trainer:
             fully_shard(block)
         fully_shard(self.model)
         self.params = list(self.model.parameters())
+        self.shard_size = sum(p.to_local().numel() for p in self.params)
         self.opt = torch.optim.AdamW(self.params, lr=args.inner_lr, weight_decay=args.weight_decay)
         # This rank's shard of the outer parameters and of the outer optimizer's momentum, on the CPU.
         self.outer = self.shard_vector()
@@ -174,7 +201,8 @@ class Trainer:
         a = args
         self.fingerprint = membership.configuration_fingerprint(
             local_size=self.local_size, mode=a.mode, dim=a.dim, layers=a.layers, heads=a.heads, seq_len=a.seq_len,
-            inner_steps=a.inner_steps, inner_lr=a.inner_lr, weight_decay=a.weight_decay, outer_lr=a.outer_lr,
+            inner_steps=a.inner_steps, fragments=a.fragments, overlap=a.overlap, mix=a.mix, inner_lr=a.inner_lr,
+            weight_decay=a.weight_decay, outer_lr=a.outer_lr,
             outer_momentum=a.outer_momentum, wire=a.wire, error_feedback=a.error_feedback, sync_wire=a.sync_wire,
             seed=a.seed)
         self.n_contrib = 0
@@ -184,17 +212,34 @@ class Trainer:
 
     # --- the shard as one vector ----------------------------------------------------------------
 
-    def shard_vector(self) -> torch.Tensor:
-        return torch.cat([p.to_local().detach().reshape(-1).float().cpu() for p in self.params])
+    def pieces(self, lo: int, hi: int):
+        """(flat view of a parameter's local shard, its range, the range's position in [lo, hi)) for
+        each parameter that holds elements [lo, hi) of this rank's shard vector."""
+        start = 0
+        for p in self.params:
+            local = p.to_local().view(-1)
+            a, b = max(lo, start), min(hi, start + local.numel())
+            if a < b:
+                yield local, slice(a - start, b - start), slice(a - lo, b - lo)
+            start += local.numel()
 
-    def load_shard(self, vec: torch.Tensor) -> None:
+    def shard_vector(self, lo: int = 0, hi: int = -1) -> torch.Tensor:
+        """Elements [lo, hi) of this rank's shard (default: all), F32 on the CPU."""
+        hi = self.shard_size if hi < 0 else hi
+        return torch.cat([local[mine].detach().float().cpu() for local, mine, _ in self.pieces(lo, hi)])
+
+    def load_shard(self, vec: torch.Tensor, lo: int = 0, mix: float = 0.0) -> None:
+        """Sets elements [lo, lo + len(vec)) of this rank's shard to vec, or with ``mix`` > 0 to
+        mix * themselves + (1 - mix) * vec (Streaming DiLoCo's merge of a synchronised fragment)."""
+        # FSDP2 keeps the root module's parameters gathered after a forward (it expects a backward
+        # next): after an evaluation, the next forward would use them and not what is written here.
+        self.model.reshard()
         with torch.no_grad():
-            offset = 0
-            for p in self.params:
-                local = p.to_local()
-                n = local.numel()
-                local.copy_(vec[offset:offset + n].view_as(local))
-                offset += n
+            for local, mine, theirs in self.pieces(lo, lo + vec.numel()):
+                if mix == 0.0:
+                    local[mine].copy_(vec[theirs])
+                else:
+                    local[mine].lerp_(vec[theirs].to(local), 1.0 - mix)
 
     def grad_vector(self) -> torch.Tensor:
         return torch.cat([p.grad.to_local().reshape(-1).float().cpu() for p in self.params])
@@ -351,23 +396,32 @@ class Trainer:
             self.run_sync(log)
         else:
             self.run_diloco(log)
-        log.final(self.node_hash())
+        log.final(self.node_hash(), self.eval_loss())
         self.mesh.leave()
 
     def run_diloco(self, log: "Log") -> None:
+        """DiLoCo, streaming with --fragments/--overlap: every H/P inner steps one fragment of the
+        shard (in turn) is synchronised; pos.step counts those syncs, P per outer step. A sync's
+        all-reduce may run while the next --overlap inner steps do."""
         args, pos = self.args, self.pos
         wire = WIRES[args.wire]
-        delta = torch.zeros_like(self.outer)
-        avg = torch.empty_like(self.outer)
+        per_sync, syncs = args.inner_steps // args.fragments, args.outer_steps * args.fragments
+        bounds = fragment_bounds(self.shard_size, args.fragments)
+        largest = max(hi - lo for lo, hi in bounds)
+        delta_buf, avg_buf = torch.zeros(largest), torch.empty(largest)
+        ahead: List[float] = []  # losses of the inner steps already run for the next sync (overlapped)
         while True:
             t0 = time.perf_counter()
-            train_loss = float("nan")
+            train_loss, inner_s, overlapped = float("nan"), 0.0, 0
+            lo, hi = bounds[pos.step % args.fragments]
+            delta, avg = delta_buf[:hi - lo], avg_buf[:hi - lo]
             if pos.phase == BOUNDARY:
-                if pos.step >= args.outer_steps:
-                    return
-                losses = [float(self.inner_step_and_update()) for _ in range(args.inner_steps)]
+                if pos.step >= syncs:
+                    break
+                losses = ahead + [float(self.inner_step_and_update()) for _ in range(per_sync - len(ahead))]
+                ahead = []
                 train_loss = sum(losses) / len(losses)
-                torch.sub(self.outer, self.shard_vector(), out=delta)  # the pseudo-gradient
+                torch.sub(self.outer[lo:hi], self.shard_vector(lo, hi), out=delta)  # the pseudo-gradient
                 if pos.step == args.fault_nan_at_step and self.local_rank == 0:
                     delta[0] = float("nan")
                 pos.has_delta, pos.phase = True, REDUCE
@@ -382,49 +436,56 @@ class Trainer:
                     self.opt.state.clear()  # AdamW's moments may hold the NaN too
                     self.settle(need_update=True)
                 if pos.has_delta and self.residual is not None:
-                    self.feed_back(delta, wire)
+                    feed_back(delta, self.residual[lo:hi], wire)
             t1 = time.perf_counter()
+            inner_s = t1 - t0
             if pos.step == args.fault_kill_at_step:
                 self.kill_node(delta, avg)
             stats = None
             self.mesh.uncommitted_bytes_sent = 0
             while pos.phase == REDUCE:
+                # A settle below may have brought this node to another sync: its fragment, its zeros.
+                fragment = pos.step % args.fragments
+                lo, hi = bounds[fragment]
+                delta, avg = delta_buf[:hi - lo], avg_buf[:hi - lo]
                 if not pos.has_delta:
-                    delta.zero_()  # admitted (or brought up to date) at this step's all-reduce: adds nothing
-                stats = self.mesh.allreduce(delta, avg, wccl.ReduceOp.SUM, wire)
+                    delta.zero_()  # admitted (or brought up to date) at this sync's all-reduce: adds nothing
+                pending = self.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, wire)
+                if not ahead and args.overlap > 0 and pos.step + 1 < syncs:
+                    o0 = time.perf_counter()
+                    ahead = [float(self.inner_step_and_update()) for _ in range(args.overlap)]
+                    inner_s += time.perf_counter() - o0
+                    overlapped = args.overlap
+                stats = pending.wait()
                 if stats is not None:
                     break
                 self.settle(need_update=True)  # a node was lost: new epoch, same pseudo-gradient
             if stats is None:
-                continue  # every node that trained this step was lost: the step starts again
+                continue  # every node that trained this sync was lost: it starts again
             t2 = time.perf_counter()
             if self.n_contrib > 0:
-                # Nesterov SGD on the outer parameters, as torch.optim.SGD(nesterov=True) does it.
-                g = avg.div_(self.n_contrib)
-                self.momentum.mul_(args.outer_momentum).add_(g)
-                self.outer.sub_(g.add_(self.momentum, alpha=args.outer_momentum), alpha=args.outer_lr)
-                self.counters[0] += self.tokens_per_inner_step(self.n_contrib) * args.inner_steps
-                self.counters[1] += args.inner_steps
+                # Nesterov SGD on the fragment's outer parameters, as torch.optim.SGD(nesterov=True) does it.
+                g, momentum, outer = avg.div_(self.n_contrib), self.momentum[lo:hi], self.outer[lo:hi]
+                momentum.mul_(args.outer_momentum).add_(g)
+                outer.sub_(g.add_(momentum, alpha=args.outer_momentum), alpha=args.outer_lr)
+                self.counters[0] += self.tokens_per_inner_step(self.n_contrib) * per_sync
+                self.counters[1] += per_sync
                 pos.step += 1
-            self.load_shard(self.outer)
+            self.load_shard(self.outer[lo:hi], lo, mix=args.mix)
             pos.phase, pos.has_delta = BOUNDARY, False
-            if args.checkpoint_dir and self.n_contrib > 0 and pos.step % args.checkpoint_every == 0:
+            if args.checkpoint_dir and self.n_contrib > 0 and pos.step % (args.checkpoint_every * args.fragments) == 0:
                 self.save_checkpoint()
             bytes_sent = self.mesh.node_sum(stats.bytes_sent + self.mesh.uncommitted_bytes_sent)  # failed attempts too
             contributors, nodes = self.n_contrib, self.nodes
-            self.settle(need_update=False)  # the step boundary: admit waiting nodes
+            self.settle(need_update=False)  # the sync's boundary: admit waiting nodes
             t3 = time.perf_counter()
             if contributors > 0:
-                log.step(train_loss, self.eval_loss(), inner_s=t1 - t0, outer_s=t3 - t1, allreduce_s=t2 - t1,
-                         bytes_sent=bytes_sent, contributors=contributors, nodes=nodes, epoch=stats.epoch)
-
-    def feed_back(self, delta: torch.Tensor, wire: "wccl.Wire") -> None:
-        """Error feedback: the residual joins the pseudo-gradient, and what the wire will drop of the
-        sum (its roundtrip as this rank's contribution) becomes the next residual. Done once per
-        outer step: a retry after a lost node sends the same pseudo-gradient."""
-        delta.add_(self.residual)
-        kept = wccl.wire_roundtrip(delta, wire, out=self.residual)
-        torch.sub(delta, kept, out=self.residual)
+                log.step(train_loss, self.eval_loss(), inner_s=inner_s, outer_s=t3 - t0 - inner_s, allreduce_s=t2 - t1,
+                         bytes_sent=bytes_sent, contributors=contributors, nodes=nodes, epoch=stats.epoch,
+                         fragment=fragment, overlapped=overlapped)
+        # The job's model is the outer parameters: fragments synchronised earlier in the last outer
+        # step, and a mixed fragment, hold local progress that differs between nodes.
+        self.load_shard(self.outer)
 
     def inner_step_and_update(self) -> torch.Tensor:
         loss = self.inner_step()
@@ -503,25 +564,34 @@ class Log:
         if self.bar:
             self.bar.update(t.pos.step)
 
-    def step(self, train_loss, eval_loss, *, inner_s, outer_s, allreduce_s, bytes_sent, contributors, nodes, epoch) -> None:
+    def step(self, train_loss, eval_loss, *, inner_s, outer_s, allreduce_s, bytes_sent, contributors, nodes, epoch,
+             fragment=0, overlapped=0) -> None:
+        """One committed sync (diloco: of ``fragment``, with ``overlapped`` inner steps run during
+        its all-reduce) or one outer step of the baseline."""
         t, a = self.t, self.args
-        tokens = t.tokens_per_inner_step(contributors) * a.inner_steps
+        tokens = t.tokens_per_inner_step(contributors) * (a.inner_steps // a.fragments)
         elapsed = inner_s + outer_s if a.mode == "diloco" else inner_s + allreduce_s
         record = {"event": "step", "mode": a.mode, "node": a.node_name, "step": t.pos.step, "train_loss": train_loss,
                   "eval_loss": eval_loss, "tokens": int(t.counters[0]), "tokens_per_s": tokens / max(elapsed, 1e-9),
-                  "inner_s": inner_s, "outer_s": outer_s, "allreduce_s": allreduce_s, "bytes_sent": int(bytes_sent),
-                  "nodes": nodes, "contributors": contributors, "epoch": epoch, "retreats": t.mesh.retreats,
-                  "time": time.time() - self.start, "wire": a.wire if a.mode == "diloco" else a.sync_wire}
-        self.write(record, f"[{a.node_name}] step {t.pos.step}/{a.outer_steps} loss {train_loss:.4f} eval {eval_loss:.4f} "
-                           f"tok/s {record['tokens_per_s']:.0f} inner {inner_s:.2f}s outer {outer_s:.2f}s "
-                           f"all-reduce {allreduce_s:.3f}s sent {bytes_sent / 1e6:.2f} MB nodes {nodes} epoch {epoch}")
+                  "inner_s": inner_s, "outer_s": outer_s, "allreduce_s": allreduce_s,
+                  "utilisation": inner_s / max(elapsed, 1e-9), "fragment": fragment, "overlapped": overlapped,
+                  "bytes_sent": int(bytes_sent), "nodes": nodes, "contributors": contributors, "epoch": epoch,
+                  "retreats": t.mesh.retreats, "time": time.time() - self.start,
+                  "wire": a.wire if a.mode == "diloco" else a.sync_wire}
+        where = f" fragment {fragment} overlap {overlapped}" if a.fragments > 1 or a.overlap > 0 else ""
+        self.write(record, f"[{a.node_name}] step {t.pos.step}/{a.outer_steps * a.fragments}{where} loss {train_loss:.4f} "
+                           f"eval {eval_loss:.4f} tok/s {record['tokens_per_s']:.0f} inner {inner_s:.2f}s outer "
+                           f"{outer_s:.2f}s all-reduce {allreduce_s:.3f}s sent {bytes_sent / 1e6:.2f} MB nodes {nodes} "
+                           f"epoch {epoch}")
         if self.bar:
             self.bar.update(1)
 
-    def final(self, node_hash: str) -> None:
+    def final(self, node_hash: str, eval_loss: float) -> None:
+        """The job's model at the end (DiLoCo: the outer parameters), its hash and held-out loss."""
         t = self.t
         self.write({"event": "final", "mode": self.args.mode, "node": self.args.node_name, "step": t.pos.step,
-                    "tokens": int(t.counters[0]), "hash": node_hash, "time": time.time() - self.start},
+                    "tokens": int(t.counters[0]), "hash": node_hash, "eval_loss": eval_loss,
+                    "time": time.time() - self.start},
                    f"[{self.args.node_name}] done at outer step {t.pos.step}: model hash {node_hash[:16]}")
         if self.bar:
             self.bar.close()
@@ -537,6 +607,14 @@ def main(argv=None) -> None:
         raise SystemExit("--resume needs --checkpoint-dir")
     if args.checkpoint_every < 1:
         raise SystemExit("--checkpoint-every must be at least 1")
+    if args.fragments < 1 or args.inner_steps % args.fragments:
+        raise SystemExit(f"--fragments {args.fragments}: must be at least 1 and divide --inner-steps {args.inner_steps}")
+    if not 0 <= args.overlap <= args.inner_steps // args.fragments:
+        raise SystemExit(f"--overlap {args.overlap}: from 0 to H/P = {args.inner_steps // args.fragments} inner steps")
+    if not 0.0 <= args.mix < 1.0:
+        raise SystemExit(f"--mix {args.mix}: from 0 (take the outer parameters) to below 1")
+    if args.mode == "sync" and (args.fragments != 1 or args.overlap or args.mix):
+        raise SystemExit("--fragments, --overlap and --mix are for --mode diloco")
     if args.tls == "on" and not (args.tls_cert and args.tls_key and args.tls_ca):
         raise SystemExit("--tls on needs --tls-cert, --tls-key and --tls-ca (docs/tls.md), or --tls off")
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")

@@ -107,3 +107,39 @@ def test_a_node_nobody_admits_stops_after_admit_timeout(node_group, tmp_path):
             assert 3 <= time.monotonic() - start < 10
     finally:
         coord.stop()
+
+
+def test_a_started_allreduce_runs_while_the_caller_works_and_fails_softly(node_group, tmp_path):
+    """allreduce_start (streaming DiLoCo's overlap) returns before the other member has even
+    started; wait() then returns the committed stats. A second one, whose peer closes before it
+    takes part, makes wait() return None (update and retry), and its cost is counted as uncommitted."""
+    coord = CoordinatorProcess(tmp_path / "coord.log")
+    config = {"coordinator": f"127.0.0.1:{coord.port}", "listen": "127.0.0.1:0", "tls": "off", "log_level": "error"}
+    try:
+        member = wccl.Communicator(group="g0", **config)
+        meshes = []
+        joiner = threading.Thread(target=lambda: meshes.append(ElasticDeviceMesh(group_prefix="g", **config)))
+        joiner.start()
+        deadline = time.monotonic() + 30
+        while not meshes:
+            assert time.monotonic() < deadline
+            if member.pending:
+                member.update()
+            time.sleep(0.05)
+        joiner.join()
+        mesh = meshes[0]
+        send, out = torch.full((1000,), 2.0), torch.zeros(1000)
+        pending = mesh.allreduce_start(send, out, wire=wccl.Wire.NATIVE)
+        time.sleep(0.2)  # the caller's work: the other member has not started yet
+        assert not pending.done() and out.sum() == 0
+        member.allreduce(torch.ones(1000))
+        stats = pending.wait()
+        assert stats is not None and stats.world_size == 2 and out.tolist() == [3.0] * 1000
+        assert mesh.uncommitted_bytes_sent == 0
+
+        pending = mesh.allreduce_start(send, out, wire=wccl.Wire.NATIVE)
+        member.close()
+        assert pending.wait() is None and out.tolist() == [3.0] * 1000  # as it was
+        mesh.close()
+    finally:
+        coord.stop()

@@ -67,8 +67,10 @@ def test_the_installed_package_carries_its_library():
 
 
 def test_loss_falls_a_joiner_catches_up_and_a_killed_node_is_dropped(tmp_path):
-    steps, kill = 14, 9
-    summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--join-at", "2", "--kill", f"node1@{kill}",
+    # The joiner starts once node0 logged step 1 and needs 10-15 s on 2 busy cores (torch's import,
+    # FSDP): 16 steps leave it room (with 14 and a start at step 2 it was once admitted only at the end).
+    steps, kill = 16, 9
+    summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--join-at", "1", "--kill", f"node1@{kill}",
                                "--", "--outer-steps", str(steps), "--inner-steps", "8", *MODEL)
     nodes = summary["nodes"]
     # Every node that was not killed ends with the same parameters, bit for bit.
@@ -76,7 +78,7 @@ def test_loss_falls_a_joiner_catches_up_and_a_killed_node_is_dropped(tmp_path):
     # No outer step lost or repeated: each survivor logged each step once, in order, to the end.
     assert nodes["node0"]["steps"] == list(range(1, steps + 1))
     first = nodes["node2"]["joined_at"]
-    assert 2 <= first < steps and nodes["node2"]["steps"] == list(range(first + 1, steps + 1))
+    assert 1 <= first < steps and nodes["node2"]["steps"] == list(range(first + 1, steps + 1))
     # node1 died in the all-reduce of step kill + 1, which committed without it. (Whether the joiner
     # was admitted before that depends on how fast its processes start: both orders are right.)
     assert nodes["node1"]["exit"] == -signal.SIGKILL and nodes["node1"]["steps"][-1] == kill
@@ -95,6 +97,56 @@ def test_loss_falls_a_joiner_catches_up_and_a_killed_node_is_dropped(tmp_path):
     assert all(r["unix_time"] > 1.7e9 for r in records["node0"])
     two = [r for r in by_step.values() if r["nodes"] == 2 and r["step"] != kill + 1]
     assert two and all(0.25 * 4 * params <= r["bytes_sent"] < 0.27 * 4 * params for r in two), (params, two)
+
+
+def test_streaming_fragments_overlap_a_joiner_and_a_kill(tmp_path):
+    """Streaming DiLoCo: two fragments synchronised in turn, each all-reduce overlapped with the next
+    inner step, merged half and half with the local parameters; a node joins, one SIGKILLs itself
+    in an all-reduce. Survivors end bit-identical, every sync once and in order, each of one
+    fragment (half the bytes of a whole outer step's)."""
+    syncs, kill = 16, 9
+    # Long enough (12 inner steps a sync) for the joiner's start-up (torch's import, FSDP) on 2 cores.
+    summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--tls", "off", "--join-at", "1",
+                               "--kill", f"node1@{kill}", "--node-args", "node2=--admit-timeout 120",
+                               "--", "--outer-steps", str(syncs // 2), "--inner-steps", "24", "--fragments", "2",
+                               "--overlap", "1", "--mix", "0.5", *MODEL)
+    nodes = summary["nodes"]
+    assert summary["identical"] and nodes["node0"]["hash"] == nodes["node2"]["hash"]
+    assert nodes["node0"]["steps"] == list(range(1, syncs + 1))
+    first = nodes["node2"]["joined_at"]
+    assert 1 <= first < syncs and nodes["node2"]["steps"] == list(range(first + 1, syncs + 1))
+    assert nodes["node1"]["exit"] == -signal.SIGKILL and nodes["node1"]["steps"][-1] == kill
+    for name in ("node0", "node2"):
+        steps = [r for r in records[name] if r["event"] == "step"]
+        assert all(r["fragment"] == (r["step"] - 1) % 2 for r in steps), steps
+        assert all(r["overlapped"] == (0 if r["step"] == syncs else 1) for r in steps), steps
+        assert all(0.0 < r["utilisation"] <= 1.0 for r in steps)
+    by_step = {r["step"]: r for r in records["node0"] if r["event"] == "step"}
+    assert by_step[kill + 1]["nodes"] == by_step[kill]["nodes"] - 1 + (1 if first == kill else 0)
+    # One fragment at a time on the wire: an INT8 half of the parameters per two-node sync.
+    params = records["node0"][0]["params"]
+    two = [r for r in by_step.values() if r["nodes"] == 2 and r["step"] != kill + 1]
+    assert two and all(0.125 * 4 * params <= r["bytes_sent"] < 0.135 * 4 * params for r in two), (params, two)
+    # The job's model (the outer parameters every node loads at the end) has learnt.
+    finals = [r for name in ("node0", "node2") for r in records[name] if r["event"] == "final"]
+    assert finals[0]["eval_loss"] == finals[1]["eval_loss"] < min(by_step[1]["eval_loss"] - 0.2, math.log(256) - 2.0)
+
+
+def test_streaming_flags_are_checked():
+    out = train_py("""
+print(train.fragment_bounds(10, 3), train.fragment_bounds(4, 1))
+for flags in (["--fragments", "3"], ["--fragments", "2", "--overlap", "3"], ["--mix", "1"],
+              ["--mode", "sync", "--fragments", "2"]):
+    try:
+        train.main(["--coordinator", "h:1", "--tls", "off", "--inner-steps", "4", *flags])
+    except SystemExit as e:
+        print(e)
+""").splitlines()
+    assert out == ["[(0, 3), (3, 6), (6, 10)] [(0, 4)]",
+                   "--fragments 3: must be at least 1 and divide --inner-steps 4",
+                   "--overlap 3: from 0 to H/P = 2 inner steps",
+                   "--mix 1.0: from 0 (take the outer parameters) to below 1",
+                   "--fragments, --overlap and --mix are for --mode diloco"]
 
 
 def test_synchronous_baseline_agrees_and_sends_more(tmp_path):
@@ -236,19 +288,19 @@ def test_error_feedback_sends_every_pseudo_gradient_in_the_end():
     """Error feedback's invariant: what a rank has sent (the wire's roundtrip of each pseudo-gradient
     plus the residual before it) and its residual now add up to the sum of its pseudo-gradients."""
     out = train_py("""
-import torch, types, wccl
+import torch, wccl
 torch.manual_seed(0)
-me = types.SimpleNamespace(residual=torch.zeros(10000))
+residual = torch.zeros(10000)
 deltas = [torch.randn(10000) * 1e-3 * (1 + 100 * (torch.rand(10000) < 0.01)) for _ in range(6)]
 sent = torch.zeros(10000, dtype=torch.float64)
 for d in deltas:
     d = d.clone()
-    train.Trainer.feed_back(me, d, wccl.Wire.INT4)
+    train.feed_back(d, residual, wccl.Wire.INT4)
     sent += wccl.wire_roundtrip(d.clone(), wccl.Wire.INT4).double()
 total = sum(d.double() for d in deltas)
-gap = (sent + me.residual.double() - total).abs().max().item()
+gap = (sent + residual.double() - total).abs().max().item()
 without = (sum(wccl.wire_roundtrip(d.clone(), wccl.Wire.INT4).double() for d in deltas) - total).abs().max().item()
-print(gap, without, me.residual.abs().max().item())
+print(gap, without, residual.abs().max().item())
 """)
     gap, without, residual = map(float, out.split())
     assert gap < 1e-6, "sent + residual is the sum of the pseudo-gradients, up to float rounding"
@@ -289,16 +341,19 @@ def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, mo
     assert contributors[:2] == [2, 2] and contributors[-1] == 2 and min(contributors) >= 1, contributors
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_a_node_sigkilled_from_outside_at_a_random_point(tmp_path, seed):
+@pytest.mark.parametrize("seed,streaming", [(1, []), (2, []), (3, ["--fragments", "2", "--overlap", "2"])],
+                         ids=["1", "2", "3-streaming"])
+def test_a_node_sigkilled_from_outside_at_a_random_point(tmp_path, seed, streaming):
     """Every process of node1 (torchrun and its workers) is SIGKILLed from outside at a point of
-    step 3 drawn from the seed: in its inner steps, its all-reduce or its outer step. The two
-    survivors end identical, each logging every outer step once, in order."""
+    step 3 drawn from the seed: in its inner steps, its all-reduce or its outer step (streaming:
+    of sync 3, in the inner steps that overlap an all-reduce, too). The two survivors end
+    identical, each logging every step once, in order."""
     offset = random.Random(seed).uniform(0.0, 1.5)
     steps = 6
     summary, records = run_job(tmp_path, "--nodes", "3", "--local-ranks", "2", "--tls", "off",
                                "--sigkill", f"node1@2+{offset:.3f}",
-                               "--", "--outer-steps", str(steps), "--inner-steps", "4", *MODEL)
+                               "--", "--outer-steps", str(steps // (2 if streaming else 1)), "--inner-steps", "4",
+                               *streaming, *MODEL)
     nodes = summary["nodes"]
     assert summary["identical"] and nodes["node1"]["exit"] == -signal.SIGKILL, (seed, offset)
     assert nodes["node0"]["steps"] == nodes["node2"]["steps"] == list(range(1, steps + 1)), (seed, offset)

@@ -69,10 +69,11 @@ class Member:
             pass
 
 
-def start_coordinator(cmd, env, log_path, port=0):
-    """The coordinator daemon on 127.0.0.1:port (0: any); returns (process, port). cmd: the wccl-coord
-    program, or a command line (a list) such as [python, "-m", "wccl.coord", flags...]."""
-    env = dict(env, WCCL_LISTEN=f"127.0.0.1:{port}")
+def start_coordinator(cmd, env, log_path, port=0, host="127.0.0.1"):
+    """The coordinator daemon on host:port (port 0: any); returns (process, port). cmd: the wccl-coord
+    program, or a command line (a list) such as [python, "-m", "wccl.coord", flags...], which may
+    begin with a prefix that runs it elsewhere (Wan.command: in an emulated host's namespace)."""
+    env = dict(env, WCCL_LISTEN=f"{host}:{port}")
     proc = subprocess.Popen([cmd] if isinstance(cmd, str) else list(cmd), env=env, stdout=subprocess.PIPE, stderr=open(log_path, "a"), text=True)
     for line in proc.stdout:
         if "listening on port" in line:

@@ -48,12 +48,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from ._core import Communicator, OpStats, ReduceOp, SyncMode, Wire
-from ._lib import CoordinatorUnreachableError, PeerLostError
+from ._core import Communicator, OpStats, ReduceOp, Request, SyncMode, Wire
+from ._lib import CoordinatorUnreachableError, PeerLostError, WcclError
 from ._lib import TimeoutError as WcclTimeoutError
 from ._torch_backend import Options, ProcessGroupWccl, register
 
-__all__ = ["ElasticDeviceMesh", "NodeRow", "MembershipError", "Options", "ProcessGroupWccl", "flat_hash"]
+__all__ = ["ElasticDeviceMesh", "NodeRow", "MembershipError", "Options", "PendingAllreduce", "ProcessGroupWccl",
+           "flat_hash"]
 
 register()  # torch.distributed backend "wccl" (_torch_backend.py; docs/python.md)
 
@@ -98,6 +99,42 @@ class _Call:
     def wait(self, timeout: float) -> bool:
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+
+class PendingAllreduce:
+    """An all-reduce of ElasticDeviceMesh.allreduce_start in flight over this local rank's group."""
+
+    def __init__(self, mesh: "ElasticDeviceMesh", tensor: torch.Tensor, out: torch.Tensor, op: ReduceOp,
+                 wire: Wire) -> None:
+        self._mesh = mesh
+        self._request: Optional[Request] = None
+        self._error: Optional[WcclError] = None
+        try:
+            self._request = mesh._member().allreduce(tensor, op, out=out, wire=wire, async_op=True)
+        except (PeerLostError, WcclTimeoutError) as e:  # the epoch was revoked before it started
+            self._error = e
+
+    def done(self) -> bool:
+        """True once this rank's outcome is known (wait() still agrees it over the node)."""
+        return self._request is None or self._request.done()
+
+    def wait(self) -> Optional[OpStats]:
+        """The stats when every group of the node committed, else None (see allreduce())."""
+        stats = None
+        if self._request is not None:
+            try:
+                stats = self._request.wait()
+            except (PeerLostError, WcclTimeoutError) as e:
+                self._error = e
+            self._request = None
+        if self._error is not None:
+            self._mesh.uncommitted_bytes_sent += self._error.stats.bytes_sent if self._error.stats is not None else 0
+            self._error = None
+        if self._mesh.agree(stats is not None):
+            return stats
+        if stats is not None:  # committed here, but another group of the node did not: it runs again
+            self._mesh.uncommitted_bytes_sent += stats.bytes_sent
+        return None
 
 
 class ElasticDeviceMesh:
@@ -296,16 +333,15 @@ class ElasticDeviceMesh:
         or gave up waiting for one (TIMEOUT: a straggler; the epoch is revoked for the others, so
         every node updates and retries together): then call update() and retry with the same
         ``tensor`` (the outputs of the groups that did commit are overwritten by the retry)."""
-        stats = None
-        try:
-            stats = self._member().allreduce(tensor, op, out=out, wire=wire)
-        except (PeerLostError, WcclTimeoutError) as e:
-            self.uncommitted_bytes_sent += e.stats.bytes_sent if e.stats is not None else 0
-        if self.agree(stats is not None):
-            return stats
-        if stats is not None:  # committed here, but another group of the node did not: it runs again
-            self.uncommitted_bytes_sent += stats.bytes_sent
-        return None
+        return self.allreduce_start(tensor, out, op, wire).wait()
+
+    def allreduce_start(self, tensor: torch.Tensor, out: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
+                        wire: Wire = Wire.INT8) -> "PendingAllreduce":
+        """allreduce() without blocking: the caller goes on (inner steps of a streaming DiLoCo)
+        and later calls ``wait()`` on the result, which returns what allreduce() returns. Neither
+        ``tensor`` nor ``out`` may be touched until then. Every local rank starts and waits for its
+        all-reduces in the same order."""
+        return PendingAllreduce(self, tensor, out, op, wire)
 
     def sync_state(self, tensors: Dict[str, torch.Tensor], revision: int, mode: SyncMode) -> Optional[int]:
         """``wccl_state_sync`` in every group: the elected revision when every group succeeded, None
