@@ -6,7 +6,7 @@
 #            against the same on CPU tensors, bit for bit; stream ordering; state sync
 #   bench    bench_codec: the GPU kernels' rows next to the CPU tiers' INT8/INT4/FP8 rows and memcpy
 #   trainer  examples/diloco with --device cuda: two nodes of one local rank sharing the GPU, TLS,
-#            INT8 wire; both must end with the same model
+#            INT8 wire, blocking and streaming DiLoCo; both nodes must end with the same model
 # and prints one summary line per step. On a machine without a GPU it says so and exits 0; it exits
 # 1 when a step failed. Logs go to GPU_CHECK_OUT (default BUILD_DIR/gpu-check).
 #
@@ -92,16 +92,23 @@ if ! grep -q '^gpu_int8_encode' "$out/bench.log"; then
   summary[-1]="FAIL  bench: no GPU rows (bench_codec registers them only where a GPU is found)"; failed=1
 fi
 
-# The trainer on the GPU: two nodes of one local rank, TLS, INT8, identical models at the end.
+# The trainer on the GPU: two nodes of one local rank, TLS, INT8, identical models at the end;
+# blocking DiLoCo, then streaming (2 fragments, overlap 1, mix 0.5: the fragments' merge on the GPU).
 trainer() {
-  "$PYTHON" examples/diloco/local_run.py --nodes 2 --local-ranks 1 --out "$out/trainer" --timeout 130 -- \
-    --device cuda --outer-steps 3 --inner-steps 5 --dim 96 --layers 3 --heads 4 --seq-len 64 --batch-size 8 || return 1
-  grep -h '"event": "joined"' "$out"/trainer/node*.jsonl
-  [ "$(grep -h '"event": "joined"' "$out"/trainer/node*.jsonl | grep -c '"device": "cuda')" = 2 ] || {
-    echo "a node did not train on the GPU"; return 1; }
+  local model="--dim 96 --layers 3 --heads 4 --seq-len 64 --batch-size 8" run
+  for run in blocking streaming; do
+    local flags=""
+    [ "$run" = streaming ] && flags="--fragments 2 --overlap 1 --mix 0.5"
+    # shellcheck disable=SC2086  # the flags are words
+    "$PYTHON" examples/diloco/local_run.py --nodes 2 --local-ranks 1 --out "$out/trainer-$run" --timeout 100 -- \
+      --device cuda --outer-steps 3 --inner-steps 4 $model $flags || return 1
+    grep -h '"event": "joined"' "$out/trainer-$run"/node*.jsonl
+    [ "$(grep -h '"event": "joined"' "$out/trainer-$run"/node*.jsonl | grep -c '"device": "cuda')" = 2 ] || {
+      echo "$run: a node did not train on the GPU"; return 1; }
+  done
 }
 export -f trainer
-step trainer 150 trainer
+step trainer 220 trainer
 
 echo
 echo "gpu-check on $gpu:"

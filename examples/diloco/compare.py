@@ -39,6 +39,26 @@ def row(label: str, folder: Path) -> dict:
             "all-reduce s": sum(r["allreduce_s"] for r in lead), "identical": summary["identical"]}
 
 
+def run_local(label: str, folder: Path, job: list) -> bool:
+    """local_run.py with JOB's arguments into FOLDER, announced; False (saying where the logs are)
+    when it failed."""
+    print(f"== {label}: local_run.py --out {folder} {' '.join(job)}", flush=True)
+    if local_run.main(["--out", str(folder), *job]) == 0:
+        return True
+    print(f"{label} failed: see {folder}/*.log")
+    return False
+
+
+def report(out: Path, table: str, draw) -> int:
+    """Writes OUT/table.md and the plot OUT/loss.png (``draw(path)``), prints where; returns 0."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table + "\n")
+    draw(out / "loss.png")
+    print(table)
+    print(f"plot: {out / 'loss.png'}")
+    return 0
+
+
 def markdown_table(rows: list) -> str:
     """Rows (dicts with the same keys) as a Markdown table; floats to 4 significant digits."""
     keys = list(rows[0])
@@ -84,17 +104,11 @@ def main(argv=None) -> int:
             f"DiLoCo, +1 node at step {args.join_at}, node1 killed at {args.kill_at + 1}": out / "churn"}
     jobs = [base + ["--", "--mode", "diloco", *extra], base + ["--", "--mode", "sync", *extra],
             base + ["--join-at", str(args.join_at), "--kill", f"node1@{args.kill_at}", "--", "--mode", "diloco", *extra]]
-    for folder, job in zip(runs.values(), jobs):
-        print(f"== {folder.name}: local_run.py {' '.join(job)}", flush=True)
-        if local_run.main(["--out", str(folder), *job]) != 0:
-            print(f"{folder.name} failed: see {folder}/*.log")
+    for (label, folder), job in zip(runs.items(), jobs):
+        if not run_local(label, folder, job):
             return 1
-    table = markdown_table([row(label, folder) for label, folder in runs.items()])
-    (out / "table.md").write_text(table + "\n")
-    plot(runs, out / "loss.png")
-    print(table)
-    print(f"plot: {out / 'loss.png'}")
-    return 0
+    return report(out, markdown_table([row(label, folder) for label, folder in runs.items()]),
+                  lambda path: plot(runs, path))
 
 
 if __name__ == "__main__":

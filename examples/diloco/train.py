@@ -410,6 +410,7 @@ class Trainer:
         largest = max(hi - lo for lo, hi in bounds)
         delta_buf, avg_buf = torch.zeros(largest), torch.empty(largest)
         ahead: List[float] = []  # losses of the inner steps already run for the next sync (overlapped)
+        probe_in, probe_out = torch.zeros(1), torch.zeros(1)  # joiners waiting, per node and in all
         while True:
             t0 = time.perf_counter()
             train_loss, inner_s, overlapped = float("nan"), 0.0, 0
@@ -441,7 +442,7 @@ class Trainer:
             inner_s = t1 - t0
             if pos.step == args.fault_kill_at_step:
                 self.kill_node(delta, avg)
-            stats = None
+            stats, waiting = None, None
             self.mesh.uncommitted_bytes_sent = 0
             while pos.phase == REDUCE:
                 # A settle below may have brought this node to another sync: its fragment, its zeros.
@@ -451,12 +452,21 @@ class Trainer:
                 if not pos.has_delta:
                     delta.zero_()  # admitted (or brought up to date) at this sync's all-reduce: adds nothing
                 pending = self.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, wire)
-                if not ahead and args.overlap > 0 and pos.step + 1 < syncs:
+                overlap = not ahead and args.overlap > 0 and pos.step + 1 < syncs
+                probe = None
+                if overlap and pos.step % args.fragments == args.fragments - 1:
+                    # The last sync of an outer step, overlapped: a one-element all-reduce of the
+                    # nodes' waiting joiners travels with it, so the boundary's roster (a round trip
+                    # the compute would wait for) is taken only when a node waits to be admitted.
+                    probe_in[0] = self.mesh.pending()
+                    probe = self.mesh.allreduce_start(probe_in, probe_out, wccl.ReduceOp.SUM, wccl.Wire.NATIVE)
+                if overlap:
                     o0 = time.perf_counter()
                     ahead = [float(self.inner_step_and_update()) for _ in range(args.overlap)]
                     inner_s += time.perf_counter() - o0
                     overlapped = args.overlap
                 stats = pending.wait()
+                waiting = None if probe is None or probe.wait() is None else int(probe_out[0])
                 if stats is not None:
                     break
                 self.settle(need_update=True)  # a node was lost: new epoch, same pseudo-gradient
@@ -477,7 +487,13 @@ class Trainer:
                 self.save_checkpoint()
             bytes_sent = self.mesh.node_sum(stats.bytes_sent + self.mesh.uncommitted_bytes_sent)  # failed attempts too
             contributors, nodes = self.n_contrib, self.nodes
-            self.settle(need_update=False)  # the sync's boundary: admit waiting nodes
+            if pos.step % args.fragments == 0 and waiting != 0:
+                self.settle(need_update=False)  # an outer step's boundary: admit waiting nodes
+            else:
+                # Inside an outer step no roster (a round trip per sync on a WAN), nor at its end when
+                # the probe says no joiner waits: a lost node shows as a failed all-reduce, and every
+                # node of the epoch trains the next sync.
+                self.n_contrib = self.nodes
             t3 = time.perf_counter()
             if contributors > 0:
                 log.step(train_loss, self.eval_loss(), inner_s=inner_s, outer_s=t3 - t0 - inner_s, allreduce_s=t2 - t1,

@@ -15,7 +15,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import compare  # noqa: E402
-import local_run  # noqa: E402
 
 # (label, train.py options): the wires a job may choose, the lossy ones also with error feedback.
 CONFIGS = [("native (F32)", ["--wire", "native"]), ("int8", ["--wire", "int8"]),
@@ -60,11 +59,9 @@ def main(argv=None) -> int:
             folder = out / f"{label.replace(' ', '').replace('+', '-').replace('(', '').replace(')', '')}-s{seed}"
             job = ["--nodes", str(args.nodes), "--local-ranks", str(args.local_ranks), "--",
                    *options, "--seed", str(seed), "--no-progress", *extra]
-            print(f"== {label}, seed {seed}: local_run.py {' '.join(job)}", flush=True)
             if args.reuse and (folder / "summary.json").exists():
-                print(f"   kept {folder}")
-            elif local_run.main(["--out", str(folder), *job]) != 0:
-                print(f"{label} seed {seed} failed: see {folder}/*.log")
+                print(f"== {label}, seed {seed}: kept {folder}")
+            elif not compare.run_local(f"{label}, seed {seed}", folder, job):
                 return 1
             r = compare.row(label, folder)
             finals.append(r["final eval loss"])
@@ -81,13 +78,7 @@ def main(argv=None) -> int:
     int8 = next((r["mean loss"] for r in rows if r["wire"] == "int8"), None)
     for r in rows:
         r["mean loss vs int8"] = f"{(r['mean loss'] / int8 - 1) * 100:+.1f}%" if int8 else "-"
-    table = compare.markdown_table(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(table + "\n")
-    plot(curves, out / "loss.png")
-    print(table)
-    print(f"plot: {out / 'loss.png'}")
-    return 0
+    return compare.report(out, compare.markdown_table(rows), lambda path: plot(curves, path))
 
 
 if __name__ == "__main__":
