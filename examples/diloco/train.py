@@ -594,7 +594,8 @@ class Log:
                   "bytes_sent": int(bytes_sent), "nodes": nodes, "contributors": contributors, "epoch": epoch,
                   "retreats": t.mesh.retreats, "time": time.time() - self.start,
                   "wire": a.wire if a.mode == "diloco" else a.sync_wire}
-        where = f" fragment {fragment} overlap {overlapped}" if a.fragments > 1 or a.overlap > 0 else ""
+        where = (f" fragment {fragment} overlap {overlapped} util {record['utilisation']:.2f}"
+                 if a.fragments > 1 or a.overlap > 0 else "")
         self.write(record, f"[{a.node_name}] step {t.pos.step}/{a.outer_steps * a.fragments}{where} loss {train_loss:.4f} "
                            f"eval {eval_loss:.4f} tok/s {record['tokens_per_s']:.0f} inner {inner_s:.2f}s outer "
                            f"{outer_s:.2f}s all-reduce {allreduce_s:.3f}s sent {bytes_sent / 1e6:.2f} MB nodes {nodes} "
