@@ -214,7 +214,8 @@ std::string shape_name(const Shape &s) {
 }
 
 const auto kEveryShape =
-    ::testing::Values(Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
+    ::testing::Values(Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+                      Shape{Kind::kAllreduce, Algo::kAllgather}, Shape{Kind::kBroadcast, Algo::kRing},
                       Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing});
 
 INSTANTIATE_TEST_SUITE_P(
@@ -274,6 +275,7 @@ double encode_error(codec::Wire w, const std::vector<Bytes> &ins) {
   switch (w) {
     case codec::Wire::kInt8: return range / 510 + mag * std::ldexp(1.0, -20);
     case codec::Wire::kInt4: return range / 30 + mag * std::ldexp(1.0, -20);
+    case codec::Wire::kInt2: return range / 6 + mag * std::ldexp(1.0, -20);
     case codec::Wire::kFp8: return mag / 16 + mag / 229376;
     case codec::Wire::kF16: return mag * std::ldexp(1.0, -11) + std::ldexp(1.0, -24);
     case codec::Wire::kBF16: return mag * std::ldexp(1.0, -8);
@@ -295,7 +297,8 @@ TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
     opt.seed = static_cast<uint32_t>(count + op);
     Fabric fabric(n, opt);
     const Outcome o = run_all(fabric, c, n, std::chrono::seconds(60), ins);
-    const double bound = n * encode_error(wire, ins);
+    // At most n encodings of partial sums; the all-gather all-reduce encodes each input once.
+    const double bound = (c.algo == Algo::kAllgather && shape.kind == Kind::kAllreduce ? 1 : n) * encode_error(wire, ins);
     std::vector<std::vector<float>> x;
     for (const Bytes &b : ins) x.push_back(floats(b));
     for (int r = 0; r < n; ++r) {
@@ -341,7 +344,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 3, 5, 8), ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
                        kEveryShape,
                        ::testing::Values(codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8, codec::Wire::kInt4,
-                                         codec::Wire::kFp8)),
+                                         codec::Wire::kFp8, codec::Wire::kInt2)),
     wire_param_name);
 
 TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
@@ -364,6 +367,65 @@ TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
       }
     }
   }
+}
+
+// The all-gather all-reduce's result is, bit for bit on every member, the sum in rank order of
+// what each member's input decodes to (its roundtrip: what error feedback subtracts), on every
+// wire, AVG dividing that sum; each member sends n - 1 times its input's wire bytes. AUTO picks it
+// for INT2 only.
+TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
+  for (int n : {2, 3, 5}) {
+    for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2, codec::Wire::kFp8,
+                          codec::Wire::kBF16}) {
+      for (RedOp op : {RedOp::kSum, RedOp::kAvg, RedOp::kMax}) {
+        SCOPED_TRACE("n " + std::to_string(n) + " " + codec::wire_name(w) + " " + codec::redop_name(op));
+        Collective c;
+        c.algo = Algo::kAllgather;
+        c.count = 70001;
+        c.chunk_bytes = 8192;
+        c.wire = w;
+        c.op = op;
+        const std::vector<Bytes> ins = random_inputs(c, n, static_cast<uint32_t>(n));
+        std::vector<float> want(c.count);
+        for (int m = 0; m < n; ++m) {
+          std::vector<float> x = floats(ins[static_cast<size_t>(m)]), kept(c.count);
+          if (w == codec::Wire::kNative) {
+            kept = x;
+          } else {
+            Bytes enc(codec::wire_size(w, c.count));
+            ASSERT_TRUE(codec::encode(w, x.data(), c.count, enc.data()).ok());
+            ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), c.count, kept.data()).ok());
+          }
+          for (size_t i = 0; i < c.count; ++i) {
+            want[i] = m == 0 ? kept[i] : op == RedOp::kMax ? std::max(want[i], kept[i]) : want[i] + kept[i];
+          }
+        }
+        if (op == RedOp::kAvg) {
+          for (float &v : want) v /= static_cast<float>(n);
+        }
+        Fabric::Options opt;
+        opt.shuffle = true;
+        opt.seed = static_cast<uint32_t>(n);
+        Fabric fabric(n, opt);
+        const Outcome o = run_all(fabric, c, n, std::chrono::seconds(60), ins);
+        for (int r = 0; r < n; ++r) {
+          const size_t i = static_cast<size_t>(r);
+          ASSERT_TRUE(o.status[i].ok()) << "rank " << r << ": " << o.status[i].to_string();
+          ASSERT_TRUE(floats(o.out[i]) == want) << "rank " << r;
+          EXPECT_EQ(o.bytes_sent[i], static_cast<uint64_t>(n - 1) * codec::wire_size(w, c.count)) << "rank " << r;
+        }
+      }
+    }
+  }
+  Collective c;
+  c.algo = Algo::kAuto;
+  c.count = 1 << 20;  // above the crossover: the ring
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2}) {
+    c.wire = w;
+    EXPECT_EQ(algo::choose(c, 4, 0), w == codec::Wire::kInt2 ? Algo::kAllgather : Algo::kRing) << codec::wire_name(w);
+  }
+  c.kind = Kind::kBroadcast;
+  EXPECT_EQ(algo::choose(c, 4, 0), Algo::kRing);
 }
 
 TEST(Algo, NanOnTheInt8WireFailsNamingTheElement) {
@@ -724,7 +786,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 3, 5), ::testing::Values<size_t>(0, 7, 65537),
                        kEveryShape,
                        ::testing::Values(codec::Wire::kNative, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8,
-                                         codec::Wire::kInt4, codec::Wire::kFp8)),
+                                         codec::Wire::kInt4, codec::Wire::kFp8, codec::Wire::kInt2)),
     wire_param_name);
 
 // DESIGN §7: with a wire codec only the encoded bytes cross PCIe, each way, through page-locked

@@ -26,7 +26,7 @@ using Bytes = std::vector<uint8_t>;
 
 // Lengths around the vector widths and the INT8 block, so tails and partial blocks are covered.
 const size_t kLengths[] = {0, 1, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1023, 1024, 1025, 2048, 4099};
-const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kFp8};
+const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8};
 
 // Byte-equal (memcmp, which may not be given the null data() of an empty vector).
 bool same(const void *a, const void *b, size_t bytes) { return bytes == 0 || std::memcmp(a, b, bytes) == 0; }
@@ -178,14 +178,14 @@ TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
 }
 
 // The documented bound (wire.h) for element x of a block of `w` data holding [lo, hi]:
-//   INT8, INT4: (hi - lo) / (2 * levels), plus float rounding (2^-20 of the block's largest
+//   INT8, INT4, INT2: (hi - lo) / (2 * levels), plus float rounding (2^-20 of the block's largest
 //   magnitude), plus the whole range when the step would be below FLT_MIN (sent as its minimum);
 //   FP8: max(|x| / 16, 2^(k-10)) with 2^k <= max(amax / 224, 2^-126).
 double error_bound(Wire w, float x, float lo, float hi) {
   const double range = static_cast<double>(hi) - lo;
   const double mag = std::max(std::fabs(static_cast<double>(lo)), std::fabs(static_cast<double>(hi)));
   if (w == Wire::kFp8) return std::max(std::fabs(static_cast<double>(x)) / 16, std::max(mag / 224, std::ldexp(1.0, -126)) * std::ldexp(1.0, -10));
-  const double levels = w == Wire::kInt8 ? 255.0 : 15.0;
+  const double levels = w == Wire::kInt8 ? 255.0 : w == Wire::kInt4 ? 15.0 : 3.0;
   return range / (2 * levels) + mag * std::ldexp(1.0, -20) + (range < levels * FLT_MIN ? range : 0.0);
 }
 
@@ -233,15 +233,17 @@ TEST(BlockCodecs, ErrorStaysWithinTheBound) {
 
 TEST(BlockCodecs, EveryUniformCodeIsUsedOnARamp) {
   // A block that spans 0..levels exactly maps element i to code i: the quantiser is not off by
-  // one, and INT4 packs element 2p in the low nibble.
-  for (Wire w : {Wire::kInt8, Wire::kInt4}) {
-    const size_t levels = w == Wire::kInt8 ? 255 : 15;
+  // one, INT4 packs element 2p in the low nibble and INT2 element 4p + e in bits 2e, 2e + 1.
+  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2}) {
+    const size_t levels = w == Wire::kInt8 ? 255 : w == Wire::kInt4 ? 15 : 3;
     std::vector<float> x(levels + 1);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
     Bytes enc(codec::wire_size(w, x.size()));
     ASSERT_TRUE(codec::encode(w, x.data(), x.size(), enc.data()).ok());
     for (size_t i = 0; i < x.size(); ++i) {
-      const unsigned code = w == Wire::kInt8 ? enc[8 + i] : (enc[8 + i / 2] >> (4 * (i % 2))) & 15u;
+      const unsigned code = w == Wire::kInt8   ? enc[8 + i]
+                            : w == Wire::kInt4 ? (enc[8 + i / 2] >> (4 * (i % 2))) & 15u
+                                               : (enc[8 + i / 4] >> (2 * (i % 4))) & 3u;
       ASSERT_EQ(code, i) << codec::wire_name(w);
     }
     std::vector<float> y(x.size());
@@ -295,6 +297,7 @@ TEST(BlockCodecs, NanAndInfAreRefusedNamingTheElement) {
     EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT) << name;
     const std::string want = w == Wire::kInt8   ? "the int8 block of elements 1024..2047 spans more than the float range"
                              : w == Wire::kInt4 ? "the int4 block of elements 1024..1151 spans more than the float range"
+                             : w == Wire::kInt2 ? "the int2 block of elements 1024..1151 spans more than the float range"
                                                 : "the fp8 block of elements 1024..2047 holds a magnitude of 2^127 or more";
     EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
   }
@@ -322,7 +325,7 @@ TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
     longer.push_back(0);
     expect_rejected(longer, longer.size(), "too long");
     const std::vector<float> bad_scales = w == Wire::kFp8 ? std::vector<float>{nan, -1.0f, inf, 3.0f, 0x1p120f, 0x1p-127f}
-                                                          : std::vector<float>{nan, -1.0f, inf, w == Wire::kInt8 ? 1e37f : 1e38f};
+                                                          : std::vector<float>{nan, -1.0f, inf, w == Wire::kInt8 ? 1e37f : w == Wire::kInt4 ? 1e38f : 2e38f};
     for (float s : bad_scales) {
       Bytes enc = good;
       std::memcpy(&enc[f.block_bytes(f.block)], &s, 4);  // the second block's scale
@@ -384,6 +387,8 @@ TEST(WireCodec, SixteenBitWiresRoundToNearestEven) {
   EXPECT_EQ(codec::wire_size(Wire::kInt8, 1025), 1025u + 16u);
   EXPECT_EQ(codec::wire_size(Wire::kInt4, 129), 72u + 9u);
   EXPECT_EQ(codec::wire_size(Wire::kInt4, 3), 8u + 2u);
+  EXPECT_EQ(codec::wire_size(Wire::kInt2, 129), 40u + 9u);
+  EXPECT_EQ(codec::wire_size(Wire::kInt2, 5), 8u + 2u);
   EXPECT_EQ(codec::wire_size(Wire::kFp8, 1025), 1028u + 5u);
 }
 

@@ -153,7 +153,7 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
   };
   uint64_t native_bytes = 0;
   for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt4,
-                        codec::Wire::kFp8}) {
+                        codec::Wire::kFp8, codec::Wire::kInt2}) {
     for (algo::Algo a : {algo::Algo::kRing, algo::Algo::kTree}) {
       SCOPED_TRACE(std::string(codec::wire_name(w)) + " " + algo::algo_name(a));
       std::vector<std::vector<float>> io(n);
@@ -164,6 +164,7 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
       // Sums of (r + 1) * (i % 251 + 1): inputs span 250 (r + 1), so R = 2500 and M = 2510.
       const double e = w == codec::Wire::kInt8 ? 2500.0 / 510 + 2510 * std::ldexp(1.0, -20)
                        : w == codec::Wire::kInt4 ? 2500.0 / 30 + 2510 * std::ldexp(1.0, -20)
+                       : w == codec::Wire::kInt2 ? 2500.0 / 6 + 2510 * std::ldexp(1.0, -20)
                        : w == codec::Wire::kFp8 ? 2510.0 / 16 + 2510.0 / 229376
                        : w == codec::Wire::kF16 ? 2510 * std::ldexp(1.0, -11)
                        : w == codec::Wire::kBF16 ? 2510 * std::ldexp(1.0, -8) : 0;
@@ -175,7 +176,10 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
       if (w == codec::Wire::kNative && a == algo::Algo::kRing) native_bytes = stats[0].bytes_sent;
       if (a == algo::Algo::kRing && codec::block_format(w) != nullptr) {
         // Each wire's size against F32's, plus a little for the blocks cut short at segment ends.
-        const double want = w == codec::Wire::kInt8 ? 0.25 * 1032 / 1024 : w == codec::Wire::kInt4 ? 72.0 / 512 : 1028.0 / 4096;
+        const double want = w == codec::Wire::kInt8   ? 0.25 * 1032 / 1024
+                           : w == codec::Wire::kInt4 ? 72.0 / 512
+                           : w == codec::Wire::kInt2 ? 40.0 / 512
+                                                     : 1028.0 / 4096;
         EXPECT_NEAR(static_cast<double>(stats[0].bytes_sent) / static_cast<double>(native_bytes), want, 0.002);
       }
     }
@@ -234,7 +238,7 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
                         {Kind::kBroadcast, algo::Algo::kAuto, codec::RedOp::kSum}};
   const size_t count = 70001;
   for (codec::Dtype t : {codec::Dtype::kBF16, codec::Dtype::kF16}) {
-    for (codec::Wire w : {codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kFp8, codec::Wire::kBF16, codec::Wire::kF16}) {
+    for (codec::Wire w : {codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2, codec::Wire::kFp8, codec::Wire::kBF16, codec::Wire::kF16}) {
       for (const Case &k : cases) {
         SCOPED_TRACE(std::string(codec::dtype_name(t)) + " on " + codec::wire_name(w) + ": " + algo::kind_name(k.kind) +
                      " " + algo::algo_name(k.a));

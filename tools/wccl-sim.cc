@@ -33,8 +33,8 @@ const char kUsage[] =
     "  --hosts A,B,...       these hosts, in ring order (default: the file's order)\n"
     "  --op allreduce|broadcast|allgather|reducescatter   (default allreduce; sizes as nccl-tests':\n"
     "                        the whole buffer, all peers' parts together for allgather and reducescatter)\n"
-    "  --algo ring|tree      allreduce's algorithm (default ring; the others run their one)\n"
-    "  --wire native|int8|int4|fp8|fp16|bf16   (default native; F32 only for the codecs)\n"
+    "  --algo ring|tree|allgather  allreduce's algorithm (default ring; the others run their one)\n"
+    "  --wire native|int8|int4|int2|fp8|fp16|bf16   (default native; F32 only for the codecs)\n"
     "  --dtype f32|f16|bf16|f64|i32|...   (default f32)\n"
     "  --streams N           TCP connections per link (default 4)\n"
     "  --chunk N             pipelining unit (default 1M)\n"
@@ -183,10 +183,10 @@ int run(int argc, char **argv) {
                                                    {"allgather", algo::Kind::kAllgather},
                                                    {"reducescatter", algo::Kind::kReduceScatter}});
     } else if (a == "--algo") {
-      work.op.algo = pick<algo::Algo>(a, value(), {{"ring", algo::Algo::kRing}, {"tree", algo::Algo::kTree}});
+      work.op.algo = pick<algo::Algo>(a, value(), {{"ring", algo::Algo::kRing}, {"tree", algo::Algo::kTree}, {"allgather", algo::Algo::kAllgather}});
     } else if (a == "--wire") {
       work.op.wire = pick<codec::Wire>(a, value(), {{"native", codec::Wire::kNative}, {"int8", codec::Wire::kInt8},
-                                                    {"int4", codec::Wire::kInt4}, {"fp8", codec::Wire::kFp8},
+                                                    {"int4", codec::Wire::kInt4}, {"int2", codec::Wire::kInt2}, {"fp8", codec::Wire::kFp8},
                                                     {"fp16", codec::Wire::kF16}, {"bf16", codec::Wire::kBF16}});
     } else if (a == "--dtype") {
       dtype = pick<codec::Dtype>(a, value(), {{"f32", codec::Dtype::kF32}, {"f64", codec::Dtype::kF64},
@@ -265,7 +265,7 @@ int run(int argc, char **argv) {
   }
   if (work.state_bytes == 0 && !work.joins.empty()) work.state_bytes = 2 * max_bytes;
   if (work.op.wire != codec::Wire::kNative && dtype != codec::Dtype::kF32) usage_error("a wire codec needs --dtype f32");
-  if (work.op.kind != algo::Kind::kAllreduce && work.op.algo == algo::Algo::kTree) usage_error("--algo tree is allreduce's");
+  if (work.op.kind != algo::Kind::kAllreduce && work.op.algo != algo::Algo::kRing) usage_error("--algo tree and allgather are allreduce's");
   if (work.data && work.op.kind != algo::Kind::kAllreduce) usage_error("--data checks allreduce only");
   work.op.dtype = dtype;
   const int n = static_cast<int>(ranks.size());

@@ -57,8 +57,8 @@ const char kUsage[] =
     "  --coordinator H:P  be one peer of a job whose coordinator is at H:P (settings from WCCL_* variables)\n"
     "  -d TYPE            f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)\n"
     "  -o OP              sum avg min max prod (default sum; results are checked for sum only)\n"
-    "  -a ALGO            auto ring tree (default auto)\n"
-    "  --wire W[,W...]    native fp16 bf16 int8 int4 fp8 (default native); several: each size with each in turn\n"
+    "  -a ALGO            auto ring tree allgather (default auto)\n"
+    "  --wire W[,W...]    native fp16 bf16 int8 int4 fp8 int2 (default native); several: each size with each in turn\n"
     "  --compress C[,C..] off zstd auto (default off); several: each wire with each in turn\n"
     "  --data D           pattern (default: exact sums, checked; compresses extremely well) or weights\n"
     "                     (f32 only, unchecked: about normal, deviation 0.02, as model weights; for --compress)\n"
@@ -73,9 +73,9 @@ int find(const char *const *names, int count, const std::string &s) {
 }
 
 const char *const kOps[] = {"sum", "avg", "min", "max", "prod"};
-const char *const kAlgos[] = {"auto", "ring", "tree"};
-const char *const kWires[] = {"native", "fp16", "bf16", "int8", "int4", "fp8"};
-constexpr int kWireCount = 6;
+const char *const kAlgos[] = {"auto", "ring", "tree", "allgather"};
+const char *const kWires[] = {"native", "fp16", "bf16", "int8", "int4", "fp8", "int2"};
+constexpr int kWireCount = 7;
 const char *const kCompress[] = {"off", "zstd", "auto"};
 
 // A comma-separated list of names, as their indices; false if one is unknown.
@@ -122,7 +122,7 @@ bool parse(int argc, char **argv, Options *o) {
       o->op = find(kOps, 5, v);
       ok = o->op >= 0;
     } else if (f == "-a") {
-      o->algo = find(kAlgos, 3, v);
+      o->algo = find(kAlgos, 4, v);
       ok = o->algo >= 0;
     } else if (f == "--wire") {
       ok = find_list(kWires, kWireCount, v, &o->wires);
@@ -186,6 +186,7 @@ double tolerance(int wire, int size) {
   switch (wire) {
     case WCCL_WIRE_INT8: return size * (range / 510 + mag * std::ldexp(1.0, -20));
     case WCCL_WIRE_INT4: return size * (range / 30 + mag * std::ldexp(1.0, -20));
+    case WCCL_WIRE_INT2: return size * (range / 6 + mag * std::ldexp(1.0, -20));  // the ring's; ALLGATHER's is below
     case WCCL_WIRE_FP8: return size * (mag / 16 + mag / 229376);
     case WCCL_WIRE_FP16: return size * mag * std::ldexp(1.0, -11);
     case WCCL_WIRE_BF16: return size * mag * std::ldexp(1.0, -8);

@@ -35,7 +35,7 @@ size_t wire_elem_bytes(const Collective &c) {
     case codec::Wire::kNative: return dtype_size(c.dtype);
     case codec::Wire::kF16:
     case codec::Wire::kBF16: return 2;
-    case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kFp8: return 1;
+    case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8: return 1;
   }
   return 1;
 }
@@ -200,6 +200,55 @@ Status ring_allgather(Exchange &ex, const Collective &c, Undo *undo) {
   return pipe.run();
 }
 
+// All-reduce as an all-gather (Algo::kAllgather): each member's input goes round the ring as a
+// final value does (encoded once on a codec; nothing re-encodes it) and every member keeps it as
+// it came; once a segment's n contributions are in, each member combines them in rank order, 0
+// first, and AVG divides. Every member combines the same values in the same order, so all end
+// bit-identical, and the result is the sum of what each contribution decodes to (its
+// wccl_wire_roundtrip), however many members: one encoding per contribution, where the ring
+// re-encodes partial sums up to n times. Each member sends n - 1 times its input's wire bytes,
+// n/2 times the ring's, in n - 1 steps, and keeps n contributions' wire bytes in host memory.
+Status gather_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
+  Memory &mem = memory_of(c);
+  const size_t es = dtype_size(c.dtype);
+  const auto *in = static_cast<const uint8_t *>(c.in);
+  auto *out = static_cast<uint8_t *>(c.out);
+  // Segments start on a block of the wire, so that a contribution is encoded exactly as the
+  // whole buffer would be (as wccl_wire_roundtrip encodes it).
+  const codec::BlockFormat *f = codec::block_format(c.wire);
+  const size_t align = f != nullptr ? f->block : 1, units = (c.count + align - 1) / align;
+  const Ring ring = ring_of(ex, std::min(segments(c, c.count), std::max<size_t>(units, 1)));
+  const int n = ring.n;
+  const size_t nseg = ring.nseg;
+  auto seg = [&](size_t j) {
+    const Span u = split(units, nseg, j);
+    const size_t begin = u.begin * align;
+    return Span{begin, std::min(c.count, (u.begin + u.count) * align) - std::min(c.count, begin)};
+  };
+  auto region = [n, nseg](long member, size_t j) { return static_cast<size_t>(mod(member, n)) * nseg + j; };
+  Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
+  Payload &pl = pipe.payload();
+  WCCL_RETURN_IF_ERROR(pl.plan_kept(static_cast<size_t>(n) * nseg, [&](size_t i) { return seg(i % nseg).count; }));
+  for (size_t j = 0; j < nseg; ++j) {  // all of `in` is read here, before `out` is written
+    const Span s = seg(j);
+    WCCL_RETURN_IF_ERROR(pl.keep(in + s.begin * es, s.count, s.begin, region(ring.r, j)));
+    WCCL_RETURN_IF_ERROR(pl.send_kept(kNoSlot, ring.next, ring.tag(0, j), region(ring.r, j)));
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    for (size_t j = 0; j < nseg; ++j) {
+      const size_t from = region(ring.r - step - 1, j);
+      pl.land_kept(ring.prev, ring.tag(step, j), from, [=, &pl, &mem, &c]() {
+        if (step < n - 2) return pl.send_kept(kNoSlot, ring.next, ring.tag(step + 1, j), from);
+        const Span s = seg(j);
+        uint8_t *acc = out + s.begin * es;
+        for (int m = 0; m < n; ++m) WCCL_RETURN_IF_ERROR(pl.combine_kept(acc, s.count, region(m, j), m == 0));
+        return c.op == codec::RedOp::kAvg ? mem.finish_avg(c.dtype, acc, s.count, n) : Status();
+      });
+    }
+  }
+  return pipe.run();
+}
+
 // Tree all-reduce over two binary trees (tree_node): the first half of the buffer is reduced up
 // tree 0 and broadcast down it, the second half on tree 1, so every peer sends and receives about
 // the whole buffer once each way, in 2 log2(n) latencies instead of the ring's 2(n-1). A node
@@ -319,7 +368,13 @@ Status dispatch(Exchange &ex, const Collective &c, Undo *undo) {
     return memory_of(c).copy(c.out, c.in, bytes);
   }
   switch (c.kind) {
-    case Kind::kAllreduce: return c.algo == Algo::kTree ? tree_allreduce(ex, c, undo) : ring_allreduce(ex, c, undo);
+    case Kind::kAllreduce:
+      switch (c.algo) {
+        case Algo::kTree: return tree_allreduce(ex, c, undo);
+        case Algo::kAllgather: return gather_allreduce(ex, c, undo);
+        case Algo::kAuto: case Algo::kRing: break;
+      }
+      return ring_allreduce(ex, c, undo);
     case Kind::kBroadcast: return chain_broadcast(ex, c, undo);
     case Kind::kAllgather: return ring_allgather(ex, c, undo);
     case Kind::kReduceScatter: return ring_reduce_scatter(ex, c, undo);
@@ -378,6 +433,7 @@ const char *algo_name(Algo a) {
     case Algo::kAuto: return "auto";
     case Algo::kRing: return "ring";
     case Algo::kTree: return "tree";
+    case Algo::kAllgather: return "allgather";
   }
   return "?";
 }
@@ -416,7 +472,9 @@ Status check(const Collective &c, int n, int rank) {
   }
   const size_t es = wire_elem_bytes(c);
   if (c.chunk_bytes < es) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element", c.chunk_bytes);
-  const size_t per_step = c.kind == Kind::kAllreduce ? split(c.count, c.algo == Algo::kTree ? 2 : n, 0).count : c.count;
+  const size_t per_step = c.kind != Kind::kAllreduce     ? c.count
+                          : c.algo == Algo::kAllgather ? c.count
+                                                       : split(c.count, c.algo == Algo::kTree ? 2 : n, 0).count;
   const size_t messages = segments(c, per_step) * 2 * static_cast<size_t>(n);
   if (messages > std::numeric_limits<uint32_t>::max()) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements in chunks of %zu bytes need more than 2^32 messages; raise chunk_bytes",
@@ -428,6 +486,7 @@ Status check(const Collective &c, int n, int rank) {
 Algo choose(const Collective &c, int n, size_t tree_max_bytes) {
   if (c.kind != Kind::kAllreduce) return Algo::kRing;
   if (c.algo != Algo::kAuto) return c.algo;
+  if (c.wire == codec::Wire::kInt2) return Algo::kAllgather;
   const size_t bytes = c.count * dtype_size(c.dtype);
   return n > 2 && bytes <= tree_max_bytes ? Algo::kTree : Algo::kRing;
 }

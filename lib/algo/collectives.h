@@ -26,7 +26,7 @@
 namespace wccl::algo {
 
 enum class Kind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier, kStateSync };
-enum class Algo : int { kAuto = 0, kRing = 1, kTree = 2 };  // values of wccl_algo_t
+enum class Algo : int { kAuto = 0, kRing = 1, kTree = 2, kAllgather = 3 };  // values of wccl_algo_t
 
 const char *kind_name(Kind k);
 const char *algo_name(Algo a);
@@ -39,7 +39,7 @@ struct Collective {
   codec::Dtype dtype = codec::Dtype::kF32;
   codec::RedOp op = codec::RedOp::kSum;
   int root = 0;             // broadcast
-  Algo algo = Algo::kRing;  // allreduce: kRing or kTree (kAuto is resolved by choose())
+  Algo algo = Algo::kRing;  // allreduce: kRing, kTree or kAllgather (kAuto is resolved by choose())
   size_t chunk_bytes = 1 << 20;  // pipelining unit: messages are at most this long
   // How elements travel (codec/wire.h). Other than kNative: dtype kF32 (kF16 and kBF16 are
   // widened to it by the communicator: widened()); every hop decodes,
@@ -78,7 +78,11 @@ bool widened(const Collective &c);
 // reduce-scatter: out = in + rank * count, in elements).
 Status check(const Collective &c, int n, int rank);
 
-// The all-reduce algorithm for c.algo = kAuto on n peers: the tree up to tree_max_bytes, where
+// The all-reduce algorithm for c.algo = kAuto on n peers. On the INT2 wire, kAllgather: the ring
+// re-encodes partial sums at up to n hops, each within a sixth of the partial's range, which
+// passes the inputs' own range at n = 6; the all-gather encodes each contribution once (its
+// bound does not grow with n) and its result is exactly the sum of the contributions' decodings,
+// which error feedback can then correct in full. Otherwise the tree up to tree_max_bytes, where
 // latency dominates (2 log2 n message delays instead of the ring's 2(n-1)), the ring above, where
 // bytes do. Every member must decide alike, so it depends only on the operation and the
 // configuration. Other kinds: kRing.

@@ -5,6 +5,24 @@
 namespace wccl::algo {
 namespace {
 
+// Host memory for a topology's regions, laid out back to back.
+class Regions {
+ public:
+  // Region i holds count_of(i) elements of bytes_of(count) bytes.
+  Status allocate(Memory &mem, size_t regions, const std::function<size_t(size_t)> &count_of,
+                  const std::function<size_t(size_t)> &bytes_of) {
+    offset_.assign(regions + 1, 0);
+    for (size_t i = 0; i < regions; ++i) offset_[i + 1] = offset_[i] + bytes_of(count_of(i));
+    return mem.host_bytes(offset_.back(), &bytes_);
+  }
+  uint8_t *at(size_t i) { return bytes_.get() + offset_[i]; }
+  size_t len(size_t i) const { return offset_[i + 1] - offset_[i]; }
+
+ private:
+  std::vector<size_t> offset_;
+  Bytes bytes_;
+};
+
 class NativePayload final : public Payload {
  public:
   NativePayload(Pipeline &pipe, codec::Dtype t, codec::RedOp op)
@@ -34,6 +52,25 @@ class NativePayload final : public Payload {
                [then = std::move(then)](const uint8_t *) { return then(); });
   }
 
+  Status plan_kept(size_t regions, const std::function<size_t(size_t)> &count_of) override {
+    return kept_.allocate(mem_, regions, count_of, [this](size_t count) { return count * es_; });
+  }
+  Status keep(const void *src, size_t count, size_t, size_t region) override {
+    return mem_.to_host(kept_.at(region), src, count * es_);
+  }
+  Status send_kept(size_t slot, int peer, uint32_t tag, size_t region) override {
+    return pipe_.out().send(slot, peer, tag, kept_.at(region), kept_.len(region), /*from_buffer=*/false);
+  }
+  void land_kept(int peer, uint32_t tag, size_t region, std::function<Status()> then) override {
+    pipe_.land(peer, tag, kept_.at(region), kept_.len(region), /*in_buffer=*/false, kNoSlot,
+               [then = std::move(then)](const uint8_t *) { return then(); });
+  }
+  Status combine_kept(void *acc, size_t count, size_t region, bool first) override {
+    WCCL_RETURN_IF_ERROR(will_write(acc, count));
+    if (first) return mem_.from_host(acc, kept_.at(region), count * es_);
+    return mem_.reduce_into(t_, op_, acc, acc, kept_.at(region), count);
+  }
+
  private:
   Status will_write(void *at, size_t count) { return pipe_.will_write(at, count * es_); }
 
@@ -42,22 +79,7 @@ class NativePayload final : public Payload {
   const codec::Dtype t_;
   const codec::RedOp op_;
   const size_t es_;
-};
-
-// Host memory for a topology's regions, laid out back to back.
-class Regions {
- public:
-  Status allocate(Memory &mem, codec::Wire w, size_t regions, const std::function<size_t(size_t)> &count_of) {
-    offset_.assign(regions + 1, 0);
-    for (size_t i = 0; i < regions; ++i) offset_[i + 1] = offset_[i] + codec::wire_size(w, count_of(i));
-    return mem.host_bytes(offset_.back(), &bytes_);
-  }
-  uint8_t *at(size_t i) { return bytes_.get() + offset_[i]; }
-  size_t len(size_t i) const { return offset_[i + 1] - offset_[i]; }
-
- private:
-  std::vector<size_t> offset_;
-  Bytes bytes_;
+  Regions kept_;
 };
 
 class CodedPayload final : public Payload {
@@ -65,8 +87,8 @@ class CodedPayload final : public Payload {
   CodedPayload(Pipeline &pipe, codec::Wire w, codec::RedOp op) : pipe_(pipe), mem_(pipe.memory()), w_(w), op_(op) {}
 
   Status plan(size_t regions, const std::function<size_t(size_t)> &count_of, bool partials, bool finals) override {
-    if (partials) WCCL_RETURN_IF_ERROR(partials_.allocate(mem_, w_, regions, count_of));
-    if (finals) WCCL_RETURN_IF_ERROR(finals_.allocate(mem_, w_, regions, count_of));
+    if (partials) WCCL_RETURN_IF_ERROR(partials_.allocate(mem_, regions, count_of, wire_bytes()));
+    if (finals) WCCL_RETURN_IF_ERROR(finals_.allocate(mem_, regions, count_of, wire_bytes()));
     return Status();
   }
   size_t wire_len(size_t count) const override { return codec::wire_size(w_, count); }
@@ -101,8 +123,32 @@ class CodedPayload final : public Payload {
                });
   }
 
+  // Kept contributions live in the finals' regions: each is encoded once, by its member.
+  Status plan_kept(size_t regions, const std::function<size_t(size_t)> &count_of) override {
+    return finals_.allocate(mem_, regions, count_of, wire_bytes());
+  }
+  Status keep(const void *src, size_t count, size_t first, size_t region) override {
+    return mem_.encode(w_, static_cast<const float *>(src), count, finals_.at(region), first);
+  }
+  Status send_kept(size_t slot, int peer, uint32_t tag, size_t region) override {
+    return pipe_.out().send(slot, peer, tag, finals_.at(region), finals_.len(region), /*from_buffer=*/false);
+  }
+  void land_kept(int peer, uint32_t tag, size_t region, std::function<Status()> then) override {
+    pipe_.land(peer, tag, finals_.at(region), finals_.len(region), /*in_buffer=*/false, kNoSlot,
+               [then = std::move(then)](const uint8_t *) { return then(); });
+  }
+  Status combine_kept(void *acc, size_t count, size_t region, bool first) override {
+    WCCL_RETURN_IF_ERROR(will_write(acc, count));
+    auto *dst = static_cast<float *>(acc);
+    if (first) return mem_.decode(w_, finals_.at(region), finals_.len(region), count, dst);
+    return mem_.decode_reduce(w_, op_, finals_.at(region), finals_.len(region), count, dst, dst);
+  }
+
  private:
   Status will_write(void *at, size_t count) { return pipe_.will_write(at, count * sizeof(float)); }
+  std::function<size_t(size_t)> wire_bytes() const {
+    return [w = w_](size_t count) { return codec::wire_size(w, count); };
+  }
 
   Pipeline &pipe_;
   Memory &mem_;

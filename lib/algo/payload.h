@@ -51,6 +51,18 @@ class Payload {
   // completed, where it lands in the buffers), then `then` runs.
   virtual void land_final(int peer, uint32_t tag, void *value, size_t count, size_t region, size_t gate,
                           std::function<Status()> then) = 0;
+
+  // Kept contributions, for the all-gather all-reduce: each member's elements travel as a final
+  // value does (encoded once on a codec), and every member keeps them, as they came, in regions
+  // of their own (plan_kept, instead of plan), until it combines them all in one order.
+  virtual Status plan_kept(size_t regions, const std::function<size_t(size_t)> &count_of) = 0;
+  // Region `region` = count elements at src (first: src[0]'s index in its buffer), as they travel.
+  virtual Status keep(const void *src, size_t count, size_t first, size_t region) = 0;
+  virtual Status send_kept(size_t slot, int peer, uint32_t tag, size_t region) = 0;
+  // A pipeline step: region `region` lands from `peer` as it was sent, then `then` runs.
+  virtual void land_kept(int peer, uint32_t tag, size_t region, std::function<Status()> then) = 0;
+  // acc = acc (op) the elements kept in `region`; with `first`, acc = those elements.
+  virtual Status combine_kept(void *acc, size_t count, size_t region, bool first) = 0;
 };
 
 // The payload for elements of dtype t combined with op, travelling as w (kNative, or an F32 codec),

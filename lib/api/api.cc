@@ -192,7 +192,7 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
   wccl_opts_t o = opts != nullptr ? *opts : wccl_opts_default();
   WCCL_CHECK_ARG(o.size == sizeof(wccl_opts_t), "%s: opts->size is %zu, not sizeof(wccl_opts_t) = %zu (use wccl_opts_default)",
                  fn, o.size, sizeof(wccl_opts_t));
-  WCCL_CHECK_ARG(o.algo >= WCCL_ALGO_AUTO && o.algo <= WCCL_ALGO_TREE, "%s: opts->algo %d is not a wccl_algo_t", fn, o.algo);
+  WCCL_CHECK_ARG(o.algo >= WCCL_ALGO_AUTO && o.algo <= WCCL_ALGO_ALLGATHER, "%s: opts->algo %d is not a wccl_algo_t", fn, o.algo);
   WCCL_CHECK_ARG(o.wire >= 0 && o.wire < codec::kWireCount, "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
   WCCL_CHECK_ARG(o.compress >= WCCL_COMPRESS_OFF && o.compress <= WCCL_COMPRESS_AUTO,
                  "%s: opts->compress %d is not a wccl_compress_t", fn, o.compress);

@@ -25,13 +25,16 @@ namespace wccl::codec {
 //   INT4  blocks of 128: float32 scale, float32 offset, then a nibble per element, element 2p in
 //         the low nibble of byte p and 2p+1 in the high one (an odd tail leaves the last high
 //         nibble 0); element j decodes to offset + code_j * scale (code 0..15).
+//   INT2  blocks of 128: float32 scale, float32 offset, then two bits per element, element 4p + e
+//         in bits 2e..2e+1 of byte p (a short tail leaves the unused bits 0); element j decodes
+//         to offset + code_j * scale (code 0..3).
 //   FP8   blocks of 1024: float32 scale (zero or a power of two, 2^-126..2^119), then one OCP
 //         E4M3 byte per element (sign, 4 exponent bits biased by 7, 3 mantissa bits; no
 //         infinities, S.1111.111 is NaN and never sent); element j decodes to e4m3(code_j) * scale.
 struct BlockFormat {
   size_t block;   // elements per block
   size_t header;  // bytes before the codes
-  size_t bits;    // bits per element: 8 or 4
+  size_t bits;    // bits per element: 8, 4 or 2
   // Bytes of one block of k elements.
   constexpr size_t block_bytes(size_t k) const { return header + (k * bits + 7) / 8; }
   // Bytes of n elements.
@@ -41,6 +44,7 @@ struct BlockFormat {
 };
 inline constexpr BlockFormat kInt8Format{1024, 8, 8};
 inline constexpr BlockFormat kInt4Format{128, 8, 4};
+inline constexpr BlockFormat kInt2Format{128, 8, 2};
 inline constexpr BlockFormat kFp8Format{1024, 4, 8};
 inline constexpr size_t kMaxBlock = 1024;  // the largest block of any format
 
@@ -50,7 +54,7 @@ inline constexpr float kFp8Limit = 1.70141183e38f;  // 2^127
 
 // One block-quantized wire's kernels. encode writes format.encoded_size(n) bytes and returns n, or
 // the index of the first element that cannot be encoded: a NaN or Inf, or the first element of a
-// block that does not fit (INT8 and INT4: its range exceeds the float range; FP8: it holds a
+// block that does not fit (INT8, INT4 and INT2: its range exceeds the float range; FP8: it holds a
 // magnitude of 2^127 or more). decode writes dst[i] = element i; decode_add dst[i] = mine[i] +
 // element i, rounded once (dst may equal mine).
 struct BlockCodec {
@@ -65,7 +69,7 @@ struct Kernels {
   void (*reduce_into)(Dtype t, RedOp op, void *dst, const void *a, const void *b, size_t n);
   // dst[i] /= by.
   void (*finish_avg)(Dtype t, void *dst, size_t n, int by);
-  BlockCodec int8, int4, fp8;
+  BlockCodec int8, int4, int2, fp8;
   // Float to binary16 / bfloat16 (round to nearest-even, 2 little-endian bytes each, at any
   // alignment) and back.
   void (*f16_encode)(const float *src, size_t n, uint8_t *dst);

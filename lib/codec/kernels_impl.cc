@@ -131,7 +131,7 @@ void finish_avg(Dtype t, void *dst, size_t n, int by) {
   }
 }
 
-// --- Block-quantized wires: INT8, INT4, FP8 ------------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, INT2, FP8 ---------------------------------------------------
 
 // Floats as integers that order the same way (-0 just below +0), so the min/max scan is an
 // integer reduction: it vectorises without fast-math and gives the same answer in any order, on
@@ -184,7 +184,8 @@ inline uint8_t uniform_code(float x, float offset, float inv) {
 
 // Encodes one block of k (1..format's block) elements at out (header, then codes) with
 // Levels + 1 uniform steps from the block's minimum to its maximum: INT8 (255) one code per byte,
-// INT4 (15) two per byte. Returns k, or the index in the block of the element that stops it.
+// INT4 (15) two per byte, INT2 (3) four per byte, the first in the low bits. Returns k, or the
+// index in the block of the element that stops it.
 template <int Levels>
 size_t uniform_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
   int32_t kmin, kmax;
@@ -206,12 +207,19 @@ size_t uniform_block(const float *__restrict x, size_t k, uint8_t *__restrict ou
   if constexpr (Levels == 255) {
     for (size_t j = 0; j < k; ++j) codes[j] = uniform_code<Levels>(x[j], offset, inv);
   } else {
-    const size_t pairs = k / 2;
-    for (size_t p = 0; p < pairs; ++p) {
-      codes[p] = static_cast<uint8_t>(uniform_code<Levels>(x[2 * p], offset, inv) |
-                                      (uniform_code<Levels>(x[2 * p + 1], offset, inv) << 4));
+    constexpr size_t kPer = Levels == 15 ? 2 : 4;  // codes per byte
+    constexpr unsigned kBits = 8 / kPer;
+    const size_t full = k / kPer;
+    for (size_t p = 0; p < full; ++p) {
+      unsigned byte = 0;
+      for (size_t e = 0; e < kPer; ++e) byte |= static_cast<unsigned>(uniform_code<Levels>(x[kPer * p + e], offset, inv)) << (kBits * e);
+      codes[p] = static_cast<uint8_t>(byte);
     }
-    if (k % 2 != 0) codes[pairs] = uniform_code<Levels>(x[k - 1], offset, inv);
+    if (k % kPer != 0) {
+      unsigned byte = 0;
+      for (size_t e = 0; e < k % kPer; ++e) byte |= static_cast<unsigned>(uniform_code<Levels>(x[kPer * full + e], offset, inv)) << (kBits * e);
+      codes[full] = static_cast<uint8_t>(byte);
+    }
   }
   return k;
 }
@@ -257,7 +265,7 @@ size_t encode_blocks(const float *src, size_t n, uint8_t *dst) {
 // Decoding, one block at a time. A BlockDecoder turns one block's codes into floats:
 // decode(codes, k, scale, offset, mine, dst) sets dst[j] = mine[j] + element j (mine null: the
 // element alone). The in-place form (dst == mine) has its own loop, since restrict forbids
-// aliasing; INT4 walks byte by byte, two elements each, so that it vectorises.
+// aliasing; INT4 and INT2 walk byte by byte (packed), so that they vectorise.
 struct Int8Elements {
   static float at(const uint8_t *__restrict codes, size_t j, float scale, float offset) {
     return offset + static_cast<float>(codes[j]) * scale;
@@ -280,29 +288,32 @@ void per_element(const uint8_t *__restrict codes, size_t k, float scale, float o
   }
 }
 
-void int4_pairs(const uint8_t *__restrict codes, size_t k, float scale, float offset, const float *mine, float *dst) {
+// INT4 and INT2: 8 / Bits codes per byte, each step of the loop one byte, so that it vectorises.
+template <unsigned Bits>
+void packed(const uint8_t *__restrict codes, size_t k, float scale, float offset, const float *mine, float *dst) {
+  constexpr size_t kPer = 8 / Bits;
+  constexpr unsigned kMask = (1u << Bits) - 1;
   float *__restrict d = dst;
-  const size_t pairs = k / 2;
-  auto lo = [&](size_t p) { return offset + static_cast<float>(codes[p] & 15u) * scale; };
-  auto hi = [&](size_t p) { return offset + static_cast<float>(codes[p] >> 4) * scale; };
+  const size_t full = k / kPer;
+  auto at = [&](size_t p, size_t e) { return offset + static_cast<float>((codes[p] >> (Bits * e)) & kMask) * scale; };
   if (mine == nullptr) {
-    for (size_t p = 0; p < pairs; ++p) {
-      d[2 * p] = lo(p);
-      d[2 * p + 1] = hi(p);
+    for (size_t p = 0; p < full; ++p) {
+      for (size_t e = 0; e < kPer; ++e) d[kPer * p + e] = at(p, e);
     }
   } else if (mine == dst) {
-    for (size_t p = 0; p < pairs; ++p) {
-      d[2 * p] = d[2 * p] + lo(p);
-      d[2 * p + 1] = d[2 * p + 1] + hi(p);
+    for (size_t p = 0; p < full; ++p) {
+      for (size_t e = 0; e < kPer; ++e) d[kPer * p + e] = d[kPer * p + e] + at(p, e);
     }
   } else {
     const float *__restrict m = mine;
-    for (size_t p = 0; p < pairs; ++p) {
-      d[2 * p] = m[2 * p] + lo(p);
-      d[2 * p + 1] = m[2 * p + 1] + hi(p);
+    for (size_t p = 0; p < full; ++p) {
+      for (size_t e = 0; e < kPer; ++e) d[kPer * p + e] = m[kPer * p + e] + at(p, e);
     }
   }
-  if (k % 2 != 0) d[k - 1] = (mine == nullptr ? 0.0f : mine[k - 1]) + lo(pairs);
+  for (size_t e = 0; e < k % kPer; ++e) {
+    const size_t j = kPer * full + e;
+    d[j] = (mine == nullptr ? 0.0f : mine[j]) + at(full, e);
+  }
 }
 
 using BlockDecoder = void (*)(const uint8_t *, size_t, float, float, const float *, float *);
@@ -356,7 +367,8 @@ const Kernels kKernels = {
     finish_avg,
     {encode_blocks<uniform_block<255>, kInt8Format>, decode_only<per_element<Int8Elements>, kInt8Format>,
      decode_blocks<per_element<Int8Elements>, kInt8Format>},
-    {encode_blocks<uniform_block<15>, kInt4Format>, decode_only<int4_pairs, kInt4Format>, decode_blocks<int4_pairs, kInt4Format>},
+    {encode_blocks<uniform_block<15>, kInt4Format>, decode_only<packed<4>, kInt4Format>, decode_blocks<packed<4>, kInt4Format>},
+    {encode_blocks<uniform_block<3>, kInt2Format>, decode_only<packed<2>, kInt2Format>, decode_blocks<packed<2>, kInt2Format>},
     {encode_blocks<fp8_block, kFp8Format>, decode_only<per_element<Fp8Elements>, kFp8Format>,
      decode_blocks<per_element<Fp8Elements>, kFp8Format>},
     encode16<float_to_half>,

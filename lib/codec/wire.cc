@@ -46,6 +46,7 @@ const BlockFormat *block_format(Wire w) {
   switch (w) {
     case Wire::kInt8: return &kInt8Format;
     case Wire::kInt4: return &kInt4Format;
+    case Wire::kInt2: return &kInt2Format;
     case Wire::kFp8: return &kFp8Format;
     case Wire::kNative: case Wire::kF16: case Wire::kBF16: break;
   }
@@ -56,6 +57,7 @@ const BlockCodec *block_codec(const Kernels &k, Wire w) {
   switch (w) {
     case Wire::kInt8: return &k.int8;
     case Wire::kInt4: return &k.int4;
+    case Wire::kInt2: return &k.int2;
     case Wire::kFp8: return &k.fp8;
     case Wire::kNative: case Wire::kF16: case Wire::kBF16: break;
   }
@@ -72,7 +74,7 @@ Status validate(Wire w, const uint8_t *src, size_t len, size_t count) {
 }
 
 const char *wire_name(Wire w) {
-  static const char *const kNames[] = {"native", "fp16", "bf16", "int8", "int4", "fp8"};
+  static const char *const kNames[] = {"native", "fp16", "bf16", "int8", "int4", "fp8", "int2"};
   const int i = static_cast<int>(w);
   return i >= 0 && i < kWireCount ? kNames[i] : "?";
 }
@@ -81,7 +83,7 @@ size_t wire_size(Wire w, size_t count) {
   switch (w) {
     case Wire::kNative: return count * 4;
     case Wire::kF16: case Wire::kBF16: return count * 2;
-    case Wire::kInt8: case Wire::kInt4: case Wire::kFp8: return block_format(w)->encoded_size(count);
+    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: return block_format(w)->encoded_size(count);
   }
   return 0;
 }
@@ -94,7 +96,7 @@ Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first
       return Status();
     case Wire::kF16: k.f16_encode(src, count, dst); return Status();
     case Wire::kBF16: k.bf16_encode(src, count, dst); return Status();
-    case Wire::kInt8: case Wire::kInt4: case Wire::kFp8: {
+    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: {
       const size_t bad = block_codec(k, w)->encode(src, count, dst);
       return bad == count ? Status() : unencodable(w, src[bad], first + bad, count - bad);
     }
@@ -124,7 +126,7 @@ Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) 
     case Wire::kNative: if (count != 0) std::memcpy(dst, src, count * 4); break;
     case Wire::kF16: k.f16_decode(src, count, dst); break;
     case Wire::kBF16: k.bf16_decode(src, count, dst); break;
-    case Wire::kInt8: case Wire::kInt4: case Wire::kFp8: block_codec(k, w)->decode(src, count, dst); break;
+    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: block_codec(k, w)->decode(src, count, dst); break;
   }
   return Status();
 }
@@ -148,7 +150,7 @@ Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t co
       case Wire::kNative: std::memcpy(tmp, src + i * 4, n * 4); break;
       case Wire::kF16: k.f16_decode(src + 2 * i, n, tmp); break;
       case Wire::kBF16: k.bf16_decode(src + 2 * i, n, tmp); break;
-      case Wire::kInt8: case Wire::kInt4: case Wire::kFp8:
+      case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8:
         blocks->decode(src + i / piece * f->block_bytes(piece), n, tmp);
         break;
     }

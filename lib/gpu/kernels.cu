@@ -38,17 +38,18 @@ unsigned grid_for(size_t n) {
   return static_cast<unsigned>(blocks < 65535u * 32u ? blocks : 65535u * 32u);  // grid-stride beyond
 }
 
-// --- Block-quantized wires: INT8, INT4, FP8 -------------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, INT2, FP8 ----------------------------------------------------
 
 template <Wire W>
 constexpr const codec::BlockFormat &format() {
   if constexpr (W == Wire::kInt8) return codec::kInt8Format;
   if constexpr (W == Wire::kInt4) return codec::kInt4Format;
+  if constexpr (W == Wire::kInt2) return codec::kInt2Format;
   return codec::kFp8Format;
 }
 template <Wire W>
 constexpr int levels() {
-  return W == Wire::kInt8 ? 255 : 15;
+  return W == Wire::kInt8 ? 255 : W == Wire::kInt4 ? 15 : 3;
 }
 
 __device__ int32_t order_key(uint32_t bits) {
@@ -84,8 +85,8 @@ __device__ bool block_params(int32_t kmin, int32_t kmax, float *scale_out, float
 }
 
 // One wire block per group of F.block / kPerThread threads: a thread block of its own (INT8 and
-// FP8: 256 threads), or one warp of a thread block of kThreads (INT4: 32 threads, 8 wire blocks a
-// thread block, warp-synchronous, as one warp per thread block left most of each SM idle).
+// FP8: 256 threads), or one warp of a thread block of kThreads (INT4, INT2: 32 threads, 8 wire
+// blocks a thread block, warp-synchronous, as one warp per thread block left most of each SM idle).
 // `bad` receives the smallest index that stops the encoding (ULLONG_MAX if none), as the CPU's
 // encoder returns it: the first non-finite element, or the first element of a block that does
 // not fit (INT8/INT4: its range exceeds the float range; FP8: a magnitude of 2^127 or more). The
@@ -189,6 +190,11 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
       // Elements j and j + 1 sit in neighbouring lanes (kT is one warp): the even lane packs both.
       const uint32_t high = __shfl_down_sync(0xffffffffu, code, 1);
       if (j % 2 == 0 && j < k) codes[j / 2] = static_cast<uint8_t>(code | (high << 4));
+    } else if constexpr (W == Wire::kInt2) {
+      // Elements j..j+3 in four neighbouring lanes: the first packs them, low bits first.
+      const uint32_t c1 = __shfl_down_sync(0xffffffffu, code, 1), c2 = __shfl_down_sync(0xffffffffu, code, 2),
+                     c3 = __shfl_down_sync(0xffffffffu, code, 3);
+      if (j % 4 == 0 && j < k) codes[j / 4] = static_cast<uint8_t>(code | (c1 << 2) | (c2 << 4) | (c3 << 6));
     } else {
       if (j < k) codes[j] = static_cast<uint8_t>(code);
     }
@@ -208,7 +214,9 @@ __device__ float block_element(const uint8_t *src, size_t i) {
   } else {
     float offset;
     memcpy(&offset, block + 4, 4);
-    const uint32_t code = W == Wire::kInt4 ? (block[F.header + j / 2] >> (4 * (j % 2))) & 15u : block[F.header + j];
+    const uint32_t code = W == Wire::kInt4   ? (block[F.header + j / 2] >> (4 * (j % 2))) & 15u
+                          : W == Wire::kInt2 ? (block[F.header + j / 4] >> (2 * (j % 4))) & 3u
+                                             : block[F.header + j];
     return __fadd_rn(offset, __fmul_rn(static_cast<float>(code), scale));
   }
 }
@@ -444,6 +452,7 @@ Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stre
     switch (w) {
       case Wire::kInt8: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt8>(src, n, dst, stream, bad)); break;
       case Wire::kInt4: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt4>(src, n, dst, stream, bad)); break;
+      case Wire::kInt2: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt2>(src, n, dst, stream, bad)); break;
       default: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kFp8>(src, n, dst, stream, bad)); break;
     }
     return cuda_status(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost, as_stream(stream)),
@@ -464,6 +473,7 @@ Status block_decode(Wire w, const uint8_t *src, size_t n, float *dst, void *stre
   switch (w) {
     case Wire::kInt8: block_decode_kernel<Wire::kInt8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
     case Wire::kInt4: block_decode_kernel<Wire::kInt4><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
+    case Wire::kInt2: block_decode_kernel<Wire::kInt2><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
     case Wire::kFp8: block_decode_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
     default: return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
   }
@@ -475,6 +485,7 @@ Status block_decode_add(Wire w, const uint8_t *src, size_t n, float *dst, const 
   switch (w) {
     case Wire::kInt8: block_decode_add_kernel<Wire::kInt8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
     case Wire::kInt4: block_decode_add_kernel<Wire::kInt4><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
+    case Wire::kInt2: block_decode_add_kernel<Wire::kInt2><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
     case Wire::kFp8: block_decode_add_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
     default: return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
   }

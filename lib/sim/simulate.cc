@@ -656,7 +656,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
     report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: at least 2 peers are needed");
     return report;
   }
-  if (base.algo == algo::Algo::kAuto) base.algo = algo::Algo::kRing;
+  if (base.algo == algo::Algo::kAuto) base.algo = algo::choose(base, n, 0);  // the ring, or INT2's all-gather
   if (work.data && (base.dtype != codec::Dtype::kF32 || base.kind != algo::Kind::kAllreduce)) {
     report.status = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "sim: data is carried for F32 all-reduces only");
     return report;

@@ -35,6 +35,7 @@ class Wire(IntEnum):
     INT8 = 3
     INT4 = 4
     FP8 = 5
+    INT2 = 6
 
 
 class Algo(IntEnum):
@@ -43,6 +44,7 @@ class Algo(IntEnum):
     AUTO = 0
     RING = 1
     TREE = 2
+    ALLGATHER = 3
 
 
 class Compress(IntEnum):
