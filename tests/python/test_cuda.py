@@ -37,7 +37,7 @@ def assert_same_bits(results):
 
 
 @pytest.mark.parametrize("count", SIZES)
-@pytest.mark.parametrize("algo", [wccl.Algo.RING, wccl.Algo.TREE])
+@pytest.mark.parametrize("algo", [wccl.Algo.RING, wccl.Algo.TREE, wccl.Algo.ALLGATHER])
 @pytest.mark.parametrize("wire", list(wccl.Wire))
 def test_allreduce_f32_every_wire_matches_the_cpu(members, wire, algo, count):
     def fn(comm):
@@ -67,7 +67,7 @@ def test_allreduce_other_dtypes_and_ops_match_the_cpu(members, dtype, op):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("wire", [wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.FP8, wccl.Wire.BF16])
+@pytest.mark.parametrize("wire", [wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.INT2, wccl.Wire.FP8, wccl.Wire.BF16])
 def test_half_data_on_coded_wires_match_the_cpu(members, dtype, wire):
     """F16 and BF16 CUDA tensors on the coded wires: widened and rounded back by the GPU, the same
     bits as CPU tensors."""
@@ -160,7 +160,7 @@ def test_wire_roundtrip_on_the_gpu_is_the_cpus(wire):
         assert torch.equal(out.cpu().view(torch.uint8), want.view(torch.uint8))
         wccl.wire_roundtrip(dev, wire)
         assert torch.equal(dev.cpu().view(torch.uint8), want.view(torch.uint8))
-    if wire in (wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.FP8):
+    if wire in (wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.INT2, wccl.Wire.FP8):
         bad = x.cuda()
         bad[1234] = float("nan")
         before = out.clone()
