@@ -214,7 +214,7 @@ Status EmulatedGpu::decode(codec::Wire w, const uint8_t *src, size_t count, floa
     if (in == nullptr || out == nullptr) return;
     const codec::Kernels &k = codec::kernels();
     switch (w) {
-      case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8:
+      case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8: case codec::Wire::kTopk:
         codec::block_codec(k, w)->decode(in, count, out);
         break;
       case codec::Wire::kF16: k.f16_decode(in, count, out); break;

@@ -276,6 +276,7 @@ double encode_error(codec::Wire w, const std::vector<Bytes> &ins) {
     case codec::Wire::kInt8: return range / 510 + mag * std::ldexp(1.0, -20);
     case codec::Wire::kInt4: return range / 30 + mag * std::ldexp(1.0, -20);
     case codec::Wire::kInt2: return range / 6 + mag * std::ldexp(1.0, -20);
+    case codec::Wire::kTopk: return mag;  // a dropped element is off by at most its magnitude
     case codec::Wire::kFp8: return mag / 16 + mag / 229376;
     case codec::Wire::kF16: return mag * std::ldexp(1.0, -11) + std::ldexp(1.0, -24);
     case codec::Wire::kBF16: return mag * std::ldexp(1.0, -8);
@@ -347,6 +348,14 @@ INSTANTIATE_TEST_SUITE_P(
                                          codec::Wire::kFp8, codec::Wire::kInt2)),
     wire_param_name);
 
+// TOPK is never re-encoded: all-reduce by the all-gather schedule, broadcast and all-gather.
+const auto kTopkShapes = ::testing::Values(Shape{Kind::kAllreduce, Algo::kAllgather}, Shape{Kind::kBroadcast, Algo::kRing},
+                                           Shape{Kind::kAllgather, Algo::kRing});
+INSTANTIATE_TEST_SUITE_P(Topk, WireTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8), ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
+                                            kTopkShapes, ::testing::Values(codec::Wire::kTopk)),
+                         wire_param_name);
+
 TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
   const int n = 4;
   Collective c;
@@ -376,7 +385,7 @@ TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
 TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
   for (int n : {2, 3, 5}) {
     for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2, codec::Wire::kFp8,
-                          codec::Wire::kBF16}) {
+                          codec::Wire::kBF16, codec::Wire::kTopk}) {
       for (RedOp op : {RedOp::kSum, RedOp::kAvg, RedOp::kMax}) {
         SCOPED_TRACE("n " + std::to_string(n) + " " + codec::wire_name(w) + " " + codec::redop_name(op));
         Collective c;
@@ -420,12 +429,23 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
   Collective c;
   c.algo = Algo::kAuto;
   c.count = 1 << 20;  // above the crossover: the ring
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2}) {
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2, codec::Wire::kTopk}) {
     c.wire = w;
-    EXPECT_EQ(algo::choose(c, 4, 0), w == codec::Wire::kInt2 ? Algo::kAllgather : Algo::kRing) << codec::wire_name(w);
+    const bool gather = w == codec::Wire::kInt2 || w == codec::Wire::kTopk;
+    EXPECT_EQ(algo::choose(c, 4, 0), gather ? Algo::kAllgather : Algo::kRing) << codec::wire_name(w);
   }
   c.kind = Kind::kBroadcast;
   EXPECT_EQ(algo::choose(c, 4, 0), Algo::kRing);
+  // TOPK is refused where it would be re-encoded.
+  c.wire = codec::Wire::kTopk;
+  EXPECT_TRUE(algo::check(c, 4, 0).ok());
+  for (Shape refused : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+    c.kind = refused.kind;
+    c.algo = refused.algo;
+    const Status st = algo::check(c, 4, 0);
+    EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT) << shape_name(refused);
+    EXPECT_NE(st.message().find("the topk wire is never re-encoded"), std::string::npos) << st.message();
+  }
 }
 
 TEST(Algo, NanOnTheInt8WireFailsNamingTheElement) {
@@ -788,6 +808,10 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(codec::Wire::kNative, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8,
                                          codec::Wire::kInt4, codec::Wire::kFp8, codec::Wire::kInt2)),
     wire_param_name);
+INSTANTIATE_TEST_SUITE_P(Topk, DeviceTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5), ::testing::Values<size_t>(0, 7, 65537), kTopkShapes,
+                                            ::testing::Values(codec::Wire::kTopk)),
+                         wire_param_name);
 
 // DESIGN §7: with a wire codec only the encoded bytes cross PCIe, each way, through page-locked
 // memory. A native ring all-reduce moves its elements across about 2(n-1)/n times each way; the

@@ -174,7 +174,7 @@ TEST(LastError, IsPerThreadAndNamesTheSource) {
 TEST(WireRoundtrip, IsWhatTheWireKeepsAndRefusesWithoutWriting) {
   std::vector<float> x(3000), y(3000, 7.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 101) * 0.01f - 0.5f;
-  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8}) {
+  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8, WCCL_WIRE_TOPK}) {
     ASSERT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), w), WCCL_OK) << wccl_last_error();
     std::vector<uint8_t> bytes(wccl::codec::wire_size(static_cast<wccl::codec::Wire>(w), x.size()));
     std::vector<float> want(x.size());
@@ -215,7 +215,7 @@ TEST(WireRoundtrip, OnAGpuIsTheHostsAfterTheDefaultStreamsWork) {
     std::memcpy(v.data(), b.data(), bytes);
     return v;
   };
-  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8, WCCL_WIRE_BF16, WCCL_WIRE_FP16, WCCL_WIRE_NATIVE}) {
+  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8, WCCL_WIRE_TOPK, WCCL_WIRE_BF16, WCCL_WIRE_FP16, WCCL_WIRE_NATIVE}) {
     std::vector<float> want(x.size());
     ASSERT_EQ(wccl_wire_roundtrip(x.data(), want.data(), x.size(), w), WCCL_OK) << wccl_last_error();
     ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout), x.size(), w), WCCL_OK)
@@ -330,8 +330,11 @@ TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
   o = wccl_opts_default();
   o.wire = WCCL_WIRE_INT8;
   expect(wccl_allreduce(v, v, 2, WCCL_F64, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "int8 wire carries f32, f16 and bf16 elements, not f64");
-  o.wire = WCCL_WIRE_INT2 + 1;
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->wire 7");
+  o.wire = WCCL_WIRE_TOPK + 1;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->wire 8");
+  o.wire = WCCL_WIRE_TOPK;
+  o.algo = WCCL_ALGO_RING;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "the topk wire is never re-encoded");
   o = wccl_opts_default();
   o.compress = 3;
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->compress 3");

@@ -2,6 +2,7 @@
 // bit; the block-quantized wires' error bounds on hard blocks; what encoding refuses and what decoding rejects.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -26,7 +27,7 @@ using Bytes = std::vector<uint8_t>;
 
 // Lengths around the vector widths and the INT8 block, so tails and partial blocks are covered.
 const size_t kLengths[] = {0, 1, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1023, 1024, 1025, 2048, 4099};
-const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8};
+const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk};
 
 // Byte-equal (memcmp, which may not be given the null data() of an empty vector).
 bool same(const void *a, const void *b, size_t bytes) { return bytes == 0 || std::memcmp(a, b, bytes) == 0; }
@@ -200,8 +201,15 @@ void expect_within_bound(Wire w, const std::vector<float> &x, const char *what) 
     const size_t e = std::min(n, b + block);
     const float lo = *std::min_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
     const float hi = *std::max_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
+    // TOPK: a kept element is within amax / 14 (plus rounding; all of amax when the step would be
+    // below FLT_MIN), a dropped one at most the largest magnitude not kept.
+    std::vector<double> mags;
+    for (size_t i = b; i < e; ++i) mags.push_back(std::fabs(static_cast<double>(x[i])));
+    std::sort(mags.rbegin(), mags.rend());
+    const double amax = mags[0], dropped = mags.size() > 8 ? mags[8] : 0.0;
+    const double topk_bound = std::max(amax / 14 + amax * std::ldexp(1.0, -20) + (amax < 7 * FLT_MIN ? amax : 0.0), dropped);
     for (size_t i = b; i < e; ++i) {
-      const double bound = error_bound(w, x[i], lo, hi);
+      const double bound = w == Wire::kTopk ? topk_bound : error_bound(w, x[i], lo, hi);
       ASSERT_TRUE(std::isfinite(y[i])) << codec::wire_name(w) << " " << what << " element " << i;
       const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
       ASSERT_LE(err, bound) << codec::wire_name(w) << " " << what << " element " << i << ": " << x[i] << " came back as " << y[i];
@@ -252,6 +260,35 @@ TEST(BlockCodecs, EveryUniformCodeIsUsedOnARamp) {
   }
 }
 
+TEST(BlockCodecs, TopkKeepsTheLargestMagnitudesInIndexOrder) {
+  // Block 0: ten large values among small ones, four of them tied at magnitude 2 (at 7, 100, 150
+  // and 200) for the last three places: the lower indices win, 200 goes (and -1 at 255). Block 1:
+  // 5 elements, all kept.
+  std::vector<float> x(261, 0.01f);
+  const std::vector<std::pair<size_t, float>> big = {{3, -7.0f}, {7, 2.0f}, {40, 5.0f}, {41, -3.0f}, {100, 2.0f},
+                                                     {150, -2.0f}, {200, 2.0f}, {201, 6.0f}, {250, 4.0f}, {255, -1.0f}};
+  for (const auto &[i, v] : big) x[i] = v;
+  for (size_t i = 256; i < 261; ++i) x[i] = static_cast<float>(i) - 258.0f;  // -2 -1 0 1 2
+  const codec::BlockFormat &f = codec::kTopkFormat;
+  Bytes enc(codec::wire_size(Wire::kTopk, x.size()));
+  ASSERT_EQ(enc.size(), 16u + 4u + 5u + 3u);
+  ASSERT_TRUE(codec::encode(Wire::kTopk, x.data(), x.size(), enc.data()).ok());
+  const std::vector<uint8_t> kept(enc.begin() + 4, enc.begin() + 12);
+  EXPECT_EQ(kept, (std::vector<uint8_t>{3, 7, 40, 41, 100, 150, 201, 250}));
+  float scale;
+  std::memcpy(&scale, enc.data(), 4);
+  EXPECT_EQ(scale, 1.0f);  // 7 / 7: every kept value here is a whole number of steps
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(codec::decode(Wire::kTopk, enc.data(), enc.size(), x.size(), y.data()).ok());
+  for (size_t i = 0; i < 256; ++i) {
+    const bool k = std::find(kept.begin(), kept.end(), i) != kept.end();
+    EXPECT_EQ(y[i], k ? x[i] : 0.0f) << "element " << i;
+  }
+  std::memcpy(&scale, enc.data() + f.block_bytes(f.block), 4);
+  EXPECT_FLOAT_EQ(scale, 2.0f / 7);
+  for (size_t i = 256; i < 261; ++i) EXPECT_NEAR(y[i], x[i], 1.0 / 7) << "element " << i;
+}
+
 TEST(BlockCodecs, Fp8RoundsToNearestEvenE4M3) {
   // 448 = 1.75 * 2^8 puts the scale at 2^0: the elements are E4M3 values themselves.
   const std::vector<float> x = {448.0f, 1.0f, 1.0625f, 1.1875f, -0x1p-9f, 3 * 0x1p-9f, 2.5f * 0x1p-9f, 0x1p-11f, -0.0f, 15.5f};
@@ -298,6 +335,7 @@ TEST(BlockCodecs, NanAndInfAreRefusedNamingTheElement) {
     const std::string want = w == Wire::kInt8   ? "the int8 block of elements 1024..2047 spans more than the float range"
                              : w == Wire::kInt4 ? "the int4 block of elements 1024..1151 spans more than the float range"
                              : w == Wire::kInt2 ? "the int2 block of elements 1024..1151 spans more than the float range"
+                             : w == Wire::kTopk ? "the topk block of elements 1024..1279 holds a magnitude of 2^127 or more"
                                                 : "the fp8 block of elements 1024..2047 holds a magnitude of 2^127 or more";
     EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
   }
@@ -324,8 +362,10 @@ TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
     Bytes longer = good;
     longer.push_back(0);
     expect_rejected(longer, longer.size(), "too long");
-    const std::vector<float> bad_scales = w == Wire::kFp8 ? std::vector<float>{nan, -1.0f, inf, 3.0f, 0x1p120f, 0x1p-127f}
-                                                          : std::vector<float>{nan, -1.0f, inf, w == Wire::kInt8 ? 1e37f : w == Wire::kInt4 ? 1e38f : 2e38f};
+    const std::vector<float> bad_scales =
+        w == Wire::kFp8    ? std::vector<float>{nan, -1.0f, inf, 3.0f, 0x1p120f, 0x1p-127f}
+        : w == Wire::kTopk ? std::vector<float>{nan, -1.0f, -0.0f, inf, 0x1p125f, 0x1p-127f}
+                           : std::vector<float>{nan, -1.0f, inf, w == Wire::kInt8 ? 1e37f : w == Wire::kInt4 ? 1e38f : 2e38f};
     for (float s : bad_scales) {
       Bytes enc = good;
       std::memcpy(&enc[f.block_bytes(f.block)], &s, 4);  // the second block's scale
@@ -338,6 +378,16 @@ TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
         enc[f.block_bytes(f.block) + f.header + 5] = code;  // a NaN code in the second block
         expect_rejected(enc, enc.size(), "NaN code");
       }
+    } else if (w == Wire::kTopk) {
+      const size_t second = f.block_bytes(f.block) + f.header;  // the second block's kept indices
+      enc[second + 3] = enc[second + 2];
+      expect_rejected(enc, enc.size(), "a repeated index");
+      enc = good;
+      std::swap(enc[second + 3], enc[second + 4]);
+      expect_rejected(enc, enc.size(), "indices out of order");
+      enc = good;
+      enc[codec::wire_size(w, 1792) + f.header + 7] = 255;  // the last block holds 2000 - 1792 = 208
+      expect_rejected(enc, enc.size(), "an index past the block");
     } else {
       std::memcpy(&enc[4], &inf, 4);
       expect_rejected(enc, enc.size(), "infinite offset");
@@ -389,6 +439,8 @@ TEST(WireCodec, SixteenBitWiresRoundToNearestEven) {
   EXPECT_EQ(codec::wire_size(Wire::kInt4, 3), 8u + 2u);
   EXPECT_EQ(codec::wire_size(Wire::kInt2, 129), 40u + 9u);
   EXPECT_EQ(codec::wire_size(Wire::kInt2, 5), 8u + 2u);
+  EXPECT_EQ(codec::wire_size(Wire::kTopk, 512), 32u);
+  EXPECT_EQ(codec::wire_size(Wire::kTopk, 259), 16u + 4u + 3u + 2u);
   EXPECT_EQ(codec::wire_size(Wire::kFp8, 1025), 1028u + 5u);
 }
 

@@ -34,7 +34,7 @@ const char kUsage[] =
     "  --op allreduce|broadcast|allgather|reducescatter   (default allreduce; sizes as nccl-tests':\n"
     "                        the whole buffer, all peers' parts together for allgather and reducescatter)\n"
     "  --algo ring|tree|allgather  allreduce's algorithm (default ring; the others run their one)\n"
-    "  --wire native|int8|int4|int2|fp8|fp16|bf16   (default native; F32 only for the codecs)\n"
+    "  --wire native|int8|int4|int2|topk|fp8|fp16|bf16   (default native; F32 only for the codecs)\n"
     "  --dtype f32|f16|bf16|f64|i32|...   (default f32)\n"
     "  --streams N           TCP connections per link (default 4)\n"
     "  --chunk N             pipelining unit (default 1M)\n"
@@ -186,7 +186,7 @@ int run(int argc, char **argv) {
       work.op.algo = pick<algo::Algo>(a, value(), {{"ring", algo::Algo::kRing}, {"tree", algo::Algo::kTree}, {"allgather", algo::Algo::kAllgather}});
     } else if (a == "--wire") {
       work.op.wire = pick<codec::Wire>(a, value(), {{"native", codec::Wire::kNative}, {"int8", codec::Wire::kInt8},
-                                                    {"int4", codec::Wire::kInt4}, {"int2", codec::Wire::kInt2}, {"fp8", codec::Wire::kFp8},
+                                                    {"int4", codec::Wire::kInt4}, {"int2", codec::Wire::kInt2}, {"topk", codec::Wire::kTopk}, {"fp8", codec::Wire::kFp8},
                                                     {"fp16", codec::Wire::kF16}, {"bf16", codec::Wire::kBF16}});
     } else if (a == "--dtype") {
       dtype = pick<codec::Dtype>(a, value(), {{"f32", codec::Dtype::kF32}, {"f64", codec::Dtype::kF64},

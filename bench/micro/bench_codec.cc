@@ -21,7 +21,7 @@ using wccl::codec::RedOp;
 using wccl::codec::Tier;
 using wccl::codec::Wire;
 
-const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8};
+const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk};
 
 std::vector<float> random_floats(size_t n) {
   std::mt19937 rng(1);
@@ -54,7 +54,7 @@ void BM_tensor_hash(benchmark::State &state) {
   set_rate(state, n);
 }
 
-// The block-quantized wires (INT8, INT4, INT2, FP8), each as its own row per tier.
+// The block-quantized wires (INT8, INT4, INT2, FP8, TOPK), each as its own row per tier.
 void BM_block_encode(benchmark::State &state, const Kernels *k, Wire w) {
   const auto n = static_cast<size_t>(state.range(0));
   const std::vector<float> src = random_floats(n);

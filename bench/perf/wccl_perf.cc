@@ -58,7 +58,7 @@ const char kUsage[] =
     "  -d TYPE            f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)\n"
     "  -o OP              sum avg min max prod (default sum; results are checked for sum only)\n"
     "  -a ALGO            auto ring tree allgather (default auto)\n"
-    "  --wire W[,W...]    native fp16 bf16 int8 int4 fp8 int2 (default native); several: each size with each in turn\n"
+    "  --wire W[,W...]    native fp16 bf16 int8 int4 fp8 int2 topk (default native); several: each size with each in turn\n"
     "  --compress C[,C..] off zstd auto (default off); several: each wire with each in turn\n"
     "  --data D           pattern (default: exact sums, checked; compresses extremely well) or weights\n"
     "                     (f32 only, unchecked: about normal, deviation 0.02, as model weights; for --compress)\n"
@@ -74,8 +74,8 @@ int find(const char *const *names, int count, const std::string &s) {
 
 const char *const kOps[] = {"sum", "avg", "min", "max", "prod"};
 const char *const kAlgos[] = {"auto", "ring", "tree", "allgather"};
-const char *const kWires[] = {"native", "fp16", "bf16", "int8", "int4", "fp8", "int2"};
-constexpr int kWireCount = 7;
+const char *const kWires[] = {"native", "fp16", "bf16", "int8", "int4", "fp8", "int2", "topk"};
+constexpr int kWireCount = 8;
 const char *const kCompress[] = {"off", "zstd", "auto"};
 
 // A comma-separated list of names, as their indices; false if one is unknown.
@@ -187,6 +187,7 @@ double tolerance(int wire, int size) {
     case WCCL_WIRE_INT8: return size * (range / 510 + mag * std::ldexp(1.0, -20));
     case WCCL_WIRE_INT4: return size * (range / 30 + mag * std::ldexp(1.0, -20));
     case WCCL_WIRE_INT2: return size * (range / 6 + mag * std::ldexp(1.0, -20));  // the ring's; ALLGATHER's is below
+    case WCCL_WIRE_TOPK: return mag;  // a dropped element is off by its own magnitude, each input encoded once
     case WCCL_WIRE_FP8: return size * (mag / 16 + mag / 229376);
     case WCCL_WIRE_FP16: return size * mag * std::ldexp(1.0, -11);
     case WCCL_WIRE_BF16: return size * mag * std::ldexp(1.0, -8);

@@ -46,7 +46,7 @@ IMPORTED = time.time()
 
 SYNC_MODES = {membership.SEND_ONLY: wccl.SyncMode.SEND_ONLY, membership.RECEIVE_ONLY: wccl.SyncMode.RECEIVE_ONLY,
               membership.POPULAR: wccl.SyncMode.POPULAR}
-WIRES = {"int8": wccl.Wire.INT8, "int4": wccl.Wire.INT4, "fp8": wccl.Wire.FP8, "fp16": wccl.Wire.FP16, "bf16": wccl.Wire.BF16,
+WIRES = {"int8": wccl.Wire.INT8, "int4": wccl.Wire.INT4, "int2": wccl.Wire.INT2, "topk": wccl.Wire.TOPK, "fp8": wccl.Wire.FP8, "fp16": wccl.Wire.FP16, "bf16": wccl.Wire.BF16,
          "native": wccl.Wire.NATIVE}
 
 

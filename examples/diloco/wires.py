@@ -19,7 +19,9 @@ import compare  # noqa: E402
 # (label, train.py options): the wires a job may choose, the lossy ones also with error feedback.
 CONFIGS = [("native (F32)", ["--wire", "native"]), ("int8", ["--wire", "int8"]),
            ("int4", ["--wire", "int4"]), ("int4 + EF", ["--wire", "int4", "--error-feedback"]),
-           ("fp8", ["--wire", "fp8"]), ("fp8 + EF", ["--wire", "fp8", "--error-feedback"])]
+           ("fp8", ["--wire", "fp8"]), ("fp8 + EF", ["--wire", "fp8", "--error-feedback"]),
+           ("int2", ["--wire", "int2"]), ("int2 + EF", ["--wire", "int2", "--error-feedback"]),
+           ("topk", ["--wire", "topk"]), ("topk + EF", ["--wire", "topk", "--error-feedback"])]
 
 
 def plot(curves: dict, path: Path) -> None:

@@ -245,7 +245,7 @@ typedef enum wccl_redop {
  * +-65504, +-Inf), which is not written before the commit. Every hop decodes, combines in F32
  * and encodes again, and each final value is encoded once by the member that produced it, which keeps what
  * decodes from its own bytes: results are still bit-identical on every member. Error bounds and
- * formats: docs/algorithms.md. With INT8, INT4, INT2 and FP8, a NaN or Inf (in the input, or a partial
+ * formats: docs/algorithms.md. With INT8, INT4, INT2, FP8 and TOPK, a NaN or Inf (in the input, or a partial
  * result that overflows) cannot be sent: the member that finds it returns INVALID_ARGUMENT naming
  * the element, and the others PEER_LOST (the epoch is revoked; buffers are untouched everywhere).
  * A world of one member copies without encoding. Barrier ignores the wire. */
@@ -259,13 +259,18 @@ typedef enum wccl_wire {
                            72 bytes per 128 elements, 7.1 times fewer than F32 */
   WCCL_WIRE_FP8 = 5,    /* blocks of 1024 elements as a power-of-two scale plus one E4M3 byte
                            each (relative precision, 1/16): 1028 bytes per 4096 */
-  WCCL_WIRE_INT2 = 6    /* blocks of 128 elements as a float scale and offset plus 2 bits each:
+  WCCL_WIRE_INT2 = 6,   /* blocks of 128 elements as a float scale and offset plus 2 bits each:
                            40 bytes per 128 elements, 12.8 times fewer than F32; all-reduce's
                            AUTO sends it by the ALLGATHER schedule */
+  WCCL_WIRE_TOPK = 7    /* sparse: of each block of 256 elements the 8 largest in magnitude, as an
+                           index byte and a 4-bit sign and magnitude under a float scale, the
+                           rest 0: 16 bytes per 256 elements, 64 times fewer than F32. Never
+                           re-encoded: all-reduce only by ALLGATHER (AUTO picks it), broadcast
+                           and all-gather; reduce-scatter refuses it */
 } wccl_wire_t;
 
 typedef enum wccl_algo {
-  WCCL_ALGO_AUTO = 0,     /* all-reduce: ALLGATHER on the INT2 wire; else TREE up to the
+  WCCL_ALGO_AUTO = 0,     /* all-reduce: ALLGATHER on the INT2 and TOPK wires; else TREE up to the
                              measured crossover (config key tree_max_bytes), RING above */
   WCCL_ALGO_RING = 1,     /* pipelined ring (bandwidth-optimal) */
   WCCL_ALGO_TREE = 2,     /* two binary trees (latency-optimal); all-reduce only, ignored elsewhere */
@@ -293,7 +298,7 @@ typedef enum wccl_compress {
  * both host memory, or both memory of one GPU: the GPU then encodes and decodes, bit for bit as
  * the CPU would, on the default CUDA stream after the work queued there, and the call returns once
  * out is written (work on another stream must be synchronized first). INVALID_ARGUMENT for a NaN
- * or Inf on INT8, INT4, INT2 and FP8, naming the element, with out left as it was. */
+ * or Inf on INT8, INT4, INT2, FP8 and TOPK, naming the element, with out left as it was. */
 WCCL_API wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire);
 
 /* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later

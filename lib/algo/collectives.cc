@@ -35,7 +35,7 @@ size_t wire_elem_bytes(const Collective &c) {
     case codec::Wire::kNative: return dtype_size(c.dtype);
     case codec::Wire::kF16:
     case codec::Wire::kBF16: return 2;
-    case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8: return 1;
+    case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8: case codec::Wire::kTopk: return 1;
   }
   return 1;
 }
@@ -470,6 +470,13 @@ Status check(const Collective &c, int n, int rank) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s wire carries f32, f16 and bf16 elements, not %s",
                       codec::wire_name(c.wire), codec::dtype_name(c.dtype));
   }
+  if (c.wire == codec::Wire::kTopk && (c.kind == Kind::kReduceScatter ||
+                                       (c.kind == Kind::kAllreduce && c.algo != Algo::kAuto && c.algo != Algo::kAllgather))) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "the topk wire is never re-encoded: all-reduce takes it by algo allgather (or auto), broadcast and "
+                      "all-gather as they are; not %s",
+                      c.kind == Kind::kAllreduce ? algo_name(c.algo) : kind_name(c.kind));
+  }
   const size_t es = wire_elem_bytes(c);
   if (c.chunk_bytes < es) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element", c.chunk_bytes);
   const size_t per_step = c.kind != Kind::kAllreduce     ? c.count
@@ -486,7 +493,7 @@ Status check(const Collective &c, int n, int rank) {
 Algo choose(const Collective &c, int n, size_t tree_max_bytes) {
   if (c.kind != Kind::kAllreduce) return Algo::kRing;
   if (c.algo != Algo::kAuto) return c.algo;
-  if (c.wire == codec::Wire::kInt2) return Algo::kAllgather;
+  if (c.wire == codec::Wire::kInt2 || c.wire == codec::Wire::kTopk) return Algo::kAllgather;
   const size_t bytes = c.count * dtype_size(c.dtype);
   return n > 2 && bytes <= tree_max_bytes ? Algo::kTree : Algo::kRing;
 }

@@ -131,7 +131,7 @@ void finish_avg(Dtype t, void *dst, size_t n, int by) {
   }
 }
 
-// --- Block-quantized wires: INT8, INT4, INT2, FP8 ---------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, INT2, FP8, TOPK ---------------------------------------------------
 
 // Floats as integers that order the same way (-0 just below +0), so the min/max scan is an
 // integer reduction: it vectorises without fast-math and gives the same answer in any order, on
@@ -251,6 +251,67 @@ size_t fp8_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
   return k;
 }
 
+// Encodes one TOPK block: the kTopkFormat.keep largest magnitudes (ties: the lower index), found
+// one at a time as the largest integer key (magnitude + 1, then the index reversed; 0 once taken),
+// written in ascending index order, each as a sign and a magnitude code in steps of a seventh of
+// the largest.
+size_t topk_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
+  uint64_t key[kTopkFormat.block];
+  uint32_t bad = 0;
+  for (size_t j = 0; j < k; ++j) {
+    uint32_t u;
+    std::memcpy(&u, &x[j], 4);
+    const uint32_t a = u & 0x7fffffffu;
+    bad |= static_cast<uint32_t>(a >= 0x7f000000u);  // 2^127 and up, Inf and NaN
+    key[j] = (static_cast<uint64_t>(a) + 1) << 8 | (kTopkFormat.block - 1 - j);
+  }
+  if (bad != 0) {
+    for (size_t j = 0; j < k; ++j) {
+      uint32_t u;
+      std::memcpy(&u, &x[j], 4);
+      if ((u & 0x7f800000u) == 0x7f800000u) return j;
+    }
+    return 0;
+  }
+  const size_t e = kTopkFormat.coded(k);
+  uint8_t pick[kTopkFormat.keep];
+  uint32_t amax = 0;
+  for (size_t i = 0; i < e; ++i) {
+    uint64_t best = 0;
+    for (size_t j = 0; j < k; ++j) best = best < key[j] ? key[j] : best;
+    const size_t j = kTopkFormat.block - 1 - (best & 0xffu);
+    if (i == 0) amax = static_cast<uint32_t>(best >> 8) - 1;
+    key[j] = 0;
+    pick[i] = static_cast<uint8_t>(j);
+  }
+  for (size_t i = 1; i < e; ++i) {  // ascending index order
+    const uint8_t v = pick[i];
+    size_t p = i;
+    for (; p > 0 && pick[p - 1] > v; --p) pick[p] = pick[p - 1];
+    pick[p] = v;
+  }
+  float top;
+  std::memcpy(&top, &amax, 4);
+  float scale = top / static_cast<float>(kTopkLevels);
+  if (!(scale >= FLT_MIN)) scale = 0.0f;  // every kept element decodes to 0: each is below 7 * FLT_MIN
+  const float inv = scale == 0.0f ? 0.0f : 1.0f / scale;
+  std::memcpy(out, &scale, 4);
+  uint8_t *__restrict index = out + kTopkFormat.header;
+  uint8_t *__restrict codes = index + e;
+  for (size_t i = 0; i < e; ++i) index[i] = pick[i];
+  for (size_t i = 0; i < (e + 1) / 2; ++i) codes[i] = 0;
+  for (size_t i = 0; i < e; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[pick[i]], 4);
+    float a;
+    const uint32_t abs = u & 0x7fffffffu;
+    std::memcpy(&a, &abs, 4);
+    const unsigned code = uniform_code<kTopkLevels>(a, 0.0f, inv) | ((u >> 31) << 3);
+    codes[i / 2] = static_cast<uint8_t>(codes[i / 2] | (code << (4 * (i % 2))));
+  }
+  return k;
+}
+
 template <size_t (*Block)(const float *, size_t, uint8_t *), const BlockFormat &F>
 size_t encode_blocks(const float *src, size_t n, uint8_t *dst) {
   for (size_t b = 0; b < n; b += F.block) {
@@ -316,6 +377,29 @@ void packed(const uint8_t *__restrict codes, size_t k, float scale, float offset
   }
 }
 
+// TOPK: every element is mine[j] + 0 (or 0), then each kept one mine[j] + its value, mine[j] read
+// before the first pass may overwrite it (dst == mine).
+void topk_sparse(const uint8_t *__restrict index, size_t k, float scale, float /*offset*/, const float *mine, float *dst) {
+  const size_t e = kTopkFormat.coded(k);
+  const uint8_t *__restrict codes = index + e;
+  float base[kTopkFormat.keep];
+  for (size_t i = 0; i < e; ++i) base[i] = mine == nullptr ? 0.0f : mine[index[i]];
+  float *__restrict d = dst;
+  if (mine == nullptr) {
+    for (size_t j = 0; j < k; ++j) d[j] = 0.0f;
+  } else if (mine == dst) {
+    for (size_t j = 0; j < k; ++j) d[j] = d[j] + 0.0f;
+  } else {
+    const float *__restrict m = mine;
+    for (size_t j = 0; j < k; ++j) d[j] = m[j] + 0.0f;
+  }
+  for (size_t i = 0; i < e; ++i) {
+    const unsigned code = (codes[i / 2] >> (4 * (i % 2))) & 15u;
+    const float v = static_cast<float>(code & 7u) * scale;
+    d[index[i]] = base[i] + ((code & 8u) != 0 ? -v : v);
+  }
+}
+
 using BlockDecoder = void (*)(const uint8_t *, size_t, float, float, const float *, float *);
 
 template <BlockDecoder Decode, const BlockFormat &F>
@@ -371,6 +455,7 @@ const Kernels kKernels = {
     {encode_blocks<uniform_block<3>, kInt2Format>, decode_only<packed<2>, kInt2Format>, decode_blocks<packed<2>, kInt2Format>},
     {encode_blocks<fp8_block, kFp8Format>, decode_only<per_element<Fp8Elements>, kFp8Format>,
      decode_blocks<per_element<Fp8Elements>, kFp8Format>},
+    {encode_blocks<topk_block, kTopkFormat>, decode_only<topk_sparse, kTopkFormat>, decode_blocks<topk_sparse, kTopkFormat>},
     encode16<float_to_half>,
     decode16<half_to_float>,
     encode16<float_to_bf16>,

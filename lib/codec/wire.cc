@@ -26,6 +26,18 @@ Status validate_blocks(Wire w, const BlockFormat &f, const uint8_t *src, size_t 
       unsigned nan = 0;
       for (size_t j = 0; j < k; ++j) nan |= static_cast<unsigned>((codes[j] & 0x7fu) == 0x7fu);
       if (nan != 0) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "fp8 block at element %zu holds a NaN code", b);
+    } else if (w == Wire::kTopk) {
+      if (!(scale == 0.0f || (scale >= FLT_MIN && scale <= kFp8Limit / static_cast<float>(kTopkLevels))) || std::signbit(scale)) {
+        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "topk block at element %zu has scale %g, not 0 or a normal float up to 2^127/7", b,
+                          static_cast<double>(scale));
+      }
+      const uint8_t *index = src + f.header;
+      for (size_t i = 0; i < f.coded(k); ++i) {
+        if (index[i] >= k || (i > 0 && index[i] <= index[i - 1])) {
+          return WCCL_ERROR(WCCL_ERR_PROTOCOL, "topk block at element %zu: kept index %u is out of order or past its %zu elements",
+                            b, static_cast<unsigned>(index[i]), k);
+        }
+      }
     } else {
       float offset;
       std::memcpy(&offset, src + 4, 4);
@@ -48,6 +60,7 @@ const BlockFormat *block_format(Wire w) {
     case Wire::kInt4: return &kInt4Format;
     case Wire::kInt2: return &kInt2Format;
     case Wire::kFp8: return &kFp8Format;
+    case Wire::kTopk: return &kTopkFormat;
     case Wire::kNative: case Wire::kF16: case Wire::kBF16: break;
   }
   return nullptr;
@@ -59,6 +72,7 @@ const BlockCodec *block_codec(const Kernels &k, Wire w) {
     case Wire::kInt4: return &k.int4;
     case Wire::kInt2: return &k.int2;
     case Wire::kFp8: return &k.fp8;
+    case Wire::kTopk: return &k.topk;
     case Wire::kNative: case Wire::kF16: case Wire::kBF16: break;
   }
   return nullptr;
@@ -74,7 +88,7 @@ Status validate(Wire w, const uint8_t *src, size_t len, size_t count) {
 }
 
 const char *wire_name(Wire w) {
-  static const char *const kNames[] = {"native", "fp16", "bf16", "int8", "int4", "fp8", "int2"};
+  static const char *const kNames[] = {"native", "fp16", "bf16", "int8", "int4", "fp8", "int2", "topk"};
   const int i = static_cast<int>(w);
   return i >= 0 && i < kWireCount ? kNames[i] : "?";
 }
@@ -83,7 +97,7 @@ size_t wire_size(Wire w, size_t count) {
   switch (w) {
     case Wire::kNative: return count * 4;
     case Wire::kF16: case Wire::kBF16: return count * 2;
-    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: return block_format(w)->encoded_size(count);
+    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: case Wire::kTopk: return block_format(w)->encoded_size(count);
   }
   return 0;
 }
@@ -96,7 +110,7 @@ Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first
       return Status();
     case Wire::kF16: k.f16_encode(src, count, dst); return Status();
     case Wire::kBF16: k.bf16_encode(src, count, dst); return Status();
-    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: {
+    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: case Wire::kTopk: {
       const size_t bad = block_codec(k, w)->encode(src, count, dst);
       return bad == count ? Status() : unencodable(w, src[bad], first + bad, count - bad);
     }
@@ -111,9 +125,9 @@ Status unencodable(Wire w, float value, size_t index, size_t left) {
   }
   const size_t block = block_format(w)->block;
   const size_t last = index + (left < block ? left : block) - 1;
-  if (w == Wire::kFp8) {
+  if (w == Wire::kFp8 || w == Wire::kTopk) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
-                      "the fp8 block of elements %zu..%zu holds a magnitude of 2^127 or more; use another wire", index, last);
+                      "the %s block of elements %zu..%zu holds a magnitude of 2^127 or more; use another wire", wire_name(w), index, last);
   }
   return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s block of elements %zu..%zu spans more than the float range; use another wire",
                     wire_name(w), index, last);
@@ -126,7 +140,7 @@ Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) 
     case Wire::kNative: if (count != 0) std::memcpy(dst, src, count * 4); break;
     case Wire::kF16: k.f16_decode(src, count, dst); break;
     case Wire::kBF16: k.bf16_decode(src, count, dst); break;
-    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: block_codec(k, w)->decode(src, count, dst); break;
+    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: case Wire::kTopk: block_codec(k, w)->decode(src, count, dst); break;
   }
   return Status();
 }
@@ -150,7 +164,7 @@ Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t co
       case Wire::kNative: std::memcpy(tmp, src + i * 4, n * 4); break;
       case Wire::kF16: k.f16_decode(src + 2 * i, n, tmp); break;
       case Wire::kBF16: k.bf16_decode(src + 2 * i, n, tmp); break;
-      case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8:
+      case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: case Wire::kTopk:
         blocks->decode(src + i / piece * f->block_bytes(piece), n, tmp);
         break;
     }

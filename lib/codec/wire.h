@@ -17,13 +17,21 @@
 //                40 bytes per 128 elements: 12.8 times fewer than F32. Re-encoding partial sums
 //                at every hop compounds that coarse error, which is why all-reduce's AUTO sends
 //                it by the all-gather schedule (algo/collectives.h).
+//   kTopk        sparse: blocks of 256 elements of which the 8 largest in magnitude are kept, each as
+//                an index byte, a sign and a 3-bit magnitude in steps of a seventh of the block's
+//                largest; the rest decode to 0. A kept x decodes to within amax / 14 of x (amax the
+//                block's largest magnitude, plus float rounding); a dropped x is at most the 8th
+//                largest magnitude. 16 bytes per 256 elements: 64 times fewer than F32. Never
+//                re-encoded: all-reduce sums it by the all-gather schedule only; broadcast and
+//                all-gather send it; reduce-scatter cannot.
 //   kFp8         blocks of 1024 elements: a power-of-two scale 2^k putting the block's largest
 //                magnitude amax within 448, then each element as OCP E4M3 (3 mantissa bits).
 //                Element x decodes to within max(|x| / 16, 2^(k-10)) of x, with
 //                2^k <= max(amax / 224, 2^-126): relative precision, down to an absolute floor
 //                of amax / 229376. 1028 bytes per 4096.
-// NaN and Inf cannot be encoded by INT8, INT4, INT2 or FP8, nor a block whose range does not fit
-// in a float (INT8, INT4, INT2: more than about 3.4e38) or that holds a magnitude of 2^127 or more (FP8):
+// NaN and Inf cannot be encoded by INT8, INT4, INT2, FP8 or TOPK, nor a block whose range does not
+// fit in a float (INT8, INT4, INT2: more than about 3.4e38) or that holds a magnitude of 2^127 or
+// more (FP8, TOPK):
 // INVALID_ARGUMENT.
 //
 // Decoding validates before it writes: a wrong length, or a header or code that could decode to a
@@ -41,13 +49,13 @@
 namespace wccl::codec {
 
 // The values match wccl_wire_t.
-enum class Wire : int { kNative = 0, kF16 = 1, kBF16 = 2, kInt8 = 3, kInt4 = 4, kFp8 = 5, kInt2 = 6 };
-inline constexpr int kWireCount = 7;
-static_assert(kWireCount == WCCL_WIRE_INT2 + 1, "codec::Wire and wccl_wire_t list the same wires");
+enum class Wire : int { kNative = 0, kF16 = 1, kBF16 = 2, kInt8 = 3, kInt4 = 4, kFp8 = 5, kInt2 = 6, kTopk = 7 };
+inline constexpr int kWireCount = 8;
+static_assert(kWireCount == WCCL_WIRE_TOPK + 1, "codec::Wire and wccl_wire_t list the same wires");
 
-const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp8", "int2"
+const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp8", "int2", "topk"
 
-// The block format of a block-quantized wire (INT8, INT4, INT2, FP8), or null; its kernels in table k.
+// The block format of a block-quantized wire (INT8, INT4, INT2, FP8, TOPK), or null; its kernels in table k.
 const BlockFormat *block_format(Wire w);
 const BlockCodec *block_codec(const Kernels &k, Wire w);
 

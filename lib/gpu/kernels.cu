@@ -45,6 +45,7 @@ constexpr const codec::BlockFormat &format() {
   if constexpr (W == Wire::kInt8) return codec::kInt8Format;
   if constexpr (W == Wire::kInt4) return codec::kInt4Format;
   if constexpr (W == Wire::kInt2) return codec::kInt2Format;
+  if constexpr (W == Wire::kTopk) return codec::kTopkFormat;
   return codec::kFp8Format;
 }
 template <Wire W>
@@ -198,6 +199,115 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
     } else {
       if (j < k) codes[j] = static_cast<uint8_t>(code);
     }
+  }
+}
+
+// TOPK: one warp per wire block of 256, each lane holding elements lane + 32e. The kept elements
+// are found one round at a time as the warp's largest key (magnitude + 1, then the index reversed,
+// as the CPU's), cleared by the lane that holds it; every lane ends with the same picks, and lane
+// 0 writes the block.
+__global__ void topk_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst, unsigned long long *bad) {
+  constexpr codec::BlockFormat F = codec::kTopkFormat;
+  constexpr int kPer = static_cast<int>(F.block) / 32;
+  const size_t wire_block = static_cast<size_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  const size_t base = wire_block * F.block;
+  if (base >= n) return;  // the whole warp
+  const int t = static_cast<int>(threadIdx.x % 32);
+  const int k = static_cast<int>(n - base < F.block ? n - base : F.block);
+  unsigned long long key[kPer];
+  int non_finite = 0, too_big = 0;
+  for (int e = 0; e < kPer; ++e) {
+    const int j = t + 32 * e;
+    key[e] = 0;
+    if (j >= k) continue;
+    const uint32_t u = __float_as_uint(src[base + j]);
+    const uint32_t a = u & 0x7fffffffu;
+    too_big |= a >= 0x7f000000u;
+    if ((u & 0x7f800000u) == 0x7f800000u) {
+      non_finite = 1;
+      atomicMin(bad, static_cast<unsigned long long>(base + j));
+    }
+    key[e] = (static_cast<unsigned long long>(a) + 1) << 8 | static_cast<unsigned>(F.block - 1 - j);
+  }
+  if (__any_sync(0xffffffffu, non_finite)) return;
+  if (__any_sync(0xffffffffu, too_big)) {
+    if (t == 0) atomicMin(bad, static_cast<unsigned long long>(base));
+    return;
+  }
+  const int kept = static_cast<int>(F.coded(static_cast<size_t>(k)));
+  int pick[F.keep];
+  uint32_t amax = 0;
+  for (int i = 0; i < kept; ++i) {
+    unsigned long long best = 0;
+    for (int e = 0; e < kPer; ++e) best = best < key[e] ? key[e] : best;
+    for (int off = 16; off > 0; off >>= 1) {
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, off);
+      best = best < other ? other : best;
+    }
+    const int j = static_cast<int>(F.block - 1 - (best & 0xffu));
+    if (i == 0) amax = static_cast<uint32_t>(best >> 8) - 1;
+    for (int e = 0; e < kPer; ++e) {
+      if (t + 32 * e == j) key[e] = 0;
+    }
+    pick[i] = j;
+  }
+  if (t != 0) return;
+  for (int i = 1; i < kept; ++i) {  // ascending index order
+    const int v = pick[i];
+    int p = i;
+    for (; p > 0 && pick[p - 1] > v; --p) pick[p] = pick[p - 1];
+    pick[p] = v;
+  }
+  float scale = __fdiv_rn(__uint_as_float(amax), static_cast<float>(codec::kTopkLevels));
+  if (!(scale >= FLT_MIN)) scale = 0.0f;
+  const float inv = scale > 0.0f ? __frcp_rn(scale) : 0.0f;
+  uint8_t *out = dst + wire_block * F.block_bytes(F.block);
+  memcpy(out, &scale, 4);
+  uint8_t *index = out + F.header;
+  uint8_t *codes = index + kept;
+  for (int i = 0; i < (kept + 1) / 2; ++i) codes[i] = 0;
+  for (int i = 0; i < kept; ++i) {
+    const uint32_t u = __float_as_uint(src[base + pick[i]]);
+    float q = __fadd_rn(__fmul_rn(__uint_as_float(u & 0x7fffffffu), inv), 0.5f);
+    q = q < static_cast<float>(codec::kTopkLevels) ? q : static_cast<float>(codec::kTopkLevels);
+    const uint32_t code = static_cast<uint32_t>(static_cast<int32_t>(q)) | ((u >> 31) << 3);
+    index[i] = static_cast<uint8_t>(pick[i]);
+    codes[i / 2] = static_cast<uint8_t>(codes[i / 2] | (code << (4 * (i % 2))));
+  }
+}
+
+// Element i of TOPK data for n elements: its kept value, or 0 (`found` false).
+__device__ float topk_element(const uint8_t *src, size_t n, size_t i, bool *found) {
+  constexpr codec::BlockFormat F = codec::kTopkFormat;
+  const size_t b = i / F.block;
+  const uint8_t *block = src + b * F.block_bytes(F.block);
+  const size_t k = n - b * F.block < F.block ? n - b * F.block : F.block;
+  const size_t kept = F.coded(k), j = i % F.block;
+  *found = false;
+  for (size_t p = 0; p < kept; ++p) {
+    if (block[F.header + p] != j) continue;
+    float scale;
+    memcpy(&scale, block, 4);
+    const uint32_t code = (block[F.header + kept + p / 2] >> (4 * (p % 2))) & 15u;
+    const float v = __fmul_rn(static_cast<float>(code & 7u), scale);
+    *found = true;
+    return (code & 8u) != 0 ? -v : v;
+  }
+  return 0.0f;
+}
+
+__global__ void topk_decode_kernel(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    bool found;
+    const float v = topk_element(src, n, i, &found);
+    dst[i] = found ? __fadd_rn(0.0f, v) : 0.0f;
+  }
+}
+
+__global__ void topk_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst, const float *mine) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    bool found;
+    dst[i] = __fadd_rn(mine[i], topk_element(src, n, i, &found));
   }
 }
 
@@ -453,6 +563,12 @@ Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stre
       case Wire::kInt8: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt8>(src, n, dst, stream, bad)); break;
       case Wire::kInt4: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt4>(src, n, dst, stream, bad)); break;
       case Wire::kInt2: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt2>(src, n, dst, stream, bad)); break;
+      case Wire::kTopk: {
+        const size_t blocks = (n + codec::kTopkFormat.block - 1) / codec::kTopkFormat.block, per_cta = kThreads / 32;
+        topk_encode_kernel<<<static_cast<unsigned>((blocks + per_cta - 1) / per_cta), kThreads, 0, as_stream(stream)>>>(src, n, dst, bad);
+        WCCL_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "topk encode kernel"));
+        break;
+      }
       default: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kFp8>(src, n, dst, stream, bad)); break;
     }
     return cuda_status(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost, as_stream(stream)),
@@ -474,6 +590,7 @@ Status block_decode(Wire w, const uint8_t *src, size_t n, float *dst, void *stre
     case Wire::kInt8: block_decode_kernel<Wire::kInt8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
     case Wire::kInt4: block_decode_kernel<Wire::kInt4><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
     case Wire::kInt2: block_decode_kernel<Wire::kInt2><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
+    case Wire::kTopk: topk_decode_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
     case Wire::kFp8: block_decode_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
     default: return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
   }
@@ -486,6 +603,7 @@ Status block_decode_add(Wire w, const uint8_t *src, size_t n, float *dst, const 
     case Wire::kInt8: block_decode_add_kernel<Wire::kInt8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
     case Wire::kInt4: block_decode_add_kernel<Wire::kInt4><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
     case Wire::kInt2: block_decode_add_kernel<Wire::kInt2><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
+    case Wire::kTopk: topk_decode_add_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
     case Wire::kFp8: block_decode_add_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
     default: return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
   }

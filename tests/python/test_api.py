@@ -72,6 +72,35 @@ def test_int8_wire_sends_a_quarter_and_agrees(members):
     assert 0.24 < coded / native < 0.26
 
 
+@pytest.mark.parametrize("wire", [wccl.Wire.INT2, wccl.Wire.TOPK])
+def test_int2_and_topk_are_the_sum_of_each_members_roundtrip(members, wire):
+    """INT2 and TOPK under AUTO run the all-gather all-reduce: on every member the result is the
+    rank-order sum of what each member's contribution decodes to, so error feedback's residual
+    (x - wire_roundtrip(x)) is exactly what the sum lacks; it sends (n - 1) wire copies of the input."""
+    n, count = 3, (1 << 16) + 5
+
+    def data(rank):
+        return (np.random.default_rng(rank).standard_normal(count) * 1e-3).astype(np.float32)
+
+    def fn(comm):
+        x = data(comm.rank)
+        stats = comm.allreduce(x, wire=wire)
+        return x, stats.algo, stats.bytes_sent
+
+    want = np.zeros(count, np.float32)
+    for r in range(n):
+        want += wccl.wire_roundtrip(data(r), wire)
+    if wire == wccl.Wire.INT2:  # blocks of 128: two floats and 2 bits each
+        wire_bytes = (count // 128) * 40 + 8 + (count % 128 + 3) // 4
+    else:  # blocks of 256: a float, and 8 kept elements as an index byte and 4 bits each
+        tail = min(8, count % 256)
+        wire_bytes = (count // 256) * 16 + 4 + tail + (tail + 1) // 2
+    for x, algo, sent in members(n, fn):
+        assert algo == wccl.Algo.ALLGATHER
+        np.testing.assert_array_equal(x, want)
+        assert sent == (n - 1) * wire_bytes
+
+
 def test_bad_calls_raise_named_errors(members):
     def fn(comm):
         with pytest.raises(wccl.InvalidArgumentError, match="wire"):
@@ -158,6 +187,7 @@ def test_wire_roundtrip_is_what_the_wire_keeps():
     assert errors[wccl.Wire.NATIVE] == 0
     widest_block = max(float(np.ptp(x[i:i + 128])) for i in range(0, len(x), 128))
     assert 0 < errors[wccl.Wire.INT8] < errors[wccl.Wire.INT4] <= widest_block / 30 * 1.0001
+    assert errors[wccl.Wire.INT4] < errors[wccl.Wire.INT2] <= widest_block / 6 * 1.0001
     assert errors[wccl.Wire.FP8] <= np.abs(x).max() / 16
     z = x.copy()
     wccl.wire_roundtrip(z, wccl.Wire.INT4)  # in place
@@ -165,7 +195,7 @@ def test_wire_roundtrip_is_what_the_wire_keeps():
     bad = x.copy()
     bad[4321] = np.nan
     out = np.zeros_like(x)
-    for wire in (wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.FP8):
+    for wire in (wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.INT2, wccl.Wire.FP8, wccl.Wire.TOPK):
         with pytest.raises(wccl.InvalidArgumentError, match="element 4321 is NaN"):
             wccl.wire_roundtrip(bad, wire, out=out)
         assert not out.any(), "a refused roundtrip wrote its output"

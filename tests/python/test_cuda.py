@@ -40,6 +40,9 @@ def assert_same_bits(results):
 @pytest.mark.parametrize("algo", [wccl.Algo.RING, wccl.Algo.TREE, wccl.Algo.ALLGATHER])
 @pytest.mark.parametrize("wire", list(wccl.Wire))
 def test_allreduce_f32_every_wire_matches_the_cpu(members, wire, algo, count):
+    if wire == wccl.Wire.TOPK and algo != wccl.Algo.ALLGATHER:
+        pytest.skip("TOPK is never re-encoded: the all-gather schedule only")
+
     def fn(comm):
         out = []
         for case, op in enumerate([wccl.ReduceOp.SUM, wccl.ReduceOp.AVG]):
@@ -67,7 +70,8 @@ def test_allreduce_other_dtypes_and_ops_match_the_cpu(members, dtype, op):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("wire", [wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.INT2, wccl.Wire.FP8, wccl.Wire.BF16])
+@pytest.mark.parametrize("wire", [wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.INT2, wccl.Wire.FP8, wccl.Wire.TOPK,
+                                  wccl.Wire.BF16])
 def test_half_data_on_coded_wires_match_the_cpu(members, dtype, wire):
     """F16 and BF16 CUDA tensors on the coded wires: widened and rounded back by the GPU, the same
     bits as CPU tensors."""
@@ -160,7 +164,7 @@ def test_wire_roundtrip_on_the_gpu_is_the_cpus(wire):
         assert torch.equal(out.cpu().view(torch.uint8), want.view(torch.uint8))
         wccl.wire_roundtrip(dev, wire)
         assert torch.equal(dev.cpu().view(torch.uint8), want.view(torch.uint8))
-    if wire in (wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.INT2, wccl.Wire.FP8):
+    if wire in (wccl.Wire.INT8, wccl.Wire.INT4, wccl.Wire.INT2, wccl.Wire.FP8, wccl.Wire.TOPK):
         bad = x.cuda()
         bad[1234] = float("nan")
         before = out.clone()

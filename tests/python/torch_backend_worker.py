@@ -106,6 +106,23 @@ def collectives(rank, n):
     gathered = [torch.empty_like(x) for _ in range(n)]
     dist.all_gather(gathered, x)
     check(all(torch.equal(g, gathered[0]) for g in gathered), "INT8 result bit-identical on every rank")
+    # a TOPK group: all-reduces are the sum of each rank's top-k roundtrip; a reduce-scatter,
+    # which the wire would re-encode, travels NATIVE
+    topk = dist.new_group(backend="wccl", pg_options=wccl.torch.Options(wire=wccl.Wire.TOPK))
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(rank))
+    sparse = x.clone()
+    dist.all_reduce(sparse, group=topk)
+    mine = wccl.wire_roundtrip(x.clone(), wccl.Wire.TOPK)
+    kept = [torch.empty_like(mine) for _ in range(n)]
+    dist.all_gather(kept, mine)
+    order = topk._torch_rank  # the torch rank of each wccl rank: the order the library sums in
+    check(torch.equal(sparse, sum((kept[t] for t in order[1:]), kept[order[0]].clone())),
+          "TOPK all-reduce is the sum of the roundtrips in wccl rank order")
+    whole = torch.randint(-100, 100, (4096 // n * n,), generator=torch.Generator().manual_seed(rank)).float()
+    scattered, exact_share = torch.empty(4096 // n), torch.empty(4096 // n)  # whole numbers: sums exact in any order
+    reduce_scatter_single(scattered, whole.clone(), group=topk)
+    reduce_scatter_single(exact_share, whole.clone())
+    check(torch.equal(scattered, exact_share), "TOPK group's reduce-scatter travels NATIVE")
     wccl_ranks = pg._torch_rank
     say(rank=rank, ok=True, wccl_order=wccl_ranks)
 

@@ -291,15 +291,16 @@ def test_coordinator_killed_and_restarted_then_a_node_killed(tmp_path):
     assert [r["contributors"] for r in records["node0"] if r["event"] == "step"] == [3, 3, 3, 3, 2, 2, 2]
 
 
-def test_a_diverged_node_sits_the_step_out(tmp_path):
+@pytest.mark.parametrize("wire", ["int4", "int2"])
+def test_a_diverged_node_sits_the_step_out(tmp_path, wire):
     """node1's pseudo-gradient of step 3 holds a NaN on one local rank (a rehearsal flag: nothing
     outside can put a NaN into a model). The node agrees on it over its local ranks, sends nothing,
     is not counted, and trains again from the committed state: every node ends identical, the step
-    divided by the two nodes that trained. On the INT4 wire with error feedback, whose residual must
-    not take the NaN in."""
+    divided by the two nodes that trained. With error feedback, whose residual must not take the
+    NaN in, on the INT4 wire (the ring) and the INT2 wire (the all-gather schedule)."""
     summary, records = run_job(tmp_path, "--nodes", "3", "--local-ranks", "2", "--tls", "off",
                                "--node-args", "node1=--fault-nan-at-step 2",
-                               "--", "--outer-steps", "5", "--inner-steps", "3", "--wire", "int4", "--error-feedback",
+                               "--", "--outer-steps", "5", "--inner-steps", "3", "--wire", wire, "--error-feedback",
                                *MODEL)
     assert summary["identical"] and all(n["steps"] == [1, 2, 3, 4, 5] for n in summary["nodes"].values())
     steps = [r for r in records["node0"] if r["event"] == "step"]

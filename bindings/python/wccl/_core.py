@@ -36,6 +36,7 @@ class Wire(IntEnum):
     INT4 = 4
     FP8 = 5
     INT2 = 6
+    TOPK = 7
 
 
 class Algo(IntEnum):

@@ -56,7 +56,8 @@ class Options:
     ``new_group(..., pg_options=...)``, or ``backend_override={dim: ("wccl", Options(...))}``).
 
     ``wire`` applies to float32, float16 and bfloat16 SUM and AVG all-reduces and reduce-scatters
-    (the codecs carry F32 sums, half data widened to F32; every other operation travels NATIVE);
+    (the codecs carry F32 sums, half data widened to F32; every other operation travels NATIVE;
+    TOPK, which a reduce-scatter would re-encode, to the all-reduces only);
     ``algo`` and ``compress`` to every operation; ``config`` holds wccl config keys (``wccl.config_keys()``) over the ``WCCL_*`` environment."""
 
     wire: Wire = Wire.NATIVE
@@ -251,10 +252,12 @@ class ProcessGroupWccl(dist.ProcessGroup):
         self._pending.put(work)
         return work
 
-    def _opts(self, op: Optional[ReduceOp] = None, dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
-        """The operation's options: the group's wire for float SUM and AVG reductions, else NATIVE."""
+    def _opts(self, op: Optional[ReduceOp] = None, dtype: Optional[torch.dtype] = None,
+              scatter: bool = False) -> Dict[str, Any]:
+        """The operation's options: the group's wire for float SUM and AVG reductions (TOPK: not for
+        a reduce-scatter), else NATIVE."""
         o = self._options
-        wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and dtype in _FLOATS
+        wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and dtype in _FLOATS and not (scatter and o.wire == Wire.TOPK)
         return {"wire": o.wire if wire_ok else Wire.NATIVE, "algo": o.algo, "compress": o.compress,
                 "timeout": self._timeout}
 
@@ -386,7 +389,8 @@ class ProcessGroupWccl(dist.ProcessGroup):
         buf = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
         finish = None if buf is out else (lambda: out.copy_(buf))
         return self._submit(
-            lambda: self._comm.reduce_scatter(flat, buf, op, async_op=True, **self._opts(op, flat.dtype)), [out], finish)
+            lambda: self._comm.reduce_scatter(flat, buf, op, async_op=True, **self._opts(op, flat.dtype, scatter=True)),
+            [out], finish)
 
     # The names torch before 2.13 calls all_gather_into_tensor and reduce_scatter_tensor by.
     _allgather_base = all_gather_single
