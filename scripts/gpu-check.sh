@@ -4,7 +4,7 @@
 #   kernels  tests/test_gpu_kernels: every GPU kernel against its CPU oracle, bit for bit, none skipped
 #   python   tests/python/test_cuda.py: every collective, wire, algorithm and dtype on CUDA tensors
 #            against the same on CPU tensors, bit for bit; stream ordering; state sync
-#   bench    bench_codec: the GPU kernels' rows next to the CPU tiers' INT8/INT4/INT2/FP8 rows and memcpy
+#   bench    bench_codec: the GPU kernels' rows next to the CPU tiers' INT8/INT4/INT2/FP8/TOPK rows and memcpy
 #   trainer  examples/diloco with --device cuda: two nodes of one local rank sharing the GPU, TLS,
 #            INT8 wire, blocking and streaming DiLoCo; both nodes must end with the same model
 # and prints one summary line per step. On a machine without a GPU it says so and exits 0; it exits
@@ -85,8 +85,8 @@ step python 180 python_cuda
 
 # The codec kernels on the GPU next to the CPU tiers (Google Benchmark; bytes/s is F32 bytes).
 step bench 180 "$build/bench/micro/bench_codec" --benchmark_min_time=0.2 \
-  --benchmark_filter='^(memcpy|(int8|int4|int2|fp8)_(encode|decode_add)/(avx2|avx512))/16777216$|^gpu_'
-rows="$(grep -E '^(gpu_|(int8|int4|int2|fp8)_encode/)' "$out/bench.log" | awk '{print $1 " " $(NF)}' | tr '\n' ';' | sed 's/;$//')"
+  --benchmark_filter='^(memcpy|(int8|int4|int2|fp8|topk)_(encode|decode_add)/(avx2|avx512))/16777216$|^gpu_'
+rows="$(grep -E '^(gpu_|(int8|int4|int2|fp8|topk)_encode/)' "$out/bench.log" | awk '{print $1 " " $(NF)}' | tr '\n' ';' | sed 's/;$//')"
 [ -n "$rows" ] && summary[-1]+=": $rows"
 if ! grep -q '^gpu_int8_encode' "$out/bench.log"; then
   summary[-1]="FAIL  bench: no GPU rows (bench_codec registers them only where a GPU is found)"; failed=1

@@ -67,9 +67,10 @@ TEST_F(GpuTest, WireCodecsMatchTheCpuBitForBit) {
     if (n > 20) x[17] = -0.0f;
     for (size_t i = 5; i < n; i += 61) x[i] *= 1e-7f;  // small against their block: FP8 subnormals, INT4 steps
     for (size_t i = 9; i < n; i += 301) x[i] *= 400.0f;
+    for (size_t i = 11; i < n; i += 20) x[i] = i % 3 == 0 ? -2500.0f : 2500.0f;  // ties for TOPK's last places
     DeviceBuffer dx(x.data(), n * 4), dout(n * 4);
     std::vector<float> dec(n);
-    for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8}) {
+    for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk}) {
       const char *name = codec::wire_name(w);
       Bytes want(codec::wire_size(w, n));
       ASSERT_TRUE(codec::encode(w, x.data(), n, want.data()).ok());
@@ -148,7 +149,7 @@ TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {
   x[4321] = std::numeric_limits<float>::quiet_NaN();
   x[4500] = std::numeric_limits<float>::infinity();
   DeviceBuffer dx(x.data(), x.size() * 4), denc(codec::wire_size(Wire::kInt8, x.size()));
-  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8}) {
+  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk}) {
     const Status st = gpu::block_encode(w, dx.as<float>(), x.size(), denc.as<uint8_t>(), nullptr);
     EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(st.message().find("element 4321 is NaN"), std::string::npos) << st.message();
@@ -158,7 +159,7 @@ TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {
   y[1030] = -3e38f;
   y[1031] = 3e38f;
   DeviceBuffer dy(y.data(), y.size() * 4);
-  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8}) {
+  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk}) {
     Bytes enc(codec::wire_size(w, y.size()));
     const Status want = codec::encode(w, y.data(), y.size(), enc.data(), 7);
     const Status got = gpu::block_encode(w, dy.as<float>(), y.size(), denc.as<uint8_t>(), nullptr, 7);

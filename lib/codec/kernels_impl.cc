@@ -252,18 +252,18 @@ size_t fp8_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
 }
 
 // Encodes one TOPK block: the kTopkFormat.keep largest magnitudes (ties: the lower index), found
-// one at a time as the largest integer key (magnitude + 1, then the index reversed; 0 once taken),
-// written in ascending index order, each as a sign and a magnitude code in steps of a seventh of
-// the largest.
+// one at a time as the largest key (magnitude bits + 1; 0 once taken) and the lowest index holding
+// it, two integer reductions that vectorise; written in ascending index order, each as a sign and
+// a magnitude code in steps of a seventh of the largest.
 size_t topk_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
-  uint64_t key[kTopkFormat.block];
+  uint32_t key[kTopkFormat.block];
   uint32_t bad = 0;
   for (size_t j = 0; j < k; ++j) {
     uint32_t u;
     std::memcpy(&u, &x[j], 4);
     const uint32_t a = u & 0x7fffffffu;
     bad |= static_cast<uint32_t>(a >= 0x7f000000u);  // 2^127 and up, Inf and NaN
-    key[j] = (static_cast<uint64_t>(a) + 1) << 8 | (kTopkFormat.block - 1 - j);
+    key[j] = a + 1;
   }
   if (bad != 0) {
     for (size_t j = 0; j < k; ++j) {
@@ -277,12 +277,16 @@ size_t topk_block(const float *__restrict x, size_t k, uint8_t *__restrict out) 
   uint8_t pick[kTopkFormat.keep];
   uint32_t amax = 0;
   for (size_t i = 0; i < e; ++i) {
-    uint64_t best = 0;
+    uint32_t best = 0;
     for (size_t j = 0; j < k; ++j) best = best < key[j] ? key[j] : best;
-    const size_t j = kTopkFormat.block - 1 - (best & 0xffu);
-    if (i == 0) amax = static_cast<uint32_t>(best >> 8) - 1;
-    key[j] = 0;
-    pick[i] = static_cast<uint8_t>(j);
+    uint32_t at = kTopkFormat.block;
+    for (size_t j = 0; j < k; ++j) {
+      const uint32_t here = key[j] == best ? static_cast<uint32_t>(j) : kTopkFormat.block;
+      at = here < at ? here : at;
+    }
+    if (i == 0) amax = best - 1;
+    key[at] = 0;
+    pick[i] = static_cast<uint8_t>(at);
   }
   for (size_t i = 1; i < e; ++i) {  // ascending index order
     const uint8_t v = pick[i];
