@@ -409,13 +409,19 @@ class Trainer:
         bounds = fragment_bounds(self.shard_size, args.fragments)
         largest = max(hi - lo for lo, hi in bounds)
         delta_buf, avg_buf = torch.zeros(largest), torch.empty(largest)
+
+        def fragment_views() -> Tuple[int, int, int, torch.Tensor, torch.Tensor]:
+            """The current sync's fragment, its elements [lo, hi), and its pseudo-gradient and result buffers."""
+            fragment = pos.step % args.fragments
+            lo, hi = bounds[fragment]
+            return fragment, lo, hi, delta_buf[:hi - lo], avg_buf[:hi - lo]
+
         ahead: List[float] = []  # losses of the inner steps already run for the next sync (overlapped)
         probe_in, probe_out = torch.zeros(1), torch.zeros(1)  # joiners waiting, per node and in all
         while True:
             t0 = time.perf_counter()
             train_loss, inner_s, overlapped = float("nan"), 0.0, 0
-            lo, hi = bounds[pos.step % args.fragments]
-            delta, avg = delta_buf[:hi - lo], avg_buf[:hi - lo]
+            _, lo, hi, delta, avg = fragment_views()
             if pos.phase == BOUNDARY:
                 if pos.step >= syncs:
                     break
@@ -446,9 +452,7 @@ class Trainer:
             self.mesh.uncommitted_bytes_sent = 0
             while pos.phase == REDUCE:
                 # A settle below may have brought this node to another sync: its fragment, its zeros.
-                fragment = pos.step % args.fragments
-                lo, hi = bounds[fragment]
-                delta, avg = delta_buf[:hi - lo], avg_buf[:hi - lo]
+                fragment, lo, hi, delta, avg = fragment_views()
                 if not pos.has_delta:
                     delta.zero_()  # admitted (or brought up to date) at this sync's all-reduce: adds nothing
                 pending = self.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, wire)
