@@ -78,11 +78,12 @@ bool widened(const Collective &c);
 // reduce-scatter: out = in + rank * count, in elements).
 Status check(const Collective &c, int n, int rank);
 
-// The all-reduce algorithm for c.algo = kAuto on n peers. On the INT2 wire, kAllgather: the ring
-// re-encodes partial sums at up to n hops, each within a sixth of the partial's range, which
-// passes the inputs' own range at n = 6; the all-gather encodes each contribution once (its
-// bound does not grow with n) and its result is exactly the sum of the contributions' decodings,
-// which error feedback can then correct in full. Otherwise the tree up to tree_max_bytes, where
+// The all-reduce algorithm for c.algo = kAuto on n peers. On the INT2 and TOPK wires, kAllgather:
+// the ring re-encodes partial sums at up to n hops, at INT2 each within a sixth of the partial's
+// range, which passes the inputs' own range at n = 6 (TOPK would drop all but 3% at each); the
+// all-gather encodes each contribution once (its bound does not grow with n) and its result is
+// exactly the sum of the contributions' decodings, which error feedback can then correct in
+// full. (check() refuses TOPK on the ring and the tree.) Otherwise the tree up to tree_max_bytes, where
 // latency dominates (2 log2 n message delays instead of the ring's 2(n-1)), the ring above, where
 // bytes do. Every member must decide alike, so it depends only on the operation and the
 // configuration. Other kinds: kRing.
