@@ -17,6 +17,14 @@ class Regions {
   }
   uint8_t *at(size_t i) { return bytes_.get() + offset_[i]; }
   size_t len(size_t i) const { return offset_[i + 1] - offset_[i]; }
+  // Region i's bytes, sent as they are; and a pipeline step landing them there, then `then`.
+  Status send(Pipeline &pipe, size_t slot, int peer, uint32_t tag, size_t i) {
+    return pipe.out().send(slot, peer, tag, at(i), len(i), /*from_buffer=*/false);
+  }
+  void land(Pipeline &pipe, int peer, uint32_t tag, size_t i, std::function<Status()> then) {
+    pipe.land(peer, tag, at(i), len(i), /*in_buffer=*/false, kNoSlot,
+              [then = std::move(then)](const uint8_t *) { return then(); });
+  }
 
  private:
   std::vector<size_t> offset_;
@@ -59,11 +67,10 @@ class NativePayload final : public Payload {
     return mem_.to_host(kept_.at(region), src, count * es_);
   }
   Status send_kept(size_t slot, int peer, uint32_t tag, size_t region) override {
-    return pipe_.out().send(slot, peer, tag, kept_.at(region), kept_.len(region), /*from_buffer=*/false);
+    return kept_.send(pipe_, slot, peer, tag, region);
   }
   void land_kept(int peer, uint32_t tag, size_t region, std::function<Status()> then) override {
-    pipe_.land(peer, tag, kept_.at(region), kept_.len(region), /*in_buffer=*/false, kNoSlot,
-               [then = std::move(then)](const uint8_t *) { return then(); });
+    kept_.land(pipe_, peer, tag, region, std::move(then));
   }
   Status combine_kept(void *acc, size_t count, size_t region, bool first) override {
     WCCL_RETURN_IF_ERROR(will_write(acc, count));
@@ -131,11 +138,10 @@ class CodedPayload final : public Payload {
     return mem_.encode(w_, static_cast<const float *>(src), count, finals_.at(region), first);
   }
   Status send_kept(size_t slot, int peer, uint32_t tag, size_t region) override {
-    return pipe_.out().send(slot, peer, tag, finals_.at(region), finals_.len(region), /*from_buffer=*/false);
+    return finals_.send(pipe_, slot, peer, tag, region);
   }
   void land_kept(int peer, uint32_t tag, size_t region, std::function<Status()> then) override {
-    pipe_.land(peer, tag, finals_.at(region), finals_.len(region), /*in_buffer=*/false, kNoSlot,
-               [then = std::move(then)](const uint8_t *) { return then(); });
+    finals_.land(pipe_, peer, tag, region, std::move(then));
   }
   Status combine_kept(void *acc, size_t count, size_t region, bool first) override {
     WCCL_RETURN_IF_ERROR(will_write(acc, count));

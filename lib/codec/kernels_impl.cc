@@ -147,6 +147,23 @@ inline float from_order_key(int32_t key) {
   return f;
 }
 
+// The index of the first NaN or Inf of k elements, or k.
+size_t first_non_finite(const float *x, size_t k) {
+  for (size_t j = 0; j < k; ++j) {
+    uint32_t u;
+    std::memcpy(&u, &x[j], 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return j;
+  }
+  return k;
+}
+
+// Where a block of k elements that holds a magnitude of 2^127 or more (FP8, TOPK) stops its
+// encoder: its first NaN or Inf names itself, else the block's first element.
+size_t refused_at(const float *x, size_t k) {
+  const size_t j = first_non_finite(x, k);
+  return j < k ? j : 0;
+}
+
 // Scans k elements for the smallest and largest (as order keys). Returns k, or the index of the
 // first NaN or Inf.
 size_t scan_range(const float *__restrict x, size_t k, int32_t *lo_key, int32_t *hi_key) {
@@ -162,14 +179,7 @@ size_t scan_range(const float *__restrict x, size_t k, int32_t *lo_key, int32_t 
   }
   *lo_key = kmin;
   *hi_key = kmax;
-  if (bad != 0) {
-    for (size_t j = 0; j < k; ++j) {
-      uint32_t u;
-      std::memcpy(&u, &x[j], 4);
-      if ((u & 0x7f800000u) == 0x7f800000u) return j;
-    }
-  }
-  return k;
+  return bad != 0 ? first_non_finite(x, k) : k;
 }
 
 // The nearest of Levels + 1 codes: x - offset >= 0, so adding 0.5 and truncating rounds half up;
@@ -235,14 +245,7 @@ size_t fp8_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
     amax = amax < a ? a : amax;
     bad |= static_cast<uint32_t>(a >= 0x7f000000u);  // 2^127 and up, Inf and NaN
   }
-  if (bad != 0) {
-    for (size_t j = 0; j < k; ++j) {
-      uint32_t u;
-      std::memcpy(&u, &x[j], 4);
-      if ((u & 0x7f800000u) == 0x7f800000u) return j;  // a NaN or Inf names itself
-    }
-    return 0;  // else the block holds a magnitude the wire cannot scale
-  }
+  if (bad != 0) return refused_at(x, k);
   const int e = fp8_scale_exponent(amax);
   const float scale = fp8_pow2(e), inv = fp8_pow2(-e);
   std::memcpy(out, &scale, 4);
@@ -265,14 +268,7 @@ size_t topk_block(const float *__restrict x, size_t k, uint8_t *__restrict out) 
     bad |= static_cast<uint32_t>(a >= 0x7f000000u);  // 2^127 and up, Inf and NaN
     key[j] = a + 1;
   }
-  if (bad != 0) {
-    for (size_t j = 0; j < k; ++j) {
-      uint32_t u;
-      std::memcpy(&u, &x[j], 4);
-      if ((u & 0x7f800000u) == 0x7f800000u) return j;
-    }
-    return 0;
-  }
+  if (bad != 0) return refused_at(x, k);
   const size_t e = kTopkFormat.coded(k);
   uint8_t pick[kTopkFormat.keep];
   uint32_t amax = 0;
