@@ -2,12 +2,16 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -143,6 +147,30 @@ TEST_P(TransportTest, SlowReceiverSlowsTheSenderAndMemoryStaysBounded) {
   ASSERT_TRUE(got.wait().ok());
   ASSERT_TRUE(sent.wait().ok());
   EXPECT_EQ(check_pattern(dst.data(), n, 7), n);
+}
+
+// A receiver that is alive but posts its receive late (busy elsewhere: loading a checkpoint, a slow
+// step) is backpressure, not a failure, however long it takes: the sender's socket sits on a zero
+// window whose probes the receiver's kernel answers. Linux aborts such a connection with ETIMEDOUT
+// once the zero window outlasts TCP_USER_TIMEOUT, which is why the link does not set it.
+TEST_P(TransportTest, AReceivePostedLongAfterIoTimeoutStillCompletes) {
+  Config server = config("server"), client = config("client");
+  ASSERT_TRUE(server.set("io_timeout_ms", "1000").ok());
+  ASSERT_TRUE(client.set("io_timeout_ms", "1000").ok());
+  LinkPair p;
+  open_pair(p, server, client);
+  ASSERT_NE(p.server_link, nullptr);
+  const size_t n = 64u << 20;  // far more than the socket buffers hold: the sender meets a zero window
+  std::vector<uint8_t> src(n), dst(n);
+  fill_pattern(src.data(), n, 11);
+  Done sent, got;
+  ASSERT_TRUE(p.client_link->send({0, 0, 1}, src.data(), n, sent.callback()).ok());
+  std::this_thread::sleep_for(3s);  // the receiver is busy elsewhere for three io_timeout_ms
+  ASSERT_TRUE(p.server_link->recv({0, 0, 1}, dst.data(), n, got.callback()).ok());
+  Status r = got.wait(), s = sent.wait();
+  ASSERT_TRUE(r.ok()) << r.to_string();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(check_pattern(dst.data(), n, 11), n);
 }
 
 TEST_P(TransportTest, ClosedLinkFailsPendingAndLaterOperations) {
@@ -399,6 +427,69 @@ void peer_fault(bool tls, Fault fault) {
     EXPECT_GE(ms, 900);
     EXPECT_LT(ms, 2500) << "a silent peer must be detected within io_timeout_ms plus one sweep";
   }
+}
+
+// A cut path (a dead host, a failed router) while data is in flight: nothing is acknowledged, and
+// the sender's link fails within io_timeout_ms. Run in a child process, in network namespaces of
+// its own (root only): the client in one, the server in another, joined by a veth pair whose
+// server end is taken down mid-message, so the client's segments leave and are never answered.
+int cut_path_child() {
+  if (unshare(CLONE_NEWNET) != 0) return 77;
+  const std::string ns = "wccl-cut-" + std::to_string(getpid());
+  const std::string up = "ip link set lo up && ip netns add " + ns +
+                         " && ip link add wccl-cut-a type veth peer name wccl-cut-b && ip link set wccl-cut-b netns " +
+                         ns + " && ip addr add 10.231.0.1/24 dev wccl-cut-a && ip link set wccl-cut-a up && ip netns exec " +
+                         ns + " sh -c 'ip link set lo up && ip addr add 10.231.0.2/24 dev wccl-cut-b && ip link set wccl-cut-b up'";
+  struct Cleanup {  // a named namespace outlives the process
+    std::string ns;
+    ~Cleanup() {
+      if (std::system(("ip netns del " + ns + " 2>/dev/null").c_str()) != 0) std::fprintf(stderr, "%s: not deleted\n", ns.c_str());
+    }
+  } cleanup{ns};
+  if (std::system(up.c_str()) != 0) return 77;
+  const int here = open("/proc/self/ns/net", O_RDONLY), there = open(("/run/netns/" + ns).c_str(), O_RDONLY);
+  if (here < 0 || there < 0) return 2;
+  Config server_cfg = make_config("server", nullptr), client_cfg = make_config("client", nullptr);
+  if (!server_cfg.set("io_timeout_ms", "1000").ok() || !client_cfg.set("io_timeout_ms", "1000").ok()) return 2;
+  // The server's loop thread is started from, and so lives in, the server's namespace.
+  if (setns(there, CLONE_NEWNET) != 0) return 3;
+  auto server = net::Transport::create(server_cfg);
+  Acceptor acceptor;
+  auto port = server.ok() ? server.value()->listen("10.231.0.2:0", acceptor.callback()) : Result<int>(server.status());
+  if (setns(here, CLONE_NEWNET) != 0 || !port.ok()) return 3;
+  auto client = net::Transport::create(client_cfg);
+  if (!client.ok()) return 4;
+  auto link = client.value()->connect_sync("10.231.0.2:" + std::to_string(port.value()));
+  auto server_link = acceptor.wait(10s);
+  if (!link.ok() || server_link == nullptr) return 5;
+  const size_t n = 256u << 20;
+  std::vector<uint8_t> src(n), dst(n);
+  Done sent, got;
+  if (!server_link->recv({0, 0, 1}, dst.data(), n, got.callback()).ok()) return 6;
+  if (!link.value()->send({0, 0, 1}, src.data(), n, sent.callback()).ok()) return 6;
+  const auto deadline = Clock::now() + 10s;
+  while (server_link->stats().bytes_received < (8u << 20) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  if (std::system(("ip netns exec " + ns + " ip link set wccl-cut-b down").c_str()) != 0) return 7;
+  const auto t0 = Clock::now();
+  Status st = sent.wait(10s);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  std::fprintf(stderr, "after %lld ms: %s\n", static_cast<long long>(ms), st.to_string().c_str());
+  if (st.code() != WCCL_ERR_TIMEOUT || st.to_string().find("acknowledged nothing") == std::string::npos) return 8;
+  return ms >= 900 && ms < 2500 ? 0 : 9;
+}
+
+TEST(PeerFailure, ACutPathWithDataInFlightTimesOut) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (a network namespace of its own)";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(cut_path_child());
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no network namespace or no ip (iproute2)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's line above: 8 wrong error, 9 wrong time, else set-up";
 }
 
 TEST(PeerFailure, KilledMidTransferGivesIoPlaintext) { peer_fault(false, Fault::kKill); }

@@ -332,7 +332,15 @@ void LinkState::check_timeouts(Clock::time_point now) {
     return fail(peer_closed_why_.with_context(format("not drained %lld ms after the peer began closing",
                                                      static_cast<long long>(core_->opt.io_timeout.count()))));
   }
-  if (state_ != State::kOpen || now - last_rx_ < core_->opt.io_timeout) return;
+  if (state_ != State::kOpen) return;
+  for (Stream *s : streams_) {
+    if (s != nullptr && !s->ended_ && s->unacknowledged_for(core_->opt.io_timeout)) {
+      return fail(WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s (%s) acknowledged nothing for %lld ms with data to send",
+                             peer_address_.c_str(), peer_name_.c_str(),
+                             static_cast<long long>(core_->opt.io_timeout.count())));
+    }
+  }
+  if (now - last_rx_ < core_->opt.io_timeout) return;
   // Silence counts only while the peer owes bytes: a frame or a message has started to arrive.
   // (A stream parked on a receive nobody posted is waiting for this side, not for the peer.)
   // A partly received message counts only while no stream is parked: the rest of it may be queued

@@ -1,6 +1,10 @@
 // One TCP connection of a link. Everything here runs on the loop thread.
 #include "net/stream.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -16,10 +20,21 @@ constexpr size_t kStagingBytes = 256 << 10;  // socket reads land here unless re
 constexpr size_t kDirectReadMin = 64 << 10;  // payload remainders this large skip staging
 constexpr size_t kCoalesceBytes = 16 << 10;  // TLS: smaller payloads share a record with the header
 
-// Kernel timeouts (TCP_USER_TIMEOUT, keepalive) are timeouts; every other socket error is IO.
+// Kernel timeouts (keepalive) are timeouts; every other socket error is IO.
 wccl_result_t io_code(int uv_error) { return uv_error == UV_ETIMEDOUT ? WCCL_ERR_TIMEOUT : WCCL_ERR_IO; }
 
 }  // namespace
+
+bool Stream::unacknowledged_for(std::chrono::milliseconds limit) const {
+  uv_os_fd_t fd;
+  if (uv_fileno(reinterpret_cast<const uv_handle_t *>(&tcp_), &fd) != 0) return false;
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  // Segments in flight: a zero window has none (its probes carry no data and back off to minutes
+  // apart), so a receiver that has not posted its receive is never taken for a dead one.
+  return info.tcpi_unacked > 0 && info.tcpi_last_ack_recv >= static_cast<uint64_t>(limit.count());
+}
 
 struct WriteReq {
   uv_write_t req{};

@@ -6,6 +6,7 @@
 
 #include <uv.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -44,6 +45,10 @@ class Stream {
   bool mid_frame() const { return rx_ == Rx::kPayload || (rx_ == Rx::kHeader && hdr_got_ > 0); }
   // Waiting for a receive of the frame it has begun (reading stopped).
   bool parked() const { return rx_ == Rx::kAwaitDest; }
+  // Data is in flight on this connection and the peer's kernel has acknowledged nothing for at
+  // least `limit`: a dead host or a cut path. A receiver that is alive but has not posted its
+  // receive holds a zero window, with nothing in flight, so it never counts.
+  bool unacknowledged_for(std::chrono::milliseconds limit) const;
   // The peer certificate's subject; "" for plaintext.
   std::string peer_subject() const;
 

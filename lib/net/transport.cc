@@ -152,10 +152,15 @@ void Core::configure_socket(uv_tcp_t *tcp) {
   uv_tcp_keepalive(tcp, 1, idle_s);
   uv_os_fd_t fd;
   if (uv_fileno(reinterpret_cast<uv_handle_t *>(tcp), &fd) == 0) {
-    // Data the peer's kernel leaves unacknowledged this long fails the connection (a dead host or
-    // a cut path), instead of TCP's default of about 15 minutes.
-    const unsigned user_timeout = static_cast<unsigned>(opt.io_timeout.count());
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+    // An idle connection to a dead host fails after about io_timeout_ms: idle for half of it, then
+    // three unanswered probes spread over the other half (TCP's defaults take over two hours).
+    // With data to send, the link's sweep applies the same bound (Stream::unacknowledged_for).
+    // TCP_USER_TIMEOUT is not set: Linux also applies it to a zero window, so it would fail a
+    // connection to a live peer that is slow to post its receive, which is backpressure.
+    const int interval_s = static_cast<int>(std::max<int64_t>(1, opt.io_timeout.count() / 6000));
+    const int probes = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
     setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kUnsentBytes, sizeof(kUnsentBytes));
   }
   if (opt.sock_buf_bytes > 0) {
