@@ -155,6 +155,9 @@ def main(argv=None) -> int:
     p.add_argument("--nodes", type=int, default=2, help="nodes at the start")
     p.add_argument("--local-ranks", type=int, default=2, help="local ranks (processes) per node")
     p.add_argument("--join-at", type=int, default=-1, help="start one more node once node0 has done this outer step (0: once it joined)")
+    p.add_argument("--join-host", type=int, default=-1,
+                   help="with --wan: the emulated host (its index) the joiner runs on, e.g. that of a node SIGKILLed "
+                        "before (default: the next host)")
     p.add_argument("--kill", default="", help="NODE@STEP: after STEP outer steps, that node SIGKILLs itself in the next one's all-reduce")
     p.add_argument("--tls", choices=["on", "off"], default="on")
     p.add_argument("--base-port", type=int, default=0,
@@ -206,10 +209,10 @@ def run(args, extra, out: Path, pki: dict, kill_node: str, kill_step: str, wan):
     address = f"{coord.host}:{coord.port}"
     nodes = []
 
-    def start(name):
+    def start(name, host=-1):
         node_extra = extra + (["--fault-kill-at-step", kill_step] if name == kill_node else [])
         node_extra += [a for spec in args.node_args if spec.split("=", 1)[0] == name for a in spec.split("=", 1)[1].split()]
-        nodes.append(Node(name, len(nodes), args, address, pki, out, node_extra, wan))
+        nodes.append(Node(name, len(nodes) if host < 0 else host, args, address, pki, out, node_extra, wan))
 
     started = time.monotonic()
     for i in range(args.nodes):
@@ -249,7 +252,7 @@ def run(args, extra, out: Path, pki: dict, kill_node: str, kill_step: str, wan):
                 coord.restart(args.coordinator_down)
                 faults.append({"fault": "coordinator up", "unix_time": time.time()})
             if not joined and nodes[0].last_step() >= args.join_at:
-                start(f"node{len(nodes)}")
+                start(f"node{len(nodes)}", args.join_host)
                 joined = True
             if joined and all(n.proc.poll() is not None for n in nodes):
                 timed_out = False

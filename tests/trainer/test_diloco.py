@@ -156,6 +156,32 @@ def test_streaming_against_blocking_on_the_wan_emulator(tmp_path):
     assert all(0 < u <= 1 for r in rows for u in map(float, r["utilisation per node"].split()))
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/net/tun") or not os.environ.get("WCCL_WAN_FORWARDER"),
+                    reason="the WAN emulator needs root, /dev/net/tun and wccl-wan-forward (meson test names it)")
+def test_torchft_over_wccl_beside_this_trainer_on_the_wan_emulator(tmp_path):
+    """examples/diloco/torchft_compare.py, docs/trainer.md's side-by-side with torchft, on a short job
+    and torchft over wccl only (the gloo and train.py jobs are the same script's other branches):
+    torchft's DiLoCo over wccl.torchft.ProcessGroupWccl (TLS, INT8) on emulated hosts at 10 Mbit/s
+    and 50 ms trains two nodes to identical models; with three, node2 SIGKILLed from outside, the
+    survivors commit again and a joiner started on node2's host heals from them and commits too."""
+    pytest.importorskip("torchft")
+    out = tmp_path / "torchft"
+    proc = subprocess.run([sys.executable, str(LOCAL_RUN.parent / "torchft_compare.py"), "--wan",
+                           str(ROOT / "tools" / "wan" / "topologies" / "three-10mbit-50ms.wan"), "--forwarder",
+                           os.environ["WCCL_WAN_FORWARDER"], "--only", "torchft + wccl", "--kill-at", "2",
+                           "--timeout", "240", "--out", str(out), "--", "--outer-steps", "24", "--inner-steps", "4",
+                           *MODEL],
+                          env=job_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    results = json.loads((out / "results.json").read_text())
+    [steady], [fault] = results["steady"], results["fault"]
+    assert steady["identical"] and steady["outer steps"] == 24, steady
+    assert steady["MB on the links per outer step"] > 0, steady
+    assert 0 < fault["kill to next commit s"] < 60, fault
+    assert 0 < fault["joiner start to first commit s"] < 120, fault
+    assert fault["finished nodes identical"], fault
+
+
 def test_the_wire_study_on_a_short_job(tmp_path):
     """examples/diloco/wires.py, docs/trainer.md's wire table, on a short job (one seed, 3 outer
     steps): INT8 and TOPK with error feedback, both nodes identical in each, the table and its
