@@ -480,11 +480,24 @@ int cut_path_child() {
   return ms >= 900 && ms < 2500 ? 0 : 9;
 }
 
+// The child: a fresh process (a fork of a process that has run threads could not start new ones
+// under ThreadSanitizer), this test binary again with only this case and the variable set.
+TEST(CutPathChild, RunByPeerFailure) {
+  if (std::getenv("WCCL_TEST_CUT_PATH_CHILD") == nullptr) GTEST_SKIP() << "PeerFailure.ACutPathWithDataInFlightTimesOut runs it";
+  std::exit(cut_path_child());
+}
+
 TEST(PeerFailure, ACutPathWithDataInFlightTimesOut) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root (a network namespace of its own)";
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) _exit(cut_path_child());
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces of its own)";
+  std::vector<std::string> env = {"WCCL_TEST_CUT_PATH_CHILD=1"};
+  for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  std::vector<char *> envp;
+  for (auto &v : env) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe", filter = "--gtest_filter=CutPathChild.RunByPeerFailure";
+  char *argv[] = {self.data(), filter.data(), nullptr};
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);

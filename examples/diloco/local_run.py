@@ -186,6 +186,8 @@ def main(argv=None) -> int:
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's options")
     args = p.parse_args(argv)
     extra = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    if args.join_host >= 0 and not args.wan:
+        p.error("--join-host is for --wan (nodes of one machine share its one host)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pki = make_pki(out) if args.tls == "on" else {}
