@@ -27,9 +27,10 @@
 // closed arrives, if its receive is posted by then (completion callbacks post in time).
 // Timeouts: the whole set-up (connect, TLS handshake, hello on every stream) must finish within
 // connect_timeout_ms; once a frame or message has started to arrive, a silence of io_timeout_ms
-// fails the link; data the peer's kernel does not acknowledge for io_timeout_ms fails it too
-// (TCP_USER_TIMEOUT). Waiting for a message that has not started is not a transport failure: the
-// layers above bound that wait.
+// fails the link; data in flight that the peer's kernel does not acknowledge for io_timeout_ms
+// fails it too (a dead host, a cut path). Waiting for a message that has not started, or for a
+// live peer to post its receive (a zero window), is not a transport failure: the layers above
+// bound those waits.
 #pragma once
 
 #include <chrono>
