@@ -356,6 +356,21 @@ TEST(Gigabyte, TinySocketBuffersForcePartialReadsAndWrites) {
 
 // --- failures of the other process ----------------------------------------------------------------
 
+// Starts argv[0] with argv and this process's environment, overridden by env ("WCCL_X=y"); its
+// pid, or -1 (a test failure) when it cannot be started.
+pid_t spawn(std::vector<std::string> argv, std::vector<std::string> env) {
+  for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  std::vector<char *> args, envp;
+  for (auto &a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  for (auto &v : env) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), envp.data());
+  EXPECT_EQ(rc, 0) << "cannot start " << argv[0];
+  return rc == 0 ? pid : -1;
+}
+
 class PeerProcess {
  public:
   // Starts the helper connecting to address with env overrides ("WCCL_X=y").
@@ -365,13 +380,7 @@ class PeerProcess {
       ADD_FAILURE() << "WCCL_TEST_PEER (the helper binary) is not set; run through meson test";
       return;
     }
-    for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    std::vector<char *> envp;
-    for (auto &s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string a1 = address, a2 = std::to_string(first), a3 = std::to_string(second);
-    char *argv[] = {const_cast<char *>(helper), a1.data(), a2.data(), a3.data(), nullptr};
-    EXPECT_EQ(posix_spawn(&pid_, helper, nullptr, nullptr, argv, envp.data()), 0);
+    pid_ = spawn({helper, address, std::to_string(first), std::to_string(second)}, std::move(env));
   }
   ~PeerProcess() {
     if (pid_ > 0) {
@@ -489,15 +498,9 @@ TEST(CutPathChild, RunByPeerFailure) {
 
 TEST(PeerFailure, ACutPathWithDataInFlightTimesOut) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces of its own)";
-  std::vector<std::string> env = {"WCCL_TEST_CUT_PATH_CHILD=1"};
-  for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  std::vector<char *> envp;
-  for (auto &v : env) envp.push_back(v.data());
-  envp.push_back(nullptr);
-  std::string self = "/proc/self/exe", filter = "--gtest_filter=CutPathChild.RunByPeerFailure";
-  char *argv[] = {self.data(), filter.data(), nullptr};
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+  const pid_t pid = spawn({"/proc/self/exe", "--gtest_filter=CutPathChild.RunByPeerFailure"},
+                          {"WCCL_TEST_CUT_PATH_CHILD=1"});
+  ASSERT_GT(pid, 0);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);

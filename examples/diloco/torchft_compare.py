@@ -38,6 +38,7 @@ from local_run import CoordinatorProcess, Wan, make_pki, read_records, signal_tr
 
 SYSTEMS = {"torchft + gloo": ("gloo", "native"), "torchft + wccl": ("wccl", "int8"), "this trainer": None}
 LIGHTHOUSE_PORT = 29510
+MIN_REPLICAS = 2  # torchft's quorum: the fault jobs go on with the two survivors
 
 
 def lighthouse_program() -> str:
@@ -65,7 +66,7 @@ def torchft_job(system: str, nodes: int, fault: bool, args, train_args: list, ou
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", WCCL_LOG_LEVEL="warn")
         h0 = wan.names[0]
         logs.append(open(out / "lighthouse.log", "w"))
-        lighthouse = subprocess.Popen(wan.command(h0, [lighthouse_program(), "--min_replicas", "2", "--bind",
+        lighthouse = subprocess.Popen(wan.command(h0, [lighthouse_program(), "--min_replicas", str(MIN_REPLICAS), "--bind",
                                                        f"0.0.0.0:{LIGHTHOUSE_PORT}"]),
                                       stdout=logs[-1], stderr=subprocess.STDOUT)
         if backend == "wccl":
@@ -77,7 +78,7 @@ def torchft_job(system: str, nodes: int, fault: bool, args, train_args: list, ou
             metrics = out / f"{name}.jsonl"
             cmd = [sys.executable, str(HERE / "torchft_train.py"), "--lighthouse",
                    f"http://{wan.address(h0)}:{LIGHTHOUSE_PORT}", "--replica-id", name,
-                   "--host", wan.address(wan.names[host]), "--backend", backend, "--wire", wire, "--min-replicas", "2",
+                   "--host", wan.address(wan.names[host]), "--backend", backend, "--wire", wire, "--min-replicas", str(MIN_REPLICAS),
                    "--metrics", str(metrics), *train_args]
             logs.append(open(out / f"{name}.log", "w"))
             started[name] = time.time()
@@ -85,8 +86,8 @@ def torchft_job(system: str, nodes: int, fault: bool, args, train_args: list, ou
                                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
         def last_step(name: str) -> int:
-            steps = [r["step"] for r in read_records(out / f"{name}.jsonl") if r["event"] == "step"]
-            return steps[-1] if steps else 0
+            steps = records(out, name, "step")
+            return steps[-1]["step"] if steps else 0
 
         for i in range(nodes):
             start(f"node{i}", i)
@@ -107,10 +108,9 @@ def torchft_job(system: str, nodes: int, fault: bool, args, train_args: list, ou
             if p.poll() is None:
                 signal_tree(p.pid, signal.SIGKILL)
             p.wait()
-        for p in (lighthouse,):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                p.wait()
+        if lighthouse is not None and lighthouse.poll() is None:
+            lighthouse.terminate()
+            lighthouse.wait()
         if coord is not None:
             coord.stop()
         for f in logs:
@@ -118,7 +118,7 @@ def torchft_job(system: str, nodes: int, fault: bool, args, train_args: list, ou
         wan.down()
     summary = {"nodes": {}, "faults": faults, "wan": {"topology": args.wan, "counters": wan.counters()}}
     for name, p in procs.items():
-        final = [r for r in read_records(out / f"{name}.jsonl") if r["event"] == "final"]
+        final = records(out, name, "final")
         summary["nodes"][name] = {"exit": p.returncode, "started_unix": started[name],
                                   "hash": final[0]["hash"] if final else None}
     finished = {n["hash"] for n in summary["nodes"].values() if n["exit"] == 0 and n["hash"]}

@@ -33,8 +33,8 @@ from torchft import Manager, ProcessGroupGloo  # noqa: E402
 from torchft.local_sgd import DiLoCo  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import membership  # noqa: E402
 from model import GPT, Batches, load_corpus  # noqa: E402
+from train import data_seed  # noqa: E402
 
 import wccl  # noqa: E402
 from wccl.torch import Options, flat_hash  # noqa: E402
@@ -77,8 +77,12 @@ def main(argv=None) -> None:
     model = GPT(a.dim, a.layers, a.heads, a.seq_len)
     inner = torch.optim.AdamW(model.parameters(), lr=a.inner_lr, weight_decay=a.weight_decay)
     outer = torch.optim.SGD(model.parameters(), lr=a.outer_lr, momentum=a.outer_momentum, nesterov=True)
-    data = Batches(load_corpus(a.data, a.data_bytes), a.seq_len, seed=membership.hash63(f"{a.seed}/{a.replica_id}/0/0"))
+    data = Batches(load_corpus(a.data, a.data_bytes), a.seq_len, seed=data_seed(a.seed, a.replica_id, 0, 0))
     eval_x, eval_y = data.eval_batch(16)
+
+    @torch.no_grad()
+    def eval_loss() -> float:
+        return float(model(eval_x, eval_y))
     log = open(a.metrics, "w")
 
     def write(record: dict) -> None:
@@ -118,15 +122,11 @@ def main(argv=None) -> None:
                 if manager.current_step() != before:
                     participants = manager.num_participants()
                     tokens += participants * tokens_per_inner * a.inner_steps
-                    with torch.no_grad():
-                        eval_loss = float(model(eval_x, eval_y))
                     write({"event": "step", "step": manager.current_step(), "participants": participants,
-                           "train_loss": loss.item(), "eval_loss": eval_loss, "tokens": tokens,
+                           "train_loss": loss.item(), "eval_loss": eval_loss(), "tokens": tokens,
                            "inner_steps": inner_steps, "time": time.time() - STARTED})
-        with torch.no_grad():
-            eval_loss = float(model(eval_x, eval_y))
         write({"event": "final", "step": manager.current_step(), "hash": flat_hash(list(model.state_dict().values())),
-               "eval_loss": eval_loss, "tokens": tokens, "time": time.time() - STARTED})
+               "eval_loss": eval_loss(), "tokens": tokens, "time": time.time() - STARTED})
     finally:
         manager.shutdown(wait=False)
         log.close()
