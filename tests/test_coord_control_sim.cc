@@ -218,9 +218,9 @@ void Sim::connect(int i) {
       conns_.push_back(Conn{i});
       mem.conn = static_cast<int>(conns_.size()) - 1;
       mem.backoff = 0;
-      if (!mem.joined) {
+      if (!mem.joined && mem.view->awaited_epoch() == 0) {
         send_to_coord(i, mem.view->begin_join());
-      } else {
+      } else {  // a member, or a joiner the coordinator had registered for a job's epoch
         for (const ControlMessage &msg : mem.view->rejoin()) send_to_coord(i, msg);
       }
     });
@@ -572,8 +572,9 @@ void Sim::conn_closed(int i, int c) {
   if (m.conn != c) return;
   m.conn = -1;
   m.next_attempt = now_;
-  if (!m.joined) {
-    // wccl_comm_join fails (COORDINATOR_UNREACHABLE): that process ends.
+  if (!m.joined && m.view->awaited_epoch() == 0) {
+    // wccl_comm_join fails (COORDINATOR_UNREACHABLE): that process ends. (A joiner registered for
+    // a job's epoch waits on, reconnecting as a member does.)
     trace("m" + std::to_string(i) + " join failed: connection closed");
     m.alive = false;
     return;
@@ -782,6 +783,94 @@ TEST(ControlSim, AJoinerForgottenWhileItWaitsRegistersAgain) {
   ASSERT_TRUE(joiner.call_answered()) << "the forgotten joiner was never admitted";
   EXPECT_TRUE(joiner.call_status().ok()) << joiner.call_status().to_string();
   EXPECT_EQ(joiner.size(), 2);
+}
+
+// The coordinator is restarted while a joiner waits for the job's next update, and the joiner
+// reaches the new one before the job's member does (its reconnection backs off further). The
+// joiner names the epoch it was registered to enter, so the new coordinator waits for the job
+// rather than form an epoch of the joiner alone (the joiner once returned from wccl_comm_join as
+// a group of one); the member rejoins, updates, and admits it. With nobody of the job coming
+// back, the joiner forms its own epoch once peer_timeout has passed.
+TEST(ControlSim, AJoinerReachingARestartedCoordinatorFirstWaitsForTheJob) {
+  const auto at = [](int64_t ms) { return coord::Clock::time_point() + std::chrono::milliseconds(ms); };
+  // Hands the coordinator's notices to the views and what the views send back to the coordinator,
+  // until nothing moves.
+  auto exchange = [&at](coord::Membership &coord, std::vector<MemberView *> views, int64_t now) {
+    for (int round = 0; round < 4; ++round) {
+      std::vector<ControlMessage> replies;
+      for (const coord::Notice &n : coord.take_notices()) {
+        for (MemberView *v : views) {
+          if (v->id() != n.to) continue;
+          for (const Action &a : v->on_message(coord::to_message(n))) {
+            if (a.kind == Action::Kind::kSend) replies.push_back(a.message);
+          }
+        }
+      }
+      for (const ControlMessage &m : replies) {
+        ASSERT_EQ(m.type, MessageType::kUpdate);
+        ASSERT_TRUE(coord.update(m.peer, m.epoch, m.seq, at(now), true, m.count).ok());
+      }
+    }
+  };
+  auto rejoin = [&](coord::Membership &coord, const MemberView &v, int64_t now) {
+    for (const ControlMessage &m : v.rejoin()) {
+      ASSERT_EQ(m.type, MessageType::kRejoin);
+      ASSERT_TRUE(coord.rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, at(now), m.tree_max_bytes).ok());
+    }
+  };
+  for (const bool job_returns : {true, false}) {
+    SCOPED_TRACE(job_returns ? "the member comes back" : "nobody of the job comes back");
+    MemberView member(0x1001, "g", coord::PeerInfo{"a", "sim:1", ""});
+    MemberView joiner(0x1002, "g", coord::PeerInfo{"j", "sim:2", ""});
+    coord::Membership first(options(1, 0));
+    const ControlMessage a = member.begin_join();
+    ASSERT_TRUE(first.join(a.peer, a.info, at(0)).ok());
+    first.tick(at(100));
+    exchange(first, {&member, &joiner}, 100);
+    ASSERT_TRUE(member.call_answered());
+    const uint64_t job_epoch = member.epoch();
+    ASSERT_NE(job_epoch, 0u);
+    const ControlMessage j = joiner.begin_join();
+    ASSERT_TRUE(first.join(j.peer, j.info, at(200)).ok());
+    exchange(first, {&member, &joiner}, 200);
+    EXPECT_EQ(member.pending(), 1);
+    EXPECT_EQ(joiner.awaited_epoch(), job_epoch) << "a registered joiner hears the epoch it waits to enter";
+    ASSERT_FALSE(joiner.call_answered());
+
+    coord::Membership second(options(1, 5000));  // restarted: it knows nothing
+    rejoin(second, joiner, 5000);
+    for (int64_t ms = 5100; ms < 5000 + kPeerTimeoutMs; ms += 100) {
+      second.tick(at(ms));
+      second.heartbeat(joiner.id(), at(ms));
+      exchange(second, {&member, &joiner}, ms);
+    }
+    EXPECT_EQ(second.epoch(), 0u) << "an epoch of the joiner alone, within peer_timeout of its REJOIN";
+    ASSERT_FALSE(joiner.call_answered());
+    if (job_returns) {
+      rejoin(second, member, 5900);
+      EXPECT_EQ(second.epoch(), job_epoch);
+      exchange(second, {&member, &joiner}, 5900);
+      EXPECT_EQ(member.pending(), 1) << "the job's member hears that the joiner waits";
+      Actions update;
+      ASSERT_TRUE(member.call(MessageType::kUpdate, &update).ok());
+      ASSERT_EQ(update.size(), 1u);
+      const ControlMessage &u = update[0].message;
+      ASSERT_TRUE(second.update(u.peer, u.epoch, u.seq, at(5950), true, u.count).ok());
+      exchange(second, {&member, &joiner}, 5950);
+      ASSERT_TRUE(member.call_answered() && joiner.call_answered());
+      EXPECT_TRUE(joiner.call_status().ok()) << joiner.call_status().to_string();
+      EXPECT_EQ(joiner.size(), 2);
+      EXPECT_EQ(member.size(), 2);
+      EXPECT_EQ(joiner.epoch(), member.epoch());
+    } else {
+      second.heartbeat(joiner.id(), at(6000));
+      second.tick(at(6000));
+      exchange(second, {&member, &joiner}, 6000);
+      ASSERT_TRUE(joiner.call_answered()) << "the joiner forms an epoch once the job had peer_timeout to return";
+      EXPECT_EQ(joiner.size(), 1);
+      EXPECT_GT(joiner.epoch(), job_epoch);
+    }
+  }
 }
 
 TEST(ControlSim, SeededSchedulesKeepAgreementAndLiveness) {

@@ -136,8 +136,10 @@ TEST_F(MembershipTest, JoinerWaitsAndIsAdmittedWhenEveryMemberUpdates) {
   ASSERT_TRUE(m.join(E, info(E), t).ok());
   EXPECT_EQ(m.joiners(), 1u);
   std::vector<Notice> pending = of_kind(m.take_notices(), Kind::kPending);
-  ASSERT_EQ(pending.size(), 4u) << "every member hears that one joiner waits";
-  EXPECT_EQ(pending[0].joiners, 1u);
+  ASSERT_EQ(pending.size(), 5u) << "every member hears that one joiner waits";
+  EXPECT_EQ(pending[0].to, E) << "the joiner hears the epoch it waits to enter as it registers";
+  EXPECT_EQ(pending[0].epoch, 1u);
+  for (const Notice &n : pending) EXPECT_EQ(n.joiners, 1u);
   for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
   for (const Notice &n : m.take_notices()) {
     EXPECT_EQ(n.kind, Kind::kBarrier) << "the barrier waits for D; members only hear where A stopped";
@@ -702,7 +704,7 @@ TEST_F(MembershipTest, BadCallsAreRefusedAndChangeNothing) {
   form(m, {A, B});
   EXPECT_EQ(m.join(A, info(A), t).code(), WCCL_ERR_INVALID_USAGE);
   ASSERT_TRUE(m.join(C, info(C), t).ok());
-  EXPECT_EQ(of_kind(m.take_notices(), Kind::kPending).size(), 2u);
+  EXPECT_EQ(of_kind(m.take_notices(), Kind::kPending).size(), 3u) << "A, B, and C, of the epoch it waits to enter";
   EXPECT_TRUE(m.update(C, 1, m.committed(), t).ok()) << "a joiner's update waits with it";
   EXPECT_EQ(m.update(C, 1, m.committed(), t, /*admit=*/false).code(), WCCL_ERR_PEER_LOST) << "a joiner re-forms nothing";
   EXPECT_EQ(m.update(A, 7, m.committed(), t).code(), WCCL_ERR_PROTOCOL);

@@ -110,7 +110,20 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   WCCL_RETURN_IF_ERROR(c->send(hello));
   WCCL_RETURN_IF_ERROR(c->control_->every(c->heartbeat_, [self] { self->on_heartbeat_tick(); }));
   std::unique_lock<std::mutex> lock(c->mu_);
-  WCCL_RETURN_IF_ERROR(c->wait(lock, c->join_timeout_, "admission", [&] { return c->view_->call_answered(); }));
+  // Once the coordinator has registered this joiner for a job's epoch, losing the coordinator
+  // does not end the wait: the heartbeat timer reconnects and REJOINs naming that epoch, so that a
+  // restarted coordinator waits for the job's members rather than form an epoch of joiners alone.
+  // Before that, a lost coordinator (or one that refused this peer) ends the join at once.
+  const auto admission_deadline = Clock::now() + c->join_timeout_;
+  c->cv_.wait_until(lock, admission_deadline, [&] {
+    return c->view_->aborted() || c->view_->call_answered() || (!c->channel_ && c->view_->awaited_epoch() == 0);
+  });
+  if (c->view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "admission: the communicator was aborted");
+  if (!c->view_->call_answered()) {
+    if (!c->channel_) return unreachable(c->control_down_.with_context("admission"));
+    return WCCL_ERROR(WCCL_ERR_TIMEOUT, "admission: not admitted within %lld ms (join_timeout_ms)",
+                      static_cast<long long>(c->join_timeout_.count()));
+  }
   WCCL_RETURN_IF_ERROR(c->view_->call_status());
   WCCL_LOG(c->log_, kInfo, "joined group \"%s\": epoch %llu, rank %d of %d", c->group_.c_str(),
            static_cast<unsigned long long>(c->view_->epoch()), c->view_->rank(), c->view_->size());

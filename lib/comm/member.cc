@@ -224,7 +224,11 @@ Actions MemberView::on_message(const ControlMessage &m) {
       break;
     }
     case MessageType::kPending:
-      if (m.epoch == epoch_) pending_ = static_cast<int>(m.count);
+      if (rank_ < 0 || removed_) {
+        awaited_epoch_ = std::max(awaited_epoch_, m.epoch);  // it was registered to enter that epoch
+      } else if (m.epoch == epoch_) {
+        pending_ = static_cast<int>(m.count);
+      }
       break;
     case MessageType::kError: {
       const auto code = static_cast<wccl_result_t>(m.code);
@@ -358,11 +362,15 @@ Status MemberView::call(MessageType type, Actions *out) {
 std::vector<ControlMessage> MemberView::rejoin() const {
   std::vector<ControlMessage> out;
   ControlMessage again = message(MessageType::kRejoin);
-  again.epoch = epoch_;
-  if (!removed_) {  // a peer declared lost holds no epoch (an empty ring): it comes back as a joiner
+  if (rank_ >= 0 && !removed_) {
+    again.epoch = epoch_;
     again.seq = committed_seq_;
     again.ring = ring_;
     again.tree_max_bytes = tree_max_bytes_;
+  } else {
+    // A joiner, or a peer declared lost, holds no epoch (an empty ring): it comes back as a joiner,
+    // naming the newest epoch of the job it heard of.
+    again.epoch = std::max(epoch_, awaited_epoch_);
   }
   out.push_back(std::move(again));
   // Operations waiting for their decision report their DONE again: the coordinator may be a new

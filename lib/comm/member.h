@@ -78,8 +78,12 @@ class MemberView {
   void cancel_call() { call_ = Call::kNone; }
 
   // After a reconnection to a (possibly restarted) coordinator: REJOIN with this epoch, then DONE
-  // again for every operation awaiting its commit.
+  // again for every operation awaiting its commit. A peer that is not a member (a joiner, one
+  // declared lost) reports no ring and the newest epoch it heard of, awaited_epoch() if higher.
   std::vector<coord::ControlMessage> rejoin() const;
+  // The job's epoch this peer heard of while it waits for admission (PENDING to a joiner); 0 if
+  // none: the coordinator formed no epoch yet, or has not registered this peer.
+  uint64_t awaited_epoch() const { return awaited_epoch_; }
   // Messages that need no state but who this peer is (so any thread may build them).
   coord::ControlMessage heartbeat() const { return message(coord::MessageType::kHeartbeat); }
   coord::ControlMessage link_broken(coord::PeerId suspect) const {  // its link to `suspect` broke
@@ -139,6 +143,7 @@ class MemberView {
   bool left_ = false;
   bool aborted_ = false;
   int pending_ = 0;
+  uint64_t awaited_epoch_ = 0;
   Status epoch_failure_;
   uint64_t next_seq_ = 0;        // the last number given in this epoch
   uint64_t committed_seq_ = 0;   // the last COMMIT heard in this epoch

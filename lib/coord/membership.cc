@@ -57,6 +57,9 @@ Status Membership::join(PeerId id, const PeerInfo &info, Clock::time_point now) 
   joiners_.push_back({id, info});
   live_[id] = {info, now};
   last_join_ = now;
+  // It hears which epoch it waits to enter: if this coordinator restarts before the job's members
+  // come back to it, the joiner's REJOIN with that epoch holds the new one for them (rejoin()).
+  if (any_member()) notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(joiners_.size());
   maybe_form_first(now);
   return Status();
 }
@@ -310,8 +313,10 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     floor_heard_ = now;
   }
   if (is_joiner(id)) return Status();
-  if (epoch != 0) {
-    // Its epoch is not the job's (or it was lost from it): it must not act as a member of it.
+  if (epoch != 0 && !ring.empty()) {
+    // Its epoch is not the job's (or it was lost from it): it must not act as a member of it. A
+    // peer that reports no ring knows it is not a member (a joiner naming the epoch it waits to
+    // enter, or a peer declared lost): nothing to tell it.
     notify(Notice::Kind::kRemoved, id).reason = "its epoch is not the job's current one; it joins again";
   }
   return join(id, info, now);

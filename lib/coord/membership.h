@@ -17,7 +17,8 @@
 //   told) and the barrier no longer waits for it. A lost peer never slips back: its later
 //   heartbeat earns a kRemoved notice, and its next update() re-registers it as a joiner.
 // - After a coordinator restart, peers rejoin() with the epoch and ring they hold; the highest
-//   epoch reported is adopted, so numbering continues and members keep their epoch.
+//   epoch reported is adopted, so numbering continues and members keep their epoch. A joiner
+//   hears the epoch it waits to enter when it registers (kPending) and names it when it rejoins.
 // - Operations are numbered 1, 2, ... within each epoch (a confirmed epoch continues its
 //   numbering), in the order every member
 //   calls them. A member reports done(seq) when its data phase completed; once every member has,
@@ -79,7 +80,8 @@ struct Notice {
     kRevoked,  // `epoch` lost peer `lost`; ops in it fail with PEER_LOST until update
     kRemoved,  // `to` is no longer a member (it left, or it was declared lost: `reason`)
     kProbe,    // `to` must answer with a heartbeat at once (a neighbour reported a broken link)
-    kPending,  // `joiners` peers wait to be admitted at the next update (sent when it changes)
+    kPending,  // `joiners` peers wait to be admitted at the next update (sent to members when it
+               // changes, and to a joiner as it registers: the epoch it waits to enter)
     kCommit,   // operations 1..seq of `epoch` are committed
     kBarrier,  // a member reached the update barrier of `epoch` after `seq` operations
     kRefused,  // `to`'s REFORM gave way to a member's UPDATE at the barrier: PEER_LOST (`reason`)
@@ -167,7 +169,10 @@ class Membership {
   // than the current one, or when the current one was formed from joiners alone less than
   // peer_timeout ago by a coordinator that had heard of no epoch: its members are told, and peers
   // outside it are removed (they join again). A peer whose epoch is not the
-  // current one is removed and re-registered as a joiner. INVALID_ARGUMENT for a ring with
+  // current one is removed and re-registered as a joiner; one that reports an epoch and no ring (a
+  // joiner naming the epoch it waited to enter, a peer declared lost) is registered as a joiner,
+  // and if this coordinator has not adopted that epoch, joiners do not form one of their own for
+  // peer_timeout (the job's members may be on their way back with it). INVALID_ARGUMENT for a ring with
   // duplicate ids or an epoch of 2^63 or more.
   // `committed` is the last operation of `epoch` the peer saw committed, `tree_max_bytes` the
   // crossover it holds for it (adopted with the epoch, so its members keep picking alike).

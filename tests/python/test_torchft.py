@@ -21,10 +21,11 @@ WORKER = Path(__file__).with_name("torchft_worker.py")
 
 
 class Replica:
-    def __init__(self, backend, replica, lighthouse, steps, min_replicas, tmp_path, env, pace=0.0, quorum="async"):
+    def __init__(self, backend, replica, lighthouse, steps, min_replicas, tmp_path, env, pace=0.0, quorum="async",
+                 alone_pace=None):
         self.log = open(tmp_path / f"replica{replica}-{backend}-{time.monotonic_ns()}.log", "w")
         self.proc = subprocess.Popen([sys.executable, str(WORKER), backend, str(replica), lighthouse, str(steps),
-                                      str(min_replicas), str(pace), quorum],
+                                      str(min_replicas), str(pace), quorum, str(pace if alone_pace is None else alone_pace)],
                                      env=dict(os.environ, WCCL_LOG_LEVEL="error", **env), stdout=subprocess.PIPE,
                                      stderr=self.log, text=True)
         self.lines = []
@@ -98,12 +99,14 @@ def test_localsgd_over_wccl_ends_where_gloo_does(job, pki):
 def test_a_killed_replica_restarts_heals_and_trains_again(job, pki):
     """Two replicas, min_replicas 1: replica 1 is SIGKILLed after its third sync; replica 0 syncs
     alone (one participant), replica 1 is started again, heals from replica 0 (torchft's checkpoint
-    transport) and both sync together to the end, with the same final parameters."""
+    transport) and both sync together to the end, with the same final parameters. Alone, replica 0
+    paces its steps at 0.5 s, so the restart (a Python process importing torch, on a loaded CI
+    machine) finds it still running: at 0.05 s it once finished the job before the restart joined."""
     start_lighthouse, replica = job
     lighthouse = start_lighthouse(1)
     env = {f"WCCL_{k.upper()}": v for k, v in pki.items()}
     steps = 40
-    r0 = replica("wccl", 0, lighthouse, steps, 1, env=env, pace=0.05)
+    r0 = replica("wccl", 0, lighthouse, steps, 1, env=env, pace=0.05, alone_pace=0.5)
     r1 = replica("wccl", 1, lighthouse, steps, 1, env=env, pace=0.05)
     r1.until(lambda x: x.get("step", 0) >= 3 and x.get("participants") == 2)
     r1.proc.send_signal(signal.SIGKILL)

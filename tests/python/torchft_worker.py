@@ -1,8 +1,9 @@
 """One replica group (one process) of a torchft job: LocalSGD over torchft's Manager, on
 ``wccl.torchft.ProcessGroupWccl`` or torchft's own ProcessGroupGloo (test_torchft.py starts them):
-``torchft_worker.py BACKEND REPLICA_ID LIGHTHOUSE STEPS MIN_REPLICAS [PACE [sync|async]]`` (PACE:
-seconds each inner step lasts at least, standing in for compute; the quorum torchft's default
-async, or sync). Prints one JSON line per
+``torchft_worker.py BACKEND REPLICA_ID LIGHTHOUSE STEPS MIN_REPLICAS [PACE [sync|async [ALONE_PACE]]]``
+(PACE: seconds each inner step lasts at least, standing in for compute; the quorum torchft's
+default async, or sync; ALONE_PACE: the same while the last sync had this replica alone, so that
+a restarted replica finds the job still running however long its start takes). Prints one JSON line per
 committed sync and a last one with the final parameters' hash; wccl configuration comes from WCCL_*."""
 
 import json
@@ -29,6 +30,7 @@ def main():
     # A quorum taken at each step's start (not during it) makes every sync of a job of healthy
     # replicas have them all, however loaded the machine: what comparing two backends needs.
     async_quorum = sys.argv[7] == "async" if len(sys.argv) > 7 else True
+    alone_pace = float(sys.argv[8]) if len(sys.argv) > 8 else pace
     torch.manual_seed(0)  # every replica starts from the same model
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -50,10 +52,11 @@ def main():
                       use_async_quorum=async_quorum)
     say(replica=replica, started=True)
     g = torch.Generator().manual_seed(1000 + replica)
+    participants = 0  # in the last sync; 0 before the first
     try:
         with LocalSGD(manager, model, opt, sync_every=2):
             while manager.current_step() < steps:
-                time.sleep(pace)
+                time.sleep(alone_pace if participants == 1 else pace)
                 x = torch.randn(16, 8, generator=g)
                 loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True).sin())
                 opt.zero_grad()
@@ -61,8 +64,8 @@ def main():
                 before = manager.current_step()
                 opt.step()  # every second step: LocalSGD averages the parameters and commits
                 if manager.current_step() != before:
-                    say(replica=replica, step=manager.current_step(), participants=manager.num_participants(),
-                        loss=loss.item())
+                    participants = manager.num_participants()
+                    say(replica=replica, step=manager.current_step(), participants=participants, loss=loss.item())
         say(replica=replica, final=flat_hash(list(model.state_dict().values())), step=manager.current_step())
     finally:
         manager.shutdown(wait=False)
