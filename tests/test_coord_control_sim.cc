@@ -4,7 +4,9 @@
 // its re-form after a loss, an all-reduce; PEER_LOST goes back to the update), over a simulated
 // network in virtual time: per-message delays (in order within a connection, reordered across
 // connections), a connection lost, members crashing, freezing for less or more than
-// peer_timeout_ms, joining at any moment, and the coordinator restarting. A data phase completes
+// peer_timeout_ms, joining at any moment, and the coordinator restarting; odd seeds run the
+// coordinator's straggler policy (straggler_timeout_ms; a member frozen past it is dropped at the
+// barrier: about half of them do), even seeds the default. A data phase completes
 // only when every member of its epoch runs the same operation, as on real links; a crashed
 // member's links fail its neighbours' data phases.
 //
@@ -42,6 +44,7 @@ using coord::PeerId;
 
 constexpr int64_t kHeartbeatMs = 100;
 constexpr int64_t kPeerTimeoutMs = 1000;
+constexpr int64_t kStragglerTimeoutMs = 300;
 constexpr int64_t kFaultsMs = 20000;      // faults happen in [0, kFaultsMs)
 constexpr int64_t kRecoverBound = 8000;   // after the faults, every live member commits within this
 constexpr int64_t kDisagreeBound = kPeerTimeoutMs + 2500;
@@ -52,7 +55,10 @@ enum OpKind : int { kNone = 0, kSync1 = 1, kSync2 = 2, kAllreduce = 3 };
 
 class Sim {
  public:
-  explicit Sim(uint64_t seed, bool trace) : rng_(seed), trace_(trace) {}
+  // Odd seeds run the coordinator with the straggler policy on (straggler_timeout_ms), even ones
+  // with the default (the barrier waits for every live member).
+  explicit Sim(uint64_t seed, bool trace)
+      : rng_(seed), trace_(trace), straggler_timeout_ms_(seed % 2 == 1 ? kStragglerTimeoutMs : 0) {}
 
   // Runs the schedule; returns the first violated invariant, or "" if none.
   std::string run();
@@ -145,6 +151,7 @@ class Sim {
   std::mt19937_64 rng_;
   std::map<std::pair<PeerId, PeerId>, uint32_t> rtts_;
   bool trace_;
+  const int64_t straggler_timeout_ms_;
   std::string log_, failure_;
   int64_t now_ = 0;
   uint64_t order_ = 0;
@@ -169,8 +176,9 @@ class Sim {
 
 // A coordinator started at `now_ms` of virtual time numbers its epochs past that clock (in µs), as
 // the real one does with the wall clock.
-coord::Membership::Options options(int min_peers, int64_t now_ms) {
+coord::Membership::Options options(int min_peers, int64_t now_ms, int64_t straggler_timeout_ms = 0) {
   coord::Membership::Options o;
+  o.straggler_timeout = std::chrono::milliseconds(straggler_timeout_ms);
   o.epoch_base = static_cast<uint64_t>(now_ms) * 1000;
   o.min_peers = min_peers;
   o.settle = std::chrono::milliseconds(50);
@@ -603,7 +611,7 @@ void Sim::coord_restart() {
   }
   coord_conn_.clear();
   after(jitter(0, 500), [this] {
-    coord_ = std::make_unique<coord::Membership>(options(1, now_));
+    coord_ = std::make_unique<coord::Membership>(options(1, now_, straggler_timeout_ms_));
     coord_up_ = true;
     trace("coordinator up");
   });
@@ -676,7 +684,7 @@ void Sim::check_agreement_in_place() {
 
 std::string Sim::run() {
   const int initial = static_cast<int>(jitter(2, 5));
-  coord_ = std::make_unique<coord::Membership>(options(1, now_));  // a group that dies out forms again from any joiner
+  coord_ = std::make_unique<coord::Membership>(options(1, now_, straggler_timeout_ms_));  // a group that dies out forms again from any joiner
   for (int k = 0; k < initial; ++k) spawn();
   coord_tick();
   // The fault schedule.

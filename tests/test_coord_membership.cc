@@ -683,6 +683,83 @@ TEST_F(MembershipTest, LostPeerNeverSlipsBackButRejoinsThroughUpdate) {
   expect_announced(m.take_notices(), 2, {A, B, C});
 }
 
+// The straggler policy (straggler_timeout): A and B reach the update barrier, C (alive, heartbeating:
+// busy or slow) does not. Off, the barrier waits for C as long as it lives; on, C is declared lost
+// straggler_timeout after the first arrival, in every group of its node, and the epoch forms
+// without it. C's later update registers it again, and the next barrier admits it. A leaver alone
+// at the barrier does not start the clock: the others are not late for its leave.
+TEST_F(MembershipTest, AStragglerIsDroppedFromTheBarrierOnlyWhenTheCoordinatorSaysSo) {
+  for (const auto timeout : {0ms, 500ms}) {
+    SCOPED_TRACE(timeout.count());
+    Membership::Options o = options();
+    o.straggler_timeout = timeout;
+    Membership m(o);
+    PeerInfo c = info(C);
+    c.node = "n3";
+    ASSERT_TRUE(m.join(A, info(A), t).ok());
+    ASSERT_TRUE(m.join(B, info(B), t).ok());
+    ASSERT_TRUE(m.join(C, c, t).ok());
+    t += 250ms;
+    m.tick(t);
+    expect_announced(m.take_notices(), 1, {A, B, C});
+    ASSERT_TRUE(m.update(A, 1, 0, t).ok());
+    const auto opened = t;
+    t += 100ms;
+    ASSERT_TRUE(m.update(B, 1, 0, t).ok());
+    (void)m.take_notices();
+    if (timeout.count() == 0) {
+      for (int i = 0; i < 20; ++i) {  // 10 s, C heartbeating
+        t += 500ms;
+        heartbeat_all(m, {A, B, C}, t);
+        m.tick(t);
+      }
+      EXPECT_EQ(m.epoch(), 1u) << "the barrier waits for every live member";
+      EXPECT_TRUE(m.live(C));
+      continue;
+    }
+    EXPECT_EQ(m.next_deadline(), opened + timeout);
+    m.heartbeat(C, opened + timeout - 1ms);
+    m.tick(opened + timeout - 1ms);
+    EXPECT_EQ(m.epoch(), 1u);
+    t = opened + timeout;
+    heartbeat_all(m, {A, B, C}, t);
+    m.tick(t);
+    EXPECT_FALSE(m.live(C));
+    const auto notices = m.take_notices();
+    const auto removed = of_kind(notices, Kind::kRemoved);
+    ASSERT_EQ(removed.size(), 1u);
+    EXPECT_EQ(removed[0].to, C);
+    EXPECT_NE(removed[0].reason.find("straggler_timeout_ms"), std::string::npos) << removed[0].reason;
+    EXPECT_EQ(m.epoch(), 2u);
+    expect_announced(notices, 2, {A, B});
+    const auto lost = m.take_lost();
+    ASSERT_EQ(lost.size(), 1u) << "its node's communicators in other groups go with it";
+    EXPECT_EQ(lost[0].node, "n3");
+    // C arrives late: registered again, admitted at the next barrier.
+    t += 100ms;
+    ASSERT_TRUE(m.update(C, 1, 0, t).ok());
+    EXPECT_EQ(m.joiners(), 1u);
+    ASSERT_TRUE(m.update(A, 2, 0, t).ok());
+    ASSERT_TRUE(m.update(B, 2, 0, t).ok());
+    EXPECT_EQ(m.epoch(), 3u);
+    EXPECT_EQ(m.ring().size(), 3u);
+    (void)m.take_notices();
+    // A leaver alone at the barrier starts no clock.
+    t += 100ms;
+    ASSERT_TRUE(m.leave(A, 3, 0, t).ok());
+    t += 2 * timeout;
+    heartbeat_all(m, {A, B, C}, t);
+    m.tick(t);
+    EXPECT_TRUE(m.live(B) && m.live(C)) << "nobody is late for a leave";
+    ASSERT_TRUE(m.update(B, 3, 0, t).ok());
+    t += timeout;
+    heartbeat_all(m, {A, B, C}, t);
+    m.tick(t);
+    EXPECT_FALSE(m.live(C)) << "an update's arrival starts it";
+    EXPECT_EQ(ids(m.ring()), (std::vector<PeerId>{B})) << "A left, C was late";
+  }
+}
+
 TEST_F(MembershipTest, GracefulLeaveFailsNobodyEvenWhenTheLeaverArrivesLast) {
   Membership m(options());
   form(m, {A, B, C});

@@ -128,7 +128,7 @@ typedef struct wccl_coord wccl_coord_t;
 
 /* Starts a coordinator listening on the config key `listen` (default 0.0.0.0:0, a free port;
  * wccl-coord defaults to 0.0.0.0:48148), with TLS unless tls=off, and returns once it accepts connections. Also reads
- * min_peers, settle_ms, heartbeat_ms, peer_timeout_ms and the transport keys. Returns
+ * min_peers, settle_ms, heartbeat_ms, peer_timeout_ms, straggler_timeout_ms and the transport keys. Returns
  * INVALID_ARGUMENT for a bad address or missing TLS files (naming them), IO if the address cannot
  * be bound. The configuration is copied. On error *coord is set to NULL. */
 WCCL_API wccl_result_t wccl_coord_start(wccl_coord_t **coord, const wccl_config_t *config);

@@ -11,6 +11,7 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
   options_.min_peers = static_cast<int>(cfg.integer("min_peers"));
   options_.settle = std::chrono::milliseconds(cfg.integer("settle_ms"));
   options_.peer_timeout = std::chrono::milliseconds(cfg.integer("peer_timeout_ms"));
+  options_.straggler_timeout = std::chrono::milliseconds(cfg.integer("straggler_timeout_ms"));
   // A probed peer answers at once; one heartbeat period is ample.
   options_.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
   options_.epoch_base = static_cast<uint64_t>(

@@ -129,8 +129,10 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
     reforming_.clear();
   }
   const bool first = arrived_.empty();
+  const bool was_open = barrier_open();
   arrived_[id] = call;
   if (leaving) leaving_.insert(id);
+  if (!was_open && barrier_open()) barrier_opened_ = now;
   if (!admit) reforming_.insert(id);
   if (!revoked_) {
     const bool ahead = !done_.empty();  // someone completed an operation this member did not run
@@ -335,6 +337,14 @@ void Membership::tick(Clock::time_point now) {
                                    ms(opt_.probe_timeout)));
     }
   }
+  if (opt_.straggler_timeout.count() > 0 && barrier_open() && now - barrier_opened_ >= opt_.straggler_timeout) {
+    for (const Member &m : ring_) {
+      if (is_member(m.id) && arrived_.count(m.id) == 0) {
+        lost.emplace_back(m.id, format("a straggler: not at the update barrier %lld ms after the first member "
+                                       "(straggler_timeout_ms)", ms(opt_.straggler_timeout)));
+      }
+    }
+  }
   for (const auto &[id, reason] : lost) lose(id, reason);
   maybe_complete_update();  // after all losses, so no epoch admits a peer about to be lost
   maybe_form_first(now);
@@ -473,6 +483,10 @@ uint64_t Membership::next_epoch_number() {
   return last_formed_;
 }
 
+bool Membership::barrier_open() const {
+  return std::any_of(arrived_.begin(), arrived_.end(), [&](const auto &a) { return leaving_.count(a.first) == 0; });
+}
+
 // When every live member has arrived at the barrier, decides the next epoch.
 void Membership::maybe_complete_update() {
   if (arrived_.empty()) return;
@@ -580,6 +594,7 @@ Clock::time_point Membership::next_deadline() const {
   Clock::time_point next = Clock::time_point::max();
   for (const auto &[id, peer] : live_) next = std::min(next, peer.last_seen + opt_.peer_timeout);
   for (const auto &[id, deadline] : probes_) next = std::min(next, deadline);
+  if (opt_.straggler_timeout.count() > 0 && barrier_open()) next = std::min(next, barrier_opened_ + opt_.straggler_timeout);
   if (!any_member() && joiners_.size() >= static_cast<size_t>(std::max(1, opt_.min_peers))) {
     next = std::min(next, std::max(last_join_ + opt_.settle,
                                    epoch_floor_ > epoch_ ? floor_heard_ + opt_.peer_timeout : Clock::time_point()));

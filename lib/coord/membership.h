@@ -113,6 +113,11 @@ class Membership {
     std::chrono::milliseconds settle{200};
     std::chrono::milliseconds peer_timeout{5000};
     std::chrono::milliseconds probe_timeout{1000};
+    // The straggler policy: a member that has not reached an update barrier this long after the
+    // first member arrived there (with an update or a re-form; a leaver waits for the others) is
+    // declared lost, and the barrier completes without it. 0: the barrier waits for every live
+    // member (one silent for peer_timeout is lost).
+    std::chrono::milliseconds straggler_timeout{0};
     // Epochs this coordinator forms are numbered past this. The coordinator passes its start time
     // in microseconds since 1970: an epoch's number is then at most the time it was formed (epochs
     // take far longer than a microsecond to form), so a restarted coordinator never names an epoch
@@ -195,7 +200,7 @@ class Membership {
   uint32_t rtt(PeerId a, PeerId b) const;
   // What was last reported about the link between two members (zeros if nothing).
   LinkEstimate link(PeerId a, PeerId b) const;
-  // Applies timeouts (silent peers, unanswered probes, the initial settle window).
+  // Applies timeouts (silent peers, unanswered probes, stragglers, the initial settle window).
   void tick(Clock::time_point now);
   // Another group lost a communicator of `node` (PeerInfo::node, not ""): this group's peers of
   // that node, members or joiners, are lost too, for `reason`. A node's communicators go together.
@@ -242,6 +247,9 @@ class Membership {
   uint64_t next_epoch_number();
   bool formed_here(uint64_t epoch) const { return epoch > opt_.epoch_base && epoch <= last_formed_; }
   void maybe_complete_update();
+  // A member waits at the update barrier with an update or a re-form (not only leavers): the
+  // straggler timeout runs from barrier_opened_.
+  bool barrier_open() const;
   // Tells every member the current epoch; `barrier`: as the answer to the calls at the barrier.
   void announce_epoch(bool barrier);
   // Every member is told; ops of the epoch have failed unless committed.
@@ -269,6 +277,7 @@ class Membership {
   std::set<PeerId> leaving_;                 // of those, the ones leaving
   std::set<PeerId> reforming_;               // of those, the ones that admit no joiner (REFORM)
   uint64_t barrier_ops_ = 0;                 // the operations the first of them had submitted
+  Clock::time_point barrier_opened_{};       // when the first of them not leaving arrived
   // After a restart: members of the adopted epoch not back yet. A revocation waits for them before
   // it is announced (revocation_pending_).
   std::set<PeerId> unconfirmed_;

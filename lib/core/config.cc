@@ -68,6 +68,10 @@ constexpr KeySpec kKeys[] = {
      "peers send a heartbeat this often; a probed peer must answer within it"},
     {"peer_timeout_ms", "5000", Kind::kInteger, 10, 3600000,
      "a peer silent this long is lost and its epoch revoked"},
+    {"straggler_timeout_ms", "0", Kind::kInteger, 0, 3600000,
+     "the coordinator's straggler policy: a member that has not reached an update barrier this long "
+     "after the first member did is declared lost (it joins again at its next update); 0: the "
+     "barrier waits for every live member"},
     {"connect_timeout_ms", "10000", Kind::kInteger, 1, 3600000,
      "limit for TCP connect + TLS handshake + hello of a whole link"},
     {"hello_timeout_ms", "3000", Kind::kInteger, 1, 3600000,

@@ -388,15 +388,21 @@ def test_a_node_frozen_from_outside_past_the_peer_timeout(tmp_path):
     assert [f["fault"] for f in summary["faults"]] == ["freeze", "resume"]
 
 
-def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, monkeypatch):
+@pytest.mark.parametrize("policy", ["wait", "drop"])
+def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, monkeypatch, policy):
     """node1 is SIGSTOPped for 4 s, past a 1.5 s op_timeout_ms but within peer_timeout_ms (5 s):
     node0's all-reduce and then its updates time out while node1 is frozen. node0 updates again
     each time; it used to retreat (leave its groups and join again), and node1, resumed, then
     committed the step alone and node0 lost its work of it. Either node1 is in every step, or a
     probe declares it lost (node0's cancelled all-reduce broke their links), in both of node1's
     groups at once, and it is admitted again later; once this livelocked when only one group lost
-    it. node0 commits every step, in order; both end identical."""
+    it. node0 commits every step, in order; both end identical.
+    drop: the coordinator's straggler policy (straggler_timeout_ms 1000) drops node1 from the
+    barrier node0 waits at, so node0 commits a step alone (one contributor) while node1 is frozen,
+    and node1 is admitted again after it resumes."""
     monkeypatch.setenv("WCCL_OP_TIMEOUT_MS", "1500")
+    if policy == "drop":
+        monkeypatch.setenv("WCCL_STRAGGLER_TIMEOUT_MS", "1000")  # read by the coordinator local_run starts
     steps = 12
     summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--tls", "off", "--freeze",
                                "node1@2:4", "--", "--outer-steps", str(steps), "--inner-steps", "3", *MODEL,
@@ -406,6 +412,8 @@ def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, mo
     assert nodes["node0"]["steps"] == list(range(1, steps + 1)), nodes["node0"]["steps"]
     contributors = [r["contributors"] for r in records["node0"] if r["event"] == "step"]
     assert contributors[:2] == [2, 2] and contributors[-1] == 2 and min(contributors) >= 1, contributors
+    if policy == "drop":
+        assert 1 in contributors, contributors
 
 
 @pytest.mark.parametrize("seed,streaming", [(1, []), (2, []), (3, ["--fragments", "2", "--overlap", "2"])],
