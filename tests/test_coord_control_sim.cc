@@ -481,41 +481,13 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
   const auto now = time();
   const bool first = conn.peer == 0;
   if (first != (m.type == MessageType::kJoin || m.type == MessageType::kRejoin)) return close_conn(c);
-  Status st;
-  switch (m.type) {
-    case MessageType::kJoin:
-    case MessageType::kRejoin:
-      if (coord_conn_.count(m.peer) != 0) return close_conn(c);
-      st = m.type == MessageType::kJoin ? coord_->join(m.peer, m.info, now)
-                                        : coord_->rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
-      if (!st.ok()) return close_conn(c);
-      conn.peer = m.peer;
-      coord_conn_[m.peer] = c;
-      break;
-    case MessageType::kHeartbeat:
-      coord_->heartbeat(m.peer, now);
-      break;
-    case MessageType::kUpdate:
-    case MessageType::kReform:
-      st = coord_->update(m.peer, m.epoch, m.seq, now, m.type == MessageType::kUpdate, m.count);
-      break;
-    case MessageType::kLeave:
-      st = coord_->leave(m.peer, m.epoch, m.seq, now, m.count);
-      break;
-    case MessageType::kLinkBroken:
-      coord_->link_broken(m.peer, m.other, now);
-      break;
-    case MessageType::kLinkReport:
-      coord_->report_links(m.peer, m.epoch, m.links);
-      break;
-    case MessageType::kDone:
-      st = coord_->done(m.peer, m.epoch, m.seq, now);
-      break;
-    case MessageType::kOpFailed:
-      coord_->op_failed(m.peer, m.epoch, m.seq, m.text, now);
-      break;
-    default:
-      return close_conn(c);
+  if (first && coord_conn_.count(m.peer) != 0) return close_conn(c);
+  bool drop = false;
+  const Status st = coord_->on_message(m, now, &drop);
+  if (drop) return close_conn(c);
+  if (first) {
+    conn.peer = m.peer;
+    coord_conn_[m.peer] = c;
   }
   if (!st.ok()) {
     ControlMessage err;
@@ -552,7 +524,7 @@ void Sim::coord_deliver() {
 }
 
 void Sim::coord_tick() {
-  after(10, [this] { coord_tick(); });
+  after(coord::Membership::tick_period(options(1, 0, straggler_timeout_ms_)).count(), [this] { coord_tick(); });
   if (!coord_up_) return;
   coord_->tick(time());
   coord_deliver();

@@ -32,11 +32,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
   auto port = c->transport_->listen(cfg.str("listen"), [self](std::shared_ptr<net::Link> link) { self->on_link(std::move(link)); });
   if (!port.ok()) return port.status();
   c->port_ = port.value();
-  // Timeouts are decided by tick(), which therefore runs often enough that a silent peer or an
-  // unanswered probe is declared lost at most a few percent late.
-  const auto period = std::clamp(std::min(c->options_.peer_timeout / 20, c->options_.probe_timeout / 4),
-                                 std::chrono::milliseconds(5), std::chrono::milliseconds(100));
-  WCCL_RETURN_IF_ERROR(c->transport_->every(period, [self] { self->tick(); }));
+  // Timeouts are decided by tick(), run as often as the membership rules ask.
+  WCCL_RETURN_IF_ERROR(c->transport_->every(Membership::tick_period(c->options_), [self] { self->tick(); }));
   WCCL_LOG(c->log_, kInfo, "coordinator listening on port %d", c->port_);
   return c;
 }
@@ -79,52 +76,21 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
     return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "message from peer %016llx on the link of peer %016llx",
                                 static_cast<unsigned long long>(m.peer), static_cast<unsigned long long>(s->peer)));
   }
-  Status st;
-  switch (m.type) {
-    case MessageType::kJoin:
-    case MessageType::kRejoin:
-      if (by_peer_.count(m.peer) != 0) {
-        return refuse(s, WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is already connected",
-                                    static_cast<unsigned long long>(m.peer)));
-      }
-      if (m.type == MessageType::kJoin) {
-        st = group(m.group).join(m.peer, m.info, now);
-      } else {
-        st = group(m.group).rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
-      }
-      if (!st.ok()) return refuse(s, st);
-      s->peer = m.peer;
-      s->group = m.group;
-      by_peer_[m.peer] = s;
-      WCCL_LOG(log_, kInfo, "peer %s (%016llx, %s) %s group \"%s\"", m.info.name.c_str(),
-               static_cast<unsigned long long>(m.peer), m.info.address.c_str(),
-               m.type == MessageType::kJoin ? "joins" : "rejoins", m.group.c_str());
-      break;
-    case MessageType::kHeartbeat:
-      group(s->group).heartbeat(s->peer, now);
-      break;
-    case MessageType::kUpdate:
-    case MessageType::kReform:
-      st = group(s->group).update(s->peer, m.epoch, m.seq, now, m.type == MessageType::kUpdate, m.count);
-      break;
-    case MessageType::kLeave:
-      st = group(s->group).leave(s->peer, m.epoch, m.seq, now, m.count);
-      break;
-    case MessageType::kLinkBroken:
-      group(s->group).link_broken(s->peer, m.other, now);
-      break;
-    case MessageType::kLinkReport:
-      group(s->group).report_links(s->peer, m.epoch, m.links);
-      break;
-    case MessageType::kDone:
-      st = group(s->group).done(s->peer, m.epoch, m.seq, now);
-      break;
-    case MessageType::kOpFailed:
-      group(s->group).op_failed(s->peer, m.epoch, m.seq, m.text, now);
-      break;
-    default:
-      return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "a peer sent coordinator message type %u",
-                                  static_cast<unsigned>(m.type)));
+  if (first && by_peer_.count(m.peer) != 0) {
+    return refuse(s, WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is already connected",
+                                static_cast<unsigned long long>(m.peer)));
+  }
+  const std::string &name = first ? m.group : s->group;
+  bool drop = false;
+  const Status st = group(name).on_message(m, now, &drop);
+  if (drop) return refuse(s, st);
+  if (first) {
+    s->peer = m.peer;
+    s->group = m.group;
+    by_peer_[m.peer] = s;
+    WCCL_LOG(log_, kInfo, "peer %s (%016llx, %s) %s group \"%s\"", m.info.name.c_str(),
+             static_cast<unsigned long long>(m.peer), m.info.address.c_str(),
+             m.type == MessageType::kJoin ? "joins" : "rejoins", m.group.c_str());
   }
   if (!st.ok()) {
     // The request is refused but the peer stays: it hears why.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "coord/algo_choice.h"
+#include "coord/messages.h"
 #include "coord/ring_order.h"
 
 namespace wccl::coord {
@@ -41,6 +42,47 @@ void Membership::forget(PeerId id) {
 
 bool Membership::any_member() const {
   return std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return is_member(m.id); });
+}
+
+Status Membership::on_message(const ControlMessage &m, Clock::time_point now, bool *drop) {
+  *drop = false;
+  Status st;
+  switch (m.type) {
+    case MessageType::kJoin:
+    case MessageType::kRejoin:
+      st = m.type == MessageType::kJoin ? join(m.peer, m.info, now)
+                                        : rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
+      *drop = !st.ok();
+      return st;
+    case MessageType::kHeartbeat:
+      heartbeat(m.peer, now);
+      return st;
+    case MessageType::kUpdate:
+    case MessageType::kReform:
+      return update(m.peer, m.epoch, m.seq, now, m.type == MessageType::kUpdate, m.count);
+    case MessageType::kLeave:
+      return leave(m.peer, m.epoch, m.seq, now, m.count);
+    case MessageType::kLinkBroken:
+      link_broken(m.peer, m.other, now);
+      return st;
+    case MessageType::kLinkReport:
+      report_links(m.peer, m.epoch, m.links);
+      return st;
+    case MessageType::kDone:
+      return done(m.peer, m.epoch, m.seq, now);
+    case MessageType::kOpFailed:
+      op_failed(m.peer, m.epoch, m.seq, m.text, now);
+      return st;
+    default:
+      *drop = true;
+      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "a peer sent coordinator message type %u", static_cast<unsigned>(m.type));
+  }
+}
+
+std::chrono::milliseconds Membership::tick_period(const Options &o) {
+  auto period = std::min(o.peer_timeout / 20, o.probe_timeout / 4);
+  if (o.straggler_timeout.count() > 0) period = std::min(period, o.straggler_timeout / 20);
+  return std::clamp(period, std::chrono::milliseconds(5), std::chrono::milliseconds(100));
 }
 
 Status Membership::join(PeerId id, const PeerInfo &info, Clock::time_point now) {

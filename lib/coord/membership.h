@@ -41,6 +41,7 @@ namespace wccl::coord {
 
 using Clock = std::chrono::steady_clock;
 using PeerId = uint64_t;  // chosen at random by the peer; 0 is not a valid id
+struct ControlMessage;    // coord/messages.h
 inline constexpr size_t kMaxRingMembers = 4096;  // members and joiners of one group, at most
 
 struct PeerInfo {
@@ -138,6 +139,16 @@ class Membership {
   // microseconds of noise, which no order improves on.
   static constexpr uint32_t kReorderMinGainUs = 1000;
   explicit Membership(Options options) : opt_(options) {}
+
+  // A message from peer m.peer's control link (the link's own rules are its holder's: its first
+  // message is a JOIN or REJOIN, every later one names the same peer), applied through the calls
+  // below. Returns OK or the refusal. The link stays and hears the refusal as an ERROR, except
+  // where *drop is set: a JOIN or REJOIN refused, or a type no peer sends; then the link is closed
+  // with it.
+  Status on_message(const ControlMessage &m, Clock::time_point now, bool *drop);
+  // How often tick() must run, with these options, for a silent peer, an unanswered probe or a
+  // straggler to be declared lost at most a few percent late (5 to 100 ms).
+  static std::chrono::milliseconds tick_period(const Options &o);
 
   // A new peer asks to join. INVALID_USAGE if the id is already a joiner or member, or if the
   // group already holds kMaxRingMembers peers.

@@ -493,8 +493,7 @@ void World::tick(uint64_t generation) {
     timing = false;
     return;
   }
-  const Time period = std::clamp(std::min(work.peer_timeout / 20, work.heartbeat / 4), 5 * kSecond / 1000,
-                                 kSecond / 10);
+  const Time period = std::chrono::nanoseconds(coord::Membership::tick_period(options(work, 1))).count();
   engine.at(engine.now() + period, -1, [this, generation] { tick(generation); });
 }
 
