@@ -262,7 +262,7 @@ void Sim::send_to_coord(int i, const ControlMessage &m) {
 void Sim::deliver_to_member(int i, const ControlMessage &m) {
   on_member(i, [this, i, m] {
     Member &mem = members_[static_cast<size_t>(i)];
-    if (m.type == MessageType::kRemoved && m.text != "left") mem.removed_from.insert(mem.view->epoch());
+    if (m.type == MessageType::kRemoved) mem.removed_from.insert(mem.view->epoch());
     if (m.type == MessageType::kEpoch) {
       std::vector<PeerId> ring;
       for (const coord::Member &r : m.ring) ring.push_back(r.id);

@@ -57,8 +57,9 @@ std::vector<ControlMessage> one_of_each() {
   revoked.text = "node-b: silent for 5000 ms (peer_timeout_ms)";
   ControlMessage &removed = add(MessageType::kRemoved);
   removed.epoch = 44;
-  removed.text = "left";
+  removed.text = "declared lost: silent for 5000 ms (peer_timeout_ms)";
   add(MessageType::kProbe).epoch = 44;
+  add(MessageType::kLeft).epoch = 44;
   ControlMessage &pending = add(MessageType::kPending);
   pending.epoch = 44;
   pending.count = 3;

@@ -177,12 +177,11 @@ Actions MemberView::on_message(const ControlMessage &m) {
       out.push_back(std::move(a));
       break;
     }
+    case MessageType::kLeft:
+      left_ = true;  // its links close now without it being anyone's failure
+      if (call_ == Call::kLeave) answer(Status());
+      break;
     case MessageType::kRemoved:
-      if (m.text == "left") {
-        left_ = true;  // its links close now without it being anyone's failure
-        if (call_ == Call::kLeave) answer(Status());
-        break;
-      }
       // Declared lost (or the epoch moved on without us): this epoch is over for us too.
       revoked_ = true;
       removed_ = true;

@@ -544,8 +544,7 @@ void Membership::maybe_complete_update() {
   const std::set<PeerId> leavers = leaving_;
   for (PeerId id : leavers) {
     forget(id);
-    Notice &n = notify(Notice::Kind::kRemoved, id);
-    n.reason = "left";
+    notify(Notice::Kind::kLeft, id);
   }
   if (admit) {
     next.insert(next.end(), joiners_.begin(), joiners_.end());

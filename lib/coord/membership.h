@@ -79,7 +79,8 @@ struct Notice {
   enum class Kind {
     kEpoch,    // `to` is a member of `epoch`, whose ring is `ring` (sent to every member)
     kRevoked,  // `epoch` lost peer `lost`; ops in it fail with PEER_LOST until update
-    kRemoved,  // `to` is no longer a member (it left, or it was declared lost: `reason`)
+    kRemoved,  // `to` is no longer a member: it was declared lost (`reason`)
+    kLeft,     // `to` left: its leave completed at the update barrier
     kProbe,    // `to` must answer with a heartbeat at once (a neighbour reported a broken link)
     kPending,  // `joiners` peers wait to be admitted at the next update (sent to members when it
                // changes, and to a joiner as it registers: the epoch it waits to enter)

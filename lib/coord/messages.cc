@@ -199,6 +199,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.text(m.text);
       break;
     case MessageType::kProbe:
+    case MessageType::kLeft:
       w.u64(m.epoch);
       break;
     case MessageType::kError:
@@ -289,6 +290,7 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       m.text = r.text("reason", false);
       break;
     case MessageType::kProbe:
+    case MessageType::kLeft:
       m.epoch = r.u64("epoch");
       break;
     case MessageType::kError:
@@ -334,6 +336,9 @@ ControlMessage to_message(const Notice &n) {
       break;
     case Notice::Kind::kProbe:
       m.type = MessageType::kProbe;
+      break;
+    case Notice::Kind::kLeft:
+      m.type = MessageType::kLeft;
       break;
     case Notice::Kind::kPending:
       m.type = MessageType::kPending;

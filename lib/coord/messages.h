@@ -40,6 +40,7 @@ enum class MessageType : uint8_t {
   kPending = 21,    // epoch, count: peers waiting to be admitted at the next update
   kCommit = 22,     // epoch, seq: every member completed operations up to seq: they succeed
   kBarrier = 23,    // epoch, seq: a member reached the update barrier after seq operations
+  kLeft = 24,       // epoch: this peer's LEAVE completed (the others' update went on without it)
 };
 
 struct ControlMessage {
