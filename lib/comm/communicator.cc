@@ -15,8 +15,8 @@ using coord::ControlMessage;
 using coord::MessageType;
 using Clock = std::chrono::steady_clock;
 
-// Neighbour links: the connecting side (the lower rank of the pair) first sends (epoch, its peer
-// id) under this key, so the accepting side knows which epoch and neighbour the link belongs to.
+// Neighbour links: the connecting side (the lower rank of the pair) first sends a coord::LinkHello
+// under this key, so the accepting side knows which epoch and neighbour the link belongs to.
 // The sentinel key is never sent: a receive posted on it completes only when the link fails,
 // which is how a broken neighbour link is noticed and reported.
 constexpr net::MessageKey kLinkHello{~0ULL - 1, 0, 0};
@@ -458,9 +458,7 @@ void Communicator::open_links() {
         return;
       }
       // The hello goes out before the link is handed to anyone, so it is the first message.
-      auto hello = std::make_shared<std::array<uint8_t, 16>>();
-      std::memcpy(hello->data(), &epoch, 8);
-      std::memcpy(hello->data() + 8, &id_, 8);
+      auto hello = std::make_shared<std::vector<uint8_t>>(coord::encode(coord::LinkHello{epoch, id_}));
       (void)link.value()->send(kLinkHello, hello->data(), hello->size(), [hello](const Status &) {});
       bool stale;
       {
@@ -481,14 +479,13 @@ void Communicator::open_links() {
 
 // A lower-ranked neighbour of some epoch opened its link to us: it says which epoch and who it is.
 void Communicator::on_peer_link(const std::shared_ptr<net::Link> &link) {
-  auto hello = std::make_shared<std::array<uint8_t, 16>>();
+  auto hello = std::make_shared<std::array<uint8_t, coord::kLinkHelloBytes>>();
   Status st = link->recv(kLinkHello, hello->data(), hello->size(), [this, link, hello](const Status &got) {
     if (!got.ok()) return;
-    uint64_t epoch;
-    coord::PeerId from;
-    std::memcpy(&epoch, hello->data(), 8);
-    std::memcpy(&from, hello->data() + 8, 8);
-    adopt(epoch, from, link);
+    coord::LinkHello h;
+    const Status valid = coord::decode(hello->data(), hello->size(), &h);
+    if (!valid.ok()) return link->close(valid);
+    adopt(h.epoch, h.from, link);
   });
   if (!st.ok()) link->close(st);
 }

@@ -314,6 +314,23 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
   return Status();
 }
 
+std::vector<uint8_t> encode(const LinkHello &h) {
+  Writer w;
+  w.u64(h.epoch);
+  w.u64(h.from);
+  return w.take();
+}
+
+Status decode(const uint8_t *data, size_t size, LinkHello *out) {
+  Reader r(data, size);
+  LinkHello h;
+  h.epoch = r.u64("link hello epoch");
+  h.from = r.peer("link hello peer id");
+  WCCL_RETURN_IF_ERROR(r.finish());
+  *out = h;
+  return Status();
+}
+
 ControlMessage to_message(const Notice &n) {
   ControlMessage m;
   m.epoch = n.epoch;
