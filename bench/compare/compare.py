@@ -4,7 +4,9 @@
 Runs every program on the same sizes and peer count in one run, each R times interleaved
 (repeat 1: every size, every tool; then repeat 2; ...) so that slow drifts of the machine touch all
 tools alike, and prints a markdown report: the machine, the exact commands, then per size one row
-per tool with the median time, the bus bandwidth and the ratios to wccl without TLS.
+per tool with the median time, the bus bandwidth and the ratios to wccl without TLS, and the CPU
+each spent per GB all-reduced (user and system seconds of every rank's process over the timed
+iterations, summed over ranks: bench/perf/sweep.h) with its ratio to Gloo ring_chunked's.
 
 All programs take -b -e -n -w --json and print one JSON object (schema: PrintJson in bench/perf/sweep.cc) and
 measure the same way (bench/perf/sweep.h). A program that is not built is skipped with a note.
@@ -28,6 +30,7 @@ import sys
 import time
 
 BASELINE = "wccl-plain"
+CPU_BASELINE = "gloo-ring_chunked"
 SUFFIXES = {"": 0, "K": 10, "M": 20, "G": 30}
 
 
@@ -212,6 +215,7 @@ def main():
     times = {}  # (tool, size) -> [time_us of each successful run]
     wrong = {}  # (tool, size) -> total wrong elements over the runs (None: not reported)
     wire = {}  # (tool, size) -> wire_bytes of the last successful run
+    cpu = {}  # (tool, size) -> [(user, system) CPU seconds per GB all-reduced, each run]
     failures = {}  # (tool, size) -> failed run count
     for rep in range(args.repeat):
         for si, size in enumerate(args.sizes):
@@ -242,6 +246,10 @@ def main():
                     wrong[key] = wrong.get(key, 0) + int(result["wrong"])
                 if result.get("wire_bytes") is not None:
                     wire[key] = result["wire_bytes"]
+                if result.get("cpu_user_s") is not None and result.get("iters"):
+                    gb = size * int(result["iters"]) / 1e9
+                    cpu.setdefault(key, []).append((float(result["cpu_user_s"]) / gb,
+                                                    float(result["cpu_sys_s"]) / gb))
                 print(f" {float(result['time_us']):.1f} us ({elapsed:.1f} s)", file=sys.stderr)
 
     info = machine_info(args.build)
@@ -260,8 +268,17 @@ def main():
 
     factor = 2.0 * (args.peers - 1) / args.peers
     print(f"| size | tool | time (us) | runs min-max (us) | busbw (GB/s) "
-          f"| {BASELINE} busbw / busbw | time / {BASELINE} time | #wrong |")
-    print("|---:|:---|---:|---:|---:|---:|---:|---:|")
+          f"| {BASELINE} busbw / busbw | time / {BASELINE} time | #wrong "
+          f"| CPU s/GB user + sys | CPU / {CPU_BASELINE}'s |")
+    print("|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def cpu_per_gb(key):
+        """Median user and system CPU seconds per GB over the runs, or None."""
+        runs = cpu.get(key)
+        if not runs:
+            return None
+        return statistics.median(u for u, _ in runs), statistics.median(s for _, s in runs)
+
     summary = []
     for size in args.sizes:
         base = times.get((BASELINE, size))
@@ -272,7 +289,7 @@ def main():
             failed = failures.get(key, 0)
             if not samples:
                 print(f"| {format_size(size)} | {tool.name} | failed ({failed} of "
-                      f"{args.repeat} runs) | | | | | |")
+                      f"{args.repeat} runs) | | | | | | | |")
                 continue
             t = statistics.median(samples)
             busbw = size / t / 1e3 * factor
@@ -284,11 +301,18 @@ def main():
             if failed:
                 spread += f" ({failed} failed)"
             w = wrong.get(key)
+            own, base_cpu = cpu_per_gb(key), cpu_per_gb((CPU_BASELINE, size))
+            cpu_text = "n/a" if own is None else f"{own[0]:.2f} + {own[1]:.2f} = {sum(own):.2f}"
+            cpu_ratio = sum(own) / sum(base_cpu) if own and base_cpu and sum(base_cpu) > 0 else None
             print(f"| {format_size(size)} | {tool.name} | {t:.1f} | {spread} | {busbw:.3f} "
-                  f"| {fmt(bus_ratio, 2)} | {fmt(time_ratio, 2)} | {'n/a' if w is None else w} |")
+                  f"| {fmt(bus_ratio, 2)} | {fmt(time_ratio, 2)} | {'n/a' if w is None else w} "
+                  f"| {cpu_text} | {fmt(cpu_ratio, 2)} |")
             summary.append({"tool": tool.name, "bytes": size, "time_us_median": t,
                             "time_us_runs": samples, "busbw": busbw, "wire_bytes": wire.get(key),
                             "wrong": w, "failed_runs": failed,
+                            "cpu_user_s_per_gb": own[0] if own else None,
+                            "cpu_sys_s_per_gb": own[1] if own else None,
+                            f"cpu_over_{CPU_BASELINE}_cpu": cpu_ratio,
                             f"{BASELINE}_busbw_over_busbw": bus_ratio,
                             f"time_over_{BASELINE}_time": time_ratio})
 

@@ -1,5 +1,7 @@
 #include "sweep.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cinttypes>
 #include <climits>
@@ -17,6 +19,18 @@ size_t TypeSize(Type type) {
 }
 
 namespace {
+
+// This process's CPU time so far, every thread of it, user and system apart, in microseconds.
+struct CpuTime {
+  int64_t user_us = 0;
+  int64_t sys_us = 0;
+};
+CpuTime ProcessCpu() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return {static_cast<int64_t>(ru.ru_utime.tv_sec) * 1000000 + ru.ru_utime.tv_usec,
+          static_cast<int64_t>(ru.ru_stime.tv_sec) * 1000000 + ru.ru_stime.tv_usec};
+}
 
 // IEEE binary16 and bfloat16 from a float, rounding to nearest even (the pattern's values and
 // their sums are small integers; larger ones round as a library's conversion would).
@@ -163,9 +177,13 @@ Result MeasureOne(const Options &opt, const Case &c, size_t count, Collective *c
   // a separate iteration above. The fill below (outside the timed region) starts from the pattern.
   Fill(c, buf, count, rank);
   coll->Barrier();
+  const CpuTime cpu_start = ProcessCpu();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < opt.iters; ++i) coll->AllReduce();
   const auto stop = std::chrono::steady_clock::now();
+  const CpuTime cpu_stop = ProcessCpu();
+  r.cpu_user_s = static_cast<double>(coll->SumOverRanks(cpu_stop.user_us - cpu_start.user_us)) / 1e6;
+  r.cpu_sys_s = static_cast<double>(coll->SumOverRanks(cpu_stop.sys_us - cpu_start.sys_us)) / 1e6;
   const double local_us = std::chrono::duration<double, std::micro>(stop - start).count() / opt.iters;
   r.algo = coll->Algorithm();
   r.wire_bytes = coll->WireBytes();
@@ -201,7 +219,7 @@ void PrintRow(const Result &r) {
   std::fflush(stdout);
 }
 
-void PrintJson(const Run &run, int peers, const std::vector<Result> &results) {
+void PrintJson(const Run &run, int peers, int iters, const std::vector<Result> &results) {
   std::printf("{\"tool\": \"%s\", \"peers\": %d, \"tls\": %s, \"results\": [", run.tool.c_str(), peers,
               run.tls ? "true" : "false");
   for (size_t i = 0; i < results.size(); ++i) {
@@ -209,10 +227,10 @@ void PrintJson(const Run &run, int peers, const std::vector<Result> &results) {
     std::printf(
         "%s{\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"wire\": \"%s\", "
         "\"compress\": \"%s\", \"algo\": \"%s\", \"time_us\": %.3f, \"algbw\": %.6g, \"busbw\": %.6g, "
-        "\"wire_bytes\": %s, \"wrong\": %s}",
+        "\"wire_bytes\": %s, \"wrong\": %s, \"iters\": %d, \"cpu_user_s\": %.6f, \"cpu_sys_s\": %.6f}",
         i == 0 ? "" : ", ", r.bytes, r.count, kTypeNames[static_cast<int>(r.c.type)], r.c.redop.c_str(),
         r.c.wire.c_str(), r.c.compress.c_str(), r.algo.c_str(), r.time_us, r.algbw, r.busbw,
-        CountOr(r.wire_bytes, "null").c_str(), CountOr(r.wrong, "null").c_str());
+        CountOr(r.wire_bytes, "null").c_str(), CountOr(r.wrong, "null").c_str(), iters, r.cpu_user_s, r.cpu_sys_s);
   }
   std::printf("]}\n");
   std::fflush(stdout);
@@ -338,7 +356,7 @@ std::vector<Result> RunSweep(const Options &opt, const std::vector<Case> &cases,
     if (bytes > opt.max_bytes / opt.factor) break;
     bytes *= opt.factor;
   }
-  if (print && opt.json) PrintJson(run, coll->size(), results);
+  if (print && opt.json) PrintJson(run, coll->size(), opt.iters, results);
   return results;
 }
 

@@ -8,6 +8,10 @@
 //     in-place all-reduces on this rank; time = elapsed / iters, reported as the maximum over
 //     ranks, gathered with the library under test.
 //   algbw = S / time (GB/s, 1 GB = 1e9 bytes); busbw = algbw * 2(N-1)/N (nccl-tests' factor).
+//   CPU: each rank's process CPU time (getrusage, user and system apart, every thread of it)
+//     over the timed iterations, summed over ranks; per GB all-reduced = / (S * iters / 1e9).
+//     Every program runs one process per rank; a coordinator or launcher outside the ranks is
+//     not counted.
 //
 // Element i of rank r holds (r + 1) * ((i % m) + 1), m = 251 (7 for 16-bit floats and 8-bit
 // integers), so the exact SUM over N ranks is N(N+1)/2 * ((i % m) + 1): small integers, exact
@@ -102,6 +106,8 @@ struct Result {
   double busbw = 0;         // GB/s
   int64_t wire_bytes = -1;  // -1: unknown
   int64_t wrong = -1;       // -1: not checked
+  double cpu_user_s = 0;    // CPU over the timed iterations, all ranks (see the top of this file)
+  double cpu_sys_s = 0;
 };
 
 // What a run prints about itself: "tool" in the JSON (e.g. "gloo-ring_chunked") and whether its
