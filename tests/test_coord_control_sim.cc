@@ -722,6 +722,31 @@ std::string Sim::run() {
   return "";
 }
 
+// --- cases driven by hand: the coordinator's rules and member views, messages handed over at once ---
+
+coord::Clock::time_point at(int64_t ms) { return coord::Clock::time_point() + std::chrono::milliseconds(ms); }
+
+// Delivers the coordinator's notices to the views they name, and what the views send back (the
+// UPDATE a removed peer repeats) to the coordinator, until nothing moves.
+void exchange(coord::Membership &coord, const std::vector<MemberView *> &views, int64_t now_ms) {
+  for (int round = 0; round < 4; ++round) {
+    std::vector<ControlMessage> replies;
+    for (const coord::Notice &n : coord.take_notices()) {
+      for (MemberView *v : views) {
+        if (v->id() != n.to) continue;
+        for (const Action &a : v->on_message(coord::to_message(n))) {
+          if (a.kind == Action::Kind::kSend) replies.push_back(a.message);
+        }
+      }
+    }
+    for (const ControlMessage &m : replies) {
+      ASSERT_EQ(m.type, MessageType::kUpdate);
+      bool drop = false;
+      ASSERT_TRUE(coord.on_message(m, at(now_ms), &drop).ok());
+    }
+  }
+}
+
 // A joiner silent for peer_timeout while it waits (frozen while the barrier that would admit it
 // waits for a frozen member: the churn soak's p63) is forgotten. Its next heartbeat earns a
 // REMOVED, and the joiner registers again rather than wait out join_timeout_ms unheard of. The
@@ -729,35 +754,18 @@ std::string Sim::run() {
 // min_peers 2, one joiner waits for a second.
 TEST(ControlSim, AJoinerForgottenWhileItWaitsRegistersAgain) {
   coord::Membership coord(options(2, 0));
-  const auto at = [](int64_t ms) { return coord::Clock::time_point() + std::chrono::milliseconds(ms); };
   MemberView joiner(0x1001, "g", coord::PeerInfo{"j", "sim:1", ""});
   MemberView second(0x1002, "g", coord::PeerInfo{"k", "sim:2", ""});
-  // Delivers the coordinator's notices to the views, and what the views send back to it.
-  auto exchange = [&](int64_t now) {
-    for (int round = 0; round < 4; ++round) {
-      std::vector<ControlMessage> replies;
-      for (const coord::Notice &n : coord.take_notices()) {
-        MemberView &to = n.to == 0x1001 ? joiner : second;
-        for (const Action &a : to.on_message(coord::to_message(n))) {
-          if (a.kind == Action::Kind::kSend) replies.push_back(a.message);
-        }
-      }
-      for (const ControlMessage &m : replies) {
-        ASSERT_EQ(m.type, MessageType::kUpdate);
-        ASSERT_TRUE(coord.update(m.peer, m.epoch, m.seq, at(now), true, m.count).ok());
-      }
-    }
-  };
   const ControlMessage hello = joiner.begin_join();
   ASSERT_TRUE(coord.join(hello.peer, hello.info, at(0)).ok());
   coord.tick(at(kPeerTimeoutMs));  // silent for peer_timeout: forgotten
-  exchange(kPeerTimeoutMs);
+  exchange(coord, {&joiner, &second}, kPeerTimeoutMs);
   coord.heartbeat(0x1001, at(kPeerTimeoutMs + 500));  // thawed: "declared lost"
-  exchange(kPeerTimeoutMs + 500);
+  exchange(coord, {&joiner, &second}, kPeerTimeoutMs + 500);
   const ControlMessage hello2 = second.begin_join();
   ASSERT_TRUE(coord.join(hello2.peer, hello2.info, at(kPeerTimeoutMs + 600)).ok());
   coord.tick(at(kPeerTimeoutMs + 700));  // settled: the two form the first epoch
-  exchange(kPeerTimeoutMs + 700);
+  exchange(coord, {&joiner, &second}, kPeerTimeoutMs + 700);
   ASSERT_TRUE(second.call_answered());
   EXPECT_EQ(second.size(), 2) << "the forgotten joiner did not register again";
   ASSERT_TRUE(joiner.call_answered()) << "the forgotten joiner was never admitted";
@@ -772,30 +780,11 @@ TEST(ControlSim, AJoinerForgottenWhileItWaitsRegistersAgain) {
 // a group of one); the member rejoins, updates, and admits it. With nobody of the job coming
 // back, the joiner forms its own epoch once peer_timeout has passed.
 TEST(ControlSim, AJoinerReachingARestartedCoordinatorFirstWaitsForTheJob) {
-  const auto at = [](int64_t ms) { return coord::Clock::time_point() + std::chrono::milliseconds(ms); };
-  // Hands the coordinator's notices to the views and what the views send back to the coordinator,
-  // until nothing moves.
-  auto exchange = [&at](coord::Membership &coord, std::vector<MemberView *> views, int64_t now) {
-    for (int round = 0; round < 4; ++round) {
-      std::vector<ControlMessage> replies;
-      for (const coord::Notice &n : coord.take_notices()) {
-        for (MemberView *v : views) {
-          if (v->id() != n.to) continue;
-          for (const Action &a : v->on_message(coord::to_message(n))) {
-            if (a.kind == Action::Kind::kSend) replies.push_back(a.message);
-          }
-        }
-      }
-      for (const ControlMessage &m : replies) {
-        ASSERT_EQ(m.type, MessageType::kUpdate);
-        ASSERT_TRUE(coord.update(m.peer, m.epoch, m.seq, at(now), true, m.count).ok());
-      }
-    }
-  };
-  auto rejoin = [&](coord::Membership &coord, const MemberView &v, int64_t now) {
+  auto rejoin = [](coord::Membership &coord, const MemberView &v, int64_t now) {
     for (const ControlMessage &m : v.rejoin()) {
       ASSERT_EQ(m.type, MessageType::kRejoin);
-      ASSERT_TRUE(coord.rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, at(now), m.tree_max_bytes).ok());
+      bool drop = false;
+      ASSERT_TRUE(coord.on_message(m, at(now), &drop).ok());
     }
   };
   for (const bool job_returns : {true, false}) {

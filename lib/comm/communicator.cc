@@ -114,16 +114,8 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   // does not end the wait: the heartbeat timer reconnects and REJOINs naming that epoch, so that a
   // restarted coordinator waits for the job's members rather than form an epoch of joiners alone.
   // Before that, a lost coordinator (or one that refused this peer) ends the join at once.
-  const auto admission_deadline = Clock::now() + c->join_timeout_;
-  c->cv_.wait_until(lock, admission_deadline, [&] {
-    return c->view_->aborted() || c->view_->call_answered() || (!c->channel_ && c->view_->awaited_epoch() == 0);
-  });
-  if (c->view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "admission: the communicator was aborted");
-  if (!c->view_->call_answered()) {
-    if (!c->channel_) return unreachable(c->control_down_.with_context("admission"));
-    return WCCL_ERROR(WCCL_ERR_TIMEOUT, "admission: not admitted within %lld ms (join_timeout_ms)",
-                      static_cast<long long>(c->join_timeout_.count()));
-  }
+  WCCL_RETURN_IF_ERROR(c->wait(lock, c->join_timeout_, "admission", [&] { return c->view_->call_answered(); },
+                               [&] { return c->view_->awaited_epoch() != 0; }));
   WCCL_RETURN_IF_ERROR(c->view_->call_status());
   WCCL_LOG(c->log_, kInfo, "joined group \"%s\": epoch %llu, rank %d of %d", c->group_.c_str(),
            static_cast<unsigned long long>(c->view_->epoch()), c->view_->rank(), c->view_->size());
@@ -175,10 +167,10 @@ Status Communicator::send(const ControlMessage &m) {
   return ch->send(m);
 }
 
-template <typename Pred>
+template <typename Pred, typename Through>
 Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what,
-                          Pred done) {
-  cv_.wait_for(lock, timeout, [&] { return view_->aborted() || done() || !channel_; });
+                          Pred done, Through through_loss) {
+  cv_.wait_for(lock, timeout, [&] { return view_->aborted() || done() || (!channel_ && !through_loss()); });
   if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
   if (done()) return Status();
   if (!channel_) return unreachable(control_down_.with_context(what));

@@ -131,9 +131,11 @@ class Communicator {
   void watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch);
   Status send(const coord::ControlMessage &m);
   Status membership_call(coord::MessageType type, const char *what);  // update, reform, leave
-  // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout.
-  template <typename Pred>
-  Status wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what, Pred done);
+  // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout. While
+  // `through_loss` holds, a lost coordinator does not end the wait (the heartbeat timer reconnects).
+  template <typename Pred, typename Through = bool (*)()>
+  Status wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what, Pred done,
+              Through through_loss = [] { return false; });
   // Under mu_: op has its outcome.
   void decide(const std::shared_ptr<Op> &op, Status outcome);
   // Worker thread:
