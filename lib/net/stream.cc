@@ -80,12 +80,15 @@ void Stream::stop_reading() {
 
 void Stream::on_alloc(uv_handle_t *h, size_t, uv_buf_t *buf) {
   auto *s = static_cast<Stream *>(h->data);
-  // Plaintext payload goes straight into the receiver's buffer; everything else via staging.
-  if (!s->tls_ && s->rx_ == Rx::kPayload && s->left_ >= kDirectReadMin &&
-      s->staging_off_ == s->staging_len_) {
+  // Plaintext goes straight to where it belongs, once staging is used up: a large payload into the
+  // receiver's buffer, and after a large frame the next header alone, so that the payload behind
+  // it is not read into staging and copied out again (one read more per large frame instead of a
+  // copy of it). Small frames come in whole reads of many through staging.
+  if (!s->tls_ && s->staging_off_ == s->staging_len_ &&
+      ((s->rx_ == Rx::kPayload && s->left_ >= kDirectReadMin) || (s->rx_ == Rx::kHeader && s->large_frames_))) {
+    auto [at, len] = s->rx_target();
     s->direct_read_ = true;
-    *buf = uv_buf_init(reinterpret_cast<char *>(s->dst_),
-                       static_cast<unsigned>(std::min<size_t>(s->left_, 1u << 30)));
+    *buf = uv_buf_init(reinterpret_cast<char *>(at), static_cast<unsigned>(std::min<size_t>(len, 1u << 30)));
     return;
   }
   if (!s->staging_) s->staging_.reset(new uint8_t[kStagingBytes]);
@@ -126,6 +129,7 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
     if (s->link_ != nullptr) s->link_->last_rx_ = Clock::now();
     if (s->direct_read_) {
       s->rx_advance(n);
+      if (s->rx_ == Rx::kAwaitDest && !s->closing_) s->stop_reading();  // a header of a frame nobody asked for yet
     } else {
       s->staging_len_ += n;
       s->process();
@@ -246,6 +250,7 @@ void Stream::begin_data() {
     return;
   }
   left_ = cur_.length;
+  large_frames_ = left_ >= kDirectReadMin;
   rx_ = Rx::kPayload;
   if (left_ == 0) frame_complete();
 }

@@ -98,7 +98,8 @@ class Stream {
   uint8_t hello_buf_[kMaxHelloBytes] = {};
   std::unique_ptr<uint8_t[]> staging_;
   size_t staging_off_ = 0, staging_len_ = 0;
-  bool direct_read_ = false;
+  bool direct_read_ = false;   // the socket read goes to rx_target(), not staging
+  bool large_frames_ = false;  // the last data frame's payload was read directly
 };
 
 }  // namespace wccl::net
