@@ -4,6 +4,10 @@
 #include <cstring>
 #include <new>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "codec/hash.h"
 
 namespace wccl::algo {
@@ -13,6 +17,31 @@ void ReturnBytes::operator()(uint8_t *p) const {
 }
 
 namespace {
+
+// memcpy with non-temporal stores where the CPU has them (SSE2, which every x86-64 has): a store
+// that bypasses the caches need not read the destination's lines in first, so a copy that nobody
+// reads soon costs one pass over memory less, and leaves the caches to the data being reduced.
+void copy_streaming(uint8_t *dst, const uint8_t *src, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  for (; n >= 64; n -= 64, dst += 64, src += 64) {
+    const auto *from = reinterpret_cast<const __m128i *>(src);
+    auto *to = reinterpret_cast<__m128i *>(dst);
+    const __m128i a = _mm_loadu_si128(from), b = _mm_loadu_si128(from + 1), c = _mm_loadu_si128(from + 2),
+                  d = _mm_loadu_si128(from + 3);
+    _mm_stream_si128(to, a);
+    _mm_stream_si128(to + 1, b);
+    _mm_stream_si128(to + 2, c);
+    _mm_stream_si128(to + 3, d);
+  }
+  _mm_sfence();  // ordered before whatever later reads them (a restore on another thread)
+#endif
+  std::memcpy(dst, src, n);
+}
 
 class HostMemory final : public Memory {
  public:
@@ -33,6 +62,10 @@ class HostMemory final : public Memory {
   }
   Status to_host(uint8_t *dst, const void *src, size_t n) override { return copy(dst, src, n); }
   Status from_host(void *dst, const uint8_t *src, size_t n) override { return copy(dst, src, n); }
+  Status save(void *dst, const void *src, size_t n) override {
+    copy_streaming(static_cast<uint8_t *>(dst), static_cast<const uint8_t *>(src), n);
+    return Status();
+  }
   Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
                      size_t count) override {
     codec::reduce_into(t, op, dst, mine, got, count);

@@ -55,6 +55,9 @@ class Memory {
   virtual Status copy(void *dst, const void *src, size_t n) = 0;
   virtual Status to_host(uint8_t *dst, const void *src, size_t n) = 0;
   virtual Status from_host(void *dst, const uint8_t *src, size_t n) = 0;
+  // Copies within this memory bytes that are read again only if the operation fails (the Undo's
+  // saved bytes). The host writes them past its caches; elsewhere this is copy().
+  virtual Status save(void *dst, const void *src, size_t n) { return copy(dst, src, n); }
 
   // codec::reduce_into with `got` (count elements) in host memory; dst may equal mine.
   virtual Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,

@@ -20,12 +20,12 @@ Status Undo::will_write(const void *at, size_t len) {
   size_t from = begin, merged_end = end;
   std::vector<std::map<size_t, size_t>::iterator> covered;
   for (; it != ranges_.end() && it->first <= end; ++it) {
-    if (from < it->first) WCCL_RETURN_IF_ERROR(mem_.copy(saved_ + from, out_ + from, it->first - from));
+    if (from < it->first) WCCL_RETURN_IF_ERROR(mem_.save(saved_ + from, out_ + from, it->first - from));
     from = std::max(from, it->second);
     merged_end = std::max(merged_end, it->second);
     covered.push_back(it);
   }
-  if (from < end) WCCL_RETURN_IF_ERROR(mem_.copy(saved_ + from, out_ + from, end - from));
+  if (from < end) WCCL_RETURN_IF_ERROR(mem_.save(saved_ + from, out_ + from, end - from));
   for (auto &c : covered) ranges_.erase(c);
   ranges_[begin] = merged_end;
   return Status();
