@@ -12,6 +12,12 @@ struct Exchange::Shared {
   size_t outstanding = 0;
   uint64_t received = 0;  // bytes of the receives completed
   Status failure;
+  // What the operation's thread waits for, so that a completion wakes it only when that is done:
+  // one ticket (kNobody: none), or the last outstanding one (awaiting_all). A wake-up for a
+  // completion it does not wait for (most sends) would cost it a futex call and a context switch.
+  Ticket awaited = kNobody;
+  bool awaiting_all = false;
+  static constexpr Ticket kNobody = ~Ticket{0};
 };
 
 Exchange::Exchange(Channel &channel, Clock::time_point deadline)
@@ -32,14 +38,16 @@ Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data
   }
   auto shared = s_;
   Completion done = [shared, t, is_send](const Status &st) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->states[t] = st.ok() ? State::kOk : State::kFailed;
       if (st.ok() && !is_send) shared->received += shared->lengths[t];
       if (!st.ok() && shared->failure.ok()) shared->failure = st;
       --shared->outstanding;
+      wake = !st.ok() || shared->awaited == t || (shared->awaiting_all && shared->outstanding == 0);
     }
-    shared->cv.notify_all();
+    if (wake) shared->cv.notify_all();
   };
   // Not under mu: a channel may complete inline.
   Status st = is_send ? ch_.send(peer, tag, data, len, std::move(done)) : ch_.recv(peer, tag, data, len, got, std::move(done));
@@ -74,8 +82,10 @@ uint64_t Exchange::bytes_received() const {
 
 Status Exchange::wait(Ticket t) {
   std::unique_lock<std::mutex> lock(s_->mu);
+  s_->awaited = t;
   const bool ended =
       ch_.wait_until(lock, s_->cv, deadline_, [&] { return s_->states[t] != State::kPending || !s_->failure.ok(); });
+  s_->awaited = Shared::kNobody;
   if (!s_->failure.ok()) return s_->failure;
   if (!ended) {
     s_->failure = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
@@ -91,7 +101,9 @@ bool Exchange::done(Ticket t) const {
 
 Status Exchange::wait_all() {
   std::unique_lock<std::mutex> lock(s_->mu);
+  s_->awaiting_all = true;
   const bool ended = ch_.wait_until(lock, s_->cv, deadline_, [&] { return s_->outstanding == 0 || !s_->failure.ok(); });
+  s_->awaiting_all = false;
   if (!s_->failure.ok()) return s_->failure;
   if (!ended) {
     s_->failure = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
@@ -125,6 +137,7 @@ void Exchange::finish() {
   ch_.abort(why);
   // abort() completes every pending operation promptly; the bound only guards against a bug.
   std::unique_lock<std::mutex> lock(s_->mu);
+  s_->awaiting_all = true;
   if (!s_->cv.wait_for(lock, std::chrono::seconds(30), [&] { return s_->outstanding == 0; })) {
     std::fprintf(stderr, "wccl: BUG: %zu transfers still pending 30 s after abort\n", s_->outstanding);
     std::abort();
