@@ -28,6 +28,21 @@ devkit::NodeFiles Pki::node(const std::string &name, int not_before_days, int no
 
 devkit::NodeFiles Pki::foreign_node(const std::string &name) { return other_ca_->issue(name); }
 
+int loopback_listener(int *port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0 || listen(fd, 16) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 Config make_config(const std::string &name, const devkit::NodeFiles *tls) {
   Result<Config> env = Config::from_env();  // honours WCCL_LOG_LEVEL while debugging
   Config cfg = env.ok() ? env.value() : Config::defaults();

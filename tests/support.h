@@ -38,6 +38,9 @@ class Pki {
 // A configuration for tests: short timeouts, the given name, TLS files when given.
 Config make_config(const std::string &name, const devkit::NodeFiles *tls);
 
+// A TCP socket listening on 127.0.0.1 at a port the kernel chose (*port); -1 on failure.
+int loopback_listener(int *port);
+
 // Collects the links a listener accepts.
 class Acceptor {
  public:

@@ -8,10 +8,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <poll.h>
+
+#include <atomic>
 #include <cstring>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include "net/frame.h"
+#include "net/seal.h"
 #include "support.h"
 
 namespace wccl::test {
@@ -197,6 +203,191 @@ TEST_F(TlsTest, GarbageSpeakerIsDroppedAndOthersCarryOn) {
   EXPECT_EQ(n, 0) << "the server should close the connection, not leave it hanging";
   close(fd);
   expect_server_healthy(0);
+}
+
+// --- Sealed frames (net/seal.h) -----------------------------------------------------------------
+
+std::unique_ptr<net::FrameSeal> seal_of(uint8_t send, uint8_t recv, uint64_t rekey = net::FrameSeal::kRekeyBytes) {
+  uint8_t a[net::FrameSeal::kSecretBytes], b[net::FrameSeal::kSecretBytes];
+  std::memset(a, send, sizeof(a));
+  std::memset(b, recv, sizeof(b));
+  auto s = net::FrameSeal::create(a, b, rekey);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+struct Sealed {
+  uint8_t header[net::kFrameHeaderBytes];
+  std::vector<uint8_t> body;  // ciphertext
+  uint8_t tag[net::FrameSeal::kTagBytes];
+};
+
+Sealed seal_frame(net::FrameSeal &s, size_t n, uint32_t seed) {
+  Sealed f;
+  for (size_t i = 0; i < sizeof(f.header); ++i) f.header[i] = static_cast<uint8_t>(seed + i);
+  std::vector<uint8_t> plain(n);
+  fill_pattern(plain.data(), n, seed);
+  f.body.resize(n);
+  EXPECT_TRUE(s.seal(f.header, sizeof(f.header), plain.data(), n, f.body.data(), f.tag).ok());
+  return f;
+}
+
+Status open_frame(net::FrameSeal &s, Sealed f) {  // a copy: opened in place
+  return s.open(f.header, sizeof(f.header), f.body.data(), f.body.size(), f.tag);
+}
+
+TEST(FrameSeal, FramesOpenInPlaceInOrderAndHidePayloads) {
+  auto tx = seal_of(1, 2), rx = seal_of(2, 1);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4096}, size_t{300001}}) {
+    Sealed f = seal_frame(*tx, n, static_cast<uint32_t>(n));
+    std::vector<uint8_t> plain(n);
+    fill_pattern(plain.data(), n, static_cast<uint32_t>(n));
+    if (n >= 16) {
+      EXPECT_NE(std::memcmp(f.body.data(), plain.data(), 16), 0) << "the payload went out in clear";
+    }
+    ASSERT_TRUE(rx->open(f.header, sizeof(f.header), f.body.data(), n, f.tag).ok()) << n;
+    EXPECT_EQ(check_pattern(f.body.data(), n, static_cast<uint32_t>(n)), n);
+  }
+}
+
+TEST(FrameSeal, AnyChangedByteReplayOrReorderFailsWithProtocol) {
+  struct Case {
+    const char *what;
+    std::function<Status(net::FrameSeal &tx, net::FrameSeal &rx)> run;
+  };
+  const Case cases[] = {
+      {"header", [](net::FrameSeal &tx, net::FrameSeal &rx) { Sealed f = seal_frame(tx, 5000, 1); f.header[12] ^= 1; return open_frame(rx, f); }},
+      {"payload", [](net::FrameSeal &tx, net::FrameSeal &rx) { Sealed f = seal_frame(tx, 5000, 1); f.body[4321] ^= 0x80; return open_frame(rx, f); }},
+      {"tag", [](net::FrameSeal &tx, net::FrameSeal &rx) { Sealed f = seal_frame(tx, 5000, 1); f.tag[15] ^= 1; return open_frame(rx, f); }},
+      {"replay", [](net::FrameSeal &tx, net::FrameSeal &rx) {
+         Sealed f = seal_frame(tx, 100, 1);
+         EXPECT_TRUE(open_frame(rx, f).ok());
+         return open_frame(rx, f);
+       }},
+      {"reorder", [](net::FrameSeal &tx, net::FrameSeal &rx) {
+         Sealed a = seal_frame(tx, 100, 1), b = seal_frame(tx, 100, 2);
+         (void)a;
+         return open_frame(rx, b);
+       }},
+      {"own direction", [](net::FrameSeal &tx, net::FrameSeal &) { return open_frame(tx, seal_frame(tx, 100, 1)); }},
+  };
+  for (const Case &c : cases) {
+    auto tx = seal_of(1, 2), rx = seal_of(2, 1);
+    Status st = c.run(*tx, *rx);
+    EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << c.what << ": " << st.to_string();
+  }
+}
+
+TEST(FrameSeal, BothEndsMoveToTheNextKeyAfterTheSameFrame) {
+  // Rekeying every 1000 bytes: frames 0-3 (1200 bytes) are under the first key, the rest under
+  // later ones; the receiver follows, and a sender that never rekeys shows the key did change.
+  auto tx = seal_of(1, 2, 1000), rx = seal_of(2, 1, 1000), same_key = seal_of(1, 2);
+  for (uint32_t i = 0; i < 12; ++i) {
+    Sealed f = seal_frame(*tx, 300, i), g = seal_frame(*same_key, 300, i);
+    EXPECT_EQ(std::memcmp(f.tag, g.tag, sizeof(f.tag)) == 0, i < 4) << "frame " << i;
+    ASSERT_TRUE(open_frame(*rx, f).ok()) << "frame " << i;
+  }
+}
+
+// A relay between a client and the server that flips one bit of the client's bytes at `at`
+// (counted over each connection from its first byte), like an attacker on the path.
+class FlippingRelay {
+ public:
+  FlippingRelay(int server_port, size_t at) : server_port_(server_port), at_(at) {
+    listen_fd_ = loopback_listener(&port_);
+    EXPECT_GE(listen_fd_, 0);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~FlippingRelay() {
+    stop_ = true;
+    thread_.join();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  bool flipped() const { return flipped_; }
+
+ private:
+  void run() {
+    std::vector<pollfd> fds;  // pairs: [2k] client side, [2k+1] server side
+    std::vector<size_t> from_client;
+    char buf[65536];
+    while (!stop_) {
+      std::vector<pollfd> all = fds;
+      all.push_back({listen_fd_, POLLIN, 0});
+      if (poll(all.data(), all.size(), 50) <= 0) continue;
+      if (all.back().revents & POLLIN) {
+        const int c = accept(listen_fd_, nullptr, nullptr);
+        const int s = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(server_port_));
+        if (c < 0 || connect(s, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) return;
+        fds.push_back({c, POLLIN, 0});
+        fds.push_back({s, POLLIN, 0});
+        from_client.push_back(0);
+      }
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].fd < 0 || !(all[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+        const int to = fds[i ^ 1].fd;
+        if (n <= 0) {  // one side ended: end both
+          close(fds[i].fd);
+          close(to);
+          fds[i].fd = fds[i ^ 1].fd = -1;
+          continue;
+        }
+        if (i % 2 == 0) {
+          size_t &count = from_client[i / 2];
+          if (!flipped_ && count <= at_ && at_ < count + static_cast<size_t>(n)) {
+            buf[at_ - count] ^= 0x10;
+            flipped_ = true;
+          }
+          count += static_cast<size_t>(n);
+        }
+        for (ssize_t off = 0; off < n;) {
+          const ssize_t w = write(to, buf + off, static_cast<size_t>(n - off));
+          if (w <= 0) break;
+          off += w;
+        }
+      }
+    }
+    for (const pollfd &p : fds) {
+      if (p.fd >= 0) close(p.fd);
+    }
+  }
+  int server_port_;
+  size_t at_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> flipped_{false};
+  std::thread thread_;
+};
+
+TEST_F(TlsTest, ABitChangedOnThePathFailsTheLinkInsteadOfDeliveringIt) {
+  // One stream, so that the bit lands in the one 1 MiB data frame's payload, well after the
+  // handshake and the hello.
+  FlippingRelay relay(port_, 600000);
+  auto cf = pki_.node("client-a");
+  Config cfg = make_config("client-a", &cf);
+  ASSERT_TRUE(cfg.set("streams", "1").ok());
+  auto client = net::Transport::create(cfg);
+  ASSERT_TRUE(client.ok());
+  auto link = client.value()->connect_sync("127.0.0.1:" + std::to_string(relay.port()));
+  ASSERT_TRUE(link.ok()) << link.status().to_string();
+  auto accepted = acceptor_.wait();
+  ASSERT_NE(accepted, nullptr);
+  const size_t n = 1u << 20;
+  std::vector<uint8_t> src(n), dst(n);
+  fill_pattern(src.data(), n, 5);
+  Done sent;
+  ASSERT_TRUE(link.value()->send({0, 0, 1}, src.data(), n, sent.callback()).ok());
+  const Status got = net::recv_sync(*accepted, {0, 0, 1}, dst.data(), n, 10s);
+  EXPECT_TRUE(relay.flipped());
+  EXPECT_EQ(got.code(), WCCL_ERR_PROTOCOL) << got.to_string();
+  EXPECT_NE(got.message().find("did not authenticate"), std::string::npos) << got.message();
+  expect_server_healthy(1);
 }
 
 TEST(TlsConfig, MissingOrBadFilesAreNamed) {

@@ -516,14 +516,9 @@ TEST(PeerFailure, StoppedMidTransferGivesTimeout) { peer_fault(true, Fault::kSto
 
 TEST(Connect, SilentListenerTimesOut) {
   // A socket that listens but never accepts: TCP connects through the backlog, then nothing.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 16), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
+  int port = 0;
+  const int fd = loopback_listener(&port);
+  ASSERT_GE(fd, 0);
   for (bool tls : {false, true}) {
     Pki pki;
     auto cf = pki.node("client");
@@ -532,7 +527,7 @@ TEST(Connect, SilentListenerTimesOut) {
     auto t = net::Transport::create(cfg);
     ASSERT_TRUE(t.ok());
     const auto t0 = Clock::now();
-    auto link = t.value()->connect_sync("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+    auto link = t.value()->connect_sync("127.0.0.1:" + std::to_string(port));
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
     EXPECT_EQ(link.status().code(), WCCL_ERR_TIMEOUT) << link.status().to_string();
     EXPECT_NE(link.status().message().find("not established within 400 ms"), std::string::npos);

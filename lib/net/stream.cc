@@ -19,6 +19,7 @@ namespace {
 constexpr size_t kStagingBytes = 256 << 10;  // socket reads land here unless read directly
 constexpr size_t kDirectReadMin = 64 << 10;  // payload remainders this large skip staging
 constexpr size_t kCoalesceBytes = 16 << 10;  // TLS: smaller payloads share a record with the header
+constexpr size_t kSpareCiphers = 2;          // sealed frames' buffers kept for the next frames
 
 // Kernel timeouts (keepalive) are timeouts; every other socket error is IO.
 wccl_result_t io_code(int uv_error) { return uv_error == UV_ETIMEDOUT ? WCCL_ERR_TIMEOUT : WCCL_ERR_IO; }
@@ -80,26 +81,31 @@ void Stream::stop_reading() {
 
 void Stream::on_alloc(uv_handle_t *h, size_t, uv_buf_t *buf) {
   auto *s = static_cast<Stream *>(h->data);
-  // Plaintext goes straight to where it belongs, once staging is used up: a large payload into the
-  // receiver's buffer, and after a large frame the next header alone, so that the payload behind
-  // it is not read into staging and copied out again (one read more per large frame instead of a
-  // copy of it). Small frames come in whole reads of many through staging.
-  if (!s->tls_ && s->staging_off_ == s->staging_len_ &&
-      ((s->rx_ == Rx::kPayload && s->left_ >= kDirectReadMin) || (s->rx_ == Rx::kHeader && s->large_frames_))) {
-    auto [at, len] = s->rx_target();
+  const bool records = s->records();
+  // A large payload goes straight into the receiver's buffer (plaintext, or a sealed frame opened
+  // there in place), once staging is used up; everything else via staging.
+  if (!records && s->rx_ == Rx::kPayload && s->left_ >= kDirectReadMin && s->staging_off_ == s->staging_len_) {
     s->direct_read_ = true;
-    *buf = uv_buf_init(reinterpret_cast<char *>(at), static_cast<unsigned>(std::min<size_t>(len, 1u << 30)));
+    *buf = uv_buf_init(reinterpret_cast<char *>(s->dst_), static_cast<unsigned>(std::min<size_t>(s->left_, 1u << 30)));
     return;
   }
   if (!s->staging_) s->staging_.reset(new uint8_t[kStagingBytes]);
   s->direct_read_ = false;
-  // Unconsumed bytes (at most a partial TLS record: reading stops while a stream is parked) move
-  // to the front, and the socket appends after them.
+  // Unconsumed bytes (at most a partial TLS record, header or tag: reading stops while a stream is
+  // parked) move to the front, and the socket appends after them.
   const size_t left = s->staging_len_ - s->staging_off_;
   if (s->staging_off_ > 0) std::memmove(s->staging_.get(), s->staging_.get() + s->staging_off_, left);
   s->staging_off_ = 0;
   s->staging_len_ = left;
-  *buf = uv_buf_init(reinterpret_cast<char *>(s->staging_.get() + left), static_cast<unsigned>(kStagingBytes - left));
+  size_t room = kStagingBytes - left;
+  // After a large frame, read only up to the next payload (the rest of the tag and the next
+  // header), so that the payload is read directly, not into staging and copied out: one read
+  // more per large frame instead of a copy of it. Small frames come many to a read.
+  if (!records && s->large_frames_ && s->rx_ != Rx::kPayload) {
+    const size_t want = (s->rx_ == Rx::kTag ? FrameSeal::kTagBytes - s->tag_got_ : 0) + kFrameHeaderBytes - s->hdr_got_;
+    room = std::min(room, want > left ? want - left : size_t{1});
+  }
+  *buf = uv_buf_init(reinterpret_cast<char *>(s->staging_.get() + left), static_cast<unsigned>(room));
 }
 
 void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
@@ -129,7 +135,6 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
     if (s->link_ != nullptr) s->link_->last_rx_ = Clock::now();
     if (s->direct_read_) {
       s->rx_advance(n);
-      if (s->rx_ == Rx::kAwaitDest && !s->closing_) s->stop_reading();  // a header of a frame nobody asked for yet
     } else {
       s->staging_len_ += n;
       s->process();
@@ -140,6 +145,7 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
 
 std::pair<uint8_t *, size_t> Stream::rx_target() {
   if (rx_ == Rx::kHeader) return {hdr_ + hdr_got_, kFrameHeaderBytes - hdr_got_};
+  if (rx_ == Rx::kTag) return {tag_ + tag_got_, FrameSeal::kTagBytes - tag_got_};
   return {dst_, left_};
 }
 
@@ -170,12 +176,13 @@ void Stream::process() {
   if (rx_ == Rx::kAwaitDest) stop_reading();  // parked: resume() restarts reading
 }
 
-// The read path: staged bytes into dst, copied (plaintext) or decrypted in place by the TLS
-// engine, which consumes only whole records. 0: nothing more can be taken from what is staged.
+// The read path: staged bytes into dst, copied (plaintext, sealed frames) or decrypted by the TLS
+// engine (handshake and hello), which consumes only whole records. 0: nothing more can be taken
+// from what is staged.
 Result<size_t> Stream::read_staged(uint8_t *dst, size_t max) {
   const uint8_t *staged = staging_.get() + staging_off_;
   const size_t staged_len = staging_len_ - staging_off_;
-  if (tls_) {
+  if (records()) {
     tls_->set_input(staged, staged_len);
     Result<size_t> n = tls_->read(dst, max);
     staging_off_ = staging_len_ - tls_->input_left();
@@ -204,6 +211,12 @@ bool Stream::handshake_step() {
   if (!done.value()) return false;
   WCCL_LOG(core_->log, kDebug, "TLS 1.3 session with %s, peer certificate %s", peer_.c_str(),
            tls_->peer_subject().c_str());
+  Result<std::unique_ptr<FrameSeal>> seal = FrameSeal::from_tls(*tls_, /*is_client=*/!is_server_);
+  if (!seal.ok()) {
+    fail(seal.status());
+    return false;
+  }
+  seal_ = std::move(seal).value();
   send_hello();
   return true;
 }
@@ -215,8 +228,17 @@ void Stream::rx_advance(size_t n) {
   if (rx_ == Rx::kPayload) {
     dst_ += n;
     left_ -= n;
-    if (left_ == 0) frame_complete();
+    if (left_ == 0) payload_complete();
     return;
+  }
+  if (rx_ == Rx::kTag) {
+    tag_got_ += n;
+    if (tag_got_ < FrameSeal::kTagBytes) return;
+    tag_got_ = 0;
+    // The header, still in hdr_, is the additional data; the payload opens where it landed.
+    Status st = seal_->open(hdr_, kFrameHeaderBytes, dst_ - cur_.length, cur_.length, tag_);
+    if (!st.ok()) return fail(st.with_context(format("frame from %s", peer_.c_str())));
+    return frame_complete();
   }
   hdr_got_ += n;
   if (hdr_got_ < kFrameHeaderBytes) return;
@@ -252,7 +274,16 @@ void Stream::begin_data() {
   left_ = cur_.length;
   large_frames_ = left_ >= kDirectReadMin;
   rx_ = Rx::kPayload;
-  if (left_ == 0) frame_complete();
+  if (left_ == 0) payload_complete();
+}
+
+// A data frame on a TLS stream is sealed: its tag follows the payload.
+void Stream::payload_complete() {
+  if (cur_.type == FrameType::kData && tls_) {
+    rx_ = Rx::kTag;
+    return;
+  }
+  frame_complete();
 }
 
 void Stream::resume() {
@@ -308,7 +339,21 @@ Status Stream::write_frame(const FrameHeader &h, const uint8_t *payload, SendOp 
   req->op = op;
   req->frame_len = h.length;
   encode_header(h, req->header);
-  return write(std::move(req), kFrameHeaderBytes, payload, h.length);
+  if (!tls_) return write(std::move(req), kFrameHeaderBytes, payload, h.length);
+  // Sealed: the header as it is, then the payload's ciphertext and tag, sealed from the sender's
+  // buffer straight into the bytes the socket writes (a buffer of an earlier frame, reused).
+  if (seal_ == nullptr) return WCCL_ERROR(WCCL_ERR_INTERNAL, "a data frame before the TLS handshake with %s", peer_.c_str());
+  const size_t sealed = h.length + FrameSeal::kTagBytes;
+  if (!spare_ciphers_.empty()) {
+    req->cipher = std::move(spare_ciphers_.back());
+    spare_ciphers_.pop_back();
+  }
+  if (req->cipher.size() < sealed) req->cipher.resize(sealed);
+  WCCL_RETURN_IF_ERROR(seal_->seal(req->header, kFrameHeaderBytes, payload, h.length, req->cipher.data(),
+                                   req->cipher.data() + h.length));
+  const uv_buf_t bufs[2] = {uv_buf_init(reinterpret_cast<char *>(req->header), static_cast<unsigned>(kFrameHeaderBytes)),
+                            uv_buf_init(reinterpret_cast<char *>(req->cipher.data()), static_cast<unsigned>(sealed))};
+  return submit(std::move(req), bufs, 2);
 }
 
 // The write path: a frame's head from req->header (its header, and a hello's payload), then its
@@ -361,6 +406,9 @@ void Stream::on_write(uv_write_t *r, int status) {
   s->tx_in_flight_ -= req->frame_len;
   LinkState *link = s->link_;
   if (link == nullptr || s->closing_) return;  // the link already failed and released its ops
+  if (req->op != nullptr && s->seal_ != nullptr && s->spare_ciphers_.size() < kSpareCiphers) {
+    s->spare_ciphers_.push_back(std::move(req->cipher));
+  }
   std::shared_ptr<LinkState> keep = link->shared_from_this();
   if (link->peer_closing_) {
     // Its op failed when the peer began closing; the stream's reads end it.

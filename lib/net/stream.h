@@ -1,7 +1,9 @@
 // Internal: one TCP connection of a link: the receive state machine, the write window, and the TLS
-// engine if any. TLS is a transform on the stream's one write path and one read path, which
-// plaintext skips (no copy: the kernel reads payloads from the sender's buffer, and large
-// payloads are read straight into the receiver's). Loop thread only.
+// engine if any. The TLS handshake and the hellos are TLS records, through the engine; after them,
+// data frames are plaintext or sealed (net/seal.h), and neither is copied: the kernel reads a
+// plaintext payload from the sender's buffer (a sealed one from the buffer it is sealed into),
+// and large payloads are read straight into the receiver's buffer (and opened there). Loop thread
+// only.
 #pragma once
 
 #include <uv.h>
@@ -13,9 +15,11 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "net/frame.h"
 #include "net/link.h"
+#include "net/seal.h"
 #include "net/tls.h"
 
 namespace wccl::net {
@@ -30,7 +34,7 @@ class Stream {
   Stream(Core *core, bool is_server) : core_(core), is_server_(is_server) { tcp_.data = this; }
 
   enum class Phase { kConnecting, kHandshake, kHello, kOpen, kClosed };
-  enum class Rx { kHeader, kAwaitDest, kPayload };
+  enum class Rx { kHeader, kAwaitDest, kPayload, kTag };
 
   // The connection is up (connected or accepted): TLS handshake first, or hello straight away.
   void start_after_connect();
@@ -42,7 +46,9 @@ class Stream {
   void fail(Status why);
   // reset: with a TCP reset (a refusal the peer can tell from a closed connection).
   void close(bool reset = false);
-  bool mid_frame() const { return rx_ == Rx::kPayload || (rx_ == Rx::kHeader && hdr_got_ > 0); }
+  bool mid_frame() const {
+    return rx_ == Rx::kPayload || rx_ == Rx::kTag || (rx_ == Rx::kHeader && hdr_got_ > 0);
+  }
   // Waiting for a receive of the frame it has begun (reading stopped).
   bool parked() const { return rx_ == Rx::kAwaitDest; }
   // Data is in flight on this connection and the peer's kernel has acknowledged nothing for at
@@ -79,7 +85,11 @@ class Stream {
   std::pair<uint8_t *, size_t> rx_target();
   void rx_advance(size_t n);
   void begin_data();
+  void payload_complete();
   void frame_complete();
+  // The bytes on the connection are TLS records (the handshake and the hellos) and go through the
+  // engine; after the peer's hello, data frames are sealed (net/seal.h) or plaintext.
+  bool records() const { return tls_ != nullptr && phase_ != Phase::kOpen; }
   bool handshake_step();
   void send_hello();
   Status write(std::unique_ptr<WriteReq> req, size_t head_len, const uint8_t *payload, size_t len);
@@ -88,6 +98,10 @@ class Stream {
   Status submit(std::unique_ptr<WriteReq> req, const uv_buf_t *bufs, unsigned nbufs);
 
   std::unique_ptr<TlsEngine> tls_;  // null for plaintext
+  std::unique_ptr<FrameSeal> seal_;  // TLS: the data frames' keys, from the handshake on
+  uint8_t tag_[FrameSeal::kTagBytes] = {};
+  size_t tag_got_ = 0;
+  std::vector<std::vector<uint8_t>> spare_ciphers_;  // sealed frames' buffers, for reuse
   bool reading_ = false;
   Rx rx_ = Rx::kHeader;
   uint8_t hdr_[kFrameHeaderBytes] = {};
@@ -98,8 +112,8 @@ class Stream {
   uint8_t hello_buf_[kMaxHelloBytes] = {};
   std::unique_ptr<uint8_t[]> staging_;
   size_t staging_off_ = 0, staging_len_ = 0;
-  bool direct_read_ = false;   // the socket read goes to rx_target(), not staging
-  bool large_frames_ = false;  // the last data frame's payload was read directly
+  bool direct_read_ = false;   // the socket read goes to the payload's place, not staging
+  bool large_frames_ = false;  // the last data frame's payload could be read directly
 };
 
 }  // namespace wccl::net

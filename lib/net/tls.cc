@@ -201,6 +201,15 @@ std::vector<uint8_t> TlsEngine::take() {
   return out;
 }
 
+Status TlsEngine::export_secret(const char *label, uint8_t *out, size_t n) {
+  ERR_clear_error();
+  if (!handshake_done_ ||
+      SSL_export_keying_material(ssl_, out, n, label, std::strlen(label), nullptr, 0, /*use_context=*/0) != 1) {
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "TLS exporter for \"%s\" failed: %s", label, openssl_errors().c_str());
+  }
+  return Status();
+}
+
 std::string TlsEngine::peer_subject() const {
   X509 *cert = SSL_get0_peer_certificate(ssl_);
   if (cert == nullptr) return "";
