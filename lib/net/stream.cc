@@ -18,7 +18,6 @@ namespace {
 
 constexpr size_t kStagingBytes = 256 << 10;  // socket reads land here unless read directly
 constexpr size_t kDirectReadMin = 64 << 10;  // payload remainders this large skip staging
-constexpr size_t kCoalesceBytes = 16 << 10;  // TLS: smaller payloads share a record with the header
 constexpr size_t kSpareCiphers = 2;          // sealed frames' buffers kept for the next frames
 
 // Kernel timeouts (keepalive) are timeouts; every other socket error is IO.
@@ -356,30 +355,20 @@ Status Stream::write_frame(const FrameHeader &h, const uint8_t *payload, SendOp 
   return submit(std::move(req), bufs, 2);
 }
 
-// The write path: a frame's head from req->header (its header, and a hello's payload), then its
-// payload from the sender's buffer. Plaintext goes to the socket as it is, in one write (zero
-// copy: the kernel reads the payload from the sender's buffer); TLS encrypts it on the way, and
-// the same req carries the ciphertext instead.
+// The write path of hellos and plaintext data frames (sealed ones: write_frame): a frame's head
+// from req->header (its header, and a hello's payload), then its payload from the sender's
+// buffer. Plaintext goes to the socket as it is, in one write (zero copy: the kernel reads the
+// payload from the sender's buffer); on a TLS connection the head (a hello) is one TLS record, and
+// the same req carries its ciphertext instead.
 Status Stream::write(std::unique_ptr<WriteReq> req, size_t head_len, const uint8_t *payload, size_t len) {
   if (tls_) {
-    WCCL_RETURN_IF_ERROR(encrypt(req->header, head_len, payload, len));
+    if (len != 0) return WCCL_ERROR(WCCL_ERR_INTERNAL, "a payload as a TLS record to %s", peer_.c_str());
+    WCCL_RETURN_IF_ERROR(tls_->write(req->header, head_len));
     return flush(std::move(req));
   }
   const uv_buf_t bufs[2] = {uv_buf_init(reinterpret_cast<char *>(req->header), static_cast<unsigned>(head_len)),
                             uv_buf_init(reinterpret_cast<char *>(const_cast<uint8_t *>(payload)), static_cast<unsigned>(len))};
   return submit(std::move(req), bufs, len > 0 ? 2 : 1);
-}
-
-// TLS: a payload this small shares the header's record (one record, not two).
-Status Stream::encrypt(const uint8_t *head, size_t head_len, const uint8_t *payload, size_t len) {
-  if (len == 0 || len > kCoalesceBytes) {
-    WCCL_RETURN_IF_ERROR(tls_->write(head, head_len));
-    return len == 0 ? Status() : tls_->write(payload, len);
-  }
-  uint8_t record[kFrameHeaderBytes + kCoalesceBytes];  // only data frames (a bare header) have a payload
-  std::memcpy(record, head, head_len);
-  std::memcpy(record + head_len, payload, len);
-  return tls_->write(record, head_len + len);
 }
 
 // TLS: moves all ciphertext the engine holds into one socket write, which req (if any) tags with

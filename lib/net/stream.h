@@ -93,7 +93,6 @@ class Stream {
   bool handshake_step();
   void send_hello();
   Status write(std::unique_ptr<WriteReq> req, size_t head_len, const uint8_t *payload, size_t len);
-  Status encrypt(const uint8_t *head, size_t head_len, const uint8_t *payload, size_t len);
   Status flush(std::unique_ptr<WriteReq> req);
   Status submit(std::unique_ptr<WriteReq> req, const uv_buf_t *bufs, unsigned nbufs);
 
