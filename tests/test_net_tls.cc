@@ -327,7 +327,7 @@ class FlippingRelay {
         fds.push_back({s, POLLIN, 0});
         from_client.push_back(0);
       }
-      for (size_t i = 0; i < fds.size(); ++i) {
+      for (size_t i = 0; i + 1 < all.size(); ++i) {  // the pairs polled (not one just accepted)
         if (fds[i].fd < 0 || !(all[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
         const int to = fds[i ^ 1].fd;

@@ -1,5 +1,6 @@
 #include "net/seal.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -26,9 +27,14 @@ bool derive(const uint8_t secret[FrameSeal::kSecretBytes], const char *label, ui
 
 Result<std::unique_ptr<FrameSeal>> FrameSeal::from_tls(TlsEngine &tls, bool is_client) {
   uint8_t client[kSecretBytes], server[kSecretBytes];
-  WCCL_RETURN_IF_ERROR(tls.export_secret(kClientLabel, client, sizeof(client)));
-  WCCL_RETURN_IF_ERROR(tls.export_secret(kServerLabel, server, sizeof(server)));
-  return is_client ? create(client, server) : create(server, client);
+  Status st = tls.export_secret(kClientLabel, client, sizeof(client));
+  if (st.ok()) st = tls.export_secret(kServerLabel, server, sizeof(server));
+  Result<std::unique_ptr<FrameSeal>> seal = !st.ok() ? Result<std::unique_ptr<FrameSeal>>(st)
+                                            : is_client ? create(client, server)
+                                                        : create(server, client);
+  OPENSSL_cleanse(client, sizeof(client));
+  OPENSSL_cleanse(server, sizeof(server));
+  return seal;
 }
 
 Result<std::unique_ptr<FrameSeal>> FrameSeal::create(const uint8_t send_secret[kSecretBytes],
@@ -46,8 +52,10 @@ Result<std::unique_ptr<FrameSeal>> FrameSeal::create(const uint8_t send_secret[k
 }
 
 FrameSeal::~FrameSeal() {
-  EVP_CIPHER_CTX_free(send_.ctx);
+  EVP_CIPHER_CTX_free(send_.ctx);  // which cleanses the key schedule
   EVP_CIPHER_CTX_free(recv_.ctx);
+  OPENSSL_cleanse(send_.secret, sizeof(send_.secret));
+  OPENSSL_cleanse(recv_.secret, sizeof(recv_.secret));
 }
 
 // Takes secret as the direction's current one: its key into the cipher, its iv, counts from 0.
@@ -55,6 +63,7 @@ Status FrameSeal::start(Direction &d, const uint8_t secret[kSecretBytes], bool e
   std::memmove(d.secret, secret, kSecretBytes);
   uint8_t key[32], iv[32];
   if (!derive(d.secret, "key", key) || !derive(d.secret, "iv", iv)) {
+    OPENSSL_cleanse(key, sizeof(key));
     return WCCL_ERROR(WCCL_ERR_INTERNAL, "deriving the frame keys failed: %s", openssl_errors().c_str());
   }
   std::memcpy(d.iv, iv, sizeof(d.iv));

@@ -81,9 +81,11 @@ void Stream::stop_reading() {
 void Stream::on_alloc(uv_handle_t *h, size_t, uv_buf_t *buf) {
   auto *s = static_cast<Stream *>(h->data);
   const bool records = s->records();
-  // A large payload goes straight into the receiver's buffer (plaintext, or a sealed frame opened
-  // there in place), once staging is used up; everything else via staging.
-  if (!records && s->rx_ == Rx::kPayload && s->left_ >= kDirectReadMin && s->staging_off_ == s->staging_len_) {
+  // A large payload (all of it, to its last bytes) goes straight into the receiver's buffer
+  // (plaintext, or a sealed frame opened there in place), once staging is used up; everything
+  // else via staging.
+  if (!records && s->rx_ == Rx::kPayload && (s->left_ >= kDirectReadMin || s->large_frames_) &&
+      s->staging_off_ == s->staging_len_) {
     s->direct_read_ = true;
     *buf = uv_buf_init(reinterpret_cast<char *>(s->dst_), static_cast<unsigned>(std::min<size_t>(s->left_, 1u << 30)));
     return;
@@ -303,6 +305,9 @@ void Stream::frame_complete() {
   Hello hello;
   Status st = decode_hello(hello_buf_, cur_.length, /*from_connector=*/is_server_, &hello);
   if (!st.ok()) return fail(st.with_context(format("hello from %s", peer_.c_str())));
+  if (tls_ && tls_->holds_input()) {  // the hello's record carried more, or the engine read past it
+    return fail(WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s sent more than its hello in the hello's TLS record", peer_.c_str()));
+  }
   phase_ = Phase::kOpen;
   if (is_server_) {
     core_->on_hello(this, hello);

@@ -45,6 +45,9 @@ Result<std::shared_ptr<TlsContext>> TlsContext::create(const Config &cfg) {
   SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
   SSL_CTX_set_num_tickets(ctx, 0);  // no session resumption: every link authenticates in full
   SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Records are read one at a time, never past the one asked for: after the hello's record the
+  // connection carries sealed frames, which the engine must leave unread (net/seal.h).
+  SSL_CTX_set_read_ahead(ctx, 0);
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "tls_cert \"%s\": cannot load certificate: %s",
@@ -200,6 +203,8 @@ std::vector<uint8_t> TlsEngine::take() {
   out.swap(out_);
   return out;
 }
+
+bool TlsEngine::holds_input() const { return SSL_pending(ssl_) != 0 || SSL_has_pending(ssl_) != 0; }
 
 Status TlsEngine::export_secret(const char *label, uint8_t *out, size_t n) {
   ERR_clear_error();

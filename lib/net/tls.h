@@ -65,6 +65,9 @@ class TlsEngine {
   // Ciphertext waiting to be sent, and taking it (the engine starts a new buffer).
   size_t pending() const { return out_.size(); }
   std::vector<uint8_t> take();
+  // Bytes read from the input that the engine still holds (decrypted or not): none once a record
+  // has been read whole, with read-ahead off.
+  bool holds_input() const;
   // The TLS exporter (RFC 8446 §7.5): n bytes for `label`, no context, once the handshake is done.
   Status export_secret(const char *label, uint8_t *out, size_t n);
   // The peer certificate's subject, for logs ("" before the handshake).
