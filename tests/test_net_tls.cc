@@ -317,12 +317,8 @@ class FlippingRelay {
       if (poll(all.data(), all.size(), 50) <= 0) continue;
       if (all.back().revents & POLLIN) {
         const int c = accept(listen_fd_, nullptr, nullptr);
-        const int s = socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons(static_cast<uint16_t>(server_port_));
-        if (c < 0 || connect(s, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) return;
+        const int s = connect_loopback(server_port_);
+        if (c < 0 || s < 0) return;
         fds.push_back({c, POLLIN, 0});
         fds.push_back({s, POLLIN, 0});
         from_client.push_back(0);

@@ -46,17 +46,17 @@ bool Membership::any_member() const {
 
 Status Membership::on_message(const ControlMessage &m, Clock::time_point now, bool *drop) {
   *drop = false;
-  Status st;
   switch (m.type) {
     case MessageType::kJoin:
-    case MessageType::kRejoin:
-      st = m.type == MessageType::kJoin ? join(m.peer, m.info, now)
-                                        : rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
+    case MessageType::kRejoin: {
+      Status st = m.type == MessageType::kJoin ? join(m.peer, m.info, now)
+                                               : rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
       *drop = !st.ok();
       return st;
+    }
     case MessageType::kHeartbeat:
       heartbeat(m.peer, now);
-      return st;
+      return Status();
     case MessageType::kUpdate:
     case MessageType::kReform:
       return update(m.peer, m.epoch, m.seq, now, m.type == MessageType::kUpdate, m.count);
@@ -64,15 +64,15 @@ Status Membership::on_message(const ControlMessage &m, Clock::time_point now, bo
       return leave(m.peer, m.epoch, m.seq, now, m.count);
     case MessageType::kLinkBroken:
       link_broken(m.peer, m.other, now);
-      return st;
+      return Status();
     case MessageType::kLinkReport:
       report_links(m.peer, m.epoch, m.links);
-      return st;
+      return Status();
     case MessageType::kDone:
       return done(m.peer, m.epoch, m.seq, now);
     case MessageType::kOpFailed:
       op_failed(m.peer, m.epoch, m.seq, m.text, now);
-      return st;
+      return Status();
     default:
       *drop = true;
       return WCCL_ERROR(WCCL_ERR_PROTOCOL, "a peer sent coordinator message type %u", static_cast<unsigned>(m.type));
