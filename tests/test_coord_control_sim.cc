@@ -490,10 +490,7 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
     coord_conn_[m.peer] = c;
   }
   if (!st.ok()) {
-    ControlMessage err;
-    err.type = MessageType::kError;
-    err.code = static_cast<uint32_t>(st.code());
-    err.text = st.message();
+    const ControlMessage err = coord::refusal(st);
     const int member = conn.member;
     const int64_t at = std::max(conn.last_to_member, now_ + jitter(1, 30));
     conn.last_to_member = at;

@@ -94,11 +94,7 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
   }
   if (!st.ok()) {
     // The request is refused but the peer stays: it hears why.
-    ControlMessage err;
-    err.type = MessageType::kError;
-    err.code = static_cast<uint32_t>(st.code());
-    err.text = st.message();
-    (void)s->channel->send(err);
+    (void)s->channel->send(refusal(st));
   }
   deliver(s->group);
 }

@@ -378,4 +378,12 @@ ControlMessage to_message(const Notice &n) {
   return m;
 }
 
+ControlMessage refusal(const Status &why) {
+  ControlMessage m;
+  m.type = MessageType::kError;
+  m.code = static_cast<uint32_t>(why.code());
+  m.text = why.message();
+  return m;
+}
+
 }  // namespace wccl::coord

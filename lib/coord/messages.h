@@ -78,5 +78,7 @@ Status decode(const uint8_t *data, size_t size, LinkHello *out);
 
 // The coordinator's notice as the message that delivers it.
 ControlMessage to_message(const Notice &n);
+// The ERROR that tells a peer why the coordinator refused its message (Membership::on_message).
+ControlMessage refusal(const Status &why);
 
 }  // namespace wccl::coord

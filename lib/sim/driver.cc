@@ -1,0 +1,404 @@
+#include "sim/driver.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "algo/exchange.h"
+#include "algo/memory.h"
+#include "algo/state_sync.h"
+#include "codec/hash.h"
+
+namespace wccl::sim {
+
+Void::Void(size_t bytes) : bytes_(bytes) {
+  void *p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  base_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t *>(p);
+}
+
+Void::~Void() {
+  if (base_ != nullptr) munmap(base_, bytes_);
+}
+
+// The CPU of one member: the kernels run (with data) or not (elided), and each call costs the
+// model's time of its input bytes.
+class SimMemory final : public algo::Memory {
+ public:
+  SimMemory(World &w, int rank, const CpuModel &cpu, const Void *space)
+      : w_(w), rank_(rank), cpu_(cpu), space_(space) {}
+  bool host() const override { return space_ == nullptr; }
+  const char *name() const override { return "simulated host"; }
+
+  Status host_bytes(size_t n, algo::Bytes *out) override { return allocate(n, out); }
+  Status scratch(size_t n, algo::Bytes *out) override { return allocate(n, out); }
+  Status copy(void *dst, const void *src, size_t n) override {
+    if (!elided()) std::memmove(dst, src, n);
+    return spend(n, cpu_.copy);
+  }
+  Status to_host(uint8_t *dst, const void *src, size_t n) override { return copy(dst, src, n); }
+  Status from_host(void *dst, const uint8_t *src, size_t n) override { return copy(dst, src, n); }
+  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
+                     size_t count) override {
+    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().reduce_into(t, op, dst, mine, got, count));
+    return spend(count * codec::dtype_size(t), cpu_.reduce);
+  }
+  Status finish_avg(codec::Dtype t, void *dst, size_t count, int by) override {
+    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().finish_avg(t, dst, count, by));
+    return spend(count * codec::dtype_size(t), cpu_.reduce);
+  }
+  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire, size_t first) override {
+    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().encode(w, src, count, wire, first));
+    return spend(count * 4, cpu_.encode);
+  }
+  Status decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) override {
+    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().decode(w, wire, len, count, dst));
+    return spend(count * 4, cpu_.decode);
+  }
+  Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
+                       const float *mine) override {
+    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().decode_reduce(w, op, wire, len, count, dst, mine));
+    return spend(count * 4, cpu_.decode_reduce);
+  }
+  Status widen(codec::Dtype t, const void *src, size_t count, float *dst) override {
+    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().widen(t, src, count, dst));
+    return spend(count * 4, cpu_.decode);
+  }
+  // State sync hashes outside algo::Memory (codec::tensor_hash): the caller charges its bytes.
+  Status hashed(size_t bytes) { return spend(bytes, cpu_.hash); }
+
+ protected:
+  void give_back(uint8_t *p, bool) override {
+    if (!elided()) delete[] p;
+  }
+
+ private:
+  bool elided() const { return space_ != nullptr; }
+  Status allocate(size_t n, algo::Bytes *out) {
+    if (n == 0) {
+      *out = algo::Bytes(nullptr, algo::ReturnBytes{this, false});
+      return Status();
+    }
+    if (elided()) {
+      if (n > space_->size()) return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "sim: %zu bytes exceed the elided space", n);
+      *out = algo::Bytes(space_->base(), algo::ReturnBytes{this, false});
+    } else {
+      *out = algo::Bytes(new uint8_t[n](), algo::ReturnBytes{this, false});
+    }
+    return Status();
+  }
+  Status spend(size_t bytes, double rate) {
+    if (rate <= 0 || bytes == 0) return Status();
+    if (!w_.engine.sleep(rank_, static_cast<Time>(static_cast<double>(bytes) / rate * 1e9))) {
+      return WCCL_ERROR(WCCL_ERR_TIMEOUT, "sim: the simulation stopped during CPU work");
+    }
+    return Status();
+  }
+
+  World &w_;
+  const int rank_;
+  const CpuModel &cpu_;
+  const Void *space_;
+};
+
+namespace {
+
+// One member's view of one operation: ranks are positions in the epoch's ring.
+class SimChannel final : public algo::Channel {
+ public:
+  SimChannel(World &w, int member, uint64_t epoch, uint64_t seq)
+      : w_(w), member_(member), epoch_(epoch), seq_(seq), rank_(w.peer(member).view.rank()) {
+    for (const coord::Member &x : w.peer(member).view.ring()) ring_.push_back(World::index(x.id));
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(ring_.size()); }
+
+  Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override {
+    if (!aborted_.ok()) return aborted_;
+    auto once = track(std::move(done));
+    std::shared_ptr<std::vector<uint8_t>> bytes;
+    if (w_.work.data) {
+      const auto *p = static_cast<const uint8_t *>(data);
+      bytes = std::make_shared<std::vector<uint8_t>>(p, p + len);
+    }
+    const int to = ring_[static_cast<size_t>(peer)];
+    const Mailboxes::Key key{epoch_, seq_, member_, to, tag};
+    World &w = w_;
+    const int me = member_;
+    const uint64_t connection = epoch_;
+    w_.engine.at(w_.engine.now(), member_, [&w, me, to, len, key, once, bytes, connection] {
+      w.net.send(w.peer(me).host, w.peer(to).host, len,
+                 [&w, me, once] {
+                   once->fire(Status());
+                   w.engine.touch(me);
+                 },
+                 [&w, key, bytes, len] { w.mail.arrive(key, bytes, len); }, connection);
+    });
+    return Status();
+  }
+
+  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) override {
+    if (!aborted_.ok()) return aborted_;
+    Mailboxes::Recv r{static_cast<uint8_t *>(data), len, got, track(std::move(done)), member_};
+    const Mailboxes::Key key{epoch_, seq_, ring_[static_cast<size_t>(peer)], member_, tag};
+    World &w = w_;
+    w_.engine.at(w_.engine.now(), member_, [&w, key, r] { w.mail.post(key, r); });
+    return Status();
+  }
+
+  // From an event (a revocation, a closed link) or the member's own thread.
+  void abort(const Status &why) override {
+    if (aborted_.ok()) aborted_ = why;
+    w_.mail.close(epoch_, seq_, member_);
+    for (auto &once : outstanding_) once->fire(why);
+    outstanding_.clear();
+  }
+
+  bool wait_until(std::unique_lock<std::mutex> &lock, std::condition_variable &, std::chrono::steady_clock::time_point,
+                  const std::function<bool()> &ready) override {
+    std::mutex *mu = lock.mutex();
+    lock.unlock();
+    const bool ok = w_.engine.block(member_, [mu, &ready] {
+      std::lock_guard<std::mutex> inner(*mu);
+      return ready();
+    });
+    lock.lock();
+    return ok || ready();
+  }
+
+ private:
+  std::shared_ptr<Once> track(algo::Completion done) {
+    auto once = std::make_shared<Once>();
+    once->done = std::move(done);
+    outstanding_.push_back(once);
+    return once;
+  }
+
+  World &w_;
+  const int member_;
+  const uint64_t epoch_, seq_;
+  const int rank_;
+  std::vector<int> ring_;  // member indices
+  Status aborted_;
+  std::vector<std::shared_ptr<Once>> outstanding_;
+};
+
+// The pattern of bench/perf/sweep.h: element i of rank r holds (r + 1) * ((i % 251) + 1).
+float pattern(int rank, size_t i) { return static_cast<float>((rank + 1) * static_cast<int>(i % 251 + 1)); }
+
+}  // namespace
+
+Driver::Driver(World &w, const CpuModel &cpu, const algo::Collective &base, const Void *space)
+    : w_(w), cpu_(cpu), base_(base), space_(space), peers_(w.first_peers), ops_(w.work.warmup + w.work.iters) {
+  const Workload &work = w.work;
+  const auto all = w.peers.size();
+  started.assign(static_cast<size_t>(ops_), std::vector<Time>(all, kNever));
+  committed = data_done = started;
+  failures.resize(all);
+  buffers.resize(work.data ? all : 0);
+  last_ring.resize(all);
+  state.resize(work.data && !work.joins.empty() ? all : 0);
+  for (size_t m = 0; m < state.size(); ++m) {
+    state[m].assign(work.state_bytes, 0);
+    if (m < static_cast<size_t>(peers_)) {
+      for (size_t i = 0; i < work.state_bytes; ++i) state[m][i] = static_cast<uint8_t>(i * 131 + 7);
+    }
+  }
+  if (!work.joins.empty()) {
+    held_hash_ = codec::tensor_hash(work.data ? state[0].data() : space->base(), work.state_bytes);
+    fresh_hash_ = work.data ? codec::tensor_hash(state[static_cast<size_t>(peers_)].data(), work.state_bytes) : held_hash_ + 1;
+  }
+}
+
+Driver::Outcome Driver::fail(int r, const Status &why) {
+  failures[static_cast<size_t>(r)] = {w_.engine.now(), why};
+  w_.halted = true;
+  return Outcome::kStop;
+}
+
+Driver::Outcome Driver::attempt(int r, SimMemory &memory, algo::Collective c, int logical, Time *data_end,
+                                size_t hashed_after) {
+  Peer &me = w_.peer(r);
+  // As the Communicator's submit: nothing starts in a revoked epoch (the revocation may have come
+  // during CPU work between operations), nor past the operations after which another member
+  // waits at the update barrier (that revokes the epoch): the loop updates.
+  comm::Actions actions;
+  uint64_t seq = 0;
+  const Status queued = me.view.submit(&seq, &actions);
+  w_.carry_out(r, r, std::move(actions));
+  if (!queued.ok()) return queued.code() == WCCL_ERR_PEER_LOST ? Outcome::kRetry : fail(r, queued);
+  const uint64_t epoch = me.view.epoch();
+  if (logical >= 0) {
+    std::lock_guard<std::mutex> lock(w_.logical_mu);
+    w_.logical[{epoch, seq}] = logical;
+  }
+  (void)me.view.start(epoch, seq);  // nothing decides it between the two: no event runs
+  c.memory = &memory;
+  Status st;
+  {
+    SimChannel channel(w_, r, epoch, seq);
+    me.running = &channel;
+    algo::Exchange ex(channel, std::chrono::steady_clock::time_point::max());
+    st = algo::run(ex, c, nullptr);
+    ex.finish();
+    me.running = nullptr;
+  }
+  if (st.ok() && hashed_after > 0) st = memory.hashed(hashed_after);
+  if (data_end != nullptr) *data_end = w_.engine.now();
+  if (me.stopped) return Outcome::kStop;
+  // The member's rules decide it: DONE and the coordinator's COMMIT, or a failure here (a closed
+  // link: OP_FAILED, unless the revocation came first), as in the Communicator.
+  const bool data_error = st.code() == WCCL_ERR_INVALID_ARGUMENT || st.code() == WCCL_ERR_CUDA;
+  w_.carry_out(r, r, me.view.finished(epoch, seq, st, data_error));
+  const std::pair<uint64_t, uint64_t> key{epoch, seq};
+  if (!w_.engine.block(r, [&me, key] { return me.decided.count(key) != 0; })) return Outcome::kStop;
+  const Status outcome = std::move(me.decided[key]);
+  me.decided.erase(key);
+  if (outcome.ok()) return Outcome::kCommitted;
+  // A lost peer: update and run it again. Anything else is the caller's error, as from the
+  // library, and the run ends.
+  return outcome.code() == WCCL_ERR_PEER_LOST ? Outcome::kRetry : fail(r, outcome);
+}
+
+// State sync as comm/state_sync.cc runs it: every member hashes its state to describe it, the
+// descriptions are all-gathered (their lengths, then the descriptions), every member plans
+// alike, and the members that hold the state send it to those that lack it (the trainer's
+// SEND_ONLY and RECEIVE_ONLY), who check its hash before the commit.
+Driver::Outcome Driver::sync(int r, SimMemory &memory) {
+  Peer &me = w_.peer(r);
+  const Workload &work = w_.work;
+  std::vector<algo::MemberState> states;
+  for (const coord::Member &x : me.view.ring()) {
+    algo::MemberState d;
+    const bool held = w_.peer(World::index(x.id)).has_state;
+    d.mode = held ? algo::SyncMode::kSendOnly : algo::SyncMode::kReceiveOnly;
+    d.revision = held ? 1 : 0;
+    d.tensors.push_back({"state", codec::Dtype::kU8, work.state_bytes, held ? held_hash_ : fresh_hash_});
+    states.push_back(std::move(d));
+  }
+  const int rank = me.view.rank();
+  if (!me.described) {  // once per call, before its retries
+    if (!memory.hashed(work.state_bytes).ok()) return Outcome::kStop;
+    me.described = true;
+  }
+  const size_t size = states.size();
+  std::vector<uint8_t> mine = algo::encode_state(states[static_cast<size_t>(rank)]);
+  std::vector<int64_t> lens(size, static_cast<int64_t>(mine.size()));
+  std::vector<uint8_t> descriptions(mine.size() * size);
+  algo::Collective c;
+  c.kind = algo::Kind::kAllgather;
+  c.dtype = codec::Dtype::kI64;
+  c.count = 1;
+  c.in = &lens[static_cast<size_t>(rank)];
+  c.out = lens.data();
+  if (const Outcome o = attempt(r, memory, c, -1, nullptr, 0); o != Outcome::kCommitted) return o;
+  c.dtype = codec::Dtype::kU8;
+  c.count = mine.size();
+  c.in = mine.data();
+  c.out = descriptions.data();
+  if (const Outcome o = attempt(r, memory, c, -1, nullptr, 0); o != Outcome::kCommitted) return o;
+  Result<algo::SyncPlan> plan = algo::plan_sync(states, base_.chunk_bytes);
+  if (!plan.ok()) return fail(r, plan.status());
+  auto job = std::make_shared<algo::SyncJob>();
+  job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan).value());
+  uint8_t *tensor = work.data ? state[static_cast<size_t>(r)].data() : space_->base();
+  job->tensors = {tensor};
+  job->tensor_bytes = {work.state_bytes};
+  algo::place_received(job.get(), rank);
+  std::vector<uint8_t> stage(work.data ? job->stage_bytes : 0);
+  if (!job->plan->transfers.empty()) {
+    c.kind = algo::Kind::kStateSync;
+    c.count = job->stage_bytes;
+    c.sync = job;
+    c.in = c.out = work.data ? stage.data() : space_->base();
+    if (const Outcome o = attempt(r, memory, c, -1, nullptr, job->stage_bytes); o != Outcome::kCommitted) return o;
+  }
+  me.synced_epoch = me.view.epoch();
+  me.described = false;
+  if (!me.has_state) {
+    // Committed: the received state becomes its own, and it goes on where the others are.
+    if (job->stage_bytes > 0 && !memory.copy(tensor, c.out, job->stage_bytes).ok()) return Outcome::kStop;
+    me.has_state = true;
+    for (const coord::Member &x : me.view.ring()) me.next_op = std::max(me.next_op, w_.peer(World::index(x.id)).next_op);
+    w_.admissions[static_cast<size_t>(r - peers_)].synced = seconds(w_.engine.now());
+  }
+  return Outcome::kCommitted;
+}
+
+bool Driver::update(int r) {
+  Peer &me = w_.peer(r);
+  // The training loop's update: its answer to PEER_LOST, and, at an operation's boundary, how
+  // joiners that wait are admitted (not inside a state sync: that goes on first). After a state
+  // sync lost a peer, the sync's own REFORM instead: an update that admits nobody, refused
+  // (PEER_LOST) where a member updates, and then this member updates too.
+  const bool admit = !me.reform;
+  me.reform = false;
+  if (admit) me.described = false;  // a state sync that gave up is called anew after the update
+  comm::Actions actions;
+  const Status called = me.view.call(admit ? coord::MessageType::kUpdate : coord::MessageType::kReform, &actions);
+  w_.carry_out(r, r, std::move(actions));
+  if (!called.ok()) return fail(r, called), false;
+  if (!w_.engine.block(r, [&me] { return me.view.call_answered(); })) return false;
+  const Status &answer = me.view.call_status();
+  if (answer.ok() || answer.code() == WCCL_ERR_PEER_LOST) return true;
+  return fail(r, answer), false;
+}
+
+void Driver::run(int r) {
+  Peer &me = w_.peer(r);
+  const Workload &work = w_.work;
+  SimMemory memory(w_, r, cpu_, space_);
+  // A joiner's process starts at its time and asks to join.
+  bool running = r < peers_ || w_.engine.sleep(r, work.joins[static_cast<size_t>(r - peers_)].at);
+  if (running && r >= peers_) w_.join(r);
+  while (running && me.next_op < ops_) {
+    if (!w_.engine.block(r, [&me] { return me.view.revoked() || (me.view.epoch() != 0 && me.links_open); })) break;
+    const bool sync_due = w_.needs_sync.count(me.view.epoch()) != 0 && me.synced_epoch != me.view.epoch();
+    if (me.view.revoked() || (me.view.pending() > 0 && !sync_due)) {
+      running = update(r);
+      continue;
+    }
+    if (sync_due) {
+      const Outcome o = sync(r, memory);
+      running = o != Outcome::kStop;
+      me.reform = o == Outcome::kRetry && me.view.revoked();
+      continue;
+    }
+    const int k = me.next_op;
+    auto &first_start = started[static_cast<size_t>(k)][static_cast<size_t>(r)];
+    if (first_start == kNever) first_start = w_.engine.now();
+    algo::Collective c = base_;
+    if (work.data) {
+      auto &b = buffers[static_cast<size_t>(r)];
+      b.resize(algo::out_count(c, me.view.size()));
+      for (size_t i = 0; i < b.size(); ++i) b[i] = pattern(r, i);
+      c.in = c.out = b.data();
+    } else {
+      c.in = c.out = space_->base();
+    }
+    const Outcome o = attempt(r, memory, c, k, &data_done[static_cast<size_t>(k)][static_cast<size_t>(r)], 0);
+    running = o != Outcome::kStop;
+    if (o != Outcome::kCommitted) continue;
+    committed[static_cast<size_t>(k)][static_cast<size_t>(r)] = w_.engine.now();
+    last_ring[static_cast<size_t>(r)].clear();
+    for (const coord::Member &x : me.view.ring()) last_ring[static_cast<size_t>(r)].push_back(World::index(x.id));
+    if (r >= peers_ && w_.admissions[static_cast<size_t>(r - peers_)].committed < 0) {
+      w_.admissions[static_cast<size_t>(r - peers_)].committed = seconds(w_.engine.now());
+    }
+    if (++me.next_op < ops_) w_.engine.sleep(r, work.gap);
+  }
+  if (!me.stopped) {
+    // A joiner never admitted asked after the job's last update: that is no failure.
+    const bool admitted = r < peers_ || me.view.epoch() != 0;
+    if (me.next_op < ops_ && admitted && failures[static_cast<size_t>(r)].second.ok()) {
+      failures[static_cast<size_t>(r)] = {
+          w_.engine.now(), WCCL_ERROR(WCCL_ERR_TIMEOUT, "sim: member %d could not finish operation %d: nothing more "
+                                      "could happen", r, me.next_op)};
+    }
+    if (me.asked) --w_.active;
+  }
+  me.done = true;
+  w_.engine.finished();
+}
+
+}  // namespace wccl::sim
