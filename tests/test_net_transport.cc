@@ -192,6 +192,26 @@ TEST_P(TransportTest, ClosedLinkFailsPendingAndLaterOperations) {
   EXPECT_EQ(st.code(), WCCL_ERR_IO) << st.to_string();
 }
 
+// A link nobody uses still tells its holder when it fails: on_close runs once with the failure
+// (ABORTED on the side that closed, IO on the other, with nothing pending on either), and at once
+// for a callback registered after it.
+TEST_P(TransportTest, OnCloseReportsTheFailureOfAnIdleLinkOnBothSides) {
+  LinkPair p;
+  open_pair(p, config("server"), config("client"));
+  ASSERT_NE(p.server_link, nullptr);
+  Done here, there;
+  ASSERT_TRUE(p.server_link->on_close(here.callback()).ok());
+  ASSERT_TRUE(p.client_link->on_close(there.callback()).ok());
+  p.server_link->close(WCCL_ERROR(WCCL_ERR_ABORTED, "epoch over"));
+  const Status mine = here.wait(5s), peer = there.wait(5s);
+  EXPECT_EQ(mine.code(), WCCL_ERR_ABORTED) << mine.to_string();
+  EXPECT_NE(mine.message().find("epoch over"), std::string::npos) << mine.to_string();
+  EXPECT_EQ(peer.code(), WCCL_ERR_IO) << peer.to_string();
+  Done late;
+  ASSERT_TRUE(p.client_link->on_close(late.callback()).ok());
+  EXPECT_EQ(late.wait(5s).code(), WCCL_ERR_IO);
+}
+
 // A peer that sends and goes at once: its sends complete once its kernel holds them, and its
 // streams end one by one behind them. Nothing is received until it has gone; then messages of
 // 20 and 140 KiB a stream arrive in several reads a stream, while a stream that has read its share

@@ -135,7 +135,7 @@ Status ring_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   };
   Pipeline pipe(ex, c, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return piece(static_cast<long>(i / ring.nseg), i % ring.nseg).count; }, true, true));
+  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return piece(static_cast<long>(i / ring.nseg), i % ring.nseg).count; }, Payload::Carry::kBoth));
   auto complete = [&](const Piece &p, size_t j) {
     if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, p.acc, p.count, n));
     WCCL_RETURN_IF_ERROR(pl.make_final(p.acc, p.acc, p.count, p.first, p.region));
@@ -169,7 +169,7 @@ Status ring_reduce_scatter(Exchange &ex, const Collective &c, Undo *undo) {
   };
   Pipeline pipe(ex, c, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, true, false));
+  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, Payload::Carry::kPartials));
   WCCL_RETURN_IF_ERROR(ring_reduce_scatter_steps(pipe, pl, ring, piece, [&](const Piece &p, size_t) {
     return c.op == codec::RedOp::kAvg ? mem.finish_avg(c.dtype, p.acc, p.count, n) : Status();
   }));
@@ -190,7 +190,7 @@ Status ring_allgather(Exchange &ex, const Collective &c, Undo *undo) {
   };
   Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(ring.n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, false, true));
+  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(ring.n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, Payload::Carry::kFinals));
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Piece p = piece(ring.r, j);
     WCCL_RETURN_IF_ERROR(pl.make_final(p.acc, p.mine, p.count, p.first, p.region));
@@ -283,7 +283,7 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   const int finals_first = node[1].depth < node[0].depth ? 1 : 0;
   Pipeline pipe(ex, c, undo, 4 * nseg, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(2 * nseg, [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; }, true, true));
+  WCCL_RETURN_IF_ERROR(pl.plan(2 * nseg, [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; }, Payload::Carry::kBoth));
   auto send_down = [&pl, &node, down, region](int t, size_t j, const uint8_t *value, size_t count) {
     for (int child : node[t].child) {
       if (child >= 0) WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, child, down(t, j), value, count, region(t, j)));
@@ -340,7 +340,7 @@ Status chain_broadcast(Exchange &ex, const Collective &c, Undo *undo) {
   const int distance = mod(ring.r - c.root, ring.n);
   Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(ring.nseg, [&](size_t j) { return split(c.count, ring.nseg, j).count; }, false, true));
+  WCCL_RETURN_IF_ERROR(pl.plan(ring.nseg, [&](size_t j) { return split(c.count, ring.nseg, j).count; }, Payload::Carry::kFinals));
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Span s = split(c.count, ring.nseg, j);
     uint8_t *value = out + s.begin * es;

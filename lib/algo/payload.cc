@@ -36,7 +36,7 @@ class NativePayload final : public Payload {
   NativePayload(Pipeline &pipe, codec::Dtype t, codec::RedOp op)
       : pipe_(pipe), mem_(pipe.memory()), t_(t), op_(op), es_(codec::dtype_size(t)) {}
 
-  Status plan(size_t, const std::function<size_t(size_t)> &, bool, bool) override { return Status(); }
+  Status plan(size_t, const std::function<size_t(size_t)> &, Carry) override { return Status(); }
   size_t wire_len(size_t count) const override { return count * es_; }
 
   Status send_partial(size_t slot, int peer, uint32_t tag, const void *src, size_t count, size_t, size_t) override {
@@ -93,9 +93,9 @@ class CodedPayload final : public Payload {
  public:
   CodedPayload(Pipeline &pipe, codec::Wire w, codec::RedOp op) : pipe_(pipe), mem_(pipe.memory()), w_(w), op_(op) {}
 
-  Status plan(size_t regions, const std::function<size_t(size_t)> &count_of, bool partials, bool finals) override {
-    if (partials) WCCL_RETURN_IF_ERROR(partials_.allocate(mem_, regions, count_of, wire_bytes()));
-    if (finals) WCCL_RETURN_IF_ERROR(finals_.allocate(mem_, regions, count_of, wire_bytes()));
+  Status plan(size_t regions, const std::function<size_t(size_t)> &count_of, Carry carry) override {
+    if (carry != Carry::kFinals) WCCL_RETURN_IF_ERROR(partials_.allocate(mem_, regions, count_of, wire_bytes()));
+    if (carry != Carry::kPartials) WCCL_RETURN_IF_ERROR(finals_.allocate(mem_, regions, count_of, wire_bytes()));
     return Status();
   }
   size_t wire_len(size_t count) const override { return codec::wire_size(w_, count); }

@@ -31,10 +31,12 @@ class Payload {
  public:
   virtual ~Payload() = default;
 
+  // What a topology's regions carry: partials (messages combined on the way), finals (values sent
+  // once complete), or both.
+  enum class Carry { kPartials, kFinals, kBoth };
   // The topology's regions, before any other call: `regions` of them, region i holding
-  // count_of(i) elements, with room for partials (messages combined on the way), finals (values
-  // sent once complete), or both.
-  virtual Status plan(size_t regions, const std::function<size_t(size_t)> &count_of, bool partials, bool finals) = 0;
+  // count_of(i) elements, with room for what they carry.
+  virtual Status plan(size_t regions, const std::function<size_t(size_t)> &count_of, Carry carry) = 0;
   // Bytes of a message of `count` elements.
   virtual size_t wire_len(size_t count) const = 0;
 

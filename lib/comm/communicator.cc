@@ -17,10 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 // Neighbour links: the connecting side (the lower rank of the pair) first sends a coord::LinkHello
 // under this key, so the accepting side knows which epoch and neighbour the link belongs to.
-// The sentinel key is never sent: a receive posted on it completes only when the link fails,
-// which is how a broken neighbour link is noticed and reported.
 constexpr net::MessageKey kLinkHello{~0ULL - 1, 0, 0};
-constexpr net::MessageKey kLinkSentinel{~0ULL - 1, 0, 1};
 constexpr size_t kMaxEarlyLinks = 16;
 constexpr size_t kMaxSpareBuffers = 2;
 // How long destroying a communicator waits for its last control messages to reach the kernel.
@@ -512,8 +509,7 @@ void Communicator::adopt(uint64_t epoch, coord::PeerId from, const std::shared_p
 
 // Reports a neighbour link of the current epoch that breaks, so the coordinator probes that peer.
 void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch) {
-  auto never = std::make_shared<uint8_t>(0);
-  (void)link->recv(kLinkSentinel, never.get(), 1, [this, peer, epoch, never](const Status &why) {
+  (void)link->on_close([this, peer, epoch](const Status &why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (epoch != view_->epoch() || view_->revoked() || view_->aborted() || view_->left() ||

@@ -41,6 +41,16 @@ void LinkState::close(Status why) {
   (void)st;  // a stopped loop has already failed every link
 }
 
+Status LinkState::on_close(Completion fn) {
+  return core_->post([self = shared_from_this(), fn = std::move(fn)]() mutable {
+    if (self->state_ == State::kClosed) {
+      self->defer([fn = std::move(fn), why = self->error_] { fn(why); });
+    } else {
+      self->on_close_.push_back(std::move(fn));
+    }
+  });
+}
+
 void LinkState::do_send(SendOp op) {
   if (state_ == State::kClosed || peer_closing_) {
     defer([done = std::move(op.done), err = state_ == State::kClosed ? error_ : peer_closed_why_] { done(err); });
@@ -266,6 +276,8 @@ void LinkState::fail(const Status &cause) {
   fail_sends(why);
   for (auto &[key, op] : recvs_) defer([done = std::move(op.done), why] { done(why); });
   recvs_.clear();
+  for (Completion &fn : on_close_) defer([fn = std::move(fn), why] { fn(why); });
+  on_close_.clear();
   parked_.clear();
   if (on_connected_) {
     defer([cb = std::exchange(on_connected_, nullptr), why] { cb(why); });

@@ -74,6 +74,10 @@ class Link {
   virtual Status recv(const MessageKey &key, void *data, size_t len, size_t *got, Completion done) = 0;
   // Fails the link with `why` (ABORTED if why is OK): pending operations complete with it.
   virtual void close(Status why = Status()) = 0;
+  // Runs fn once, as a completion, with the status the link fails with (see Failure above; ABORTED
+  // or close's `why` when closed here): at once if it has already failed. How the layers above
+  // learn that a link they are not using broke.
+  virtual Status on_close(Completion fn) = 0;
   // Runs fn on the link's loop thread, in order with the other work posted there (before
   // returning, when called on that thread).
   virtual Status run(std::function<void()> fn) = 0;

@@ -53,6 +53,7 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   Status send(const MessageKey &key, const void *data, size_t len, Completion done) override;
   Status recv(const MessageKey &key, void *data, size_t len, size_t *got, Completion done) override;
   void close(Status why) override;
+  Status on_close(Completion fn) override;
   Status run(std::function<void()> fn) override;
   const std::string &peer_name() const override { return peer_name_; }
   const std::string &peer_subject() const override { return peer_subject_; }
@@ -124,6 +125,7 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   size_t next_stream_ = 0;
   std::map<MessageKey, RecvOp> recvs_;
   std::map<MessageKey, std::vector<Stream *>> parked_;  // streams waiting for a recv of the key
+  std::vector<Completion> on_close_;  // run when the link fails
 };
 
 }  // namespace wccl::net
