@@ -11,17 +11,29 @@
 namespace wccl::comm {
 namespace {
 
-// Submits c and waits for its outcome.
-Status run_op(Communicator &comm, const algo::Collective &c, OpStats *stats) {
-  auto op = comm.submit(c, std::chrono::milliseconds(0));
-  if (!op.ok()) return op.status();
-  return comm.wait(op.value(), stats);
-}
+// The Communicator as state sync's member.
+class CommunicatorMember final : public SyncMember {
+ public:
+  explicit CommunicatorMember(Communicator &comm) : comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  bool revoked() const override { return comm_.revoked(); }
+  size_t chunk_bytes() const override { return comm_.chunk_bytes(); }
+  Status run(const algo::Collective &c, OpStats *stats) override {
+    auto op = comm_.submit(c, std::chrono::milliseconds(0));
+    if (!op.ok()) return op.status();
+    return comm_.wait(op.value(), stats);
+  }
+  Status reform() override { return comm_.reform(); }
+
+ private:
+  Communicator &comm_;
+};
 
 // Every member's description, in rank order.
-Result<std::vector<algo::MemberState>> gather_states(Communicator &comm, const algo::MemberState &mine) {
+Result<std::vector<algo::MemberState>> gather_states(SyncMember &member, const algo::MemberState &mine) {
   std::vector<uint8_t> blob = algo::encode_state(mine);
-  const int n = comm.size();
+  const int n = member.size();
   int64_t len = static_cast<int64_t>(blob.size());
   std::vector<int64_t> lens(static_cast<size_t>(n));
   algo::Collective c;
@@ -30,7 +42,7 @@ Result<std::vector<algo::MemberState>> gather_states(Communicator &comm, const a
   c.count = 1;
   c.in = &len;
   c.out = lens.data();
-  WCCL_RETURN_IF_ERROR(run_op(comm, c, nullptr));
+  WCCL_RETURN_IF_ERROR(member.run(c, nullptr));
   const size_t longest = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
   blob.resize(longest, 0);
   std::vector<uint8_t> all(longest * static_cast<size_t>(n));
@@ -38,7 +50,7 @@ Result<std::vector<algo::MemberState>> gather_states(Communicator &comm, const a
   c.count = longest;
   c.in = blob.data();
   c.out = all.data();
-  WCCL_RETURN_IF_ERROR(run_op(comm, c, nullptr));
+  WCCL_RETURN_IF_ERROR(member.run(c, nullptr));
   std::vector<algo::MemberState> states;
   for (int r = 0; r < n; ++r) {
     Result<algo::MemberState> s = algo::decode_state(all.data() + static_cast<size_t>(r) * longest, longest);
@@ -50,14 +62,14 @@ Result<std::vector<algo::MemberState>> gather_states(Communicator &comm, const a
 
 // One attempt on the current epoch: describe, elect (or keep `elected`), plan into job, transfer.
 // job->plan is set once the descriptions are all-gathered; s accumulates the bytes moved.
-Status attempt(Communicator &comm, const algo::MemberState &mine, const algo::SyncTarget *elected,
+Status attempt(SyncMember &member, const algo::MemberState &mine, const algo::SyncTarget *elected,
                const std::shared_ptr<algo::SyncJob> &job, SyncStats *s) {
-  Result<std::vector<algo::MemberState>> states = gather_states(comm, mine);
+  Result<std::vector<algo::MemberState>> states = gather_states(member, mine);
   if (!states.ok()) return states.status();
-  Result<algo::SyncPlan> plan = algo::plan_sync(states.value(), comm.chunk_bytes(), elected);
+  Result<algo::SyncPlan> plan = algo::plan_sync(states.value(), member.chunk_bytes(), elected);
   if (!plan.ok()) return plan.status();
   job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan).value());
-  algo::place_received(job.get(), comm.rank());
+  algo::place_received(job.get(), member.rank());
   if (job->plan->transfers.empty()) return Status();
   algo::Collective c;
   c.kind = algo::Kind::kStateSync;
@@ -65,7 +77,7 @@ Status attempt(Communicator &comm, const algo::MemberState &mine, const algo::Sy
   c.count = job->stage_bytes;
   c.sync = job;
   OpStats op_stats;
-  Status st = run_op(comm, c, &op_stats);
+  Status st = member.run(c, &op_stats);
   s->bytes_sent += op_stats.bytes_sent;
   s->bytes_received += op_stats.bytes_received;
   return st;
@@ -101,8 +113,7 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
   }
   SyncStats s;
   std::shared_ptr<const algo::SyncJob> done;
-  std::unique_ptr<algo::SyncTarget> elected;  // once a description phase has committed
-  for (;;) {
+  auto new_job = [&] {
     auto job = std::make_shared<algo::SyncJob>();
     job->tensors = data;
     job->device = device;
@@ -110,22 +121,10 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
     job->elem_bytes = elem_bytes;
     job->compress = comm.sync_compress() && codec::compression_available() ? algo::Compress::kAuto
                                                                             : algo::Compress::kOff;
-    Status st = attempt(comm, mine, elected.get(), job, &s);
-    if (job->plan && !elected) elected = std::make_unique<algo::SyncTarget>(job->plan->target);
-    if (st.ok()) {
-      done = job;
-      break;
-    }
-    // A member was lost (the epoch was revoked): re-form the survivors, admitting nobody, and
-    // finish towards the same elected state from the donors that remain. Only a smaller epoch is
-    // worth another attempt; a revocation that lost nobody (a member's OP_FAILED) is returned, and
-    // so is a PEER_LOST with the epoch intact (no remaining donor holds a tensor).
-    const int before = comm.size();
-    if (st.code() != WCCL_ERR_PEER_LOST || !comm.revoked()) return st;
-    const Status reformed = comm.reform();
-    if (!reformed.ok()) return reformed.with_context("state sync: re-forming the survivors after a loss");
-    if (comm.size() >= before) return st;
-  }
+    return job;
+  };
+  CommunicatorMember member(comm);
+  WCCL_RETURN_IF_ERROR(sync_rounds(member, mine, new_job, &s, &done));
   std::set<int> sources;
   for (const algo::Transfer &tr : done->plan->transfers) {
     if (tr.receiver == comm.rank()) sources.insert(tr.donor);
@@ -140,6 +139,30 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
   *revision = done->plan->target.revision;
   if (stats != nullptr) *stats = s;
   return Status();
+}
+
+Status sync_rounds(SyncMember &member, const algo::MemberState &mine,
+                   const std::function<std::shared_ptr<algo::SyncJob>()> &new_job, SyncStats *stats,
+                   std::shared_ptr<const algo::SyncJob> *done) {
+  std::unique_ptr<algo::SyncTarget> elected;  // once a description phase has committed
+  for (;;) {
+    std::shared_ptr<algo::SyncJob> job = new_job();
+    Status st = attempt(member, mine, elected.get(), job, stats);
+    if (job->plan && !elected) elected = std::make_unique<algo::SyncTarget>(job->plan->target);
+    if (st.ok()) {
+      *done = std::move(job);
+      return Status();
+    }
+    // A member was lost (the epoch was revoked): re-form the survivors, admitting nobody, and
+    // finish towards the same elected state from the donors that remain. Only a smaller epoch is
+    // worth another attempt; a revocation that lost nobody (a member's OP_FAILED) is returned, and
+    // so is a PEER_LOST with the epoch intact (no remaining donor holds a tensor).
+    const int before = member.size();
+    if (st.code() != WCCL_ERR_PEER_LOST || !member.revoked()) return st;
+    const Status reformed = member.reform();
+    if (!reformed.ok()) return reformed.with_context("state sync: re-forming the survivors after a loss");
+    if (member.size() >= before) return st;
+  }
 }
 
 }  // namespace wccl::comm

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,5 +51,31 @@ struct SyncStats {
 // epoch, rank and size may therefore change inside the call.
 Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision, algo::SyncMode mode,
                   SyncStats *stats);
+
+// What state sync needs of the member that runs it: a Communicator, or one of wccl-sim's
+// simulated members (lib/sim/driver.cc), so that both run the rounds below.
+class SyncMember {
+ public:
+  virtual ~SyncMember() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual bool revoked() const = 0;
+  virtual size_t chunk_bytes() const = 0;
+  // Runs c as the epoch's next operation and waits for its outcome. A state sync's c carries only
+  // its job (c.sync) and size (c.count): the member stages the received bytes and, once the
+  // operation is committed, copies them into the job's tensors.
+  virtual Status run(const algo::Collective &c, OpStats *stats) = 0;
+  // Communicator::reform: the survivors re-formed, admitting nobody.
+  virtual Status reform() = 0;
+};
+
+// State sync's rounds for a member described by `mine` (state_sync above, from its descriptions
+// on): all-gather the descriptions, elect and plan alike on every member, transfer; after a loss,
+// re-form the survivors and finish toward the state elected before it. new_job() gives each
+// attempt a job holding this member's tensors. On OK, *done is the committed job (its plan names
+// the elected revision and the donors). The transfer's bytes are added to stats.
+Status sync_rounds(SyncMember &member, const algo::MemberState &mine,
+                   const std::function<std::shared_ptr<algo::SyncJob>()> &new_job, SyncStats *stats,
+                   std::shared_ptr<const algo::SyncJob> *done);
 
 }  // namespace wccl::comm

@@ -9,6 +9,7 @@
 #include "algo/memory.h"
 #include "algo/state_sync.h"
 #include "codec/hash.h"
+#include "comm/state_sync.h"
 
 namespace wccl::sim {
 
@@ -106,8 +107,9 @@ namespace {
 // One member's view of one operation: ranks are positions in the epoch's ring.
 class SimChannel final : public algo::Channel {
  public:
-  SimChannel(World &w, int member, uint64_t epoch, uint64_t seq)
-      : w_(w), member_(member), epoch_(epoch), seq_(seq), rank_(w.peer(member).view.rank()) {
+  // carry: its messages carry their bytes (else only their lengths travel).
+  SimChannel(World &w, int member, uint64_t epoch, uint64_t seq, bool carry)
+      : w_(w), member_(member), epoch_(epoch), seq_(seq), carry_(carry), rank_(w.peer(member).view.rank()) {
     for (const coord::Member &x : w.peer(member).view.ring()) ring_.push_back(World::index(x.id));
   }
   int rank() const override { return rank_; }
@@ -117,7 +119,7 @@ class SimChannel final : public algo::Channel {
     if (!aborted_.ok()) return aborted_;
     auto once = track(std::move(done));
     std::shared_ptr<std::vector<uint8_t>> bytes;
-    if (w_.work.data) {
+    if (carry_) {
       const auto *p = static_cast<const uint8_t *>(data);
       bytes = std::make_shared<std::vector<uint8_t>>(p, p + len);
     }
@@ -177,6 +179,7 @@ class SimChannel final : public algo::Channel {
   World &w_;
   const int member_;
   const uint64_t epoch_, seq_;
+  const bool carry_;
   const int rank_;
   std::vector<int> ring_;  // member indices
   Status aborted_;
@@ -235,8 +238,15 @@ Driver::Outcome Driver::attempt(int r, SimMemory &memory, algo::Collective c, in
   (void)me.view.start(epoch, seq);  // nothing decides it between the two: no event runs
   c.memory = &memory;
   Status st;
-  {
-    SimChannel channel(w_, r, epoch, seq);
+  // As the Communicator's worker: the data phase starts once the epoch's links are open (a state
+  // sync's retry follows its re-form at once), and not at all if the epoch ends first.
+  if (!w_.engine.block(r, [&me, epoch] { return me.links_open || me.view.revoked() || me.view.epoch() != epoch; })) {
+    return Outcome::kStop;
+  }
+  if (!me.links_open || me.view.revoked() || me.view.epoch() != epoch) {
+    st = WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended");
+  } else {
+    SimChannel channel(w_, r, epoch, seq, memory.host());
     me.running = &channel;
     algo::Exchange ex(channel, std::chrono::steady_clock::time_point::max());
     st = algo::run(ex, c, nullptr);
@@ -260,64 +270,81 @@ Driver::Outcome Driver::attempt(int r, SimMemory &memory, algo::Collective c, in
   return outcome.code() == WCCL_ERR_PEER_LOST ? Outcome::kRetry : fail(r, outcome);
 }
 
-// State sync as comm/state_sync.cc runs it: every member hashes its state to describe it, the
-// descriptions are all-gathered (their lengths, then the descriptions), every member plans
-// alike, and the members that hold the state send it to those that lack it (the trainer's
-// SEND_ONLY and RECEIVE_ONLY), who check its hash before the commit.
-Driver::Outcome Driver::sync(int r, SimMemory &memory) {
+// A simulated member as state sync's: its operations are attempt()'s, its re-form call()'s. The
+// descriptions' all-gathers carry their bytes (exact: host buffers whatever the workload), so
+// every member decodes and plans from what the others sent, as in the library.
+class SimSyncMember final : public comm::SyncMember {
+ public:
+  SimSyncMember(Driver &d, int r, SimMemory &memory, SimMemory &exact)
+      : d_(d), r_(r), me_(d.w_.peer(r)), memory_(memory), exact_(exact) {}
+  int rank() const override { return me_.view.rank(); }
+  int size() const override { return me_.view.size(); }
+  bool revoked() const override { return me_.view.revoked(); }
+  size_t chunk_bytes() const override { return d_.base_.chunk_bytes; }
+  Status run(const algo::Collective &c, comm::OpStats *) override {
+    if (c.kind != algo::Kind::kStateSync) return status(d_.attempt(r_, exact_, c, -1, nullptr, 0));
+    // The transfer: received bytes are staged (elided: the untouched space) and checked against
+    // their hash before the commit, then copied into the tensors, as the Communicator does.
+    const bool data = d_.w_.work.data;
+    algo::Collective op = c;
+    stage_.assign(data ? c.count : 0, 0);
+    op.in = op.out = data ? stage_.data() : d_.space_->base();
+    Status st = status(d_.attempt(r_, memory_, op, -1, nullptr, c.count));
+    if (!st.ok()) return st;
+    const algo::SyncJob &job = *c.sync;
+    for (size_t t = 0; t < job.stage_offset.size(); ++t) {
+      if (job.stage_offset[t] == algo::SyncJob::kNotReceived) continue;
+      WCCL_RETURN_IF_ERROR(memory_.copy(job.tensors[t], static_cast<uint8_t *>(op.out) + job.stage_offset[t],
+                                        job.tensor_bytes[t]));
+    }
+    return Status();
+  }
+  Status reform() override { return d_.call(r_, coord::MessageType::kReform); }
+
+ private:
+  static Status status(Driver::Outcome o) {
+    if (o == Driver::Outcome::kCommitted) return Status();
+    if (o == Driver::Outcome::kRetry) return WCCL_ERROR(WCCL_ERR_PEER_LOST, "sim: the operation's epoch ended");
+    return WCCL_ERROR(WCCL_ERR_ABORTED, "sim: the member stopped");
+  }
+
+  Driver &d_;
+  const int r_;
+  Peer &me_;
+  SimMemory &memory_, &exact_;
+  std::vector<uint8_t> stage_;
+};
+
+// State sync as the library runs it (comm/state_sync.cc): every member hashes its state to
+// describe it (the CPU time is charged; the hash is the workload's), then the library's own rounds:
+// the descriptions all-gathered (their lengths, then the descriptions), every member plans alike,
+// and the members that hold the state send it to those that lack it (the trainer's SEND_ONLY and
+// RECEIVE_ONLY), who check its hash before the commit; a lost peer re-forms the survivors.
+Driver::Outcome Driver::sync(int r, SimMemory &memory, SimMemory &exact) {
   Peer &me = w_.peer(r);
   const Workload &work = w_.work;
-  std::vector<algo::MemberState> states;
-  for (const coord::Member &x : me.view.ring()) {
-    algo::MemberState d;
-    const bool held = w_.peer(World::index(x.id)).has_state;
-    d.mode = held ? algo::SyncMode::kSendOnly : algo::SyncMode::kReceiveOnly;
-    d.revision = held ? 1 : 0;
-    d.tensors.push_back({"state", codec::Dtype::kU8, work.state_bytes, held ? held_hash_ : fresh_hash_});
-    states.push_back(std::move(d));
-  }
-  const int rank = me.view.rank();
-  if (!me.described) {  // once per call, before its retries
-    if (!memory.hashed(work.state_bytes).ok()) return Outcome::kStop;
-    me.described = true;
-  }
-  const size_t size = states.size();
-  std::vector<uint8_t> mine = algo::encode_state(states[static_cast<size_t>(rank)]);
-  std::vector<int64_t> lens(size, static_cast<int64_t>(mine.size()));
-  std::vector<uint8_t> descriptions(mine.size() * size);
-  algo::Collective c;
-  c.kind = algo::Kind::kAllgather;
-  c.dtype = codec::Dtype::kI64;
-  c.count = 1;
-  c.in = &lens[static_cast<size_t>(rank)];
-  c.out = lens.data();
-  if (const Outcome o = attempt(r, memory, c, -1, nullptr, 0); o != Outcome::kCommitted) return o;
-  c.dtype = codec::Dtype::kU8;
-  c.count = mine.size();
-  c.in = mine.data();
-  c.out = descriptions.data();
-  if (const Outcome o = attempt(r, memory, c, -1, nullptr, 0); o != Outcome::kCommitted) return o;
-  Result<algo::SyncPlan> plan = algo::plan_sync(states, base_.chunk_bytes);
-  if (!plan.ok()) return fail(r, plan.status());
-  auto job = std::make_shared<algo::SyncJob>();
-  job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan).value());
+  if (!memory.hashed(work.state_bytes).ok()) return Outcome::kStop;
+  algo::MemberState mine;
+  mine.mode = me.has_state ? algo::SyncMode::kSendOnly : algo::SyncMode::kReceiveOnly;
+  mine.revision = me.has_state ? 1 : 0;
+  mine.tensors.push_back({"state", codec::Dtype::kU8, work.state_bytes, me.has_state ? held_hash_ : fresh_hash_});
   uint8_t *tensor = work.data ? state[static_cast<size_t>(r)].data() : space_->base();
-  job->tensors = {tensor};
-  job->tensor_bytes = {work.state_bytes};
-  algo::place_received(job.get(), rank);
-  std::vector<uint8_t> stage(work.data ? job->stage_bytes : 0);
-  if (!job->plan->transfers.empty()) {
-    c.kind = algo::Kind::kStateSync;
-    c.count = job->stage_bytes;
-    c.sync = job;
-    c.in = c.out = work.data ? stage.data() : space_->base();
-    if (const Outcome o = attempt(r, memory, c, -1, nullptr, job->stage_bytes); o != Outcome::kCommitted) return o;
-  }
+  auto new_job = [&] {
+    auto job = std::make_shared<algo::SyncJob>();
+    job->tensors = {tensor};
+    job->tensor_bytes = {work.state_bytes};
+    return job;
+  };
+  SimSyncMember member(*this, r, memory, exact);
+  comm::SyncStats stats;
+  std::shared_ptr<const algo::SyncJob> done;
+  const Status st = comm::sync_rounds(member, mine, new_job, &stats, &done);
+  if (st.code() == WCCL_ERR_PEER_LOST) return Outcome::kRetry;
+  if (st.code() == WCCL_ERR_ABORTED) return Outcome::kStop;
+  if (!st.ok()) return fail(r, st);
   me.synced_epoch = me.view.epoch();
-  me.described = false;
   if (!me.has_state) {
-    // Committed: the received state becomes its own, and it goes on where the others are.
-    if (job->stage_bytes > 0 && !memory.copy(tensor, c.out, job->stage_bytes).ok()) return Outcome::kStop;
+    // Committed: the received state is its own, and it goes on where the others are.
     me.has_state = true;
     for (const coord::Member &x : me.view.ring()) me.next_op = std::max(me.next_op, w_.peer(World::index(x.id)).next_op);
     w_.admissions[static_cast<size_t>(r - peers_)].synced = seconds(w_.engine.now());
@@ -325,29 +352,27 @@ Driver::Outcome Driver::sync(int r, SimMemory &memory) {
   return Outcome::kCommitted;
 }
 
-bool Driver::update(int r) {
+Status Driver::call(int r, coord::MessageType type) {
   Peer &me = w_.peer(r);
-  // The training loop's update: its answer to PEER_LOST, and, at an operation's boundary, how
-  // joiners that wait are admitted (not inside a state sync: that goes on first). After a state
-  // sync lost a peer, the sync's own REFORM instead: an update that admits nobody, refused
-  // (PEER_LOST) where a member updates, and then this member updates too.
-  const bool admit = !me.reform;
-  me.reform = false;
-  if (admit) me.described = false;  // a state sync that gave up is called anew after the update
   comm::Actions actions;
-  const Status called = me.view.call(admit ? coord::MessageType::kUpdate : coord::MessageType::kReform, &actions);
+  Status called = me.view.call(type, &actions);
   w_.carry_out(r, r, std::move(actions));
-  if (!called.ok()) return fail(r, called), false;
-  if (!w_.engine.block(r, [&me] { return me.view.call_answered(); })) return false;
+  if (!called.ok()) {
+    fail(r, called);
+    return called;
+  }
+  if (!w_.engine.block(r, [&me] { return me.view.call_answered(); })) {
+    return WCCL_ERROR(WCCL_ERR_ABORTED, "sim: member %d's call was never answered", r);
+  }
   const Status &answer = me.view.call_status();
-  if (answer.ok() || answer.code() == WCCL_ERR_PEER_LOST) return true;
-  return fail(r, answer), false;
+  if (!answer.ok() && answer.code() != WCCL_ERR_PEER_LOST) fail(r, answer);
+  return answer;
 }
 
 void Driver::run(int r) {
   Peer &me = w_.peer(r);
   const Workload &work = w_.work;
-  SimMemory memory(w_, r, cpu_, space_);
+  SimMemory memory(w_, r, cpu_, space_), exact(w_, r, cpu_, nullptr);
   // A joiner's process starts at its time and asks to join.
   bool running = r < peers_ || w_.engine.sleep(r, work.joins[static_cast<size_t>(r - peers_)].at);
   if (running && r >= peers_) w_.join(r);
@@ -355,13 +380,14 @@ void Driver::run(int r) {
     if (!w_.engine.block(r, [&me] { return me.view.revoked() || (me.view.epoch() != 0 && me.links_open); })) break;
     const bool sync_due = w_.needs_sync.count(me.view.epoch()) != 0 && me.synced_epoch != me.view.epoch();
     if (me.view.revoked() || (me.view.pending() > 0 && !sync_due)) {
-      running = update(r);
+      // The training loop's update: its answer to PEER_LOST, and, at an operation's boundary, how
+      // joiners that wait are admitted (not inside a state sync: that goes on first).
+      const Status st = call(r, coord::MessageType::kUpdate);
+      running = st.ok() || st.code() == WCCL_ERR_PEER_LOST;
       continue;
     }
     if (sync_due) {
-      const Outcome o = sync(r, memory);
-      running = o != Outcome::kStop;
-      me.reform = o == Outcome::kRetry && me.view.revoked();
+      running = sync(r, memory, exact) != Outcome::kStop;
       continue;
     }
     const int k = me.next_op;

@@ -55,14 +55,18 @@ class Driver {
   std::vector<std::vector<uint8_t>> state;
 
  private:
+  friend class SimSyncMember;
   enum class Outcome { kCommitted, kRetry, kStop };
-  // One operation of member r in its current epoch, from its call to its decision.
+  // One operation of member r in its current epoch, from its call to its decision. Its messages
+  // carry their bytes where memory does (not elided); hashed_after: bytes the member hashes at
+  // the end of the data phase (a state sync's received tensors, checked before the commit).
   Outcome attempt(int r, SimMemory &memory, algo::Collective c, int logical, Time *data_end, size_t hashed_after);
-  // State sync as comm/state_sync.cc runs it.
-  Outcome sync(int r, SimMemory &memory);
-  // The training loop's update (or, after a state sync lost a peer, the sync's re-form); false if
-  // the member can go no further.
-  bool update(int r);
+  // State sync, by the library's own rounds (comm::sync_rounds): kRetry where it lost a peer and
+  // the loop must update.
+  Outcome sync(int r, SimMemory &memory, SimMemory &exact);
+  // A membership call (UPDATE, or state sync's REFORM) and its answer: OK, PEER_LOST, or why the
+  // member can go no further (ABORTED where nothing more could happen).
+  Status call(int r, coord::MessageType type);
   Outcome fail(int r, const Status &why);  // the member fails for good, and the run ends
 
   World &w_;

@@ -84,8 +84,6 @@ struct Peer {
   // Its trainer (sim/driver.h).
   bool has_state = true;      // holds the trainer's state (a joiner: once its state sync committed)
   uint64_t synced_epoch = 0;  // the epoch whose state sync it completed
-  bool reform = false;        // its state sync lost a peer: it re-forms the survivors, admitting nobody
-  bool described = false;     // it hashed its state for the state sync under way (once per call)
   int next_op = 0;            // the workload's next operation
 };
 
