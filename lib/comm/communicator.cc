@@ -15,10 +15,6 @@ using coord::ControlMessage;
 using coord::MessageType;
 using Clock = std::chrono::steady_clock;
 
-// Neighbour links: the connecting side (the lower rank of the pair) first sends a coord::LinkHello
-// under this key, so the accepting side knows which epoch and neighbour the link belongs to.
-constexpr net::MessageKey kLinkHello{~0ULL - 1, 0, 0};
-constexpr size_t kMaxEarlyLinks = 16;
 constexpr size_t kMaxSpareBuffers = 2;
 // How long destroying a communicator waits for its last control messages to reach the kernel.
 constexpr std::chrono::milliseconds kCloseFlush{1000};
@@ -60,13 +56,19 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   auto transport = net::Transport::create(cfg);
   if (!transport.ok()) return transport.status();
   c->transport_ = std::move(transport).value();
+  Communicator *self = c.get();
+  c->links_ = std::make_unique<EpochLinks>(
+      *c->transport_, c->id_, c->log_,
+      EpochLinks::Events{[self] { self->wake(); },
+                         [self](uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting) {
+                           self->on_link_broken(epoch, peer, why, connecting);
+                         }});
   Config control_cfg = cfg;  // control messages are small: one connection carries them
   WCCL_RETURN_IF_ERROR(control_cfg.set("streams", "1"));
   auto control = net::Transport::create(control_cfg);
   if (!control.ok()) return control.status();
   c->control_ = std::move(control).value();
-  Communicator *self = c.get();
-  auto port = c->transport_->listen(c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->on_peer_link(l); });
+  auto port = c->transport_->listen(c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->links_->accepted(l); });
   if (!port.ok()) return port.status();
   // A coordinator that is not listening yet, or that refuses connections while too many from this
   // address are in set-up, is tried again with backoff until join_timeout_ms; the last cause is
@@ -126,6 +128,7 @@ Communicator::~Communicator() {
     std::lock_guard<std::mutex> lock(mu_);
     closing_ = true;
     stop_ = true;
+    if (links_) links_->stop();
     if (view_) (void)apply(view_->abort(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was destroyed")));
   }
   cv_.notify_all();
@@ -191,7 +194,7 @@ Status Communicator::membership_call(MessageType type, const char *what) {
     report.type = MessageType::kLinkReport;
     report.peer = id_;
     report.epoch = view_->epoch();
-    for (const auto &[rank, link] : links_) {
+    for (const auto &[rank, link] : links_->current()) {
       const uint32_t rtt = link->min_rtt_us();
       if (rtt != 0) report.links.push_back({view_->ring()[static_cast<size_t>(rank)].id, rtt, link->delivery_rate()});
     }
@@ -223,15 +226,7 @@ void Communicator::abort() {
   }
   cv_.notify_all();
   carry_out(effects);
-  (void)transport_->post([this] {
-    std::map<int, std::shared_ptr<net::Link>> links;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      links = links_;
-    }
-    // Closing runs completions inline on this thread, and they take mu_: never under it.
-    for (auto &[rank, l] : links) l->close(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
-  });
+  links_->close(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
 }
 
 int Communicator::rank() const {
@@ -273,14 +268,12 @@ bool Communicator::wait_revoked(std::chrono::milliseconds timeout) const {
 
 Status Communicator::links(std::chrono::milliseconds timeout, std::map<int, std::shared_ptr<net::Link>> *out) {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool open =
-      cv_.wait_for(lock, timeout, [&] { return view_->aborted() || links_.size() == view_->neighbours().size(); });
+  const bool open = cv_.wait_for(lock, timeout, [&] { return view_->aborted() || links_->complete(out); });
   if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "links: the communicator was aborted");
   if (!open) {
     return WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu are not open after %lld ms",
                       static_cast<unsigned long long>(view_->epoch()), static_cast<long long>(timeout.count()));
   }
-  *out = links_;
   return Status();
 }
 
@@ -315,8 +308,9 @@ Communicator::Effects Communicator::apply(Actions actions) {
         break;
       case Action::Kind::kEpochChanged:
         // The epoch and its links change together: nobody may see the new epoch with old links.
-        for (auto &[rank, l] : links_) e.closing.emplace(rank, std::move(l));
-        links_.clear();
+        for (auto &[rank, l] : links_->begin_epoch(view_->epoch(), view_->rank(), view_->ring())) {
+          e.closing.push_back(std::move(l));
+        }
         e.open_links = true;
         break;
       case Action::Kind::kWarn:
@@ -330,8 +324,8 @@ Communicator::Effects Communicator::apply(Actions actions) {
 void Communicator::carry_out(const Effects &effects) {
   for (const Status &w : effects.warnings) WCCL_LOG(log_, kWarn, "%s", w.message().c_str());
   const Status ended = WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended");
-  for (auto &[rank, l] : effects.closing) l->close(ended);
-  if (effects.open_links) open_links();
+  for (const auto &l : effects.closing) l->close(ended);
+  if (effects.open_links) links_->open();
   for (const ControlMessage &m : effects.sends) (void)send(m);
 }
 
@@ -403,126 +397,30 @@ void Communicator::reconnect() {
   }
 }
 
-// A new epoch: the previous epoch's links are closed; this peer opens a link to each neighbour
-// of higher rank and waits for those of lower rank to open theirs (one link per pair, used in both
-// directions).
-void Communicator::open_links() {
-  std::vector<std::pair<int, coord::Member>> to_open;
-  std::vector<std::pair<coord::PeerId, std::shared_ptr<net::Link>>> adopted;
-  uint64_t epoch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closing_) return;
-    epoch = view_->epoch();
-    for (int r : view_->neighbours()) {
-      const coord::Member &m = view_->ring()[static_cast<size_t>(r)];
-      if (r > view_->rank()) {
-        to_open.emplace_back(r, m);
-        continue;
-      }
-      auto early = early_.find({epoch, m.id});
-      if (early != early_.end()) {
-        links_[r] = early->second;
-        adopted.emplace_back(m.id, early->second);
-      }
-    }
-    early_.erase(early_.begin(), early_.lower_bound({epoch + 1, 0}));
-  }
-  for (auto &[id, link] : adopted) watch(link, id, epoch);
-  cv_.notify_all();
-  for (auto &[r, member] : to_open) {
-    const coord::PeerId peer = member.id;
-    const int rank = r;
-    Status st = transport_->connect(member.info.address, [this, epoch, peer, rank](Result<std::shared_ptr<net::Link>> link) {
-      if (!link.ok()) {
-        bool stale;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          stale = epoch != view_->epoch();
-        }
-        if (stale) return;
-        WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s", static_cast<unsigned long long>(peer),
-                 link.status().to_string().c_str());
-        (void)send(view_->link_broken(peer));
-        return;
-      }
-      // The hello goes out before the link is handed to anyone, so it is the first message.
-      auto hello = std::make_shared<std::vector<uint8_t>>(coord::encode(coord::LinkHello{epoch, id_}));
-      (void)link.value()->send(kLinkHello, hello->data(), hello->size(), [hello](const Status &) {});
-      bool stale;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        stale = epoch != view_->epoch() || closing_;  // checked with the assignment, under one lock
-        if (!stale) links_[rank] = link.value();
-      }
-      if (stale) {
-        link.value()->close(WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));
-        return;
-      }
-      watch(link.value(), peer, epoch);
-      cv_.notify_all();
-    });
-    if (!st.ok()) WCCL_LOG(log_, kWarn, "cannot open a link: %s", st.to_string().c_str());
-  }
-}
-
-// A lower-ranked neighbour of some epoch opened its link to us: it says which epoch and who it is.
-void Communicator::on_peer_link(const std::shared_ptr<net::Link> &link) {
-  auto hello = std::make_shared<std::array<uint8_t, coord::kLinkHelloBytes>>();
-  Status st = link->recv(kLinkHello, hello->data(), hello->size(), [this, link, hello](const Status &got) {
-    if (!got.ok()) return;
-    coord::LinkHello h;
-    const Status valid = coord::decode(hello->data(), hello->size(), &h);
-    if (!valid.ok()) return link->close(valid);
-    adopt(h.epoch, h.from, link);
-  });
-  if (!st.ok()) link->close(st);
-}
-
-void Communicator::adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link) {
-  bool adopted = false;
-  std::shared_ptr<net::Link> replaced;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int r = epoch == view_->epoch() ? view_->rank_of(from) : -1;
-    if (r >= 0 && r < view_->rank() && view_->neighbours().count(r) != 0) {
-      auto it = links_.find(r);
-      if (it != links_.end()) replaced = it->second;
-      links_[r] = link;
-      adopted = true;
-    } else if (epoch > view_->epoch() && early_.size() < kMaxEarlyLinks) {
-      early_[{epoch, from}] = link;  // its EPOCH message reached the neighbour before us
-      return;
-    }
-  }
-  if (replaced) replaced->close(WCCL_ERROR(WCCL_ERR_ABORTED, "replaced by a newer link"));
-  if (!adopted) {
-    // A link for an epoch that is over (or from a peer that is not our neighbour): its frames
-    // are never applied.
-    link->close(WCCL_ERROR(WCCL_ERR_ABORTED, "link for epoch %llu, not the current one, or not from a neighbour",
-                           static_cast<unsigned long long>(epoch)));
-    return;
-  }
-  watch(link, from, epoch);
+void Communicator::wake() {
+  { std::lock_guard<std::mutex> lock(mu_); }  // a waiter checks its condition under mu_, then sleeps
   cv_.notify_all();
 }
 
-// Reports a neighbour link of the current epoch that breaks, so the coordinator probes that peer.
-void Communicator::watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch) {
-  (void)link->on_close([this, peer, epoch](const Status &why) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (epoch != view_->epoch() || view_->revoked() || view_->aborted() || view_->left() ||
-          why.code() == WCCL_ERR_ABORTED) {
-        return;
-      }
-    }
+// A link of this member's epoch broke, or could not be opened: the coordinator probes that peer.
+void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting) {
+  ControlMessage report;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (epoch != view_->epoch()) return;
+    if (!connecting && (view_->revoked() || view_->aborted() || view_->left() || why.code() == WCCL_ERR_ABORTED)) return;
+    report = view_->link_broken(peer);
+  }
+  if (connecting) {
+    WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s", static_cast<unsigned long long>(peer),
+             why.to_string().c_str());
+  } else {
     // Not a warning: a peer that leaves or dies closes its links, and what that does to the group
     // (a revocation, logged as a warning) is the coordinator's to decide after its probe.
     WCCL_LOG(log_, kInfo, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
-    (void)send(view_->link_broken(peer));
-  });
+  }
+  (void)send(report);
 }
 
 // --- operations --------------------------------------------------------------------------------
@@ -607,8 +505,8 @@ Result<algo::DeviceMemory *> Communicator::device_memory_locked(gpu::Device *dev
 }
 
 void Communicator::decide(const std::shared_ptr<Op> &op, Status outcome) {
-  if (op->state == Op::State::kDecided || op->state == Op::State::kFinished) return;
-  op->state = Op::State::kDecided;
+  if (op->decided) return;
+  op->decided = true;
   op->outcome = std::move(outcome);
   op->decided_at = Clock::now();
   op->stats.time_us = std::chrono::duration<double, std::micro>(op->decided_at - op->start).count();
@@ -622,7 +520,6 @@ void Communicator::work() {
     std::shared_ptr<Op> op = queue_.front();
     queue_.pop_front();
     if (!view_->start(op->epoch, op->seq)) continue;  // decided while it was queued
-    op->state = Op::State::kRunning;
     op->in_data_phase = true;
     lock.unlock();
     run(op);
@@ -640,7 +537,6 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   // Ends the data phase with st (under mu_): the view decides the operation or sends its DONE.
   auto end = [&](std::unique_lock<std::mutex> &lock, const Status &st, bool data_error) {
     Effects effects = apply(view_->finished(op->epoch, op->seq, st, data_error));
-    if (op->state == Op::State::kRunning) op->state = Op::State::kAwaiting;
     op->in_data_phase = false;
     lock.unlock();
     cv_.notify_all();
@@ -650,8 +546,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto ready = [&] {
-      return view_->aborted() || view_->revoked() || view_->epoch() != op->epoch ||
-             links_.size() == view_->neighbours().size();
+      return view_->aborted() || view_->revoked() || view_->epoch() != op->epoch || links_->complete(&links);
     };
     if (!cv_.wait_until(lock, op->deadline, ready)) {
       return end(lock, WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu did not open before the operation's deadline",
@@ -661,7 +556,6 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     if (view_->aborted() || view_->revoked() || view_->epoch() != op->epoch) {
       return end(lock, WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended"), false);  // the view knows why
     }
-    links = links_;
     // A scratch buffer in the operation's memory from the spares (the smallest that fits), or a
     // new one.
     scratch_bytes = op->result_bytes;
@@ -730,20 +624,20 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
 }
 
 Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::unique_lock<std::mutex> &lock) {
-  if (op->state == Op::State::kDecided && op->in_data_phase) {
+  if (op->decided && !op->collected && op->in_data_phase) {
     // Decided while its data phase still runs (this peer gave up on it): the phase was cancelled
     // and ends at its next wait; its writes into the output must end before the restore.
     if (running_exchange_ != nullptr && !op->outcome.ok()) running_exchange_->cancel(op->outcome);
     if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return !op->in_data_phase; })) {
       op->outcome = WCCL_ERROR(op->outcome.code(), "%s; its data phase did not end within 60 s of being cancelled, so the "
                                "output buffer may hold partial results", op->outcome.message().c_str());
-      op->state = Op::State::kFinished;
+      op->collected = true;
       if (stats) *stats = op->stats;
       return op->outcome;
     }
   }
-  if (op->state == Op::State::kDecided) {
-    op->state = Op::State::kFinished;
+  if (op->decided && !op->collected) {
+    op->collected = true;
     algo::Bytes scratch = std::move(op->scratch);
     std::unique_ptr<algo::Undo> undo = std::move(op->undo);
     if (op->outcome.ok() && algo::widened(op->c)) {
@@ -807,9 +701,9 @@ Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::
 
 Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto decided = [&] { return op->state == Op::State::kDecided || op->state == Op::State::kFinished; };
+  auto decided = [&] { return op->decided; };
   if (!cv_.wait_until(lock, op->deadline, decided)) {
-    if (op->state == Op::State::kRunning) {
+    if (view_->op_state(op->epoch, op->seq) == MemberView::OpState::kRunning) {
       // Its data phase ends at the same deadline: the worker decides it in a moment.
       if (running_exchange_ != nullptr) {
         running_exchange_->cancel(WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time"));
@@ -822,7 +716,9 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
       // did commit it meanwhile, the others succeeded: docs/fault-tolerance.md names this window.
       const Status timeout = WCCL_ERROR(WCCL_ERR_TIMEOUT, "operation %llu: no outcome within its timeout%s",
                                         static_cast<unsigned long long>(op->seq),
-                                        op->state == Op::State::kAwaiting ? " (the coordinator did not decide)" : "");
+                                        view_->op_state(op->epoch, op->seq) == MemberView::OpState::kAwaiting
+                                            ? " (the coordinator did not decide)"
+                                            : "");
       Effects effects = apply(view_->give_up(op->epoch, op->seq, timeout));
       lock.unlock();
       cv_.notify_all();
@@ -835,7 +731,7 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
 
 Status Communicator::test(const std::shared_ptr<Op> &op, OpStats *stats) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (op->state != Op::State::kDecided && op->state != Op::State::kFinished) {
+  if (!op->decided) {
     if (Clock::now() < op->deadline) return WCCL_ERROR(WCCL_ERR_IN_PROGRESS, "operation %llu is in flight", static_cast<unsigned long long>(op->seq));
     lock.unlock();
     return wait(op, stats);  // past its deadline: settle it

@@ -39,6 +39,7 @@
 #include <deque>
 #include <thread>
 
+#include "comm/epoch_links.h"
 #include "comm/member.h"
 #include "comm/op.h"
 #include "coord/channel.h"
@@ -110,7 +111,7 @@ class Communicator {
   // What the member view decided that must be done outside mu_ (sends, closing links, logging).
   struct Effects {
     std::vector<coord::ControlMessage> sends;
-    std::map<int, std::shared_ptr<net::Link>> closing;  // the previous epoch's links
+    std::vector<std::shared_ptr<net::Link>> closing;  // previous epochs' links
     bool open_links = false;
     std::vector<Status> warnings;
   };
@@ -124,11 +125,9 @@ class Communicator {
   void on_control_closed(const Status &why);
   void on_heartbeat_tick();
   void reconnect();
-  // Data thread (open_links also on the control thread: it only starts connects):
-  void open_links();
-  void on_peer_link(const std::shared_ptr<net::Link> &link);
-  void adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr<net::Link> &link);
-  void watch(const std::shared_ptr<net::Link> &link, coord::PeerId peer, uint64_t epoch);
+  // Data thread: the epoch's links (EpochLinks) report.
+  void wake();
+  void on_link_broken(uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting);
   Status send(const coord::ControlMessage &m);
   Status membership_call(coord::MessageType type, const char *what);  // update, reform, leave
   // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout. While
@@ -162,9 +161,7 @@ class Communicator {
   std::chrono::milliseconds backoff_{0};
   std::chrono::steady_clock::time_point next_attempt_{};
   bool closing_ = false;  // the destructor has begun: the transport may be gone
-  std::map<int, std::shared_ptr<net::Link>> links_;  // the current epoch's open neighbour links, by rank
-  // Links opened to us for epochs not announced to us yet, by (epoch, opener).
-  std::map<std::pair<uint64_t, coord::PeerId>, std::shared_ptr<net::Link>> early_;
+  std::unique_ptr<EpochLinks> links_;  // the current epoch's links to the other members
 
   // Operations, under mu_.
   // One per GPU that held a caller's buffers; outlives every Op's and spare's scratch (declared

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -59,6 +60,13 @@ class MemberView {
   Status submit(uint64_t *seq, Actions *out);
   // The worker is about to run operation seq of `epoch`: false if it was decided meanwhile.
   bool start(uint64_t epoch, uint64_t seq);
+  // Where an undecided operation is; none once it is decided (or if it never was submitted).
+  enum class OpState { kQueued, kRunning, kAwaiting };
+  std::optional<OpState> op_state(uint64_t epoch, uint64_t seq) const {
+    auto it = ops_.find({epoch, seq});
+    if (it == ops_.end()) return std::nullopt;
+    return it->second;
+  }
   // Its data phase ended with st. `data_error` (the member's own data could not be sent: a NaN on
   // the INT8 wire, a GPU failure) decides it with st even if the epoch was revoked meanwhile.
   Actions finished(uint64_t epoch, uint64_t seq, const Status &st, bool data_error);
@@ -111,7 +119,6 @@ class MemberView {
   std::set<int> neighbours() const;  // ranks this peer links to in the current epoch
 
  private:
-  enum class OpState { kQueued, kRunning, kAwaiting };
   enum class Call { kNone, kJoin, kUpdate, kReform, kLeave };
   coord::ControlMessage message(coord::MessageType type) const;
   using OpKey = std::pair<uint64_t, uint64_t>;  // (epoch, seq)

@@ -28,14 +28,6 @@ struct OpStats {
 class Op {
  public:
   using Clock = std::chrono::steady_clock;
-  enum class State {
-    kQueued,    // waiting for the worker
-    kRunning,   // its data phase runs on the worker
-    kAwaiting,  // data phase done, DONE sent: waiting for COMMIT or a revocation
-    kDecided,   // outcome known; the caller has not collected it
-    kFinished,  // the caller collected it (and the result was copied out)
-  };
-
   // State sync: where a committed result goes: scratch[from, from + bytes) is copied to `to`, one
   // entry per received tensor.
   struct ResultCopy {
@@ -65,8 +57,11 @@ class Op {
   int size = 0;
   Clock::time_point start, deadline;
 
-  // Guarded by the communicator's mutex.
-  State state = State::kQueued;
+  // Guarded by the communicator's mutex. Until its decision the member's rules (MemberView) say
+  // where it is (queued, running, awaiting its commit); then outcome holds it until the caller
+  // collects it (wait or test: the result copied out, or the output's old bytes put back).
+  bool decided = false;
+  bool collected = false;
   Status outcome;
   algo::Bytes scratch;  // in c.memory: the Undo's saved bytes, or state sync's staging
   size_t scratch_bytes = 0;
