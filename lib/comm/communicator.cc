@@ -27,16 +27,10 @@ coord::PeerId random_id() {
   return id;
 }
 
-// Membership calls report a missing coordinator as such, whatever broke the connection.
-Status unreachable(const Status &why) {
-  if (why.code() == WCCL_ERR_AUTH || why.code() == WCCL_ERR_INVALID_ARGUMENT) return why;
-  return WCCL_ERROR(WCCL_ERR_COORDINATOR_UNREACHABLE, "%s", why.message().c_str());
-}
-
 }  // namespace
 
 Communicator::Communicator(const Config &cfg)
-    : log_(cfg.logger()), id_(random_id()), coordinator_(cfg.str("coordinator")), group_(cfg.str("group")),
+    : log_(cfg.logger()), id_(random_id()), group_(cfg.str("group")),
       listen_(cfg.str("listen")), heartbeat_(cfg.integer("heartbeat_ms")),
       join_timeout_(cfg.integer("join_timeout_ms")), op_timeout_(cfg.integer("op_timeout_ms")),
       chunk_bytes_(static_cast<size_t>(cfg.integer("chunk_bytes"))),
@@ -63,33 +57,17 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
                          [self](uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting) {
                            self->on_link_broken(epoch, peer, why, connecting);
                          }});
-  Config control_cfg = cfg;  // control messages are small: one connection carries them
-  WCCL_RETURN_IF_ERROR(control_cfg.set("streams", "1"));
-  auto control = net::Transport::create(control_cfg);
-  if (!control.ok()) return control.status();
-  c->control_ = std::move(control).value();
   auto port = c->transport_->listen(c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->links_->accepted(l); });
   if (!port.ok()) return port.status();
-  // A coordinator that is not listening yet, or that refuses connections while too many from this
-  // address are in set-up, is tried again with backoff until join_timeout_ms; the last cause is
-  // what the caller hears. A TLS rejection (AUTH) or a bad address is final at once.
-  const auto join_deadline = Clock::now() + c->join_timeout_;
-  auto backoff = std::chrono::milliseconds(50);
-  int attempts = 1;
-  auto link = c->control_->connect_sync(c->coordinator_);
-  while (!link.ok() && (link.status().code() == WCCL_ERR_IO || link.status().code() == WCCL_ERR_TIMEOUT) &&
-         Clock::now() + backoff < join_deadline) {
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
-    ++attempts;
-    link = c->control_->connect_sync(c->coordinator_);
-  }
-  if (!link.ok()) {
-    return unreachable(link.status().with_context(
-        format("coordinator %s (%d attempt%s)", c->coordinator_.c_str(), attempts, attempts == 1 ? "" : "s")));
-  }
+  auto control = ControlSession::open(cfg, Clock::now() + c->join_timeout_, c->log_,
+                                      ControlSession::Events{[self](const ControlMessage &m) { self->on_control(m); },
+                                                             [self](const Status &why) { self->on_control_lost(why); },
+                                                             [self] { return self->on_reconnected(); },
+                                                             [self] { self->on_heartbeat_tick(); }});
+  if (!control.ok()) return control.status();
+  c->control_ = std::move(control).value();
   if (c->info_.address.empty()) {
-    const std::string &host = link.value()->local_host();
+    const std::string &host = c->control_->local_host();
     c->info_.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                        std::to_string(port.value());
   }
@@ -99,15 +77,8 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
     std::lock_guard<std::mutex> lock(c->mu_);
     hello = c->view_->begin_join();
   }
-  auto channel = coord::ControlChannel::open(
-      link.value(), [self](const ControlMessage &m) { self->on_control(m); },
-      [self](const Status &why) { self->on_control_closed(why); });
-  {
-    std::lock_guard<std::mutex> lock(c->mu_);
-    c->channel_ = std::move(channel);
-  }
   WCCL_RETURN_IF_ERROR(c->send(hello));
-  WCCL_RETURN_IF_ERROR(c->control_->every(c->heartbeat_, [self] { self->on_heartbeat_tick(); }));
+  WCCL_RETURN_IF_ERROR(c->control_->start(c->heartbeat_));
   std::unique_lock<std::mutex> lock(c->mu_);
   // Once the coordinator has registered this joiner for a job's epoch, losing the coordinator
   // does not end the wait: the heartbeat timer reconnects and REJOINs naming that epoch, so that a
@@ -137,43 +108,29 @@ Communicator::~Communicator() {
   if (worker_.joinable()) worker_.join();
   // What this member last told the coordinator (an operation's failure, its DONE) goes out before
   // the link closes, or the coordinator would hear only the close and blame this member.
-  std::shared_ptr<coord::ControlChannel> channel;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    channel = channel_;
-  }
-  if (channel && !channel->flush(kCloseFlush)) {
+  if (control_ && !control_->flush(kCloseFlush)) {
     WCCL_LOG(log_, kWarn, "closing with control messages unsent after %lld ms", static_cast<long long>(kCloseFlush.count()));
   }
   // A transport's destructor runs this communicator's last callbacks on its loop thread, and
   // they may still call either transport (whose calls then return ABORTED). unique_ptr::reset
   // would null the pointer before that, so each is deleted in place and released afterwards. The
   // control side goes first: no heartbeat or coordinator message reaches a half-closed peer.
-  for (std::unique_ptr<net::Transport> *t : {&control_, &transport_}) {
-    if (*t) {
-      delete t->get();
-      (void)t->release();
-    }
+  if (control_) control_->stop();
+  if (transport_) {
+    delete transport_.get();
+    (void)transport_.release();
   }
 }
 
-Status Communicator::send(const ControlMessage &m) {
-  std::shared_ptr<coord::ControlChannel> ch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ch = channel_;
-    if (!ch) return unreachable(control_down_);
-  }
-  return ch->send(m);
-}
+Status Communicator::send(const ControlMessage &m) { return control_->send(m); }
 
 template <typename Pred, typename Through>
 Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what,
                           Pred done, Through through_loss) {
-  cv_.wait_for(lock, timeout, [&] { return view_->aborted() || done() || (!channel_ && !through_loss()); });
+  cv_.wait_for(lock, timeout, [&] { return view_->aborted() || done() || (!control_->connected() && !through_loss()); });
   if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
   if (done()) return Status();
-  if (!channel_) return unreachable(control_down_.with_context(what));
+  if (!control_->connected()) return control_->down().with_context(what);
   return WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s: no decision from the coordinator within %lld ms", what,
                     static_cast<long long>(timeout.count()));
 }
@@ -183,7 +140,7 @@ Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milli
 Status Communicator::membership_call(MessageType type, const char *what) {
   std::unique_lock<std::mutex> lock(mu_);
   if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
-  if (!channel_) return unreachable(control_down_.with_context(what));
+  if (!control_->connected()) return control_->down().with_context(what);
   Actions actions;
   WCCL_RETURN_IF_ERROR(view_->call(type, &actions));
   if (type == MessageType::kUpdate) {
@@ -283,6 +240,7 @@ void Communicator::on_control(const ControlMessage &m) {
   Effects effects;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!view_) return;  // nothing comes before this peer's JOIN, which follows the view
     effects = apply(view_->on_message(m));
   }
   cv_.notify_all();
@@ -329,72 +287,40 @@ void Communicator::carry_out(const Effects &effects) {
   for (const ControlMessage &m : effects.sends) (void)send(m);
 }
 
-void Communicator::on_control_closed(const Status &why) {
+void Communicator::on_control_lost(const Status &why) {
   bool closing;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    channel_.reset();
-    control_down_ = why;
-    backoff_ = std::chrono::milliseconds(0);
-    next_attempt_ = Clock::now();
     closing = closing_;
   }
   if (!closing) WCCL_LOG(log_, kWarn, "lost the coordinator: %s; reconnecting", why.to_string().c_str());
-  cv_.notify_all();
+  wake();
 }
 
 void Communicator::on_heartbeat_tick() {
-  bool connected;
   ControlMessage beat;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    connected = channel_ != nullptr;
-    if (view_->aborted() || view_->left()) return;
+    if (closing_ || !view_ || view_->aborted() || view_->left()) return;
     beat = view_->heartbeat();
   }
-  if (connected) {
+  if (control_->connected()) {
     (void)send(beat);
   } else {
-    reconnect();
+    control_->reconnect();
   }
 }
 
-// With the coordinator gone, try again with exponential backoff (up to 8 heartbeats); once back,
-// REJOIN with the epoch and ring this peer holds, so a restarted coordinator continues from them.
-void Communicator::reconnect() {
+// Back with the coordinator (possibly a restarted one): REJOIN with the epoch and ring this peer
+// holds, so that it continues from them, then DONE again for what awaits its commit.
+std::vector<ControlMessage> Communicator::on_reconnected() {
+  std::vector<ControlMessage> again;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closing_ || reconnecting_ || Clock::now() < next_attempt_) return;
-    reconnecting_ = true;
-    backoff_ = std::min(std::max(backoff_ * 2, heartbeat_), heartbeat_ * 8);
-    next_attempt_ = Clock::now() + backoff_;
+    again = view_->rejoin();
   }
-  Status st = control_->connect(coordinator_, [this](Result<std::shared_ptr<net::Link>> link) {
-    if (!link.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      reconnecting_ = false;
-      control_down_ = link.status();
-      return;
-    }
-    auto channel = coord::ControlChannel::open(
-        link.value(), [this](const ControlMessage &m) { on_control(m); },
-        [this](const Status &why) { on_control_closed(why); });
-    std::vector<ControlMessage> again;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      reconnecting_ = false;
-      channel_ = std::move(channel);
-      again = view_->rejoin();
-    }
-    WCCL_LOG(log_, kInfo, "reconnected to the coordinator; rejoining at epoch %llu",
-             static_cast<unsigned long long>(again.front().epoch));
-    for (const ControlMessage &m : again) (void)send(m);
-    cv_.notify_all();
-  });
-  if (!st.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    reconnecting_ = false;
-  }
+  cv_.notify_all();
+  return again;
 }
 
 void Communicator::wake() {

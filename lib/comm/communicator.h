@@ -39,6 +39,7 @@
 #include <deque>
 #include <thread>
 
+#include "comm/control_session.h"
 #include "comm/epoch_links.h"
 #include "comm/member.h"
 #include "comm/op.h"
@@ -120,11 +121,11 @@ class Communicator {
   Effects apply(Actions actions);
   // Without mu_: what apply() left to do.
   void carry_out(const Effects &effects);
-  // Control thread:
+  // Control thread (the ControlSession's events):
   void on_control(const coord::ControlMessage &m);
-  void on_control_closed(const Status &why);
+  void on_control_lost(const Status &why);
   void on_heartbeat_tick();
-  void reconnect();
+  std::vector<coord::ControlMessage> on_reconnected();
   // Data thread: the epoch's links (EpochLinks) report.
   void wake();
   void on_link_broken(uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting);
@@ -144,22 +145,17 @@ class Communicator {
 
   Logger log_;
   const coord::PeerId id_;
-  std::string coordinator_, group_, listen_;
+  std::string group_, listen_;
   coord::PeerInfo info_;
   std::chrono::milliseconds heartbeat_, join_timeout_, op_timeout_;
-  std::unique_ptr<net::Transport> control_;    // the coordinator link and the heartbeat timer
   std::unique_ptr<net::Transport> transport_;  // the links to the other members
+  std::unique_ptr<ControlSession> control_;    // the coordinator link and the heartbeat timer
 
   // Guards the state below. Never held while calling into a link, channel or transport: on their
   // loop threads those run completions inline, and completions take it.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::unique_ptr<MemberView> view_;  // the protocol's rules: epoch, ring, operations' numbering and outcomes
-  std::shared_ptr<coord::ControlChannel> channel_;  // null while the coordinator is away
-  Status control_down_;                             // why channel_ is null
-  bool reconnecting_ = false;
-  std::chrono::milliseconds backoff_{0};
-  std::chrono::steady_clock::time_point next_attempt_{};
   bool closing_ = false;  // the destructor has begun: the transport may be gone
   std::unique_ptr<EpochLinks> links_;  // the current epoch's links to the other members
 
