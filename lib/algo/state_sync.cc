@@ -204,9 +204,7 @@ Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece
       if (holds(members[static_cast<size_t>(r)], *keep)) plan.elected = r;
     }
   } else {
-    Result<int> elected = elect(members);
-    if (!elected.ok()) return elected.status();
-    plan.elected = elected.value();
+    WCCL_ASSIGN_OR_RETURN(plan.elected, elect(members));
     const MemberState &winner = members[static_cast<size_t>(plan.elected)];
     plan.target.revision = winner.revision;
     for (const TensorInfo &t : winner.tensors) plan.target.hashes.push_back(t.hash);

@@ -82,9 +82,8 @@ wccl_result_t wccl_config_create(wccl_config_t **config) {
   if (config != nullptr) *config = nullptr;
   return wccl::api_call([&]() -> wccl::Status {
     WCCL_CHECK_ARG(config != nullptr, "wccl_config_create: config (the out-handle) is NULL");
-    wccl::Result<wccl::Config> cfg = wccl::Config::from_env();
-    if (!cfg.ok()) return cfg.status();
-    *config = new wccl_config{std::move(cfg).value()};
+    WCCL_ASSIGN_OR_RETURN(wccl::Config cfg, wccl::Config::from_env());
+    *config = new wccl_config{std::move(cfg)};
     return wccl::Status();
   });
 }
@@ -105,14 +104,13 @@ wccl_result_t wccl_config_get(const wccl_config_t *config, const char *key, char
   return wccl::api_call([&]() -> wccl::Status {
     WCCL_CHECK_ARG(config != nullptr, "wccl_config_get: config is NULL");
     WCCL_CHECK_ARG(key != nullptr, "wccl_config_get: key is NULL");
-    wccl::Result<std::string> value = config->impl.get(key);
-    if (!value.ok()) return value.status();
-    const size_t size = value->size() + 1;
+    WCCL_ASSIGN_OR_RETURN(const std::string value, config->impl.get(key));
+    const size_t size = value.size() + 1;
     if (needed != nullptr) *needed = size;
     WCCL_CHECK_ARG(buf != nullptr && buf_size >= size,
                    "wccl_config_get: buffer of %zu bytes is too small for key \"%s\", need %zu",
                    buf_size, key, size);
-    std::memcpy(buf, value->c_str(), size);
+    std::memcpy(buf, value.c_str(), size);
     return wccl::Status();
   });
 }
@@ -124,9 +122,8 @@ wccl_result_t wccl_coord_start(wccl_coord_t **coord, const wccl_config_t *config
   return wccl::api_call([&]() -> wccl::Status {
     WCCL_CHECK_ARG(coord != nullptr, "wccl_coord_start: coord (the out-handle) is NULL");
     WCCL_CHECK_ARG(config != nullptr, "wccl_coord_start: config is NULL");
-    auto started = wccl::coord::Coordinator::start(config->impl);
-    if (!started.ok()) return started.status();
-    *coord = new wccl_coord{std::move(started).value()};
+    WCCL_ASSIGN_OR_RETURN(auto started, wccl::coord::Coordinator::start(config->impl));
+    *coord = new wccl_coord{std::move(started)};
     return wccl::Status();
   });
 }
@@ -140,9 +137,8 @@ wccl_result_t wccl_comm_join(wccl_comm_t **comm, const wccl_config_t *config) {
   return wccl::api_call([&]() -> wccl::Status {
     WCCL_CHECK_ARG(comm != nullptr, "wccl_comm_join: comm (the out-handle) is NULL");
     WCCL_CHECK_ARG(config != nullptr, "wccl_comm_join: config is NULL");
-    auto joined = wccl::comm::Communicator::join(config->impl);
-    if (!joined.ok()) return joined.status();
-    *comm = new wccl_comm{std::move(joined).value()};
+    WCCL_ASSIGN_OR_RETURN(auto joined, wccl::comm::Communicator::join(config->impl));
+    *comm = new wccl_comm{std::move(joined)};
     return wccl::Status();
   });
 }
@@ -239,9 +235,8 @@ Status check_buffers(const char *fn, algo::Collective &c, wccl_comm_t *comm, boo
 
 // Queues c; on success *req owns the operation.
 Status start(const algo::Collective &c, wccl_comm_t *comm, std::chrono::milliseconds timeout, wccl_request_t **req) {
-  auto op = comm->impl->submit(c, timeout);
-  if (!op.ok()) return op.status();
-  *req = new wccl_request{comm->impl.get(), std::move(op).value()};
+  WCCL_ASSIGN_OR_RETURN(auto op, comm->impl->submit(c, timeout));
+  *req = new wccl_request{comm->impl.get(), std::move(op)};
   return Status();
 }
 
@@ -260,9 +255,8 @@ void copy_stats(const comm::OpStats &in, wccl_op_stats_t *out) {
 
 // A blocking collective: queue, then wait.
 Status run_blocking(const algo::Collective &c, wccl_comm_t *comm, std::chrono::milliseconds timeout) {
-  auto op = comm->impl->submit(c, timeout);
-  if (!op.ok()) return op.status();
-  return comm->impl->wait(op.value(), nullptr);
+  WCCL_ASSIGN_OR_RETURN(auto op, comm->impl->submit(c, timeout));
+  return comm->impl->wait(op, nullptr);
 }
 
 // Checks req (non-blocking forms) and comm, lets build fill in and check the collective, then

@@ -47,9 +47,7 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   }
   std::unique_ptr<Communicator> c(new Communicator(cfg));
   if (!cfg.flag("tls")) WCCL_LOG(c->log_, kWarn, "tls=off: links are neither encrypted nor authenticated");
-  auto transport = net::Transport::create(cfg);
-  if (!transport.ok()) return transport.status();
-  c->transport_ = std::move(transport).value();
+  WCCL_ASSIGN_OR_RETURN(c->transport_, net::Transport::create(cfg));
   Communicator *self = c.get();
   c->links_ = std::make_unique<EpochLinks>(
       *c->transport_, c->id_, c->log_,
@@ -57,19 +55,18 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
                          [self](uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting) {
                            self->on_link_broken(epoch, peer, why, connecting);
                          }});
-  auto port = c->transport_->listen(c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->links_->accepted(l); });
-  if (!port.ok()) return port.status();
-  auto control = ControlSession::open(cfg, Clock::now() + c->join_timeout_, c->log_,
-                                      ControlSession::Events{[self](const ControlMessage &m) { self->on_control(m); },
-                                                             [self](const Status &why) { self->on_control_lost(why); },
-                                                             [self] { return self->on_reconnected(); },
-                                                             [self] { self->on_heartbeat_tick(); }});
-  if (!control.ok()) return control.status();
-  c->control_ = std::move(control).value();
+  WCCL_ASSIGN_OR_RETURN(const int port,
+                        c->transport_->listen(c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->links_->accepted(l); }));
+  WCCL_ASSIGN_OR_RETURN(
+      c->control_, ControlSession::open(cfg, Clock::now() + c->join_timeout_, c->log_,
+                                        ControlSession::Events{[self](const ControlMessage &m) { self->on_control(m); },
+                                                               [self](const Status &why) { self->on_control_lost(why); },
+                                                               [self] { return self->on_reconnected(); },
+                                                               [self] { self->on_heartbeat_tick(); }}));
   if (c->info_.address.empty()) {
     const std::string &host = c->control_->local_host();
     c->info_.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                       std::to_string(port.value());
+                       std::to_string(port);
   }
   c->view_ = std::make_unique<MemberView>(c->id_, c->group_, c->info_);
   ControlMessage hello;
@@ -366,10 +363,8 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
   op->c.algo = algo::choose(c, n, measured != 0 ? static_cast<size_t>(measured) : tree_max_bytes_);
   WCCL_RETURN_IF_ERROR(algo::check(op->c, n, view_->rank()));
   if (c.device != nullptr) {
-    Result<algo::DeviceMemory *> memory = device_memory_locked(c.device);
-    if (!memory.ok()) return memory.status();
-    op->device = memory.value();
-    op->c.memory = memory.value();
+    WCCL_ASSIGN_OR_RETURN(op->device, device_memory_locked(c.device));
+    op->c.memory = op->device;
     WCCL_RETURN_IF_ERROR(c.device->record(c.after, &op->ready));
   }
   Actions actions;

@@ -7,6 +7,8 @@
 // calls) are comm::MemberView's, a state machine without I/O; this class is its shell: it feeds
 // the view what arrives (coordinator messages, calls, the end of data phases) under one mutex and
 // carries out the actions it returns (sends, decisions, cancelling a data phase, an epoch's links).
+// Two shells of their own carry the I/O: the coordinator session (ControlSession) and the epoch's
+// links to the other members (EpochLinks); this class runs the operations.
 //
 // Operations. submit() numbers an operation within the epoch and queues it; every member must
 // submit the same operations in the same order (members found in different ones revoke the epoch

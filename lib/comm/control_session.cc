@@ -15,9 +15,7 @@ Result<std::unique_ptr<ControlSession>> ControlSession::open(const Config &cfg, 
   std::unique_ptr<ControlSession> s(new ControlSession(cfg.str("coordinator"), std::move(log), std::move(events)));
   Config control_cfg = cfg;  // control messages are small: one connection carries them
   WCCL_RETURN_IF_ERROR(control_cfg.set("streams", "1"));
-  auto transport = net::Transport::create(control_cfg);
-  if (!transport.ok()) return transport.status();
-  s->transport_ = std::move(transport).value();
+  WCCL_ASSIGN_OR_RETURN(s->transport_, net::Transport::create(control_cfg));
   // A coordinator that is not listening yet, or that refuses connections while too many from this
   // address are in set-up, is tried again with backoff until the deadline; the last cause is what
   // the caller hears. A TLS rejection (AUTH) or a bad address is final at once.

@@ -12,15 +12,13 @@ Result<net::Link *> LinkChannel::link(int peer) {
 }
 
 Status LinkChannel::send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) {
-  auto l = link(peer);
-  if (!l.ok()) return l.status();
-  return l.value()->send(net::MessageKey{epoch_, seq_, tag}, data, len, std::move(done));
+  WCCL_ASSIGN_OR_RETURN(net::Link *l, link(peer));
+  return l->send(net::MessageKey{epoch_, seq_, tag}, data, len, std::move(done));
 }
 
 Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) {
-  auto l = link(peer);
-  if (!l.ok()) return l.status();
-  return l.value()->recv(net::MessageKey{epoch_, seq_, tag}, data, len, got, std::move(done));
+  WCCL_ASSIGN_OR_RETURN(net::Link *l, link(peer));
+  return l->recv(net::MessageKey{epoch_, seq_, tag}, data, len, got, std::move(done));
 }
 
 void LinkChannel::abort(const Status &why) {

@@ -20,9 +20,8 @@ class CommunicatorMember final : public SyncMember {
   bool revoked() const override { return comm_.revoked(); }
   size_t chunk_bytes() const override { return comm_.chunk_bytes(); }
   Status run(const algo::Collective &c, OpStats *stats) override {
-    auto op = comm_.submit(c, std::chrono::milliseconds(0));
-    if (!op.ok()) return op.status();
-    return comm_.wait(op.value(), stats);
+    WCCL_ASSIGN_OR_RETURN(auto op, comm_.submit(c, std::chrono::milliseconds(0)));
+    return comm_.wait(op, stats);
   }
   Status reform() override { return comm_.reform(); }
 
@@ -64,11 +63,9 @@ Result<std::vector<algo::MemberState>> gather_states(SyncMember &member, const a
 // job->plan is set once the descriptions are all-gathered; s accumulates the bytes moved.
 Status attempt(SyncMember &member, const algo::MemberState &mine, const algo::SyncTarget *elected,
                const std::shared_ptr<algo::SyncJob> &job, SyncStats *s) {
-  Result<std::vector<algo::MemberState>> states = gather_states(member, mine);
-  if (!states.ok()) return states.status();
-  Result<algo::SyncPlan> plan = algo::plan_sync(states.value(), member.chunk_bytes(), elected);
-  if (!plan.ok()) return plan.status();
-  job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan).value());
+  WCCL_ASSIGN_OR_RETURN(const std::vector<algo::MemberState> states, gather_states(member, mine));
+  WCCL_ASSIGN_OR_RETURN(algo::SyncPlan plan, algo::plan_sync(states, member.chunk_bytes(), elected));
+  job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan));
   algo::place_received(job.get(), member.rank());
   if (job->plan->transfers.empty()) return Status();
   algo::Collective c;

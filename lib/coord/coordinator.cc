@@ -25,13 +25,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
   if (!cfg.flag("tls")) {
     WCCL_LOG(c->log_, kWarn, "tls=off: links to the coordinator are neither encrypted nor authenticated");
   }
-  auto transport = net::Transport::create(cfg);
-  if (!transport.ok()) return transport.status();
-  c->transport_ = std::move(transport).value();
+  WCCL_ASSIGN_OR_RETURN(c->transport_, net::Transport::create(cfg));
   Coordinator *self = c.get();
-  auto port = c->transport_->listen(cfg.str("listen"), [self](std::shared_ptr<net::Link> link) { self->on_link(std::move(link)); });
-  if (!port.ok()) return port.status();
-  c->port_ = port.value();
+  WCCL_ASSIGN_OR_RETURN(c->port_, c->transport_->listen(cfg.str("listen"), [self](std::shared_ptr<net::Link> link) {
+    self->on_link(std::move(link));
+  }));
   // Timeouts are decided by tick(), run as often as the membership rules ask.
   WCCL_RETURN_IF_ERROR(c->transport_->every(Membership::tick_period(c->options_), [self] { self->tick(); }));
   WCCL_LOG(c->log_, kInfo, "coordinator listening on port %d", c->port_);

@@ -69,3 +69,15 @@ std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
     ::wccl::Status wccl_status_ = (expr); \
     if (!wccl_status_.ok()) return wccl_status_; \
   } while (0)
+
+// `lhs` (a declaration or an lvalue) = the value of the Result `expr`, or its Status returned.
+// (lhs may be a declaration and `result` is a name: neither can be parenthesised.)
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define WCCL_ASSIGN_OR_RETURN(lhs, expr) WCCL_ASSIGN_OR_RETURN_(WCCL_CONCAT_(wccl_result_, __LINE__), lhs, expr)
+#define WCCL_ASSIGN_OR_RETURN_(result, lhs, expr) \
+  auto result = (expr);                            \
+  if (!result.ok()) return result.status();        \
+  lhs = std::move(result).value()
+// NOLINTEND(bugprone-macro-parentheses)
+#define WCCL_CONCAT_(a, b) WCCL_CONCAT_INNER_(a, b)
+#define WCCL_CONCAT_INNER_(a, b) a##b

@@ -298,13 +298,9 @@ Result<std::unique_ptr<Transport>> Transport::create(const Config &cfg) {
   core->opt.io_timeout = std::chrono::milliseconds(cfg.integer("io_timeout_ms"));
   core->opt.name = cfg.peer_name();
   if (core->opt.tls) {
-    Result<std::shared_ptr<TlsContext>> tls = TlsContext::create(cfg);
-    if (!tls.ok()) return tls.status();
-    core->tls = std::move(tls).value();
+    WCCL_ASSIGN_OR_RETURN(core->tls, TlsContext::create(cfg));
   }
-  Result<std::unique_ptr<Loop>> loop = Loop::start(core->log);
-  if (!loop.ok()) return loop.status();
-  core->loop = std::move(loop).value();
+  WCCL_ASSIGN_OR_RETURN(core->loop, Loop::start(core->log));
   // Timeouts are checked by one timer; a timeout fires at most one period late.
   const auto shortest = std::min(core->opt.hello_timeout, core->opt.io_timeout).count();
   const uint64_t period = static_cast<uint64_t>(std::clamp<int64_t>(shortest / 4, 5, 250));
@@ -348,12 +344,11 @@ std::chrono::milliseconds Transport::connect_timeout() const { return core_->opt
 
 Result<int> Transport::listen(const std::string &address,
                               std::function<void(std::shared_ptr<Link>)> on_link) {
-  Result<HostPort> hp = parse_address(address);
-  if (!hp.ok()) return hp.status();
+  WCCL_ASSIGN_OR_RETURN(HostPort hp, parse_address(address));
   Core *c = core_.get();
   LoopResult<Result<int>> port;
   WCCL_RETURN_IF_ERROR(port.start(c->loop->in_loop_thread(), "listen", [&](std::function<void(Result<int>)> deliver) {
-    return c->post([c, hp = hp.value(), address, on_link = std::move(on_link), deliver = std::move(deliver)] {
+    return c->post([c, hp, address, on_link = std::move(on_link), deliver = std::move(deliver)] {
       c->resolver.resolve(c->loop->uv(), address, hp, /*passive=*/true,
                           [c, address, on_link, deliver](Result<sockaddr_storage> sa) {
         deliver(sa.ok() ? open_listener(c, sa.value(), address, on_link) : Result<int>(sa.status()));
@@ -368,10 +363,9 @@ Result<int> Transport::listen(const std::string &address,
 
 Status Transport::connect(const std::string &address,
                           std::function<void(Result<std::shared_ptr<Link>>)> done) {
-  Result<HostPort> hp = parse_address(address);
-  if (!hp.ok()) return hp.status();
+  WCCL_ASSIGN_OR_RETURN(HostPort hp, parse_address(address));
   std::shared_ptr<Core> core = core_;
-  return core_->post([core, hp = hp.value(), address, done = std::move(done)]() mutable {
+  return core_->post([core, hp = std::move(hp), address, done = std::move(done)]() mutable {
     auto link = std::make_shared<LinkState>(core, /*is_client=*/true, core->opt.streams,
                                             Clock::now() + core->opt.connect_timeout);
     link->on_connected_ = std::move(done);
