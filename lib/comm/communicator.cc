@@ -68,10 +68,10 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
     c->info_.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                        std::to_string(port);
   }
-  c->view_ = std::make_unique<MemberView>(c->id_, c->group_, c->info_);
   ControlMessage hello;
   {
-    std::lock_guard<std::mutex> lock(c->mu_);
+    std::lock_guard<std::mutex> lock(c->mu_);  // the control thread may already read view_
+    c->view_ = std::make_unique<MemberView>(c->id_, c->group_, c->info_);
     hello = c->view_->begin_join();
   }
   WCCL_RETURN_IF_ERROR(c->send(hello));
@@ -124,12 +124,20 @@ Status Communicator::send(const ControlMessage &m) { return control_->send(m); }
 template <typename Pred, typename Through>
 Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what,
                           Pred done, Through through_loss) {
-  cv_.wait_for(lock, timeout, [&] { return view_->aborted() || done() || (!control_->connected() && !through_loss()); });
-  if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
-  if (done()) return Status();
-  if (!control_->connected()) return control_->down().with_context(what);
-  return WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s: no decision from the coordinator within %lld ms", what,
-                    static_cast<long long>(timeout.count()));
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const bool woke = cv_.wait_until(
+        lock, deadline, [&] { return view_->aborted() || done() || (!control_->connected() && !through_loss()); });
+    if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
+    if (done()) return Status();
+    const Status down = control_->down();  // one reading: a reconnection may land at any time
+    if (!down.ok()) return down.with_context(what);
+    if (!woke) {
+      return WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s: no decision from the coordinator within %lld ms", what,
+                        static_cast<long long>(timeout.count()));
+    }
+    // Woken by a lost coordinator that the heartbeat timer has reconnected to already: wait on.
+  }
 }
 
 // Sends an UPDATE, REFORM or LEAVE for the current epoch and waits for the coordinator's answer
@@ -137,7 +145,8 @@ Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milli
 Status Communicator::membership_call(MessageType type, const char *what) {
   std::unique_lock<std::mutex> lock(mu_);
   if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
-  if (!control_->connected()) return control_->down().with_context(what);
+  const Status down = control_->down();
+  if (!down.ok()) return down.with_context(what);
   Actions actions;
   WCCL_RETURN_IF_ERROR(view_->call(type, &actions));
   if (type == MessageType::kUpdate) {

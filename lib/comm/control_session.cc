@@ -34,27 +34,40 @@ Result<std::unique_ptr<ControlSession>> ControlSession::open(const Config &cfg, 
         format("coordinator %s (%d attempt%s)", s->coordinator_.c_str(), attempts, attempts == 1 ? "" : "s")));
   }
   s->local_host_ = link.value()->local_host();
-  auto channel = s->adopt(link.value());
-  std::lock_guard<std::mutex> lock(s->mu_);
-  s->channel_ = std::move(channel);
+  if (!s->publish(s->adopt(link.value()))) return s->down();
   return s;
 }
 
 ControlSession::~ControlSession() { stop(); }
 
-std::shared_ptr<coord::ControlChannel> ControlSession::adopt(const std::shared_ptr<net::Link> &link) {
-  auto holder = std::make_shared<const coord::ControlChannel *>(nullptr);
+std::shared_ptr<ControlSession::Connection> ControlSession::adopt(const std::shared_ptr<net::Link> &link) {
+  auto conn = std::make_shared<Connection>();
   auto channel = coord::ControlChannel::open(
       link, [this](const coord::ControlMessage &m) { events_.message(m); },
-      [this, holder](const Status &why) { closed(*holder, why); });
-  *holder = channel.get();
-  return channel;
+      [this, conn](const Status &why) { closed(conn, why); });
+  std::lock_guard<std::mutex> lock(mu_);
+  conn->channel = std::move(channel);
+  return conn;
 }
 
-void ControlSession::closed(const coord::ControlChannel *which, const Status &why) {
+bool ControlSession::publish(const std::shared_ptr<Connection> &conn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (conn->closed) {
+    down_ = conn->why;
+    return false;
+  }
+  current_ = conn;
+  channel_ = conn->channel;
+  return true;
+}
+
+void ControlSession::closed(const std::shared_ptr<Connection> &conn, const Status &why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (channel_.get() != which && which != nullptr) return;  // a connection replaced already
+    conn->closed = true;
+    conn->why = why;
+    if (current_ != conn) return;  // not published yet (publish sees it), or replaced already
+    current_.reset();
     channel_.reset();
     down_ = why;
     backoff_ = std::chrono::milliseconds(0);
@@ -106,12 +119,13 @@ void ControlSession::reconnect() {
       down_ = link.status();
       return;
     }
-    auto channel = adopt(link.value());
+    const std::shared_ptr<Connection> conn = adopt(link.value());
     {
       std::lock_guard<std::mutex> lock(mu_);
       reconnecting_ = false;
-      channel_ = channel;
     }
+    if (!publish(conn)) return;  // closed at once: the next heartbeat tries again
+    const std::shared_ptr<coord::ControlChannel> channel = conn->channel;
     const std::vector<coord::ControlMessage> again = events_.reconnected();
     if (!again.empty()) {
       WCCL_LOG(log_, kInfo, "reconnected to the coordinator; rejoining at epoch %llu",

@@ -63,9 +63,18 @@ class ControlSession {
  private:
   ControlSession(std::string coordinator, Logger log, Events events)
       : coordinator_(std::move(coordinator)), log_(std::move(log)), events_(std::move(events)) {}
-  // A connected link becomes the session's channel.
-  std::shared_ptr<coord::ControlChannel> adopt(const std::shared_ptr<net::Link> &link);
-  void closed(const coord::ControlChannel *which, const Status &why);
+  // One connection's channel, and whether it closed (guarded by mu_): its close may come before
+  // it is published, from the loop thread.
+  struct Connection {
+    std::shared_ptr<coord::ControlChannel> channel;
+    bool closed = false;
+    Status why;
+  };
+  // A connected link's channel, not published yet.
+  std::shared_ptr<Connection> adopt(const std::shared_ptr<net::Link> &link);
+  // Makes it the session's channel: false (down_ set) if it has closed already.
+  bool publish(const std::shared_ptr<Connection> &conn);
+  void closed(const std::shared_ptr<Connection> &conn, const Status &why);
 
   const std::string coordinator_;
   Logger log_;
@@ -75,7 +84,8 @@ class ControlSession {
   std::chrono::milliseconds period_{1000};
   mutable std::mutex mu_;
   bool stopped_ = false;
-  std::shared_ptr<coord::ControlChannel> channel_;  // null while the coordinator is away
+  std::shared_ptr<Connection> current_;            // the published connection
+  std::shared_ptr<coord::ControlChannel> channel_;  // its channel; null while the coordinator is away
   Status down_;                                     // why channel_ is null
   bool reconnecting_ = false;
   std::chrono::milliseconds backoff_{0};
