@@ -272,7 +272,7 @@ Communicator::Effects Communicator::apply(Actions actions) {
         break;
       case Action::Kind::kEpochChanged:
         // The epoch and its links change together: nobody may see the new epoch with old links.
-        for (auto &[rank, l] : links_->begin_epoch(view_->epoch(), view_->rank(), view_->ring())) {
+        for (auto &[rank, l] : links_->begin_epoch(*view_)) {
           e.closing.push_back(std::move(l));
         }
         e.open_links = true;
@@ -296,11 +296,11 @@ void Communicator::carry_out(const Effects &effects) {
 void Communicator::on_control_lost(const Status &why) {
   bool closing;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_);  // as wake(): a waiter sees the loss or is woken
     closing = closing_;
   }
   if (!closing) WCCL_LOG(log_, kWarn, "lost the coordinator: %s; reconnecting", why.to_string().c_str());
-  wake();
+  cv_.notify_all();
 }
 
 void Communicator::on_heartbeat_tick() {

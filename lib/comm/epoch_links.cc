@@ -18,20 +18,21 @@ void EpochLinks::accepted(const std::shared_ptr<net::Link> &link) {
   if (!st.ok()) link->close(st);
 }
 
-EpochLinks::Links EpochLinks::begin_epoch(uint64_t epoch, int rank, const std::vector<coord::Member> &ring) {
+EpochLinks::Links EpochLinks::begin_epoch(const MemberView &view) {
   std::lock_guard<std::mutex> lock(mu_);
   Links previous = std::exchange(links_, {});
-  epoch_ = epoch;
-  rank_ = rank;
-  ring_ = ring;
+  epoch_ = view.epoch();
+  rank_ = view.rank();
+  ring_ = view.ring();
+  neighbours_ = view.neighbours();
   unwatched_.clear();
-  for (int r = 0; r < rank; ++r) {  // the members of lower rank connect to us
-    auto early = early_.find({epoch, ring[static_cast<size_t>(r)].id});
+  for (auto r = neighbours_.begin(); r != neighbours_.end() && *r < rank_; ++r) {  // they connect to us
+    auto early = early_.find({epoch_, ring_[static_cast<size_t>(*r)].id});
     if (early == early_.end()) continue;
-    links_[r] = early->second;
+    links_[*r] = early->second;
     unwatched_.emplace_back(early->first.second, early->second);
   }
-  early_.erase(early_.begin(), early_.lower_bound({epoch + 1, 0}));
+  early_.erase(early_.begin(), early_.lower_bound({epoch_ + 1, 0}));
   return previous;
 }
 
@@ -44,8 +45,8 @@ void EpochLinks::open() {
     if (closed_) return;
     epoch = epoch_;
     adopted = std::exchange(unwatched_, {});
-    for (int r = rank_ + 1; rank_ >= 0 && r < static_cast<int>(ring_.size()); ++r) {
-      to_open.emplace_back(r, ring_[static_cast<size_t>(r)]);
+    for (auto r = neighbours_.upper_bound(rank_); r != neighbours_.end(); ++r) {  // we connect to them
+      to_open.emplace_back(*r, ring_[static_cast<size_t>(*r)]);
     }
   }
   // Watched here, not in begin_epoch: on the loop thread a link's callbacks may run inline, and
@@ -85,11 +86,8 @@ void EpochLinks::adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr
   std::shared_ptr<net::Link> replaced;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    int r = -1;
-    for (int i = 0; epoch == epoch_ && !closed_ && i < rank_; ++i) {
-      if (ring_[static_cast<size_t>(i)].id == from) r = i;
-    }
-    if (r >= 0) {
+    const int r = epoch == epoch_ && !closed_ ? coord::rank_in(ring_, from) : -1;
+    if (r >= 0 && r < rank_ && neighbours_.count(r) != 0) {
       auto it = links_.find(r);
       if (it != links_.end()) replaced = it->second;
       links_[r] = link;
@@ -119,8 +117,7 @@ void EpochLinks::watch(const std::shared_ptr<net::Link> &link, coord::PeerId pee
 
 bool EpochLinks::complete(Links *out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t others = rank_ >= 0 ? ring_.size() - 1 : 0;
-  if (links_.size() != others) return false;
+  if (links_.size() != neighbours_.size()) return false;
   if (out != nullptr) *out = links_;
   return true;
 }

@@ -17,9 +17,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <utility>
 #include <vector>
 
+#include "comm/member.h"
 #include "coord/membership.h"
 #include "core/log.h"
 #include "net/transport.h"
@@ -42,10 +44,10 @@ class EpochLinks {
 
   // Every link the transport accepts comes here; it waits for its hello.
   void accepted(const std::shared_ptr<net::Link> &link);
-  // A new epoch, in which this member has `rank` (-1: none) in `ring`: the previous epoch's links
-  // are returned for the caller to close (outside its locks), the ones already opened to us for
-  // this epoch are taken, and open() (outside the caller's locks) starts the rest.
-  Links begin_epoch(uint64_t epoch, int rank, const std::vector<coord::Member> &ring);
+  // The view's new epoch, whose links go to its neighbours (MemberView::neighbours): the previous
+  // epoch's links are returned for the caller to close (outside its locks), the ones already
+  // opened to us for this epoch are taken, and open() (outside the caller's locks) starts the rest.
+  Links begin_epoch(const MemberView &view);
   // Connects to the members of higher rank in the epoch begun last.
   void open();
   // The current epoch's links, if every one is open (out: all of them; true for a member alone).
@@ -73,6 +75,7 @@ class EpochLinks {
   uint64_t epoch_ = 0;
   int rank_ = -1;
   std::vector<coord::Member> ring_;
+  std::set<int> neighbours_;  // ranks this member links to in epoch_
   Links links_;  // the current epoch's open links
   // Links opened to us for epochs not announced to us yet, by (epoch, opener).
   std::map<std::pair<uint64_t, coord::PeerId>, std::shared_ptr<net::Link>> early_;

@@ -16,12 +16,7 @@ ControlMessage MemberView::message(MessageType type) const {
   return m;
 }
 
-int MemberView::rank_of(coord::PeerId id) const {
-  for (size_t i = 0; i < ring_.size(); ++i) {
-    if (ring_[i].id == id) return static_cast<int>(i);
-  }
-  return -1;
-}
+int MemberView::rank_of(coord::PeerId id) const { return coord::rank_in(ring_, id); }
 
 // Every other member: the collectives exchange messages with the ring's next and previous peers
 // and the parent and children in both trees (algo::tree_node), and state sync between any donor

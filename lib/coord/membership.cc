@@ -44,6 +44,13 @@ bool Membership::any_member() const {
   return std::any_of(ring_.begin(), ring_.end(), [&](const Member &m) { return is_member(m.id); });
 }
 
+int rank_in(const std::vector<Member> &ring, PeerId id) {
+  for (size_t i = 0; i < ring.size(); ++i) {
+    if (ring[i].id == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 Status Membership::on_message(const ControlMessage &m, Clock::time_point now, bool *drop) {
   *drop = false;
   switch (m.type) {

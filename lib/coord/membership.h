@@ -71,6 +71,9 @@ struct LinkEstimate {
   uint64_t bytes_per_s = 0;  // 0: not measured
 };
 
+// The position of `id` in `ring`, -1 if it is not there.
+int rank_in(const std::vector<Member> &ring, PeerId id);
+
 // Rings of at most this many members are ordered from measured round trips (coord/ring_order.h);
 // larger ones keep the order of arrival.
 inline constexpr size_t kMaxMeasuredRing = 64;

@@ -109,9 +109,8 @@ class SimChannel final : public algo::Channel {
  public:
   // carry: its messages carry their bytes (else only their lengths travel).
   SimChannel(World &w, int member, uint64_t epoch, uint64_t seq, bool carry)
-      : w_(w), member_(member), epoch_(epoch), seq_(seq), carry_(carry), rank_(w.peer(member).view.rank()) {
-    for (const coord::Member &x : w.peer(member).view.ring()) ring_.push_back(World::index(x.id));
-  }
+      : w_(w), member_(member), epoch_(epoch), seq_(seq), carry_(carry), rank_(w.peer(member).view.rank()),
+        ring_(w.peer(member).ring()) {}
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ring_.size()); }
 
@@ -181,7 +180,7 @@ class SimChannel final : public algo::Channel {
   const uint64_t epoch_, seq_;
   const bool carry_;
   const int rank_;
-  std::vector<int> ring_;  // member indices
+  const std::vector<int> ring_;  // member indices
   Status aborted_;
   std::vector<std::shared_ptr<Once>> outstanding_;
 };
@@ -346,7 +345,7 @@ Driver::Outcome Driver::sync(int r, SimMemory &memory, SimMemory &exact) {
   if (!me.has_state) {
     // Committed: the received state is its own, and it goes on where the others are.
     me.has_state = true;
-    for (const coord::Member &x : me.view.ring()) me.next_op = std::max(me.next_op, w_.peer(World::index(x.id)).next_op);
+    for (int m : me.ring()) me.next_op = std::max(me.next_op, w_.peer(m).next_op);
     w_.admissions[static_cast<size_t>(r - peers_)].synced = seconds(w_.engine.now());
   }
   return Outcome::kCommitted;
@@ -406,8 +405,7 @@ void Driver::run(int r) {
     running = o != Outcome::kStop;
     if (o != Outcome::kCommitted) continue;
     committed[static_cast<size_t>(k)][static_cast<size_t>(r)] = w_.engine.now();
-    last_ring[static_cast<size_t>(r)].clear();
-    for (const coord::Member &x : me.view.ring()) last_ring[static_cast<size_t>(r)].push_back(World::index(x.id));
+    last_ring[static_cast<size_t>(r)] = me.ring();
     if (r >= peers_ && w_.admissions[static_cast<size_t>(r - peers_)].committed < 0) {
       w_.admissions[static_cast<size_t>(r - peers_)].committed = seconds(w_.engine.now());
     }

@@ -68,6 +68,12 @@ void Mailboxes::place(const Recv &r, const std::vector<uint8_t> *bytes, size_t l
   engine_.touch(r.member);
 }
 
+std::vector<int> Peer::ring() const {
+  std::vector<int> out;
+  for (const coord::Member &x : view.ring()) out.push_back(World::index(x.id));
+  return out;
+}
+
 World::World(const Topology &t, const std::vector<int> &ranks, const TcpOptions &tcp, const Workload &w)
     : topo(t), engine(static_cast<int>(ranks.size() + w.joins.size())), net(engine, t, tcp), mail(engine), work(w),
       membership(options(w, static_cast<int>(ranks.size()))), first_peers(static_cast<int>(ranks.size())) {

@@ -70,6 +70,7 @@ class Mailboxes {
 // One simulated peer: its process, its member's rules, and what its trainer holds.
 struct Peer {
   Peer(coord::PeerId id, int on_host, const std::string &name) : host(on_host), view(id, "sim", {name, "", ""}) {}
+  std::vector<int> ring() const;  // its epoch's members (World::index of each), in ring order
   int host = 0;
   comm::MemberView view;  // the library's rules: epoch, ring, operations' numbering and outcomes
   std::map<std::pair<uint64_t, uint64_t>, Status> decided;  // outcomes of its operations not taken yet
