@@ -375,6 +375,77 @@ TEST_F(CollectiveApi, OnePeerCollectivesComplete) {
   wccl_request_free(req);
 }
 
+// The hierarchical all-reduce through the C API: a node of two local ranks (threads), each with a
+// communicator of its own group (one node: the groups have one member each); its arguments are
+// checked and named, and the non-blocking form reports its outcome and stats.
+TEST_F(CollectiveApi, HierarchicalAllReduceOverALocalGroupOfThreads) {
+  auto expect = [](wccl_result_t got, wccl_result_t want, const char *words) {
+    EXPECT_EQ(got, want) << wccl_last_error();
+    EXPECT_NE(std::string(wccl_last_error()).find(words), std::string::npos) << wccl_last_error();
+  };
+  wccl_local_group_t *local[2] = {nullptr, nullptr};
+  expect(wccl_local_group_threads(0, local), WCCL_ERR_INVALID_ARGUMENT, "size 0");
+  expect(wccl_local_group_threads(2, nullptr), WCCL_ERR_INVALID_ARGUMENT, "groups");
+  expect(wccl_local_group_nccl(&local[0], nullptr), WCCL_ERR_INVALID_ARGUMENT, "nccl_comm is NULL");
+  EXPECT_EQ(local[0], nullptr);
+  if (!WCCL_TEST_HAVE_NCCL) {
+    int fake = 0;
+    expect(wccl_local_group_nccl(&local[0], &fake), WCCL_ERR_UNSUPPORTED, "built without NCCL");
+  }
+  ASSERT_EQ(wccl_local_group_threads(2, local), WCCL_OK) << wccl_last_error();
+  EXPECT_EQ(wccl_local_group_rank(local[1]), 1);
+  EXPECT_EQ(wccl_local_group_size(local[1]), 2);
+
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "log_level", "error"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "group", "local1"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "coordinator", ("127.0.0.1:" + std::to_string(wccl_coord_port(coord_))).c_str()), WCCL_OK);
+  wccl_comm_t *comm1 = nullptr;
+  ASSERT_EQ(wccl_comm_join(&comm1, cfg), WCCL_OK) << wccl_last_error();
+  wccl_config_destroy(cfg);
+
+  float v[3] = {1, 2, 3};
+  expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, nullptr, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "local is NULL");
+  expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, local[0], nullptr, nullptr), WCCL_ERR_INVALID_ARGUMENT, "comm is NULL");
+  expect(wccl_hier_allreduce(nullptr, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "sendbuf");
+  expect(wccl_hier_allreduce(v, v, 3, static_cast<wccl_dtype_t>(9), WCCL_SUM, local[0], comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "dtype 9");
+  wccl_opts_t o = wccl_opts_default();
+  int stream = 0;
+  o.cuda_stream = &stream;
+  expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "cuda_stream");
+  expect(wccl_ihier_allreduce(nullptr, v, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "req (the out-handle) is NULL");
+  EXPECT_EQ(v[0], 1.0f);
+
+  // Rank 1 blocks in its own thread; rank 0 waits for its non-blocking call.
+  float w[3] = {10, 20, 30};
+  wccl_result_t rank1 = WCCL_ERR_INTERNAL;
+  std::thread t([&] { rank1 = wccl_hier_allreduce(w, w, 3, WCCL_F32, WCCL_AVG, local[1], comm1, nullptr); });
+  wccl_request_t *req = nullptr;
+  ASSERT_EQ(wccl_ihier_allreduce(&req, v, v, 3, WCCL_F32, WCCL_AVG, local[0], comm_, nullptr), WCCL_OK) << wccl_last_error();
+  wccl_op_stats_t stats;
+  stats.size = sizeof(stats);
+  EXPECT_EQ(wccl_wait(req, &stats), WCCL_OK) << wccl_last_error();
+  t.join();
+  EXPECT_EQ(rank1, WCCL_OK);
+  EXPECT_EQ(stats.world_size, 1);
+  int done = 0;
+  EXPECT_EQ(wccl_test(req, &done), WCCL_OK);
+  EXPECT_EQ(done, 1);
+  wccl_request_free(req);
+  for (const float *x : {v, w}) {
+    EXPECT_EQ(x[0], 5.5f);
+    EXPECT_EQ(x[1], 11.0f);
+    EXPECT_EQ(x[2], 16.5f);
+  }
+  wccl_local_group_destroy(local[0]);
+  wccl_local_group_destroy(local[1]);
+  wccl_comm_destroy(comm1);
+}
+
 // Device buffers as the C API sees them, on an emulated GPU (tests/emulated_device.h).
 TEST_F(CollectiveApi, DeviceBuffersAreFoundCheckedAndOrderedAfterTheCallersStream) {
   wccl::test::EmulatedGpu gpu;

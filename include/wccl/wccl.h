@@ -375,6 +375,55 @@ WCCL_API wccl_result_t wccl_test(wccl_request_t *req, int *done);
 WCCL_API void wccl_request_free(wccl_request_t *req);
 
 /* ---------------------------------------------------------------------------------------------
+ * Hierarchical all-reduce: several ranks per node (docs/algorithms.md, "Hierarchical all-reduce")
+ *
+ * A node runs L ranks (one per GPU) that reach each other fast (NVLink, PCIe, shared memory) and
+ * the other nodes over the WAN. Each local rank r has a wccl communicator of its own whose members
+ * are the local ranks r of every node (each in a group of its own, all naming the same `node` in
+ * their configuration, so the coordinator loses a node's communicators together), and a local
+ * group: the node's ranks. wccl_hier_allreduce reduce-scatters inside the node, all-reduces each
+ * rank's block across nodes over its communicator (any wire), and all-gathers inside the node, so
+ * the WAN carries each element once per node instead of once per GPU.
+ *
+ * Its outcome is the node's: if any local rank's all-reduce across nodes fails, every local rank
+ * of every node returns an error (that rank its own, the others PEER_LOST naming it), recvbuf is as
+ * it was on every rank, and each rank calls wccl_comm_update on its communicator and retries. AVG
+ * averages over every rank of every node (every node must have the same local size). Every rank
+ * of the local group calls the same hierarchical all-reduces in the same order; nothing else may
+ * run on the local group meanwhile (an NCCL communicator passed in included). A local group that
+ * fails itself (a CUDA or NCCL error, a rank that stops coming: TIMEOUT) is broken: every later
+ * call fails, and the node should be restarted.
+ * ------------------------------------------------------------------------------------------- */
+
+/* One rank of a node's local group. */
+typedef struct wccl_local_group wccl_local_group_t;
+
+/* A local group of `size` threads of this process: groups (an array of size handles) receives one
+ * handle per thread, handles[i] having rank i. Host buffers or device buffers. */
+WCCL_API wccl_result_t wccl_local_group_threads(int size, wccl_local_group_t **groups);
+/* The caller's NCCL communicator (an ncclComm_t) as this rank's local group: device buffers on
+ * its GPU. The caller keeps it (it must outlive the handle). UNSUPPORTED in a library built
+ * without NCCL (meson option nccl). */
+WCCL_API wccl_result_t wccl_local_group_nccl(wccl_local_group_t **group, void *nccl_comm);
+WCCL_API int wccl_local_group_rank(const wccl_local_group_t *group);
+WCCL_API int wccl_local_group_size(const wccl_local_group_t *group);
+/* Waits for the rank's operations in flight first. NULL is ignored. */
+WCCL_API void wccl_local_group_destroy(wccl_local_group_t *group);
+
+/* recvbuf[i] = op over every rank of every node of sendbuf[i], i < count; in place allowed.
+ * opts as for wccl_allreduce: wire, algo and compress apply to the all-reduce across nodes;
+ * cuda_stream orders device buffers; timeout_ms bounds the whole operation (0: the
+ * communicator's op_timeout_ms). */
+WCCL_API wccl_result_t wccl_hier_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
+                                           wccl_redop_t op, wccl_local_group_t *local, wccl_comm_t *comm,
+                                           const wccl_opts_t *opts);
+/* The non-blocking form: a request for wccl_wait, wccl_test and wccl_request_free; a rank's
+ * hierarchical all-reduces run in the order they were called. */
+WCCL_API wccl_result_t wccl_ihier_allreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
+                                            wccl_dtype_t dtype, wccl_redop_t op, wccl_local_group_t *local,
+                                            wccl_comm_t *comm, const wccl_opts_t *opts);
+
+/* ---------------------------------------------------------------------------------------------
  * Shared state sync (live checkpoint recovery, docs/algorithms.md "State sync")
  * ------------------------------------------------------------------------------------------- */
 

@@ -14,6 +14,9 @@
 #include "core/config.h"
 #include "gpu/kernels.h"
 #include "gpu/device.h"
+#include "hier/hier_allreduce.h"
+#include "hier/nccl_group.h"
+#include "hier/thread_group.h"
 #include "wccl/wccl.h"
 
 struct wccl_config {
@@ -28,9 +31,19 @@ struct wccl_comm {
   std::unique_ptr<wccl::comm::Communicator> impl;
 };
 
+struct wccl_local_group {
+  std::unique_ptr<wccl::hier::Runner> runner;
+};
+
+// A collective of a communicator, or a hierarchical all-reduce of a local group's rank.
 struct wccl_request {
-  wccl::comm::Communicator *comm;
+  wccl::comm::Communicator *comm = nullptr;
   std::shared_ptr<wccl::comm::Op> op;
+  wccl::hier::Runner *runner = nullptr;
+  std::shared_ptr<wccl::hier::Op> hier;
+
+  wccl::Status wait(wccl::comm::OpStats *stats) { return runner != nullptr ? runner->wait(hier, stats) : comm->wait(op, stats); }
+  wccl::Status test() { return runner != nullptr ? runner->test(hier, nullptr) : comm->test(op, nullptr); }
 };
 
 namespace wccl {
@@ -236,7 +249,9 @@ Status check_buffers(const char *fn, algo::Collective &c, wccl_comm_t *comm, boo
 // Queues c; on success *req owns the operation.
 Status start(const algo::Collective &c, wccl_comm_t *comm, std::chrono::milliseconds timeout, wccl_request_t **req) {
   WCCL_ASSIGN_OR_RETURN(auto op, comm->impl->submit(c, timeout));
-  *req = new wccl_request{comm->impl.get(), std::move(op)};
+  *req = new wccl_request;
+  (*req)->comm = comm->impl.get();
+  (*req)->op = std::move(op);
   return Status();
 }
 
@@ -433,6 +448,98 @@ wccl_result_t wccl_ibarrier(wccl_request_t **req, wccl_comm_t *comm, const wccl_
   return barrier("wccl_ibarrier", req, true, comm, opts);
 }
 
+wccl_result_t wccl_local_group_threads(int size, wccl_local_group_t **groups) {
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(groups != nullptr, "wccl_local_group_threads: groups (the array of out-handles) is NULL");
+    WCCL_CHECK_ARG(size >= 1 && size <= 1024, "wccl_local_group_threads: size %d is not in 1..1024", size);
+    auto members = wccl::hier::ThreadGroup::create(size);
+    for (int r = 0; r < size; ++r) {
+      groups[r] = new wccl_local_group{std::make_unique<wccl::hier::Runner>(std::move(members[static_cast<size_t>(r)]))};
+    }
+    return wccl::Status();
+  });
+}
+
+wccl_result_t wccl_local_group_nccl(wccl_local_group_t **group, void *nccl_comm) {
+  if (group != nullptr) *group = nullptr;
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(group != nullptr, "wccl_local_group_nccl: group (the out-handle) is NULL");
+    WCCL_CHECK_ARG(nccl_comm != nullptr, "wccl_local_group_nccl: nccl_comm is NULL");
+    WCCL_ASSIGN_OR_RETURN(auto local, wccl::hier::nccl_group(nccl_comm));
+    *group = new wccl_local_group{std::make_unique<wccl::hier::Runner>(std::move(local))};
+    return wccl::Status();
+  });
+}
+
+int wccl_local_group_rank(const wccl_local_group_t *group) { return group != nullptr ? group->runner->local().rank() : -1; }
+int wccl_local_group_size(const wccl_local_group_t *group) { return group != nullptr ? group->runner->local().size() : 0; }
+void wccl_local_group_destroy(wccl_local_group_t *group) { delete group; }
+
+static wccl_result_t hier_allreduce(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf,
+                                    size_t count, int dtype, int op, wccl_local_group_t *local, wccl_comm_t *comm,
+                                    const wccl_opts_t *opts) {
+  if (req != nullptr) *req = nullptr;
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(!nonblocking || req != nullptr, "%s: req (the out-handle) is NULL", fn);
+    WCCL_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
+    WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
+    wccl::hier::Call call;
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, &call.global, dtype, op, opts, &call.timeout));
+    call.in = sendbuf;
+    call.out = recvbuf;
+    call.count = count;
+    call.dtype = call.global.dtype;
+    call.op = call.global.op;
+    wccl::hier::Runner &runner = *local->runner;
+    const size_t es = wccl::codec::dtype_size(call.dtype);
+    const size_t ranks = static_cast<size_t>(runner.local().size());
+    WCCL_CHECK_ARG(count <= SIZE_MAX / es - ranks, "%s: count %zu is too large", fn, count);
+    if (count != 0) {
+      WCCL_CHECK_ARG(sendbuf != nullptr, "%s: sendbuf is NULL", fn);
+      WCCL_CHECK_ARG(recvbuf != nullptr, "%s: recvbuf is NULL", fn);
+      wccl::gpu::Device *in_dev = wccl::gpu::device_of(sendbuf), *out_dev = wccl::gpu::device_of(recvbuf);
+      if (in_dev != out_dev) {
+        return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: sendbuf is in %s and recvbuf in %s; both must be on one device or both in host memory",
+                          fn, in_dev != nullptr ? in_dev->name().c_str() : "host memory",
+                          out_dev != nullptr ? out_dev->name().c_str() : "host memory");
+      }
+      call.device = in_dev;
+    }
+    const wccl::Status takes = runner.local().takes(call.device);
+    if (!takes.ok()) return WCCL_ERROR(takes.code(), "%s: %s", fn, takes.message().c_str());
+    if (call.global.after != nullptr && call.device == nullptr) {
+      return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: opts->cuda_stream orders device buffers, and these are %s", fn,
+                        count == 0 ? "empty" : "host memory (synchronize the stream first)");
+    }
+    if (call.device != nullptr) WCCL_RETURN_IF_ERROR(call.device->record(call.global.after, &call.ready));
+    auto queued = runner.submit(comm->impl.get(), call);
+    if (!queued.ok()) {
+      if (call.ready != nullptr) call.device->destroy_event(call.ready);
+      return queued.status();
+    }
+    auto request = std::make_unique<wccl_request>();
+    request->runner = &runner;
+    request->hier = std::move(queued).value();
+    if (nonblocking) {
+      *req = request.release();
+      return wccl::Status();
+    }
+    return request->wait(nullptr);
+  });
+}
+
+wccl_result_t wccl_hier_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, wccl_redop_t op,
+                                  wccl_local_group_t *local, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return hier_allreduce("wccl_hier_allreduce", nullptr, false, sendbuf, recvbuf, count, wccl::enum_value(&dtype),
+                        wccl::enum_value(&op), local, comm, opts);
+}
+
+wccl_result_t wccl_ihier_allreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
+                                   wccl_redop_t op, wccl_local_group_t *local, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return hier_allreduce("wccl_ihier_allreduce", req, true, sendbuf, recvbuf, count, wccl::enum_value(&dtype),
+                        wccl::enum_value(&op), local, comm, opts);
+}
+
 wccl_result_t wccl_wait(wccl_request_t *req, wccl_op_stats_t *stats) {
   return wccl::api_call([&]() -> wccl::Status {
     WCCL_CHECK_ARG(req != nullptr, "wccl_wait: req is NULL");
@@ -440,7 +547,7 @@ wccl_result_t wccl_wait(wccl_request_t *req, wccl_op_stats_t *stats) {
                    "wccl_wait: stats->size is %zu, not sizeof(wccl_op_stats_t) = %zu", stats ? stats->size : 0,
                    sizeof(wccl_op_stats_t));
     wccl::comm::OpStats s;
-    wccl::Status st = req->comm->wait(req->op, &s);
+    wccl::Status st = req->wait(&s);
     wccl::copy_stats(s, stats);
     return st;
   });
@@ -451,7 +558,7 @@ wccl_result_t wccl_test(wccl_request_t *req, int *done) {
   return wccl::api_call([&]() -> wccl::Status {
     WCCL_CHECK_ARG(req != nullptr, "wccl_test: req is NULL");
     WCCL_CHECK_ARG(done != nullptr, "wccl_test: done is NULL");
-    wccl::Status st = req->comm->test(req->op, nullptr);
+    wccl::Status st = req->test();
     if (st.code() == WCCL_ERR_IN_PROGRESS) return wccl::Status();
     *done = 1;
     return st;
@@ -460,7 +567,7 @@ wccl_result_t wccl_test(wccl_request_t *req, int *done) {
 
 void wccl_request_free(wccl_request_t *req) {
   if (req == nullptr) return;
-  (void)req->comm->wait(req->op, nullptr);
+  (void)req->wait(nullptr);
   delete req;
 }
 

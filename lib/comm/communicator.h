@@ -87,6 +87,7 @@ class Communicator {
   std::vector<coord::PeerId> ring() const;  // the current epoch's members, in ring order
   coord::PeerId id() const { return id_; }
   size_t chunk_bytes() const { return chunk_bytes_; }  // the configured pipelining unit
+  std::chrono::milliseconds op_timeout() const { return op_timeout_; }  // config key op_timeout_ms
   bool sync_compress() const { return sync_compress_; }  // config key sync_compress
   // This communicator's memory on `device` (made on first use; it lives as long as the
   // communicator), for state sync's device tensors. Collectives find theirs in submit().
