@@ -163,30 +163,15 @@ class MemberProcess {
       ADD_FAILURE() << "WCCL_TEST_MEMBER is not set; run through meson test";
       return;
     }
-    std::vector<std::string> env = {"WCCL_COORDINATOR=127.0.0.1:" + std::to_string(port), "WCCL_LISTEN=127.0.0.1:0",
-                                    "WCCL_GROUP=g", "WCCL_NAME=" + name, "WCCL_HEARTBEAT_MS=100",
-                                    "WCCL_TLS_CERT=" + files.cert, "WCCL_TLS_KEY=" + files.key, "WCCL_TLS_CA=" + files.ca};
-    for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    std::vector<char *> envp;
-    for (auto &s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    int in[2], out[2];
-    EXPECT_EQ(pipe(in), 0);
-    EXPECT_EQ(pipe(out), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, in[1]);
-    posix_spawn_file_actions_addclose(&actions, out[0]);
-    char *argv[] = {const_cast<char *>(bin), nullptr};
-    EXPECT_EQ(posix_spawn(&pid_, bin, &actions, nullptr, argv, envp.data()), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    close(in[0]);
-    close(out[1]);
-    stdin_ = in[1];
-    stdout_ = out[0];
+    spawn(bin, {}, {"WCCL_COORDINATOR=127.0.0.1:" + std::to_string(port), "WCCL_LISTEN=127.0.0.1:0",
+                    "WCCL_GROUP=g", "WCCL_NAME=" + name, "WCCL_HEARTBEAT_MS=100",
+                    "WCCL_TLS_CERT=" + files.cert, "WCCL_TLS_KEY=" + files.key, "WCCL_TLS_CA=" + files.ca});
   }
+  // Any program (bin, with args), with `env` before this process's environment.
+  MemberProcess(const std::string &bin, const std::vector<std::string> &args, const std::vector<std::string> &env) {
+    spawn(bin, args, env);
+  }
+
   ~MemberProcess() {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
@@ -214,8 +199,42 @@ class MemberProcess {
     return line;
   }
   void signal(int sig) { kill(pid_, sig); }
+  // Waits for the process to end: its exit status (128 + the signal that ended it).
+  int wait() {
+    int status = 0;
+    if (pid_ <= 0 || waitpid(pid_, &status, 0) != pid_) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
 
  private:
+  void spawn(const std::string &bin, const std::vector<std::string> &args, std::vector<std::string> env) {
+    for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    std::vector<char *> envp;
+    for (auto &s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    int in[2], out[2];
+    EXPECT_EQ(pipe(in), 0);
+    EXPECT_EQ(pipe(out), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, in[1]);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    std::vector<std::string> words = {bin};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char *> argv;
+    for (auto &w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, bin.c_str(), &actions, nullptr, argv.data(), envp.data()), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    close(in[0]);
+    close(out[1]);
+    stdin_ = in[1];
+    stdout_ = out[0];
+  }
+
   pid_t pid_ = -1;
   int stdin_ = -1, stdout_ = -1;
 };

@@ -55,7 +55,7 @@ Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memor
   }
   WCCL_RETURN_IF_ERROR(local.reduce_scatter(m, in, shard.get(), shard_count, call.dtype, combine, deadline));
 
-  const Status mine = global_allreduce(global, call, shard.get(), shard_count, deadline, stats);
+  Status mine = global_allreduce(global, call, shard.get(), shard_count, deadline, stats);
   std::vector<int32_t> outcomes;
   WCCL_RETURN_IF_ERROR(local.exchange(static_cast<int32_t>(mine.code()), &outcomes, deadline));
   if (!mine.ok()) return mine;
@@ -88,7 +88,7 @@ Runner::~Runner() {
   for (auto &[device, stream] : streams_) device->destroy_stream(stream);
 }
 
-Result<std::shared_ptr<Op>> Runner::submit(comm::Communicator *global, Call call) {
+Result<std::shared_ptr<Op>> Runner::submit(comm::Communicator *global, const Call &call) {
   auto op = std::make_shared<Op>();
   op->call = call;
   op->global = global;
@@ -140,15 +140,13 @@ void Runner::work() {
 Status Runner::run(Op &op) {
   const Call &call = op.call;
   Status st;
-  if (call.ready != nullptr) {  // the caller's stream has reached the call
+  if (call.ready != nullptr) {
+    // Waited for on the host: the other local ranks read this rank's input from their own streams.
     gpu::Stream &stream = streams_[call.device];
     if (stream == nullptr) st = call.device->create_stream(&stream);
-    if (st.ok()) {
-      st = call.device->wait(stream, call.ready);
-      if (st.ok()) st = call.device->synchronize(stream);
-    } else {
-      call.device->destroy_event(call.ready);
-    }
+    if (st.ok()) st = call.device->wait(stream, call.ready);
+    call.device->destroy_event(call.ready);
+    if (st.ok()) st = call.device->synchronize(stream);
   }
   if (!st.ok()) return st;
   WCCL_ASSIGN_OR_RETURN(algo::Memory * m, memory(call.device));

@@ -75,7 +75,7 @@ class Runner {
 
   LocalGroup &local() { return *local_; }
   // Queues call on `global`. INVALID_USAGE with kMaxInFlight calls not yet done.
-  Result<std::shared_ptr<Op>> submit(comm::Communicator *global, Call call);
+  Result<std::shared_ptr<Op>> submit(comm::Communicator *global, const Call &call);
   // Waits for op's outcome (each step is bounded by the operation's deadline).
   Status wait(const std::shared_ptr<Op> &op, comm::OpStats *stats);
   // The outcome if done, IN_PROGRESS otherwise.

@@ -8,6 +8,7 @@ std::vector<std::unique_ptr<ThreadGroup>> ThreadGroup::create(int size) {
   auto shared = std::make_shared<Shared>();
   shared->slots.resize(static_cast<size_t>(size));
   std::vector<std::unique_ptr<ThreadGroup>> out;
+  out.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) out.push_back(std::unique_ptr<ThreadGroup>(new ThreadGroup(shared, r)));
   return out;
 }
