@@ -7,6 +7,11 @@
 #   bench    bench_codec: the GPU kernels' rows next to the CPU tiers' INT8/INT4/INT2/FP8/TOPK rows and memcpy
 #   trainer  examples/diloco with --device cuda: two nodes of one local rank sharing the GPU, TLS,
 #            INT8 wire, blocking and streaming DiLoCo; both nodes must end with the same model
+#   hier     examples/hier (wccl_hier_allreduce) with --device cuda: two nodes of two local ranks on
+#            the GPU, INT8 across nodes; every rank must end with the same model. With one GPU the
+#            local group is the node's threads (NCCL takes one GPU per rank); with two or more and
+#            NCCL in the build (the .venv's nvidia-nccl-cu13 wheel is used when there), an NCCL
+#            communicator
 # and prints one summary line per step. On a machine without a GPU it says so and exits 0; it exits
 # 1 when a step failed. Logs go to GPU_CHECK_OUT (default BUILD_DIR/gpu-check).
 #
@@ -28,7 +33,11 @@ gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,nohe
 echo "gpu-check: $gpu"
 
 if [ "${WCCL_GPU_CHECK_PREBUILT:-0}" != 1 ]; then
-  BUILD_DIR="$build" MESON_ARGS="-Dcuda=enabled -Dfuzz=disabled" scripts/build.sh || {
+  nccl_args=""
+  if [ -x .venv/bin/python ] && nccl_root="$(.venv/bin/python -c 'import os, nvidia.nccl as n; print(os.path.abspath(list(n.__path__)[0]))' 2> /dev/null)"; then
+    nccl_args="-Dnccl_dir=$nccl_root"
+  fi
+  BUILD_DIR="$build" MESON_ARGS="-Dcuda=enabled -Dfuzz=disabled $nccl_args" scripts/build.sh || {
     echo "gpu-check: FAIL build (BUILD_DIR=$build, -Dcuda=enabled)"; exit 1; }
 fi
 mkdir -p "$out"
@@ -109,6 +118,24 @@ trainer() {
 }
 export -f trainer
 step trainer 220 trainer
+
+# The hierarchical all-reduce on device buffers: the example as two node processes of two ranks.
+hier() {
+  "$build/tools/wccl-coord" --listen 127.0.0.1:48941 --tls off --min-peers 2 > "$out/hier-coord.log" 2>&1 &
+  local coord=$! pids=() n rc=0
+  for n in a b; do
+    WCCL_COORDINATOR=127.0.0.1:48941 WCCL_TLS=off WCCL_LISTEN=127.0.0.1:0 "$build/examples/wccl-hier-diloco" \
+      --node "gpu-$n" --local-size 2 --outer-steps 5 --count 1000000 --wire int8 --device cuda > "$out/hier-$n.log" 2>&1 &
+    pids+=($!)
+  done
+  for n in "${pids[@]}"; do wait "$n" || rc=1; done
+  kill "$coord"
+  cat "$out"/hier-?.log
+  [ $rc = 0 ] && [ "$(grep -h 'done hash' "$out"/hier-?.log | wc -l)" = 4 ] &&
+    [ "$(grep -h 'done hash' "$out"/hier-?.log | awk '{print $NF}' | sort -u | wc -l)" = 1 ]
+}
+export -f hier
+step hier 120 hier
 
 echo
 echo "gpu-check on $gpu:"
