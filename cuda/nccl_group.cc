@@ -59,12 +59,18 @@ ncclRedOp_t nccl_op(codec::RedOp op) {
 
 class NcclGroup final : public LocalGroup {
  public:
-  NcclGroup(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream, int32_t *outcomes)
-      : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream), outcomes_(outcomes) {}
+  NcclGroup(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream, int32_t *outcomes,
+            int32_t *host_outcomes)
+      : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream), outcomes_(outcomes),
+        host_outcomes_(host_outcomes) {}
+  // A broken group may still have a collective on its stream that never ends (until the caller's
+  // ncclCommAbort): its stream and buffers are then left as they are.
   ~NcclGroup() override {
+    if (!broken_.ok()) return;
     (void)cudaSetDevice(device_);
     (void)cudaStreamSynchronize(stream_);
     (void)cudaFree(outcomes_);
+    (void)cudaFreeHost(host_outcomes_);
     (void)cudaStreamDestroy(stream_);
   }
   NcclGroup(const NcclGroup &) = delete;
@@ -95,14 +101,22 @@ class NcclGroup final : public LocalGroup {
     return finish(deadline, "the node's all-gather");
   }
 
+  // Through page-locked host memory, so that no copy blocks the thread before finish() polls.
   Status exchange(int32_t mine, std::vector<int32_t> *all, Clock::time_point deadline) override {
     WCCL_RETURN_IF_ERROR(usable());
-    all->assign(static_cast<size_t>(size_), 0);
-    WCCL_CUDA_OK(cudaMemcpyAsync(outcomes_ + rank_, &mine, sizeof(mine), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    WCCL_NCCL_OK(ncclAllGather(outcomes_ + rank_, outcomes_, 1, ncclInt32, comm_, stream_), "ncclAllGather");
-    WCCL_CUDA_OK(cudaMemcpyAsync(all->data(), outcomes_, all->size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+    const size_t bytes = static_cast<size_t>(size_) * sizeof(int32_t);
+    host_outcomes_[rank_] = mine;
+    WCCL_CUDA_OK(cudaMemcpyAsync(outcomes_ + rank_, host_outcomes_ + rank_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
                  "cudaMemcpyAsync");
-    return finish(deadline, "the node's exchange of outcomes");
+    WCCL_NCCL_OK(ncclAllGather(outcomes_ + rank_, outcomes_, 1, ncclInt32, comm_, stream_), "ncclAllGather");
+    WCCL_CUDA_OK(cudaMemcpyAsync(host_outcomes_, outcomes_, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    WCCL_RETURN_IF_ERROR(finish(deadline, "the node's exchange of outcomes"));
+    all->assign(host_outcomes_, host_outcomes_ + size_);
+    return Status();
+  }
+
+  void abandon(const Status &why) override {
+    if (broken_.ok()) broken_ = why;
   }
 
  private:
@@ -134,7 +148,8 @@ class NcclGroup final : public LocalGroup {
   ncclComm_t comm_;
   int rank_, size_, device_;
   cudaStream_t stream_;
-  int32_t *outcomes_;  // device memory: one outcome per rank
+  int32_t *outcomes_;       // device memory: one outcome per rank
+  int32_t *host_outcomes_;  // page-locked host memory: the same
   Status broken_;
 };
 
@@ -149,13 +164,17 @@ Result<std::unique_ptr<LocalGroup>> nccl_group(void *nccl_comm) {
   WCCL_CUDA_OK(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   WCCL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  void *outcomes = nullptr;
-  const cudaError_t e = cudaMalloc(&outcomes, static_cast<size_t>(size) * sizeof(int32_t));
+  const size_t bytes = static_cast<size_t>(size) * sizeof(int32_t);
+  void *outcomes = nullptr, *host_outcomes = nullptr;
+  cudaError_t e = cudaMalloc(&outcomes, bytes);
+  if (e == cudaSuccess) e = cudaMallocHost(&host_outcomes, bytes);
   if (e != cudaSuccess) {
+    (void)cudaFree(outcomes);
     (void)cudaStreamDestroy(stream);
     return cuda_error(e, "cudaMalloc");
   }
-  return std::unique_ptr<LocalGroup>(new NcclGroup(comm, rank, size, device, stream, static_cast<int32_t *>(outcomes)));
+  return std::unique_ptr<LocalGroup>(new NcclGroup(comm, rank, size, device, stream, static_cast<int32_t *>(outcomes),
+                                                   static_cast<int32_t *>(host_outcomes)));
 }
 
 }  // namespace wccl::hier

@@ -13,10 +13,12 @@ if ! cmp -s scripts/requirements.txt "$stamp"; then
   "$venv/bin/pip" install -q --disable-pip-version-check -r scripts/requirements.txt >&2
   cp scripts/requirements.txt "$stamp"
 fi
-# NCCL where the CUDA toolkit is (nvcc), for the NCCL local group of wccl_hier_allreduce: the build
-# finds it in this environment (meson.build, "NCCL"). Pinned: the release the glue was compiled with.
-nvcc_found() { command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }
-if nvcc_found && ! "$venv/bin/python" -c 'import nvidia.nccl' 2> /dev/null; then
+# NCCL where the CUDA 13 toolkit is (nvcc), for the NCCL local group of wccl_hier_allreduce: the
+# build finds it in this environment (cuda/meson.build). Pinned: the release the glue was compiled
+# and tested with. Other CUDA majors: install NCCL for them, or build with -Dnccl_dir.
+nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+if [ -x "$nvcc" ] && "$nvcc" --version | grep -q 'release 13\.' &&
+   ! "$venv/bin/python" -c 'import nvidia.nccl' 2> /dev/null; then
   "$venv/bin/pip" install -q --disable-pip-version-check --no-deps 'nvidia-nccl-cu13==2.32.3' >&2
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall . >&2

@@ -1,8 +1,8 @@
 // The hierarchical all-reduce (lib/hier) over communicators of this process, one per local rank
 // of each node, with the threads local group: results bit-identical on every rank of every node,
 // a node that loses one rank's all-reduce failing on every rank with every buffer as it was, the
-// retry after update, and device buffers on an emulated GPU. tests/trainer and tests/python run
-// the example program (examples/hier) as processes killed from outside.
+// retry after update, device buffers on an emulated GPU, and the example program (examples/hier) as
+// node processes, one SIGKILLed from outside.
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -14,6 +14,49 @@
 
 namespace wccl::comm {
 namespace {
+
+// The threads local group alone: ranks whose calls do not match fail alike; a rank that
+// abandons the group, or one that never comes, fails every other rank's call at once or at its
+// deadline, and every later call of every rank.
+TEST(ThreadGroupTest, MismatchedCallsFailOnEveryRank) {
+  auto group = hier::ThreadGroup::create(2);
+  std::vector<float> in(10, 1.0f), shard0(5), shard1(5);
+  const auto deadline = Clock::now() + 10s;
+  Status st1;
+  std::thread t([&] { st1 = group[1]->reduce_scatter(algo::host_memory(), in.data(), shard1.data(), 4, codec::Dtype::kF32, codec::RedOp::kSum, deadline); });
+  const Status st0 = group[0]->reduce_scatter(algo::host_memory(), in.data(), shard0.data(), 5, codec::Dtype::kF32, codec::RedOp::kSum, deadline);
+  t.join();
+  EXPECT_EQ(st0.code(), WCCL_ERR_INVALID_ARGUMENT) << st0.to_string();
+  EXPECT_EQ(st1.code(), WCCL_ERR_INVALID_ARGUMENT) << st1.to_string();
+}
+
+TEST(ThreadGroupTest, AnAbandonedGroupFailsEveryRankAtOnce) {
+  auto group = hier::ThreadGroup::create(3);
+  std::vector<int32_t> all;
+  const auto start = Clock::now();
+  Status st0, st1;
+  std::thread t0([&] { st0 = group[0]->exchange(0, &all, Clock::now() + 30s); });
+  std::thread t1([&] {
+    std::vector<int32_t> mine;
+    st1 = group[1]->exchange(0, &mine, Clock::now() + 30s);
+  });
+  std::this_thread::sleep_for(50ms);
+  group[2]->abandon(WCCL_ERROR(WCCL_ERR_NO_MEMORY, "rank 2's scratch"));
+  t0.join();
+  t1.join();
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_EQ(st0.code(), WCCL_ERR_NO_MEMORY) << st0.to_string();
+  EXPECT_EQ(st1.code(), WCCL_ERR_NO_MEMORY) << st1.to_string();
+  EXPECT_EQ(group[2]->exchange(0, &all, Clock::now() + 30s).code(), WCCL_ERR_NO_MEMORY);
+}
+
+TEST(ThreadGroupTest, ARankThatNeverComesTimesTheOthersOutAndBreaksTheGroup) {
+  auto group = hier::ThreadGroup::create(2);
+  std::vector<int32_t> all;
+  const Status st = group[0]->exchange(7, &all, Clock::now() + 200ms);
+  EXPECT_EQ(st.code(), WCCL_ERR_TIMEOUT) << st.to_string();
+  EXPECT_EQ(group[1]->exchange(7, &all, Clock::now() + 30s).code(), WCCL_ERR_TIMEOUT) << "the late rank is not left waiting";
+}
 
 class HierTest : public CommTest {
  protected:

@@ -223,21 +223,26 @@ int main(int argc, char **argv) {
   std::vector<wccl_local_group_t *> local(static_cast<size_t>(o.local_size), nullptr);
   wccl_result_t r = WCCL_ERR_UNSUPPORTED;
 #if WCCL_EXAMPLE_NCCL
+  // One NCCL communicator of the node's ranks, one GPU each (NCCL takes no two ranks on a GPU).
   int devices = 0;
+  std::vector<ncclComm_t> comms;
   if (o.cuda && cudaGetDeviceCount(&devices) == cudaSuccess && devices >= o.local_size) {
     ncclUniqueId id;
-    std::vector<ncclComm_t> comms(local.size());
-    if (ncclGetUniqueId(&id) == ncclSuccess) {
-      (void)ncclGroupStart();
-      for (int i = 0; i < o.local_size; ++i) {
-        (void)cudaSetDevice(i);
-        (void)ncclCommInitRank(&comms[static_cast<size_t>(i)], o.local_size, id, i);
-      }
-      (void)ncclGroupEnd();
-      r = WCCL_OK;
-      for (size_t i = 0; i < local.size() && r == WCCL_OK; ++i) r = wccl_local_group_nccl(&local[i], comms[i]);
+    comms.assign(local.size(), nullptr);
+    ncclResult_t made = ncclGetUniqueId(&id);
+    if (made == ncclSuccess) made = ncclGroupStart();
+    for (int i = 0; i < o.local_size && made == ncclSuccess; ++i) {
+      if (cudaSetDevice(i) != cudaSuccess) made = ncclUnhandledCudaError;
+      if (made == ncclSuccess) made = ncclCommInitRank(&comms[static_cast<size_t>(i)], o.local_size, id, i);
     }
-    std::printf("%s local group: NCCL over %d GPUs (%s)\n", o.node.c_str(), o.local_size, wccl_result_name(r));
+    if (ncclGroupEnd() != ncclSuccess || made != ncclSuccess) {
+      std::fprintf(stderr, "%s: NCCL: %s\n", o.node.c_str(), ncclGetErrorString(made));
+      return 1;
+    }
+    for (size_t i = 0; i < local.size(); ++i) {
+      if ((r = wccl_local_group_nccl(&local[i], comms[i])) != WCCL_OK) return fail(o, static_cast<int>(i), "local group", r);
+    }
+    std::printf("%s local group: NCCL over %d GPUs\n", o.node.c_str(), o.local_size);
   }
 #endif
   if (r != WCCL_OK && (r = wccl_local_group_threads(o.local_size, local.data())) != WCCL_OK) return fail(o, -1, "local group", r);
@@ -249,6 +254,9 @@ int main(int argc, char **argv) {
   }
   for (auto &t : ranks) t.join();
   for (wccl_local_group_t *g : local) wccl_local_group_destroy(g);
+#if WCCL_EXAMPLE_NCCL
+  for (ncclComm_t c : comms) (void)ncclCommDestroy(c);
+#endif
   for (int c : codes) {
     if (c != 0) return c;
   }

@@ -387,7 +387,9 @@ WCCL_API void wccl_request_free(wccl_request_t *req);
  *
  * Its outcome is the node's: if any local rank's all-reduce across nodes fails, every local rank
  * of every node returns an error (that rank its own, the others PEER_LOST naming it), recvbuf is as
- * it was on every rank, and each rank calls wccl_comm_update on its communicator and retries. AVG
+ * it was on every rank, and each rank calls wccl_comm_update on its communicator and retries (a
+ * rank's own error other than PEER_LOST, e.g. INVALID_ARGUMENT for a NaN on the INT8 wire, is that
+ * rank's to handle as for wccl_allreduce; its siblings' retry waits for it, up to its timeout). AVG
  * averages over every rank of every node (every node must have the same local size). Every rank
  * of the local group calls the same hierarchical all-reduces in the same order; nothing else may
  * run on the local group meanwhile (an NCCL communicator passed in included). A local group that
@@ -407,7 +409,7 @@ WCCL_API wccl_result_t wccl_local_group_threads(int size, wccl_local_group_t **g
 WCCL_API wccl_result_t wccl_local_group_nccl(wccl_local_group_t **group, void *nccl_comm);
 WCCL_API int wccl_local_group_rank(const wccl_local_group_t *group);
 WCCL_API int wccl_local_group_size(const wccl_local_group_t *group);
-/* Waits for the rank's operations in flight first. NULL is ignored. */
+/* Waits for the rank's operations in flight first; free their requests before. NULL is ignored. */
 WCCL_API void wccl_local_group_destroy(wccl_local_group_t *group);
 
 /* recvbuf[i] = op over every rank of every node of sendbuf[i], i < count; in place allowed.

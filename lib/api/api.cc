@@ -505,8 +505,10 @@ static wccl_result_t hier_allreduce(const char *fn, wccl_request_t **req, bool n
       }
       call.device = in_dev;
     }
-    const wccl::Status takes = runner.local().takes(call.device);
-    if (!takes.ok()) return WCCL_ERROR(takes.code(), "%s: %s", fn, takes.message().c_str());
+    if (count != 0) {
+      const wccl::Status takes = runner.local().takes(call.device);
+      if (!takes.ok()) return WCCL_ERROR(takes.code(), "%s: %s", fn, takes.message().c_str());
+    }
     if (call.global.after != nullptr && call.device == nullptr) {
       return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: opts->cuda_stream orders device buffers, and these are %s", fn,
                         count == 0 ? "empty" : "host memory (synchronize the stream first)");

@@ -42,22 +42,34 @@ Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memor
   const size_t padded_bytes = shard_count * ranks * es;
   const size_t bytes = call.count * es;
   const codec::RedOp combine = call.op == codec::RedOp::kAvg ? codec::RedOp::kSum : call.op;
-
   algo::Bytes shard, padded;
-  WCCL_RETURN_IF_ERROR(m.scratch(shard_count * es, &shard));
+
+  // A step of this rank's own that fails leaves the others without their partner in the group's
+  // next collective: the group is abandoned, so that every rank fails instead. After a local
+  // collective timed out, a GPU may still be running it on the scratch: that is not freed.
+  auto broken = [&](const Status &st) {
+    local.abandon(st);
+    if (st.code() == WCCL_ERR_TIMEOUT && !m.host()) {
+      (void)shard.release();
+      (void)padded.release();
+    }
+    return st;
+  };
+
+  if (Status st = m.scratch(shard_count * es, &shard); !st.ok()) return broken(st);
   const void *in = call.in;
   if (padded_bytes != bytes) {  // the input, then zeros: finite on every wire, and never read back
-    WCCL_RETURN_IF_ERROR(m.scratch(padded_bytes, &padded));
-    WCCL_RETURN_IF_ERROR(m.copy(padded.get(), call.in, bytes));
+    if (Status st = m.scratch(padded_bytes, &padded); !st.ok()) return broken(st);
+    if (Status st = m.copy(padded.get(), call.in, bytes); !st.ok()) return broken(st);
     const std::vector<uint8_t> zeros(padded_bytes - bytes, 0);
-    WCCL_RETURN_IF_ERROR(m.from_host(padded.get() + bytes, zeros.data(), zeros.size()));
+    if (Status st = m.from_host(padded.get() + bytes, zeros.data(), zeros.size()); !st.ok()) return broken(st);
     in = padded.get();
   }
-  WCCL_RETURN_IF_ERROR(local.reduce_scatter(m, in, shard.get(), shard_count, call.dtype, combine, deadline));
+  if (Status st = local.reduce_scatter(m, in, shard.get(), shard_count, call.dtype, combine, deadline); !st.ok()) return broken(st);
 
   Status mine = global_allreduce(global, call, shard.get(), shard_count, deadline, stats);
   std::vector<int32_t> outcomes;
-  WCCL_RETURN_IF_ERROR(local.exchange(static_cast<int32_t>(mine.code()), &outcomes, deadline));
+  if (Status st = local.exchange(static_cast<int32_t>(mine.code()), &outcomes, deadline); !st.ok()) return broken(st);
   if (!mine.ok()) return mine;
   for (size_t r = 0; r < outcomes.size(); ++r) {
     if (outcomes[r] != WCCL_OK) {
@@ -69,11 +81,15 @@ Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memor
   }
 
   if (call.op == codec::RedOp::kAvg) {
-    WCCL_RETURN_IF_ERROR(m.finish_avg(call.dtype, shard.get(), shard_count, local.size() * stats->world_size));
+    if (Status st = m.finish_avg(call.dtype, shard.get(), shard_count, local.size() * stats->world_size); !st.ok()) return broken(st);
   }
-  if (padded_bytes == bytes) return local.all_gather(m, shard.get(), call.out, shard_count, call.dtype, deadline);
-  WCCL_RETURN_IF_ERROR(local.all_gather(m, shard.get(), padded.get(), shard_count, call.dtype, deadline));
-  return m.copy(call.out, padded.get(), bytes);
+  if (padded_bytes == bytes) {
+    if (Status st = local.all_gather(m, shard.get(), call.out, shard_count, call.dtype, deadline); !st.ok()) return broken(st);
+    return Status();
+  }
+  if (Status st = local.all_gather(m, shard.get(), padded.get(), shard_count, call.dtype, deadline); !st.ok()) return broken(st);
+  if (Status st = m.copy(call.out, padded.get(), bytes); !st.ok()) return broken(st);
+  return Status();
 }
 
 Runner::Runner(std::unique_ptr<LocalGroup> local) : local_(std::move(local)), worker_([this] { work(); }) {}

@@ -4,9 +4,11 @@
 // communicator (cuda/nccl_group.cc). The schedule (hier/hier_allreduce.h) is written once over
 // this interface, so the CPU tests run the code a GPU node runs.
 //
-// Each call returns once its result is in place, or fails: TIMEOUT past `deadline` (the group is
-// then broken: every later call fails), CUDA for a device error. Every rank of the group calls the
-// same collectives in the same order.
+// Each call returns once its result is in place, or fails: TIMEOUT past `deadline`, CUDA for a
+// device error, INVALID_ARGUMENT when the ranks' calls do not match. Every rank of the group calls
+// the same collectives in the same order; a rank that cannot (an error of its own between two
+// collectives) abandons the group, and from then on every call of every rank fails: the ranks never
+// pair one collective with another. A group that failed stays broken.
 #pragma once
 
 #include <chrono>
@@ -40,6 +42,8 @@ class LocalGroup {
                             Clock::time_point deadline) = 0;
   // *all = every rank's `mine`, by rank.
   virtual Status exchange(int32_t mine, std::vector<int32_t> *all, Clock::time_point deadline) = 0;
+  // Breaks the group (if not broken already): every rank's current and later calls fail with `why`.
+  virtual void abandon(const Status &why) = 0;
 };
 
 }  // namespace wccl::hier

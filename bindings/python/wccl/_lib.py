@@ -255,6 +255,15 @@ _SIGNATURES = {
     "wccl_test": ([_P, POINTER(c_int)], _R),
     "wccl_request_free": ([_P], None),
     "wccl_state_sync": ([_P, POINTER(Tensor), c_size_t, POINTER(c_uint64), c_int, POINTER(SyncStatsStruct)], _R),
+    # The hierarchical all-reduce, declared for completeness: Python trainers get the same shape
+    # from torch (NCCL inside the node) and wccl.torch's ElasticDeviceMesh, so no wrapper uses it.
+    "wccl_local_group_threads": ([c_int, POINTER(_P)], _R),
+    "wccl_local_group_nccl": ([POINTER(_P), _P], _R),
+    "wccl_local_group_rank": ([_P], c_int),
+    "wccl_local_group_size": ([_P], c_int),
+    "wccl_local_group_destroy": ([_P], None),
+    "wccl_hier_allreduce": ([_P, _P, c_size_t, c_int, c_int, _P, _P, POINTER(Opts)], _R),
+    "wccl_ihier_allreduce": ([POINTER(_P), _P, _P, c_size_t, c_int, c_int, _P, _P, POINTER(Opts)], _R),
 }
 for _name, (_args, _res) in _SIGNATURES.items():
     _fn = getattr(lib, _name)
