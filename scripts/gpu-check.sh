@@ -7,11 +7,11 @@
 #   bench    bench_codec: the GPU kernels' rows next to the CPU tiers' INT8/INT4/INT2/FP8/TOPK rows and memcpy
 #   trainer  examples/diloco with --device cuda: two nodes of one local rank sharing the GPU, TLS,
 #            INT8 wire, blocking and streaming DiLoCo; both nodes must end with the same model
-#   hier     examples/hier (wccl_hier_allreduce) with --device cuda: two nodes of two local ranks on
-#            the GPU, INT8 across nodes; every rank must end with the same model. With one GPU the
-#            local group is the node's threads (NCCL takes one GPU per rank); with two or more and
-#            NCCL in the build (the .venv's nvidia-nccl-cu13 wheel is used when there), an NCCL
-#            communicator
+#   hier     wccl_hier_allreduce on the GPU: tests/test_comm_hier's NCCL local groups (one rank
+#            per node: NCCL takes one GPU per rank; none may skip), then examples/hier with
+#            --device cuda, INT8 across nodes, as two nodes of one local rank (an NCCL local group)
+#            and two nodes of two (the node's threads, on one GPU); every rank must end with the
+#            same model. NCCL comes from the build (the .venv's nvidia-nccl-cu13 wheel if there)
 # and prints one summary line per step. On a machine without a GPU it says so and exits 0; it exits
 # 1 when a step failed. Logs go to GPU_CHECK_OUT (default BUILD_DIR/gpu-check).
 #
@@ -119,21 +119,31 @@ trainer() {
 export -f trainer
 step trainer 220 trainer
 
-# The hierarchical all-reduce on device buffers: the example as two node processes of two ranks.
-hier() {
-  "$build/tools/wccl-coord" --listen 127.0.0.1:48941 --tls off --min-peers 2 > "$out/hier-coord.log" 2>&1 &
-  local coord=$! pids=() n rc=0
+# The hierarchical all-reduce on device buffers: the NCCL local group's test, then the example as
+# two node processes, of one rank (NCCL) and of two (threads).
+hier_nodes() {  # LOCAL_SIZE: runs two nodes, checks that every rank ends with the same model
+  local local_size="$1" pids=() n rc=0 logs="$out/hier-l$1"
+  "$build/tools/wccl-coord" --listen 127.0.0.1:48941 --tls off --min-peers 2 > "$logs-coord.log" 2>&1 &
+  local coord=$!
   for n in a b; do
     WCCL_COORDINATOR=127.0.0.1:48941 WCCL_TLS=off WCCL_LISTEN=127.0.0.1:0 "$build/examples/wccl-hier-diloco" \
-      --node "gpu-$n" --local-size 2 --outer-steps 5 --count 1000000 --wire int8 --device cuda > "$out/hier-$n.log" 2>&1 &
+      --node "gpu-$n" --local-size "$local_size" --outer-steps 5 --count 1000000 --wire int8 --device cuda \
+      > "$logs-$n.log" 2>&1 &
     pids+=($!)
   done
   for n in "${pids[@]}"; do wait "$n" || rc=1; done
   kill "$coord"
-  cat "$out"/hier-?.log
-  [ $rc = 0 ] && [ "$(grep -h 'done hash' "$out"/hier-?.log | wc -l)" = 4 ] &&
-    [ "$(grep -h 'done hash' "$out"/hier-?.log | awk '{print $NF}' | sort -u | wc -l)" = 1 ]
+  wait "$coord" 2> /dev/null
+  cat "$logs"-?.log
+  [ $rc = 0 ] && [ "$(grep -h 'done hash' "$logs"-?.log | wc -l)" = $((2 * local_size)) ] &&
+    [ "$(grep -h 'done hash' "$logs"-?.log | awk '{print $NF}' | sort -u | wc -l)" = 1 ]
 }
+hier() {
+  "$build/tests/test_comm_hier" --gtest_color=no --gtest_filter='*Nccl*' || return 1
+  ! grep -q "SKIPPED" "$out/hier.log" || { echo "the NCCL local group's test skipped"; return 1; }
+  hier_nodes 1 && hier_nodes 2
+}
+export -f hier_nodes
 export -f hier
 step hier 120 hier
 
