@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "certgen.h"
+#include "devkit/certgen.h"
 #include "pattern.h"
 #include "core/config.h"
 #include "net/transport.h"

@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-#include "sweep.h"
+#include "perf/sweep.h"
 
 namespace {
 

@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "sweep.h"
+#include "perf/sweep.h"
 
 namespace {
 

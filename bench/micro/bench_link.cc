@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "certgen.h"
+#include "devkit/certgen.h"
 #include "core/config.h"
 #include "net/transport.h"
 

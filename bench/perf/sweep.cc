@@ -1,4 +1,4 @@
-#include "sweep.h"
+#include "perf/sweep.h"
 
 #include <sys/resource.h>
 

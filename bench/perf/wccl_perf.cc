@@ -31,8 +31,8 @@
 #include <thread>
 #include <vector>
 
-#include "certgen.h"
-#include "sweep.h"
+#include "devkit/certgen.h"
+#include "perf/sweep.h"
 #include "wccl/wccl.h"
 
 extern char **environ;

@@ -1,4 +1,4 @@
-#include "certgen.h"
+#include "devkit/certgen.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
