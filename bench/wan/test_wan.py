@@ -7,7 +7,8 @@ the forwarder saw the traffic, and no device dropped a packet before the forward
 the topology's queues drop). Then the small validation of wccl-sim (docs/sim.md): the same
 topology and cases simulated, printed next to the measurement, and the one bound that cannot
 flake asserted: the simulation is no slower than the emulator by more than half (a loaded machine
-only slows the emulator). Skips (77) without root or /dev/net/tun.
+only slows the emulator). Last, a Wan whose owner is SIGKILLed (no teardown runs) takes its
+forwarder with it. Skips (77) without root or /dev/net/tun.
 
   test_wan.py BUILD_DIR
 """
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,8 +70,34 @@ def main():
             ratio = simulated / r["time_us"]
             print(f"{r['bytes']} {r['wire']} {r['algo']} {r['time_us'] / 1e3:.2f} {simulated / 1e3:.2f} {ratio:.2f}")
             assert ratio <= 1.5, f"the simulation is slower than the emulator: {r}, {simulated} us"
+    forwarder_ends_with_its_owner(Path(sys.argv[1]))
     print("ok")
     return 0
+
+
+def forwarder_ends_with_its_owner(build):
+    tools = Path(__file__).resolve().parents[2] / "tools" / "wan"
+    with tempfile.TemporaryDirectory() as tmp:
+        topo = Path(tmp) / "t.wan"
+        topo.write_text(TOPOLOGY)
+        owner = subprocess.Popen(
+            [sys.executable, "-c",
+             f"import sys, time; sys.path.insert(0, {str(tools)!r}); from wan import Wan; "
+             f"w = Wan({str(topo)!r}, {str(build / 'tools' / 'wccl-wan-forward')!r}, log={tmp + '/f.log'!r}).up(); "
+             "print(w.proc.pid, flush=True); time.sleep(300)"],
+            stdout=subprocess.PIPE, text=True)
+        forwarder = int(owner.stdout.readline())
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{forwarder}").exists() and time.monotonic() < deadline:
+            stat = Path(f"/proc/{forwarder}/stat").read_text() if Path(f"/proc/{forwarder}/stat").exists() else ""
+            if stat.split(")")[-1].split()[:1] == ["Z"]:
+                break  # ended, not yet reaped
+            time.sleep(0.05)
+        alive = Path(f"/proc/{forwarder}").exists() and Path(f"/proc/{forwarder}/stat").read_text().split(")")[-1].split()[:1] != ["Z"]
+        assert not alive, "the forwarder outlived the process that started it"
+        print("forwarder ended with its owner")
 
 
 if __name__ == "__main__":

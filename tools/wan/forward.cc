@@ -1,6 +1,11 @@
 // wccl-wan-forward: the packet forwarder of the WAN emulator (tools/wan/wan.py, docs/wan.md).
 //
-//   wccl-wan-forward TOPOLOGY
+//   wccl-wan-forward [--parent PID] TOPOLOGY
+//
+// --parent PID: PID is this process's parent, and the forwarder ends as on SIGTERM when the parent
+// ends (PR_SET_PDEATHSIG; precisely: when the parent's thread that started it ends), so that an
+// emulation that a program (a test) started does not outlive it. wan.py's Wan objects pass it;
+// `wan.py up`, which returns while the emulation runs, does not.
 //
 // Creates one TUN device per host of the topology (wccl-w0, wccl-w1, ...), prints one line per host
 // ("host NAME ADDRESS DEVICE") and then "ready" on stdout, and forwards IPv4 packets between the
@@ -19,6 +24,7 @@
 // Host k gets address 10.77.0.(k+1)/16.
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <signal.h>
@@ -321,12 +327,23 @@ class Forwarder {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "usage: wccl-wan-forward TOPOLOGY   (see tools/wan/wan.py and docs/wan.md)\n");
+  const bool parent = argc == 4 && std::strcmp(argv[1], "--parent") == 0;
+  if ((argc != 2 && !parent) || argv[argc - 1][0] == '-') {
+    std::fprintf(stderr, "usage: wccl-wan-forward [--parent PID] TOPOLOGY   (see tools/wan/wan.py and docs/wan.md)\n");
     return 2;
   }
+  if (parent) {
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
+      std::perror("wccl-wan-forward: prctl(PR_SET_PDEATHSIG)");
+      return 1;
+    }
+    if (getppid() != static_cast<pid_t>(std::strtol(argv[2], nullptr, 10))) {
+      std::fprintf(stderr, "wccl-wan-forward: its parent %s has already ended\n", argv[2]);
+      return 1;
+    }
+  }
   try {
-    Forwarder f(load_topology(argv[1]));
+    Forwarder f(load_topology(argv[argc - 1]));
     f.open_devices();
     f.run();
     f.print_counters();

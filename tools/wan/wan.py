@@ -46,8 +46,11 @@ def sh(*args, netns=None, check=True):
 class Wan:
     """A running emulation. Hosts: name -> (address, namespace)."""
 
-    def __init__(self, topology, forwarder=None, log=None, sysctls=()):
+    def __init__(self, topology, forwarder=None, log=None, sysctls=(), outlive_owner=False):
+        """outlive_owner: keep the forwarder running after this process (its thread that called
+        up()) ends, as `wan.py up` does; otherwise it ends with it, even if killed."""
         self.topology = str(topology)
+        self.outlive_owner = outlive_owner
         self.sysctls = list(sysctls)  # "key=value", set in every host's namespace
         self.forwarder = forwarder or default_forwarder()
         self.log = Path(log) if log else Path("/run/wccl-wan/forwarder.log")
@@ -61,7 +64,8 @@ class Wan:
     def up(self):
         self.log.parent.mkdir(parents=True, exist_ok=True)
         err = open(self.log, "w")
-        self.proc = subprocess.Popen([self.forwarder, self.topology], stdout=subprocess.PIPE, stderr=err,
+        owner = [] if self.outlive_owner else ["--parent", str(os.getpid())]
+        self.proc = subprocess.Popen([self.forwarder, *owner, self.topology], stdout=subprocess.PIPE, stderr=err,
                                      text=True, start_new_session=True)
         devices = []
         try:
@@ -156,7 +160,7 @@ def main():
     if args.what == "up":
         if STATE.exists():
             sys.exit(f"wan.py: an emulation is up ({STATE}); run `wan.py down` first")
-        wan = Wan(args.topology, args.forwarder, sysctls=args.sysctl).up()
+        wan = Wan(args.topology, args.forwarder, sysctls=args.sysctl, outlive_owner=True).up()
         STATE.write_text(json.dumps({"pid": wan.proc.pid, "hosts": wan.hosts, "log": str(wan.log)}))
         for name, (address, ns) in wan.hosts.items():
             print(f"{name:12} {address:14} ip netns exec {ns} ...")
