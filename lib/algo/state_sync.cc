@@ -346,4 +346,14 @@ Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
   return Status();
 }
 
+Status deliver_received(const SyncJob &job, const uint8_t *stage,
+                        const std::function<Status(void *, const uint8_t *, size_t, DeviceMemory *)> &copy) {
+  for (size_t t = 0; t < job.stage_offset.size(); ++t) {
+    if (job.stage_offset[t] == SyncJob::kNotReceived) continue;
+    WCCL_RETURN_IF_ERROR(copy(job.tensors[t], stage + job.stage_offset[t], job.tensor_bytes[t],
+                              t < job.device.size() ? job.device[t] : nullptr));
+  }
+  return Status();
+}
+
 }  // namespace wccl::algo

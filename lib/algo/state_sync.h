@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,6 +115,11 @@ void place_received(SyncJob *job, int rank);
 // byte-shuffled bytes, as the donor's SendCodec decides (algo/send_codec.h, one key per tensor);
 // the receiver tells them apart by length and expands the frame in place.
 Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage);
+
+// The commit of a sync: each received tensor's bytes copied out of `stage` into the tensor, in
+// order, by copy(to, from, bytes, the tensor's GPU or null); the first error stops it.
+Status deliver_received(const SyncJob &job, const uint8_t *stage,
+                        const std::function<Status(void *, const uint8_t *, size_t, DeviceMemory *)> &copy);
 inline constexpr size_t kSyncWindow = 16;
 
 }  // namespace wccl::algo

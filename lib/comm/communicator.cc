@@ -15,7 +15,6 @@ using coord::ControlMessage;
 using coord::MessageType;
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kMaxSpareBuffers = 2;
 // How long destroying a communicator waits for its last control messages to reach the kernel.
 constexpr std::chrono::milliseconds kCloseFlush{1000};
 
@@ -387,14 +386,7 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std:
     return queued.with_context(kind);
   }
   if (c.kind == algo::Kind::kStateSync) {
-    const algo::SyncJob &job = *c.sync;
-    op->result_bytes = job.stage_bytes;
-    for (size_t t = 0; t < job.stage_offset.size(); ++t) {
-      if (job.stage_offset[t] != algo::SyncJob::kNotReceived) {
-        op->results.push_back({job.tensors[t], job.stage_offset[t], job.tensor_bytes[t],
-                                 t < job.device.size() ? job.device[t] : nullptr});
-      }
-    }
+    op->result_bytes = c.sync->stage_bytes;
   } else if (algo::widened(op->c)) {
     // F32 copies of its output, then of its input: the caller's output is written at the commit.
     op->result_bytes = (algo::out_count(c, n) + algo::in_count(c, n)) * sizeof(float);
@@ -486,21 +478,9 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     if (view_->aborted() || view_->revoked() || view_->epoch() != op->epoch) {
       return end(lock, WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended"), false);  // the view knows why
     }
-    // A scratch buffer in the operation's memory from the spares (the smallest that fits), or a
-    // new one.
+    // A scratch buffer in the operation's memory from the spares, or a new one.
     scratch_bytes = op->result_bytes;
-    auto best = spare_.end();
-    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-      if (it->second.get_deleter().memory == &memory && it->first >= scratch_bytes &&
-          (best == spare_.end() || it->first < best->first)) {
-        best = it;
-      }
-    }
-    if (best != spare_.end()) {
-      scratch_bytes = best->first;
-      scratch = std::move(best->second);
-      spare_.erase(best);
-    }
+    scratch = spares_.take(memory, scratch_bytes, &scratch_bytes);
   }
   Status ready = scratch || scratch_bytes == 0 ? Status() : memory.scratch(scratch_bytes, &scratch);
   if (!ready.ok()) {
@@ -568,62 +548,12 @@ Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::
   }
   if (op->decided && !op->collected) {
     op->collected = true;
-    algo::Bytes scratch = std::move(op->scratch);
-    std::unique_ptr<algo::Undo> undo = std::move(op->undo);
-    if (op->outcome.ok() && algo::widened(op->c)) {
-      // The committed F32 result, rounded once into the caller's F16 or BF16 output.
-      lock.unlock();
-      const size_t count = algo::out_count(op->c, op->size);
-      const auto *out32 = reinterpret_cast<const float *>(scratch.get());
-      const Status narrowed =
-          op->device != nullptr
-              ? op->device->narrow_out(op->c.dtype, out32, count, op->c.out)
-              : codec::encode(codec::half_wire(op->c.dtype), out32, count, static_cast<uint8_t *>(op->c.out));
-      lock.lock();
-      if (!narrowed.ok()) {
-        op->outcome = WCCL_ERROR(narrowed.code(), "operation %llu committed, but copying its result out failed: %s",
-                                 static_cast<unsigned long long>(op->seq), narrowed.message().c_str());
-      }
-    } else if (op->outcome.ok() && !op->results.empty()) {
-      // The op is this caller's alone now: copy without holding the communicator's lock.
-      lock.unlock();
-      Status copied;
-      for (const Op::ResultCopy &r : op->results) {
-        if (r.device != nullptr) {
-          copied = r.device->copy_out(r.to, scratch.get() + r.from, r.bytes);
-          if (!copied.ok()) break;
-        } else {
-          std::memcpy(r.to, scratch.get() + r.from, r.bytes);
-        }
-      }
-      lock.lock();
-      if (!copied.ok()) {  // committed everywhere, but this member's result did not reach its buffer
-        op->outcome = WCCL_ERROR(copied.code(), "operation %llu committed, but copying its result out failed: %s",
-                                 static_cast<unsigned long long>(op->seq), copied.message().c_str());
-      }
-    } else if (!op->outcome.ok() && undo != nullptr) {
-      // Not committed: the output's saved ranges go back, so the caller's buffers hold what they held.
-      lock.unlock();
-      algo::DeviceMemory *device = op->device;
-      const Status restored = undo->restore([device](void *dst, const void *src, size_t n) {
-        if (device != nullptr) return device->copy_out(dst, src, n);
-        std::memcpy(dst, src, n);
-        return Status();
-      });
-      lock.lock();
-      if (!restored.ok()) {
-        op->outcome = WCCL_ERROR(restored.code(), "%s; and putting the output buffer's old bytes back failed: %s",
-                                 op->outcome.message().c_str(), restored.message().c_str());
-      }
-    }
-    if (scratch) {
-      if (spare_.size() >= kMaxSpareBuffers) {
-        auto smallest = std::min_element(spare_.begin(), spare_.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
-        if (smallest->first < op->scratch_bytes) *smallest = {op->scratch_bytes, std::move(scratch)};
-      } else {
-        spare_.emplace_back(op->scratch_bytes, std::move(scratch));
-      }
-    }
+    lock.unlock();  // the op is this caller's alone now: its copies run without the lock
+    const Status delivered = op->deliver();
+    lock.lock();
+    op->outcome = delivered;
+    op->undo.reset();
+    spares_.put(op->scratch_bytes, std::move(op->scratch));
   }
   if (stats) *stats = op->stats;
   return op->outcome;

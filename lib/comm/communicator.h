@@ -173,7 +173,7 @@ class Communicator {
   std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<Op>> ops_;  // undecided, by (epoch, seq)
   std::deque<std::shared_ptr<Op>> queue_;  // for the worker, in order (decided ones are skipped)
   algo::Exchange *running_exchange_ = nullptr;  // cancelled on revocation or abort
-  std::vector<std::pair<size_t, algo::Bytes>> spare_;  // scratch buffers for reuse (host or device)
+  ScratchSpares spares_;
   bool stop_ = false;
   std::thread worker_;
 };

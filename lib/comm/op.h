@@ -28,14 +28,6 @@ struct OpStats {
 class Op {
  public:
   using Clock = std::chrono::steady_clock;
-  // State sync: where a committed result goes: scratch[from, from + bytes) is copied to `to`, one
-  // entry per received tensor.
-  struct ResultCopy {
-    void *to = nullptr;
-    size_t from = 0;
-    size_t bytes = 0;
-    algo::DeviceMemory *device = nullptr;  // copies with this GPU (`to` or the scratch on it); null: memcpy
-  };
 
   Op() = default;
   ~Op() {
@@ -49,7 +41,6 @@ class Op {
   // caller's stream recorded at the call, which the data phase waits for (null once it has).
   algo::DeviceMemory *device = nullptr;
   gpu::Event ready = nullptr;
-  std::vector<ResultCopy> results;
   size_t result_bytes = 0;  // the scratch buffer the data phase needs (a collective: the output's size)
   uint64_t epoch = 0;
   uint64_t seq = 0;  // 1, 2, ... within the epoch, the same on every member
@@ -69,6 +60,27 @@ class Op {
   bool in_data_phase = false;         // the worker runs its data phase (it may write the output)
   OpStats stats;
   Clock::time_point decided_at;
+
+  // Once decided and collected (the caller's alone: no lock needed): a committed widened
+  // operation's F32 result rounded from `scratch` into the caller's output; a committed state
+  // sync's received tensors copied out of its staging `scratch`; a failed collective's output put
+  // back from `undo`. Returns the outcome, or why its result or its restore did not reach the
+  // caller's buffers.
+  Status deliver() const;
+};
+
+// The scratch buffers of finished operations, kept for the next ones (host or device memory):
+// allocating device memory, or faulting in fresh host pages, costs more than a reuse.
+class ScratchSpares {
+ public:
+  static constexpr size_t kMax = 2;
+  // The smallest spare in `memory` of at least n bytes, its size in *size; empty if none fits.
+  algo::Bytes take(const algo::Memory &memory, size_t n, size_t *size);
+  // Keeps `bytes` (size bytes); with kMax kept, replaces the smallest if it is smaller.
+  void put(size_t size, algo::Bytes bytes);
+
+ private:
+  std::vector<std::pair<size_t, algo::Bytes>> spares_;
 };
 
 }  // namespace wccl::comm

@@ -290,13 +290,10 @@ class SimSyncMember final : public comm::SyncMember {
     op.in = op.out = data ? stage_.data() : d_.space_->base();
     Status st = status(d_.attempt(r_, memory_, op, -1, nullptr, c.count));
     if (!st.ok()) return st;
-    const algo::SyncJob &job = *c.sync;
-    for (size_t t = 0; t < job.stage_offset.size(); ++t) {
-      if (job.stage_offset[t] == algo::SyncJob::kNotReceived) continue;
-      WCCL_RETURN_IF_ERROR(memory_.copy(job.tensors[t], static_cast<uint8_t *>(op.out) + job.stage_offset[t],
-                                        job.tensor_bytes[t]));
-    }
-    return Status();
+    return algo::deliver_received(*c.sync, static_cast<const uint8_t *>(op.out),
+                                  [&](void *to, const uint8_t *from, size_t n, algo::DeviceMemory *) {
+                                    return memory_.copy(to, from, n);
+                                  });
   }
   Status reform() override { return d_.call(r_, coord::MessageType::kReform); }
 
