@@ -420,7 +420,9 @@ WCCL_API wccl_result_t wccl_hier_allreduce(const void *sendbuf, void *recvbuf, s
                                            wccl_redop_t op, wccl_local_group_t *local, wccl_comm_t *comm,
                                            const wccl_opts_t *opts);
 /* The non-blocking form: a request for wccl_wait, wccl_test and wccl_request_free; a rank's
- * hierarchical all-reduces run in the order they were called. */
+ * hierarchical all-reduces run in the order they were called. wccl_wait's stats are those of the
+ * rank's all-reduce across nodes (its WAN bytes, epoch; world_size: the nodes), its time from the
+ * call to the outcome. */
 WCCL_API wccl_result_t wccl_ihier_allreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
                                             wccl_dtype_t dtype, wccl_redop_t op, wccl_local_group_t *local,
                                             wccl_comm_t *comm, const wccl_opts_t *opts);
