@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <optional>
 
+#include "comm/control_session.h"
 #include "comm_fixture.h"
 
 namespace wccl::comm {
@@ -244,4 +246,97 @@ TEST_F(CommTest, JoinWithoutCoordinatorOrWithABadCertificateFails) {
 }
 
 }  // namespace
+
+// A coordinator's side of control links, recording what arrives on them in order.
+class FakeCoordinator {
+ public:
+  FakeCoordinator(const Config &cfg, const std::string &listen) {
+    auto t = net::Transport::create(cfg);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    if (!t.ok()) return;
+    transport_ = std::move(t).value();
+    auto port = transport_->listen(listen, [this](std::shared_ptr<net::Link> link) {
+      auto channel = coord::ControlChannel::open(
+          std::move(link),
+          [this](coord::ControlMessage m) {
+            std::lock_guard<std::mutex> lock(mu_);
+            got_.push_back(std::move(m));
+            cv_.notify_all();
+          },
+          [](Status) {});
+      std::lock_guard<std::mutex> lock(mu_);
+      channels_.push_back(std::move(channel));
+    });
+    EXPECT_TRUE(port.ok()) << port.status().to_string();
+    port_ = port.ok() ? port.value() : 0;
+  }
+  ~FakeCoordinator() { transport_.reset(); }
+  int port() const { return port_; }
+  // The first message any link brought, waiting up to `timeout`.
+  std::optional<coord::ControlMessage> first(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !got_.empty(); })) return std::nullopt;
+    return got_.front();
+  }
+
+ private:
+  std::unique_ptr<net::Transport> transport_;
+  int port_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<coord::ControlMessage> got_;
+  std::vector<std::shared_ptr<coord::ControlChannel>> channels_;
+};
+
+// After a reconnection, a message another thread sends once the new connection is up (here a
+// DONE, sent while the REJOIN is being made) reaches the restarted coordinator only after the
+// REJOIN: a restarted coordinator refuses what a peer says before it has rejoined. (The REJOIN
+// is sent on the control loop thread, where a send runs at once; the other thread's send is
+// posted behind it.)
+TEST_F(CommTest, TheRejoinReachesARestartedCoordinatorBeforeAnyOtherMessage) {
+  Config coord_cfg = make_config("coordinator", &coord_files_);
+  auto a = std::make_unique<FakeCoordinator>(coord_cfg, "127.0.0.1:0");
+  const int port = a->port();
+  ASSERT_NE(port, 0);
+  auto files = pki_.node("member");
+  Config cfg = make_config("member", &files);
+  ASSERT_TRUE(cfg.set("coordinator", "127.0.0.1:" + std::to_string(port)).ok());
+  std::unique_ptr<ControlSession> session;
+  coord::ControlMessage done;
+  done.type = coord::MessageType::kDone;
+  done.peer = 42;
+  done.epoch = 5;
+  done.seq = 3;
+  coord::ControlMessage rejoin;
+  rejoin.type = coord::MessageType::kRejoin;
+  rejoin.peer = 42;
+  rejoin.group = "g";
+  rejoin.info = {"member", "127.0.0.1:7000", ""};
+  rejoin.epoch = 5;
+  ControlSession::Events events;
+  events.message = [](const coord::ControlMessage &) {};
+  events.lost = [](const Status &) {};
+  events.reconnected = [&] {
+    std::thread other([&] { (void)session->send(done); });  // e.g. the worker finishing an operation
+    other.join();
+    return std::vector<coord::ControlMessage>{rejoin};
+  };
+  events.tick = [&] {
+    if (!session->connected()) session->reconnect();
+  };
+  auto opened = ControlSession::open(cfg, Clock::now() + 10s, Logger(LogLevel::kError, "member"), events);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  session = std::move(opened).value();
+  ASSERT_TRUE(session->start(50ms).ok());
+  a.reset();  // the coordinator goes, and comes back on the same port
+  const auto deadline = Clock::now() + 10s;
+  while (session->connected() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_FALSE(session->connected());
+  FakeCoordinator b(coord_cfg, "127.0.0.1:" + std::to_string(port));
+  const auto first = b.first(10s);
+  ASSERT_TRUE(first.has_value()) << "nothing reached the restarted coordinator";
+  EXPECT_EQ(first->type, coord::MessageType::kRejoin) << "type " << static_cast<int>(first->type) << " came first";
+  session->stop();
+}
+
 }  // namespace wccl::comm

@@ -125,6 +125,9 @@ void ControlSession::reconnect() {
       reconnecting_ = false;
     }
     if (!publish(conn)) return;  // closed at once: the next heartbeat tries again
+    // The REJOIN goes out before anything another thread sends once the channel is published:
+    // this runs on the control loop thread, where a channel's send runs at once, while another
+    // thread's send is posted to the loop and runs after this callback returns.
     const std::shared_ptr<coord::ControlChannel> channel = conn->channel;
     const std::vector<coord::ControlMessage> again = events_.reconnected();
     if (!again.empty()) {
