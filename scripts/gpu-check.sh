@@ -139,13 +139,16 @@ hier_nodes() {  # LOCAL_SIZE: runs two nodes, checks that every rank ends with t
     [ "$(grep -h 'done hash' "$logs"-?.log | awk '{print $NF}' | sort -u | wc -l)" = 1 ]
 }
 hier() {
-  "$build/tests/test_comm_hier" --gtest_color=no --gtest_filter='*Nccl*' || return 1
-  ! grep -q "SKIPPED" "$out/hier.log" || { echo "the NCCL local group's test skipped"; return 1; }
-  hier_nodes 1 && hier_nodes 2
+  local got
+  got="$("$build/tests/test_comm_hier" --gtest_color=no --gtest_filter='*Nccl*')" || { echo "$got"; return 1; }
+  echo "$got"
+  echo "$got" | grep -q '^\[  PASSED  \] 1 test' || {
+    echo "the NCCL local group's test did not run (skipped, or a build without NCCL)"; return 1; }
+  hier_nodes 1 && grep -q "local group: NCCL" "$out"/hier-l1-a.log && hier_nodes 2
 }
 export -f hier_nodes
 export -f hier
-step hier 120 hier
+step hier 240 hier
 
 echo
 echo "gpu-check on $gpu:"

@@ -245,8 +245,6 @@ TEST_F(CommTest, JoinWithoutCoordinatorOrWithABadCertificateFails) {
   EXPECT_EQ(Communicator::join(bad).status().code(), WCCL_ERR_AUTH);
 }
 
-}  // namespace
-
 // A coordinator's side of control links, recording what arrives on them in order.
 class FakeCoordinator {
  public:
@@ -324,6 +322,12 @@ TEST_F(CommTest, TheRejoinReachesARestartedCoordinatorBeforeAnyOtherMessage) {
   events.tick = [&] {
     if (!session->connected()) session->reconnect();
   };
+  struct StopFirst {  // the session's callbacks use the locals above: it stops before they go
+    std::unique_ptr<ControlSession> &session;
+    ~StopFirst() {
+      if (session) session->stop();
+    }
+  } stop_first{session};
   auto opened = ControlSession::open(cfg, Clock::now() + 10s, Logger(LogLevel::kError, "member"), events);
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
   session = std::move(opened).value();
@@ -336,7 +340,7 @@ TEST_F(CommTest, TheRejoinReachesARestartedCoordinatorBeforeAnyOtherMessage) {
   const auto first = b.first(10s);
   ASSERT_TRUE(first.has_value()) << "nothing reached the restarted coordinator";
   EXPECT_EQ(first->type, coord::MessageType::kRejoin) << "type " << static_cast<int>(first->type) << " came first";
-  session->stop();
 }
 
+}  // namespace
 }  // namespace wccl::comm

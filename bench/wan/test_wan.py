@@ -77,26 +77,38 @@ def main():
 
 def forwarder_ends_with_its_owner(build):
     tools = Path(__file__).resolve().parents[2] / "tools" / "wan"
+
+    def running(pid):  # not ended (a zombie has ended); gone once reaped
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[:1] != ["Z"]
+        except OSError:
+            return False
+
     with tempfile.TemporaryDirectory() as tmp:
         topo = Path(tmp) / "t.wan"
         topo.write_text(TOPOLOGY)
+        log = Path(tmp) / "f.log"
         owner = subprocess.Popen(
             [sys.executable, "-c",
              f"import sys, time; sys.path.insert(0, {str(tools)!r}); from wan import Wan; "
-             f"w = Wan({str(topo)!r}, {str(build / 'tools' / 'wccl-wan-forward')!r}, log={tmp + '/f.log'!r}).up(); "
+             f"w = Wan({str(topo)!r}, {str(build / 'tools' / 'wccl-wan-forward')!r}, log={str(log)!r}).up(); "
              "print(w.proc.pid, flush=True); time.sleep(300)"],
             stdout=subprocess.PIPE, text=True)
-        forwarder = int(owner.stdout.readline())
-        owner.kill()
-        owner.wait()
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{forwarder}").exists() and time.monotonic() < deadline:
-            stat = Path(f"/proc/{forwarder}/stat").read_text() if Path(f"/proc/{forwarder}/stat").exists() else ""
-            if stat.split(")")[-1].split()[:1] == ["Z"]:
-                break  # ended, not yet reaped
-            time.sleep(0.05)
-        alive = Path(f"/proc/{forwarder}").exists() and Path(f"/proc/{forwarder}/stat").read_text().split(")")[-1].split()[:1] != ["Z"]
-        assert not alive, "the forwarder outlived the process that started it"
+        try:
+            line = owner.stdout.readline()
+            assert line.strip().isdigit(), f"the emulation did not come up: {log.read_text() if log.exists() else ''}"
+            forwarder = int(line)
+            owner.kill()
+            owner.wait()
+            deadline = time.monotonic() + 10
+            while running(forwarder) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not running(forwarder), "the forwarder outlived the process that started it"
+        finally:
+            owner.kill()
+            owner.wait()
+            for host in ("h0", "h1", "h2", "h3"):  # the killed owner's namespaces (its teardown never ran)
+                subprocess.run(["ip", "netns", "del", "wccl-" + host], stderr=subprocess.DEVNULL, check=False)
         print("forwarder ended with its owner")
 
 

@@ -333,11 +333,17 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (parent) {
+    char *end = nullptr;
+    const long pid = std::strtol(argv[2], &end, 10);
+    if (end == argv[2] || *end != '\0' || pid <= 0) {
+      std::fprintf(stderr, "wccl-wan-forward: --parent takes a process id, not \"%s\"\n", argv[2]);
+      return 2;
+    }
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
       std::perror("wccl-wan-forward: prctl(PR_SET_PDEATHSIG)");
       return 1;
     }
-    if (getppid() != static_cast<pid_t>(std::strtol(argv[2], nullptr, 10))) {
+    if (getppid() != static_cast<pid_t>(pid)) {
       std::fprintf(stderr, "wccl-wan-forward: its parent %s has already ended\n", argv[2]);
       return 1;
     }
