@@ -485,33 +485,23 @@ static wccl_result_t hier_allreduce(const char *fn, wccl_request_t **req, bool n
     WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
     wccl::hier::Call call;
     WCCL_RETURN_IF_ERROR(wccl::prepare(fn, &call.global, dtype, op, opts, &call.timeout));
+    call.global.kind = wccl::algo::Kind::kAllreduce;
+    call.global.count = count;
+    call.global.in = sendbuf;
+    call.global.out = recvbuf;
+    WCCL_RETURN_IF_ERROR(wccl::check_buffers(fn, call.global, comm, true));  // as wccl_allreduce's
     call.in = sendbuf;
     call.out = recvbuf;
     call.count = count;
     call.dtype = call.global.dtype;
     call.op = call.global.op;
+    call.device = call.global.device;
     wccl::hier::Runner &runner = *local->runner;
-    const size_t es = wccl::codec::dtype_size(call.dtype);
-    const size_t ranks = static_cast<size_t>(runner.local().size());
-    WCCL_CHECK_ARG(count <= SIZE_MAX / es - ranks, "%s: count %zu is too large", fn, count);
-    if (count != 0) {
-      WCCL_CHECK_ARG(sendbuf != nullptr, "%s: sendbuf is NULL", fn);
-      WCCL_CHECK_ARG(recvbuf != nullptr, "%s: recvbuf is NULL", fn);
-      wccl::gpu::Device *in_dev = wccl::gpu::device_of(sendbuf), *out_dev = wccl::gpu::device_of(recvbuf);
-      if (in_dev != out_dev) {
-        return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: sendbuf is in %s and recvbuf in %s; both must be on one device or both in host memory",
-                          fn, in_dev != nullptr ? in_dev->name().c_str() : "host memory",
-                          out_dev != nullptr ? out_dev->name().c_str() : "host memory");
-      }
-      call.device = in_dev;
-    }
+    const size_t ranks = static_cast<size_t>(runner.local().size());  // the input is padded to a multiple of it
+    WCCL_CHECK_ARG(count <= SIZE_MAX / wccl::codec::dtype_size(call.dtype) - ranks, "%s: count %zu is too large", fn, count);
     if (count != 0) {
       const wccl::Status takes = runner.local().takes(call.device);
       if (!takes.ok()) return WCCL_ERROR(takes.code(), "%s: %s", fn, takes.message().c_str());
-    }
-    if (call.global.after != nullptr && call.device == nullptr) {
-      return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: opts->cuda_stream orders device buffers, and these are %s", fn,
-                        count == 0 ? "empty" : "host memory (synchronize the stream first)");
     }
     if (call.device != nullptr) WCCL_RETURN_IF_ERROR(call.device->record(call.global.after, &call.ready));
     auto queued = runner.submit(comm->impl.get(), call);

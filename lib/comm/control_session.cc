@@ -57,7 +57,6 @@ bool ControlSession::publish(const std::shared_ptr<Connection> &conn) {
     return false;
   }
   current_ = conn;
-  channel_ = conn->channel;
   return true;
 }
 
@@ -68,7 +67,6 @@ void ControlSession::closed(const std::shared_ptr<Connection> &conn, const Statu
     conn->why = why;
     if (current_ != conn) return;  // not published yet (publish sees it), or replaced already
     current_.reset();
-    channel_.reset();
     down_ = why;
     backoff_ = std::chrono::milliseconds(0);
     next_attempt_ = Clock::now();
@@ -80,20 +78,20 @@ Status ControlSession::send(const coord::ControlMessage &m) const {
   std::shared_ptr<coord::ControlChannel> ch;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ch = channel_;
-    if (!ch) return unreachable(down_);
+    if (!current_) return unreachable(down_);
+    ch = current_->channel;
   }
   return ch->send(m);
 }
 
 bool ControlSession::connected() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return channel_ != nullptr;
+  return current_ != nullptr;
 }
 
 Status ControlSession::down() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return channel_ ? Status() : unreachable(down_);
+  return current_ ? Status() : unreachable(down_);
 }
 
 Status ControlSession::start(std::chrono::milliseconds period) {
@@ -107,7 +105,7 @@ Status ControlSession::start(std::chrono::milliseconds period) {
 void ControlSession::reconnect() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_ || channel_ || reconnecting_ || Clock::now() < next_attempt_) return;
+    if (stopped_ || current_ || reconnecting_ || Clock::now() < next_attempt_) return;
     reconnecting_ = true;
     backoff_ = std::min(std::max(backoff_ * 2, period_), period_ * 8);
     next_attempt_ = Clock::now() + backoff_;
@@ -146,7 +144,7 @@ bool ControlSession::flush(std::chrono::milliseconds timeout) const {
   std::shared_ptr<coord::ControlChannel> ch;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ch = channel_;
+    if (current_) ch = current_->channel;
   }
   return !ch || ch->flush(timeout);
 }

@@ -84,9 +84,8 @@ class ControlSession {
   std::chrono::milliseconds period_{1000};
   mutable std::mutex mu_;
   bool stopped_ = false;
-  std::shared_ptr<Connection> current_;            // the published connection
-  std::shared_ptr<coord::ControlChannel> channel_;  // its channel; null while the coordinator is away
-  Status down_;                                     // why channel_ is null
+  std::shared_ptr<Connection> current_;  // the published connection; null while the coordinator is away
+  Status down_;                          // why current_ is null
   bool reconnecting_ = false;
   std::chrono::milliseconds backoff_{0};
   Clock::time_point next_attempt_{};

@@ -15,13 +15,13 @@ std::chrono::milliseconds left(Clock::time_point deadline) {
 }
 
 // The all-reduce of this rank's block across nodes, to its outcome.
-Status global_allreduce(comm::Communicator &global, const Call &call, void *shard, size_t shard_count,
+Status global_allreduce(comm::Communicator &global, const Call &call, codec::RedOp combine, void *shard, size_t shard_count,
                         Clock::time_point deadline, comm::OpStats *stats) {
   algo::Collective c = call.global;
   c.kind = algo::Kind::kAllreduce;
   c.count = shard_count;
   c.dtype = call.dtype;
-  c.op = call.op == codec::RedOp::kAvg ? codec::RedOp::kSum : call.op;
+  c.op = combine;
   c.in = shard;
   c.out = shard;
   c.device = call.device;
@@ -67,7 +67,7 @@ Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memor
   }
   if (Status st = local.reduce_scatter(m, in, shard.get(), shard_count, call.dtype, combine, deadline); !st.ok()) return broken(st);
 
-  Status mine = global_allreduce(global, call, shard.get(), shard_count, deadline, stats);
+  Status mine = global_allreduce(global, call, combine, shard.get(), shard_count, deadline, stats);
   std::vector<int32_t> outcomes;
   if (Status st = local.exchange(static_cast<int32_t>(mine.code()), &outcomes, deadline); !st.ok()) return broken(st);
   if (!mine.ok()) return mine;
