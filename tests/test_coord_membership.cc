@@ -844,6 +844,55 @@ TEST_F(MembershipTest, JoinersFormTheNextEpochWhenNoMemberIsLeft) {
   expect_announced(m.take_notices(), 2, {E});
 }
 
+// Each EPOCH says how the epoch was formed: the group's first and every epoch formed from members
+// of the one before CONTINUES; joiners forming one alone after the last member was lost AFTER_LOSS,
+// after it left AFTER_LEAVE.
+TEST_F(MembershipTest, AnEpochOfJoinersAloneSaysHowTheGroupsMembersWent) {
+  auto origins = [](const std::vector<Notice> &notices) {
+    std::set<EpochOrigin> out;
+    for (const Notice &n : of_kind(notices, Kind::kEpoch)) out.insert(n.origin);
+    return out;
+  };
+  using O = std::set<EpochOrigin>;
+  Membership m(options());
+  for (PeerId p : {A, B}) ASSERT_TRUE(m.join(p, info(p), t).ok());
+  t += 250ms;
+  m.tick(t);
+  EXPECT_EQ(origins(m.take_notices()), O{EpochOrigin::kContinues}) << "the group's first epoch";
+  ASSERT_TRUE(m.join(C, info(C), t).ok());
+  ASSERT_TRUE(m.update(A, 1, 0, t).ok());
+  ASSERT_TRUE(m.update(B, 1, 0, t).ok());
+  EXPECT_EQ(origins(m.take_notices()), O{EpochOrigin::kContinues}) << "a barrier admitting a joiner";
+  // Every member lost (A, B by silence, C's link closed): the next joiner is alone.
+  m.disconnected(C, t);
+  t += 1100ms;
+  m.tick(t);
+  EXPECT_EQ(m.ring().size(), 3u);  // the epoch stays; its members are gone
+  ASSERT_TRUE(m.join(D, info(D), t).ok());
+  t += 250ms;
+  m.tick(t);
+  auto notices = m.take_notices();
+  expect_announced(notices, m.epoch(), {D});
+  EXPECT_EQ(origins(notices), O{EpochOrigin::kAfterLoss});
+  EXPECT_EQ(m.origin(), EpochOrigin::kAfterLoss);
+  // D leaves at its barrier: the next joiner's epoch comes after a leave.
+  ASSERT_TRUE(m.leave(D, m.epoch(), 0, t).ok());
+  (void)m.take_notices();
+  ASSERT_TRUE(m.join(E, info(E), t).ok());
+  t += 250ms;
+  m.tick(t);
+  notices = m.take_notices();
+  expect_announced(notices, m.epoch(), {E});
+  EXPECT_EQ(origins(notices), O{EpochOrigin::kAfterLeave});
+  // A joiner admitted at the leaver's barrier succeeds it.
+  const PeerId F = 0xf;
+  ASSERT_TRUE(m.join(F, info(F), t).ok());  // waits: E is a member
+  ASSERT_TRUE(m.leave(E, m.epoch(), 0, t).ok());
+  notices = m.take_notices();
+  expect_announced(notices, m.epoch(), {F});
+  EXPECT_EQ(origins(notices), O{EpochOrigin::kContinues}) << "F was admitted at E's barrier: a successor";
+}
+
 TEST_F(MembershipTest, NextDeadlineTracksTheEarliestTimeout) {
   Membership m(options());
   EXPECT_EQ(m.next_deadline(), Clock::time_point::max());

@@ -51,6 +51,7 @@ std::vector<ControlMessage> one_of_each() {
   epoch.epoch = 43;
   epoch.ring = sample_ring();
   epoch.tree_max_bytes = 12500000;
+  epoch.origin = static_cast<uint32_t>(EpochOrigin::kAfterLoss);
   ControlMessage &revoked = add(MessageType::kRevoked);
   revoked.epoch = 43;
   revoked.other = 0x2222;
@@ -107,6 +108,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
       EXPECT_EQ(out.links[i].bytes_per_s, m.links[i].bytes_per_s);
     }
     EXPECT_EQ(out.tree_max_bytes, m.tree_max_bytes);
+    EXPECT_EQ(out.origin, m.origin);
   }
 }
 
@@ -167,6 +169,9 @@ TEST(ControlMessages, BadFieldsAreNamed) {
   expect(b, "ring members (limit");
   epoch.ring[1].id = 0;
   expect(encode(epoch), "ring member id is 0");
+  epoch.ring = sample_ring();
+  epoch.origin = 3;
+  expect(encode(epoch), "EPOCH with unknown origin 3");
 
   ControlMessage report;
   report.type = MessageType::kLinkReport;
@@ -221,9 +226,11 @@ TEST(ControlMessages, NoticesBecomeTheirMessages) {
   EXPECT_EQ(m.text, "gone");
   n.kind = Notice::Kind::kEpoch;
   n.ring = sample_ring();
+  n.origin = EpochOrigin::kAfterLeave;
   m = to_message(n);
   EXPECT_EQ(m.type, MessageType::kEpoch);
   EXPECT_EQ(m.ring, sample_ring());
+  EXPECT_EQ(m.origin, 2u);
 }
 
 }  // namespace

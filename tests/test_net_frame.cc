@@ -73,7 +73,7 @@ TEST(Frame, EveryMalformedFieldIsRejected) {
   reset(); b[0] = 'X';
   expect_rejected(b, WCCL_ERR_PROTOCOL, "bad frame magic");
   reset(); b[4] = 1;
-  expect_rejected(b, WCCL_ERR_PROTOCOL, "peer speaks wccl protocol version 1, this library speaks version 3");
+  expect_rejected(b, WCCL_ERR_PROTOCOL, "peer speaks wccl protocol version 1, this library speaks version 4");
   reset(); b[6] = 0;
   expect_rejected(b, WCCL_ERR_PROTOCOL, "unknown frame type 0");
   reset(); b[6] = 3;

@@ -178,6 +178,23 @@ WCCL_API int wccl_comm_rank(const wccl_comm_t *comm);
 WCCL_API int wccl_comm_size(const wccl_comm_t *comm);
 WCCL_API uint64_t wccl_comm_epoch(const wccl_comm_t *comm);
 
+/* How the current epoch came to be, as the coordinator formed it. A job's epochs normally descend
+ * from one another: each is formed from the members of the one before (at an update barrier, a
+ * state sync's re-forming, or adopted by a restarted coordinator). When every member of the group
+ * is gone, the peers waiting to join form an epoch of their own: its members then hold nothing of
+ * what the earlier ones held, and a trainer must not take their state for the job's (a node whose
+ * state was lost with the others would train the job from its first step again). */
+typedef enum {
+  WCCL_EPOCH_CONTINUES = 0,    /* the group's first epoch, or one formed from the members of the one before */
+  WCCL_EPOCH_AFTER_LOSS = 1,   /* formed by joiners alone after the last member of the group was lost */
+  WCCL_EPOCH_AFTER_LEAVE = 2,  /* formed by joiners alone after the last member of the group left (its job ended?) */
+} wccl_epoch_origin_t;
+
+/* The current epoch's origin as the EPOCH that made this peer a member of it said (CONTINUES for
+ * NULL). A coordinator that restarted knows of earlier epochs only from members that come back to
+ * it: if none does, the joiners' epoch it forms is CONTINUES. */
+WCCL_API wccl_epoch_origin_t wccl_comm_epoch_origin(const wccl_comm_t *comm);
+
 /* How many peers wait to be admitted at the next wccl_comm_update, as last reported by the
  * coordinator (0 for NULL). A training loop can call update only when this is non-zero or its
  * epoch was revoked. */

@@ -223,6 +223,11 @@ int Communicator::pending() const {
   return view_->pending();
 }
 
+uint32_t Communicator::epoch_origin() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_->epoch_origin();
+}
+
 bool Communicator::wait_revoked(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, timeout, [&] { return view_->revoked(); });

@@ -144,6 +144,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
         epoch_ = m.epoch;
         ring_ = m.ring;
         tree_max_bytes_ = m.tree_max_bytes;
+        epoch_origin_ = m.origin;
         rank_ = rank_of(id_);
         revoked_ = false;
         removed_ = false;

@@ -112,6 +112,9 @@ class MemberView {
   bool left() const { return left_; }
   bool aborted() const { return aborted_; }
   int pending() const { return pending_; }
+  // How the coordinator formed the current epoch (coord::EpochOrigin), from the EPOCH that made
+  // this peer a member of it.
+  uint32_t epoch_origin() const { return epoch_origin_; }
   size_t undecided() const { return ops_.size(); }
   // Why operations of the current epoch fail (OK while it is sound).
   const Status &epoch_failure() const { return epoch_failure_; }
@@ -144,6 +147,7 @@ class MemberView {
   uint64_t epoch_ = 0;
   std::vector<coord::Member> ring_;
   uint64_t tree_max_bytes_ = 0;
+  uint32_t epoch_origin_ = 0;
   int rank_ = -1;
   bool revoked_ = false;
   bool removed_ = false;  // declared lost from epoch_ (REMOVED)

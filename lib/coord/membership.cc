@@ -237,6 +237,7 @@ uint32_t Membership::rtt(PeerId a, PeerId b) const { return link(a, b).rtt_us; }
 void Membership::disconnected(PeerId id, Clock::time_point now) {
   if (leaving_.count(id) != 0) {
     // It said it was leaving and went: that is the graceful leave, not a loss.
+    if (is_member(id)) last_member_left_ = true;
     forget(id);
   } else {
     lose(id, "its connection to the coordinator closed");
@@ -291,6 +292,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     // again.
     gives_way_until_ = Clock::time_point();
     epoch_ = epoch;
+    origin_ = EpochOrigin::kContinues;  // its members keep the origin they were told
     ring_ = ring;
     tree_max_bytes_ = tree_max_bytes;
     unconfirmed_.clear();
@@ -428,6 +430,7 @@ void Membership::lose(PeerId id, const std::string &reason) {
   // UPDATE when its heartbeat after a freeze longer than peer_timeout earns it a kRemoved.
   remember_lost(id, info);
   if (!member) return;
+  last_member_left_ = false;
   if (!info.node.empty()) lost_now_.push_back(info);  // drained by take_lost() after every event
   revoke(id, info.name + ": " + reason);
   // Delivered only if it is still reachable (frozen or cut off rather than dead).
@@ -512,7 +515,10 @@ void Membership::maybe_form_first(Clock::time_point now) {
   if (epoch_floor_ > epoch_ && now - floor_heard_ < opt_.peer_timeout) return;
   ring_ = std::move(joiners_);
   joiners_.clear();
-  if (epoch_ == 0 && epoch_floor_ == 0) gives_way_until_ = now + opt_.peer_timeout;  // heard of no job yet
+  const bool first = epoch_ == 0 && epoch_floor_ == 0;  // heard of no job yet
+  if (first) gives_way_until_ = now + opt_.peer_timeout;
+  // Joiners alone: after the group's earlier members are all gone, they hold none of their state.
+  origin_ = first ? EpochOrigin::kContinues : last_member_left_ ? EpochOrigin::kAfterLeave : EpochOrigin::kAfterLoss;
   epoch_ = next_epoch_number();
   tree_max_bytes_ = 0;  // nothing measured yet
   revoked_ = false;
@@ -553,6 +559,7 @@ void Membership::maybe_complete_update() {
     forget(id);
     notify(Notice::Kind::kLeft, id);
   }
+  if (!leavers.empty()) last_member_left_ = true;
   if (admit) {
     next.insert(next.end(), joiners_.begin(), joiners_.end());
     joiners_.clear();
@@ -581,6 +588,7 @@ void Membership::maybe_complete_update() {
                         : 0;
   if (changed) {
     epoch_ = next_epoch_number();
+    origin_ = EpochOrigin::kContinues;
     ring_ = std::move(next);
     revoked_ = false;
     unconfirmed_.clear();
@@ -608,6 +616,7 @@ Notice &Membership::notify(Notice::Kind kind, PeerId to) {
   if (kind == Notice::Kind::kEpoch) {
     n.ring = ring_;
     n.tree_max_bytes = tree_max_bytes_;
+    n.origin = origin_;
   }
   notices_.push_back(std::move(n));
   return notices_.back();

@@ -50,6 +50,10 @@ struct PeerInfo {
   std::string node;     // the `node` key: its node's communicators in other groups share it ("": none)
 };
 
+// How the coordinator formed an epoch (the values of wccl_epoch_origin_t): from the members of the
+// one before, or from joiners alone after the group's last member was lost, or left.
+enum class EpochOrigin : uint32_t { kContinues = 0, kAfterLoss = 1, kAfterLeave = 2 };
+
 struct Member {
   PeerId id = 0;
   PeerInfo info;
@@ -97,6 +101,7 @@ struct Notice {
   std::vector<Member> ring;  // kEpoch
   uint32_t answers = 0;      // kEpoch: the recipient's call (UPDATE, REFORM) it answers; 0: an announcement
   uint64_t tree_max_bytes = 0;  // kEpoch: algo=AUTO's ring/tree crossover (coord/algo_choice.h); 0: none
+  EpochOrigin origin = EpochOrigin::kContinues;  // kEpoch
   PeerId lost = 0;           // kRevoked
   std::string reason;        // kRevoked, kRemoved, kRefused
   uint32_t joiners = 0;      // kPending
@@ -236,6 +241,7 @@ class Membership {
   const std::vector<Member> &ring() const { return ring_; }
   // The current epoch's algo=AUTO crossover (Options::measured_crossover), 0 if none.
   uint64_t tree_max_bytes() const { return tree_max_bytes_; }
+  EpochOrigin origin() const { return origin_; }
   size_t joiners() const { return joiners_.size(); }
   // The peer is a member or a joiner this coordinator hears from: not lost, not unknown.
   bool live(PeerId id) const { return live_.count(id) != 0; }
@@ -315,6 +321,8 @@ class Membership {
   std::map<uint64_t, std::set<PeerId>> done_;  // operation -> members whose data phase completed
   std::map<std::pair<PeerId, PeerId>, LinkEstimate> links_;  // (smaller id, larger id), live peers only
   uint64_t tree_max_bytes_ = 0;  // the current epoch's crossover, fixed at its update barrier
+  EpochOrigin origin_ = EpochOrigin::kContinues;  // how the current epoch was formed
+  bool last_member_left_ = false;  // the last member to go went by LEAVE (else it was lost)
 };
 
 }  // namespace wccl::coord

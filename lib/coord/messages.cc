@@ -187,6 +187,7 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
       w.u32(m.count);
       w.ring(m.ring);
       w.u64(m.tree_max_bytes);
+      w.u32(m.origin);
       break;
     case MessageType::kRevoked:
       w.u64(m.epoch);
@@ -278,6 +279,10 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
       m.count = r.u32("call answered");
       m.ring = r.ring();
       m.tree_max_bytes = r.u64("tree_max_bytes");
+      m.origin = r.u32("epoch origin");
+      if (m.origin > static_cast<uint32_t>(EpochOrigin::kAfterLeave)) {
+        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "EPOCH with unknown origin %u", m.origin);
+      }
       break;
     case MessageType::kRevoked:
       m.epoch = r.u64("epoch");
@@ -340,6 +345,7 @@ ControlMessage to_message(const Notice &n) {
       m.count = n.answers;
       m.ring = n.ring;
       m.tree_max_bytes = n.tree_max_bytes;
+      m.origin = static_cast<uint32_t>(n.origin);
       break;
     case Notice::Kind::kRevoked:
       m.type = MessageType::kRevoked;

@@ -32,7 +32,7 @@ enum class MessageType : uint8_t {
   kReform = 9,      // peer, epoch, seq, count: an update that admits no joiner (state sync's retry)
   kLinkReport = 10, // peer, epoch, links: what this peer's links measured (ring order, algo=AUTO)
   // coordinator -> peer
-  kEpoch = 16,      // epoch, count (the recipient's call it answers; 0: an announcement), ring, tree_max_bytes
+  kEpoch = 16,      // epoch, count (the recipient's call it answers; 0: an announcement), ring, tree_max_bytes, origin
   kRevoked = 17,    // epoch, seq (the last committed operation), other (the lost peer), text (reason)
   kRemoved = 18,    // epoch, text (reason)
   kProbe = 19,      // epoch
@@ -58,6 +58,7 @@ struct ControlMessage {
   std::string text;    // kRevoked, kRemoved, kError, kOpFailed
   std::vector<LinkMeasurement> links;  // kLinkReport
   uint64_t tree_max_bytes = 0;         // kEpoch, kRejoin: algo=AUTO's crossover in the epoch; 0: each member's tree_max_bytes
+  uint32_t origin = 0;                 // kEpoch: how the coordinator formed the epoch (EpochOrigin)
 };
 
 // Text fields longer than kMaxTextBytes are cut to that length.

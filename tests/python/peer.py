@@ -1,7 +1,7 @@
 """A group member in its own process for the pytest suite (conftest.Peer drives it).
 
 It joins with the configuration in the WCCL_* environment, prints one JSON line
-{"rank", "size", "epoch"}, then answers each JSON command it reads on stdin with one JSON line:
+{"rank", "size", "epoch", "origin"}, then answers each JSON command it reads on stdin with one JSON line:
   {"cmd": "allreduce", "lib": "numpy"|"torch", "dtype": NAME, "count": N, "op": NAME, "wire": NAME}
       element i of rank r is (r + 1) * (i % 5 + 1), or for "random": true, uniform in [-1, 1) from
       seed r; "nan_rank": r puts a NaN in rank r's last element. Answers {"ok", "error", "message",
@@ -84,7 +84,7 @@ def update(comm):
 
 def main():
     with wccl.Communicator() as comm:
-        print(json.dumps({"rank": comm.rank, "size": comm.size, "epoch": comm.epoch}), flush=True)
+        print(json.dumps({"rank": comm.rank, "size": comm.size, "epoch": comm.epoch, "origin": int(comm.epoch_origin)}), flush=True)
         for line in sys.stdin:
             cmd = json.loads(line)
             if cmd["cmd"] == "allreduce":

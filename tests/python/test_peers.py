@@ -168,3 +168,23 @@ def test_late_joiner_catches_up_with_sync_state(coordinators, pki):
         assert len({r["message"] for r in replies}) == 1 and '"weights"' in replies[0]["message"]
     finally:
         assert close_all(members + ([joiner] if joiner else [])) == [0] * (3 if joiner else 2)
+
+
+def test_an_epoch_of_joiners_alone_says_how_the_members_went(coordinators, pki):
+    """wccl_comm_epoch_origin: the group's first epoch CONTINUES; a joiner alone after its only
+    member left is AFTER_LEAVE, after its only member was SIGKILLed AFTER_LOSS."""
+    coord = coordinators(min_peers=1)
+    config = member_config(coord, pki)
+    first = wccl.Communicator(**config)
+    assert first.epoch_origin == wccl.EpochOrigin.CONTINUES
+    first.leave()
+    first.close()
+    killed = Peer(config)
+    killed.joined = killed.reply()
+    assert killed.joined["origin"] == int(wccl.EpochOrigin.AFTER_LEAVE), killed.joined
+    killed.kill()
+    after = wccl.Communicator(**config)
+    try:
+        assert after.epoch_origin == wccl.EpochOrigin.AFTER_LOSS and after.size == 1
+    finally:
+        after.close()

@@ -16,8 +16,8 @@ torch are optional and never imported by this package unless a CUDA tensor is pa
 """
 
 from ._buffers import DType
-from ._core import (Algo, Communicator, Compress, Coordinator, OpStats, ReduceOp, Request, SyncMode, SyncStats, Wire,
-                    config_keys, version, wire_roundtrip)
+from ._core import (Algo, Communicator, Compress, Coordinator, EpochOrigin, OpStats, ReduceOp, Request, SyncMode,
+                    SyncStats, Wire, config_keys, version, wire_roundtrip)
 from ._lib import (AbortedError, AuthError, CoordinatorUnreachableError, CudaError, InProgressError, InternalError,
                    InvalidArgumentError, InvalidUsageError, IoError, LIBRARY_PATH, NcclError, NoMemoryError,
                    PeerLostError, ProtocolError, TimeoutError, TooFewPeersError, UnsupportedError, WcclError)
@@ -26,7 +26,7 @@ __version__ = version()
 
 __all__ = [
     "AbortedError", "Algo", "AuthError", "Communicator", "Compress", "Coordinator", "CoordinatorUnreachableError",
-    "CudaError", "DType", "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "IoError",
+    "CudaError", "DType", "EpochOrigin", "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "IoError",
     "LIBRARY_PATH", "NcclError", "NoMemoryError", "OpStats", "PeerLostError", "ProtocolError", "ReduceOp", "Request",
     "SyncMode", "SyncStats", "TimeoutError", "TooFewPeersError", "UnsupportedError", "WcclError", "Wire", "config_keys", "version",
     "wire_roundtrip",

@@ -65,6 +65,14 @@ class SyncMode(IntEnum):
     RECEIVE_ONLY = 2  # take the elected state; never a candidate or a donor
 
 
+class EpochOrigin(IntEnum):
+    """wccl_epoch_origin_t: how the coordinator formed the current epoch."""
+
+    CONTINUES = 0    # the group's first epoch, or one formed from the members of the one before
+    AFTER_LOSS = 1   # formed by joiners alone after the group's last member was lost
+    AFTER_LEAVE = 2  # formed by joiners alone after the group's last member left
+
+
 @dataclass(frozen=True)
 class SyncStats:
     """What a state sync did (wccl_sync_stats_t), and the revision every member now holds."""
@@ -258,6 +266,12 @@ class Communicator:
     def pending(self) -> int:
         """How many peers wait to be admitted at the next update()."""
         return lib.wccl_comm_pending(self._handle) if self._handle else 0
+
+    @property
+    def epoch_origin(self) -> EpochOrigin:
+        """How the coordinator formed the current epoch (joiners alone, after every member of the
+        group was lost or left, hold none of the earlier members' state)."""
+        return EpochOrigin(lib.wccl_comm_epoch_origin(self._handle) if self._handle else 0)
 
     def update(self) -> None:
         """Waits for the coordinator's next epoch: survivors plus admitted joiners, minus leavers and
