@@ -844,8 +844,8 @@ TEST_F(MembershipTest, JoinersFormTheNextEpochWhenNoMemberIsLeft) {
   expect_announced(m.take_notices(), 2, {E});
 }
 
-// Each EPOCH says how the epoch was formed: the group's first and every epoch formed from members
-// of the one before CONTINUES; joiners forming one alone after the last member was lost AFTER_LOSS,
+// Each EPOCH says how the epoch was formed: the group's first FIRST, every epoch formed from members
+// of the one before CONTINUES, joiners forming one alone after the last member was lost AFTER_LOSS,
 // after it left AFTER_LEAVE.
 TEST_F(MembershipTest, AnEpochOfJoinersAloneSaysHowTheGroupsMembersWent) {
   auto origins = [](const std::vector<Notice> &notices) {
@@ -858,7 +858,7 @@ TEST_F(MembershipTest, AnEpochOfJoinersAloneSaysHowTheGroupsMembersWent) {
   for (PeerId p : {A, B}) ASSERT_TRUE(m.join(p, info(p), t).ok());
   t += 250ms;
   m.tick(t);
-  EXPECT_EQ(origins(m.take_notices()), O{EpochOrigin::kContinues}) << "the group's first epoch";
+  EXPECT_EQ(origins(m.take_notices()), O{EpochOrigin::kFirst}) << "the group's first epoch";
   ASSERT_TRUE(m.join(C, info(C), t).ok());
   ASSERT_TRUE(m.update(A, 1, 0, t).ok());
   ASSERT_TRUE(m.update(B, 1, 0, t).ok());

@@ -170,8 +170,8 @@ TEST(ControlMessages, BadFieldsAreNamed) {
   epoch.ring[1].id = 0;
   expect(encode(epoch), "ring member id is 0");
   epoch.ring = sample_ring();
-  epoch.origin = 3;
-  expect(encode(epoch), "EPOCH with unknown origin 3");
+  epoch.origin = 4;
+  expect(encode(epoch), "EPOCH with unknown origin 4");
 
   ControlMessage report;
   report.type = MessageType::kLinkReport;
@@ -230,7 +230,7 @@ TEST(ControlMessages, NoticesBecomeTheirMessages) {
   m = to_message(n);
   EXPECT_EQ(m.type, MessageType::kEpoch);
   EXPECT_EQ(m.ring, sample_ring());
-  EXPECT_EQ(m.origin, 2u);
+  EXPECT_EQ(m.origin, 3u);
 }
 
 }  // namespace

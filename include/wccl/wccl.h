@@ -185,14 +185,16 @@ WCCL_API uint64_t wccl_comm_epoch(const wccl_comm_t *comm);
  * what the earlier ones held, and a trainer must not take their state for the job's (a node whose
  * state was lost with the others would train the job from its first step again). */
 typedef enum {
-  WCCL_EPOCH_CONTINUES = 0,    /* the group's first epoch, or one formed from the members of the one before */
-  WCCL_EPOCH_AFTER_LOSS = 1,   /* formed by joiners alone after the last member of the group was lost */
-  WCCL_EPOCH_AFTER_LEAVE = 2,  /* formed by joiners alone after the last member of the group left (its job ended?) */
+  WCCL_EPOCH_CONTINUES = 0,    /* formed from the members of the one before */
+  WCCL_EPOCH_FIRST = 1,        /* the group's first epoch: joiners alone, the group never had a member */
+  WCCL_EPOCH_AFTER_LOSS = 2,   /* formed by joiners alone after the last member of the group was lost */
+  WCCL_EPOCH_AFTER_LEAVE = 3,  /* formed by joiners alone after the last member of the group left (its job ended?) */
 } wccl_epoch_origin_t;
 
 /* The current epoch's origin as the EPOCH that made this peer a member of it said (CONTINUES for
- * NULL). A coordinator that restarted knows of earlier epochs only from members that come back to
- * it: if none does, the joiners' epoch it forms is CONTINUES. */
+ * NULL); right after wccl_comm_join, that of the epoch that admitted it. A coordinator that
+ * restarted knows of earlier epochs only from members that come back to it: if none does, the
+ * joiners' epoch it forms is FIRST. */
 WCCL_API wccl_epoch_origin_t wccl_comm_epoch_origin(const wccl_comm_t *comm);
 
 /* How many peers wait to be admitted at the next wccl_comm_update, as last reported by the

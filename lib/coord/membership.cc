@@ -518,7 +518,7 @@ void Membership::maybe_form_first(Clock::time_point now) {
   const bool first = epoch_ == 0 && epoch_floor_ == 0;  // heard of no job yet
   if (first) gives_way_until_ = now + opt_.peer_timeout;
   // Joiners alone: after the group's earlier members are all gone, they hold none of their state.
-  origin_ = first ? EpochOrigin::kContinues : last_member_left_ ? EpochOrigin::kAfterLeave : EpochOrigin::kAfterLoss;
+  origin_ = first ? EpochOrigin::kFirst : last_member_left_ ? EpochOrigin::kAfterLeave : EpochOrigin::kAfterLoss;
   epoch_ = next_epoch_number();
   tree_max_bytes_ = 0;  // nothing measured yet
   revoked_ = false;

@@ -51,8 +51,8 @@ struct PeerInfo {
 };
 
 // How the coordinator formed an epoch (the values of wccl_epoch_origin_t): from the members of the
-// one before, or from joiners alone after the group's last member was lost, or left.
-enum class EpochOrigin : uint32_t { kContinues = 0, kAfterLoss = 1, kAfterLeave = 2 };
+// one before; or from joiners alone: the group's first, or after its last member was lost, or left.
+enum class EpochOrigin : uint32_t { kContinues = 0, kFirst = 1, kAfterLoss = 2, kAfterLeave = 3 };
 
 struct Member {
   PeerId id = 0;

@@ -171,12 +171,12 @@ def test_late_joiner_catches_up_with_sync_state(coordinators, pki):
 
 
 def test_an_epoch_of_joiners_alone_says_how_the_members_went(coordinators, pki):
-    """wccl_comm_epoch_origin: the group's first epoch CONTINUES; a joiner alone after its only
+    """wccl_comm_epoch_origin: the group's first epoch is FIRST; a joiner alone after its only
     member left is AFTER_LEAVE, after its only member was SIGKILLed AFTER_LOSS."""
     coord = coordinators(min_peers=1)
     config = member_config(coord, pki)
     first = wccl.Communicator(**config)
-    assert first.epoch_origin == wccl.EpochOrigin.CONTINUES
+    assert first.epoch_origin == wccl.EpochOrigin.FIRST
     first.leave()
     first.close()
     killed = Peer(config)

@@ -68,9 +68,10 @@ class SyncMode(IntEnum):
 class EpochOrigin(IntEnum):
     """wccl_epoch_origin_t: how the coordinator formed the current epoch."""
 
-    CONTINUES = 0    # the group's first epoch, or one formed from the members of the one before
-    AFTER_LOSS = 1   # formed by joiners alone after the group's last member was lost
-    AFTER_LEAVE = 2  # formed by joiners alone after the group's last member left
+    CONTINUES = 0    # formed from the members of the one before
+    FIRST = 1        # the group's first: joiners alone, the group never had a member
+    AFTER_LOSS = 2   # formed by joiners alone after the group's last member was lost
+    AFTER_LEAVE = 3  # formed by joiners alone after the group's last member left
 
 
 @dataclass(frozen=True)
