@@ -1,10 +1,13 @@
-"""The trainer's node-level membership rules, without I/O (docs/trainer.md, "Membership").
+"""The trainer's node-level rules, without I/O (docs/trainer.md, "Membership").
 
 ``settle`` is a generator: it yields the mesh call a node makes next (``Update``, ``Roster``,
-``Sync``), is sent that call's result, and returns an ``Outcome`` (or raises ``Refused``). The
-trainer drives it with its ElasticDeviceMesh (train.py, ``Trainer.settle``); the tests drive it with
-scripted results (tests/trainer/test_membership.py). Every rule of who
-trains, who syncs whose state and what the outer step divides by lives here.
+``Sync``), is sent that call's result, and returns an ``Outcome`` (or raises ``Refused``).
+``diloco`` is a node's whole DiLoCo loop in the same form: it yields ``Train``, ``Reduce``,
+``Commit`` and ``Record`` besides settle's calls. The trainer drives them with its model and its
+ElasticDeviceMesh (train.py, ``Trainer.answer``); the tests drive ``settle`` with scripted results
+(tests/trainer/test_membership.py) and many nodes' ``diloco`` loops in a seeded simulation of a job
+with faults (tests/trainer/node_sim.py). Every rule of when a node trains, who syncs whose state,
+what the outer step divides by and when joiners are admitted lives here.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import Generator, List, Optional, Sequence, Union
+from typing import Any, Generator, List, Optional, Sequence, Union
 
 BOUNDARY, REDUCE = 0, 1  # where a node is in its outer step: before the inner steps, or at the all-reduce
+# How the epoch was formed (wccl_epoch_origin_t): from the members of the one before, or by joiners
+# alone: the group's first, or after every member of the group was lost, or left.
+CONTINUES, FIRST, AFTER_LOSS, AFTER_LEAVE = 0, 1, 2, 3
 SEND_ONLY, RECEIVE_ONLY, POPULAR = "send_only", "receive_only", "popular"  # the state sync's roles
 
 
@@ -26,6 +32,17 @@ class Position:
     phase: int = BOUNDARY
     has_delta: bool = False  # it ran this step's inner steps (its pseudo-gradient counts)
     fresh: bool = True       # it has not yet held state agreed with the others
+    known_step: int = -1     # the newest outer step it knows a node of the job held (-1: none); 0 at
+    #                          least once its epoch was formed after the job's nodes were all lost
+    in_job: bool = False     # it trained with the job (its loop began) in this run
+    joined_origin: int = CONTINUES  # how the epoch its join entered was formed (mesh.joined_origin)
+    missed_start: bool = False      # its state sync that began the job failed: others may have begun it
+
+    @property
+    def founder(self) -> bool:
+        """It joined the group's first epoch (or the first after the job's nodes left), and has not
+        missed the job's beginning: it may begin the job."""
+        return self.joined_origin in (FIRST, AFTER_LEAVE) and not self.missed_start
 
 
 @dataclass(frozen=True)
@@ -38,17 +55,22 @@ class Row:
     has_delta: bool
     fresh: bool
     fingerprint: int   # configuration_fingerprint() of the node
+    known_step: int    # Position.known_step
+    founder: bool      # Position.founder
     pending: int       # joiners its groups have waiting (mesh.pending(), appended by the driver)
+    origin: int        # how its epoch was formed (mesh.epoch_origin(), appended by the driver)
 
     @staticmethod
     def info(pos: Position, fingerprint: int) -> List[int]:
-        """What a node passes to ElasticDeviceMesh.roster, before the driver appends pending."""
-        return [pos.step, pos.phase, int(pos.has_delta), int(pos.fresh), fingerprint]
+        """What a node passes to ElasticDeviceMesh.roster, before the driver appends pending and origin."""
+        return [pos.step, pos.phase, int(pos.has_delta), int(pos.fresh), fingerprint, pos.known_step,
+                int(pos.founder)]
 
     @staticmethod
     def decode(node_id: int, info: Sequence[int]) -> "Row":
-        step, phase, has_delta, fresh, fingerprint, pending = info
-        return Row(node_id, step, phase, bool(has_delta), bool(fresh), fingerprint, pending)
+        step, phase, has_delta, fresh, fingerprint, known_step, founder, pending, origin = info
+        return Row(node_id, step, phase, bool(has_delta), bool(fresh), fingerprint, known_step, bool(founder),
+                   pending, origin)
 
 
 @dataclass(frozen=True)
@@ -58,7 +80,8 @@ class Update:
 
 @dataclass(frozen=True)
 class Roster:
-    """Call mesh.roster(info + [mesh.pending()]); send back the rows (list of Row) or None."""
+    """Call mesh.roster(info + [mesh.pending(), mesh.epoch_origin()]); send back the rows (list of
+    Row) or None."""
 
     info: List[int]
 
@@ -82,12 +105,75 @@ class Outcome:
     contributors: int
 
 
+@dataclass(frozen=True)
+class Wait:
+    """No node of the epoch holds the job's state, which exists (its nodes were all lost: one may
+    come back, or be started with --resume): wait a while before the update that admits it. Send
+    back True once the node has waited longer than it may (the mesh's admit_timeout): it stops."""
+
+
+@dataclass(frozen=True)
+class Joined:
+    """The node is in the job at outer step ``step`` (seed its data stream from it)."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class Train:
+    """Run the inner steps of sync ``step`` and compute the pseudo-gradient; send back whether it is
+    finite on every local rank. A node whose pseudo-gradient is not finite is then told ``Discard``."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class Discard:
+    """The pseudo-gradient is not finite: reset the shard to the outer parameters (and the inner
+    optimizer's state); the node sends zeros in this sync's all-reduce and is not counted."""
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """All-reduce (SUM) the pseudo-gradient of sync ``step``, or zeros without ``send``; send back
+    ``(committed, waiting)``: whether every group of the node committed, and the joiners waiting if
+    the call learnt it (an overlapped last sync of an outer step carries the count), else None.
+    A retry after ``committed`` false sends the same pseudo-gradient."""
+
+    step: int
+    send: bool
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The all-reduce of sync ``sync`` committed (pos.step already counts it when ``divisor`` > 0):
+    divide the sum by ``divisor`` and take the outer step of the sync's fragment (then checkpoint if
+    due); with 0 (nobody trained it) only load the outer parameters into the shard. Send back nothing."""
+
+    sync: int
+    divisor: int
+
+
+@dataclass(frozen=True)
+class Record:
+    """Log the committed outer step: ``contributors`` trained it, ``nodes`` were in its epoch."""
+
+    step: int
+    contributors: int
+    nodes: int
+
+
 class Refused(Exception):
     """This node cannot take part in the job (its configuration differs from the job's, or the
     synchronous baseline admits no newcomer): it leaves, and the others go on without it."""
 
 
-Call = Union[Update, Roster, Sync]
+class Stopped(Exception):
+    """This node stops: the job ended while it was away, or no node holding the job's state came
+    back in time. It leaves; nobody else is affected."""
+
+
+Call = Union[Update, Roster, Sync, Wait, Joined, Train, Discard, Reduce, Commit, Record]
 
 
 def hash63(text: str) -> int:
@@ -115,8 +201,26 @@ def settle(pos: Position, node_id: int, *, fingerprint: int, sync_mode: bool,
             need_update = True
             continue
         rows: List[Row] = sorted(result, key=lambda r: r.node_id)  # type: ignore[arg-type]
+        origin = max(r.origin for r in rows)
+        if origin == AFTER_LEAVE and (pos.in_job or pos.joined_origin != AFTER_LEAVE):
+            # Not a node of a new job (those joined this very epoch): one of the job that ended.
+            raise Stopped(f"the job's other nodes left (it ended) while this node was away; its state at step "
+                          f"{pos.step} is not the job's")
         top = max(r.step for r in rows)
         current = [r for r in rows if r.step == top and not r.fresh]
+        # The newest state any node of the epoch knows the job held: it must be here to go on.
+        pos.known_step = max([pos.known_step, *(r.known_step for r in rows), *(r.step for r in rows if not r.fresh),
+                              0 if origin == AFTER_LOSS else -1])
+        if (top < pos.known_step if current else pos.known_step >= 0 or not any(r.founder for r in rows)):
+            # The job's newest state is elsewhere: its nodes were lost (frozen, cut off, dead) after
+            # a node here saw them, or no node here began the job. None of the states here is the
+            # job's; a node that holds it (one that was frozen, or started with --resume) may come.
+            if (yield Wait()):
+                raise Stopped(f"no node holding the job's state of step {max(pos.known_step, 0)} came back (every "
+                              "node that held it was lost): start one with --resume from its checkpoints, or a new "
+                              "job with a new coordinator")
+            need_update = True
+            continue
         # The job's configuration is the one of the nodes that hold its state (else the most common;
         # ties to the lowest node id): a misfit leaves, the others update without it.
         job = Counter(r.fingerprint for r in (current or rows)).most_common(1)[0][0]
@@ -144,10 +248,11 @@ def settle(pos: Position, node_id: int, *, fingerprint: int, sync_mode: bool,
         if behind:
             if current:
                 mode = SEND_ONLY if me_current else RECEIVE_ONLY
-            else:  # every node is fresh: the most common initial state wins
-                mode = POPULAR if pos.step == top else RECEIVE_ONLY
+            else:  # every node is new and the job begins: from its founders' (one seed's) state
+                mode = POPULAR if pos.founder else RECEIVE_ONLY
             revision = yield Sync(mode, pos.step, receive=not me_current)
             if revision is None:
+                pos.missed_start = pos.missed_start or mode == POPULAR
                 need_update = True
                 continue
             if not me_current:
@@ -161,8 +266,58 @@ def settle(pos: Position, node_id: int, *, fingerprint: int, sync_mode: bool,
         return Outcome(nodes=len(rows), contributors=sum(1 for r in current if r.phase == REDUCE and r.has_delta))
 
 
-def run(machine: Generator[Call, object, Outcome], answer) -> Outcome:
-    """Drives a settle generator: ``answer(call)`` makes each call and returns its result."""
+def diloco(pos: Position, node_id: int, *, syncs: int, fragments: int, fingerprint: int,
+           sync_mode: bool = False) -> Generator[Call, object, None]:
+    """A node's DiLoCo loop from its admission to its last sync: ``syncs`` syncs of one fragment of
+    ``fragments`` each (pos.step counts them; an outer step is ``fragments`` syncs). Every node of an
+    epoch makes the same collective calls in the same order: a sync's all-reduce, retried after an
+    update (same pseudo-gradient) until it commits; a roster at an outer step's boundary only when a
+    joiner may wait (the all-reduce's count says so, or it did not carry one)."""
+    def settled(need_update: bool) -> Generator[Call, object, Outcome]:
+        return settle(pos, node_id, fingerprint=fingerprint, sync_mode=sync_mode, need_update=need_update)
+
+    outcome = yield from settled(False)
+    pos.in_job = True
+    yield Joined(pos.step)
+    while True:
+        if pos.phase == BOUNDARY:
+            if pos.step >= syncs:
+                return
+            finite = yield Train(pos.step)
+            pos.has_delta, pos.phase = True, REDUCE
+            if not finite:
+                # A diverged node sits the sync out: its update, where the others are in the
+                # all-reduce, revokes the epoch, and the roster that follows tells every node.
+                pos.has_delta = False
+                yield Discard()
+                outcome = yield from settled(True)
+        committed, waiting = False, None
+        while pos.phase == REDUCE:
+            committed, waiting = yield Reduce(pos.step, send=pos.has_delta)  # type: ignore[misc]
+            if committed:
+                break
+            outcome = yield from settled(True)  # a node was lost: new epoch, same pseudo-gradient
+        if not committed:
+            continue  # every node that trained this sync was lost (now at its boundary): train again
+        contributors, nodes, sync = outcome.contributors, outcome.nodes, pos.step
+        if contributors > 0:
+            pos.step += 1
+            pos.known_step = max(pos.known_step, pos.step)
+        yield Commit(sync, contributors)
+        pos.phase, pos.has_delta = BOUNDARY, False
+        if pos.step % fragments == 0 and waiting != 0:
+            outcome = yield from settled(False)  # an outer step's boundary: admit waiting nodes
+        else:
+            # Inside an outer step no roster (a round trip per sync on a WAN), nor at its end when the
+            # all-reduce's count says no joiner waits: a lost node shows as a failed all-reduce, and
+            # every node of the epoch trains the next sync.
+            outcome = Outcome(nodes=outcome.nodes, contributors=outcome.nodes)
+        if contributors > 0:
+            yield Record(pos.step, contributors, nodes)
+
+
+def run(machine: Generator[Call, object, Any], answer) -> Any:
+    """Drives a settle or diloco generator: ``answer(call)`` makes each call and returns its result."""
     result: Optional[object] = None
     try:
         while True:

@@ -36,13 +36,14 @@ from torch.distributed.fsdp import fully_shard  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import membership  # noqa: E402
-from membership import BOUNDARY, REDUCE, Position  # noqa: E402
+from membership import Position  # noqa: E402
 from model import GPT, Batches, load_corpus  # noqa: E402
 
 import wccl  # noqa: E402
 from wccl.torch import ElasticDeviceMesh, MembershipError, flat_hash  # noqa: E402
 
 IMPORTED = time.time()
+WAIT_S = 1.0  # between rosters while no node holds the job's state (membership.Wait)
 
 SYNC_MODES = {membership.SEND_ONLY: wccl.SyncMode.SEND_ONLY, membership.RECEIVE_ONLY: wccl.SyncMode.RECEIVE_ONLY,
               membership.POPULAR: wccl.SyncMode.POPULAR}
@@ -68,8 +69,9 @@ def parse_args(argv=None):
     j.add_argument("--admit-skew", type=float, default=10.0,
                    help="seconds a node waits for all its local ranks to be admitted before it retreats and rejoins")
     j.add_argument("--admit-timeout", type=float, default=3600.0,
-                   help="seconds a node waits to be admitted (joining, or updating after a loss) before it stops "
-                        "with an error; above the longest outer step, since joiners are admitted at step boundaries")
+                   help="seconds a node waits to be admitted (joining, or updating after a loss), or for a node "
+                        "holding the job's state when none here does, before it stops with an error; above the "
+                        "longest outer step, since joiners are admitted at step boundaries")
     j.add_argument("--wccl-log", default="warn", choices=["error", "warn", "info", "debug"],
                    help="wccl's log threshold (its log goes to stderr)")
     j.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -197,7 +199,7 @@ class Trainer:
                                       group_prefix=args.group_prefix,
                                       admit_skew=args.admit_skew, admit_timeout=args.admit_timeout,
                                       log_level=args.wccl_log, **tls)
-        self.pos = Position()
+        self.pos = Position(joined_origin=int(self.mesh.joined_origin))
         a = args
         self.fingerprint = membership.configuration_fingerprint(
             local_size=self.local_size, mode=a.mode, dim=a.dim, layers=a.layers, heads=a.heads, seq_len=a.seq_len,
@@ -207,6 +209,7 @@ class Trainer:
             seed=a.seed)
         self.n_contrib = 0
         self.nodes = 0
+        self.waiting_since: "float | None" = None  # since when no node here holds the job's state (Wait)
         self.pids = [v[0] for v in self.mesh.gather([os.getpid()])]
         self.startup["admission_s"] = time.time() - t
 
@@ -311,28 +314,46 @@ class Trainer:
 
     # --- membership -----------------------------------------------------------------------------
 
+    def membership_call(self, c: "membership.Call"):
+        """Makes one of settle's mesh calls (Update, Roster, Sync) and returns its result."""
+        if isinstance(c, membership.Update):
+            return self.mesh.update()
+        if isinstance(c, membership.Roster):
+            rows = self.mesh.roster([*c.info, self.mesh.pending(), int(self.mesh.epoch_origin())])
+            return None if rows is None else [membership.Row.decode(r.node_id, r.info) for r in rows]
+        if isinstance(c, membership.Wait):
+            if self.waiting_since is None:
+                self.waiting_since = time.monotonic()
+                if self.local_rank == 0:
+                    print(f"[{self.args.node_name}] no node here holds the job's state (its nodes were all lost): "
+                          f"waiting up to {self.args.admit_timeout:g} s for one", file=sys.stderr, flush=True)
+            time.sleep(WAIT_S)
+            return self.mesh.agree(time.monotonic() - self.waiting_since > self.args.admit_timeout)
+        self.waiting_since = None
+        if self.args.mode == "sync":
+            self.outer = self.shard_vector()
+        revision = self.mesh.sync_state(self.state(), c.revision, SYNC_MODES[c.mode])
+        if revision is not None and c.receive:
+            self.load_shard(self.outer)
+        return revision
+
+    def refused(self, e: Exception) -> SystemExit:
+        """Refused (another configuration) or Stopped (the job ended, its state never came back):
+        the node leaves its groups; the caller raises the exit."""
+        self.mesh.leave()
+        if isinstance(e, membership.Stopped):
+            return SystemExit(f"[{self.args.node_name}] stops: {e}")
+        return SystemExit(f"[{self.args.node_name}] refused by the job: {e}")
+
     def settle(self, need_update: bool) -> None:
         """Makes the mesh calls membership.settle asks for until every node agrees (examples/diloco/
         membership.py holds the rules); sets the nodes of the epoch and the step's divisor."""
-        def call(c):
-            if isinstance(c, membership.Update):
-                return self.mesh.update()
-            if isinstance(c, membership.Roster):
-                rows = self.mesh.roster([*c.info, self.mesh.pending()])
-                return None if rows is None else [membership.Row.decode(r.node_id, r.info) for r in rows]
-            if self.args.mode == "sync":
-                self.outer = self.shard_vector()
-            revision = self.mesh.sync_state(self.state(), c.revision, SYNC_MODES[c.mode])
-            if revision is not None and c.receive:
-                self.load_shard(self.outer)
-            return revision
-
         try:
             outcome = membership.run(membership.settle(self.pos, self.mesh.node_id, fingerprint=self.fingerprint,
-                                                       sync_mode=self.args.mode == "sync", need_update=need_update), call)
-        except membership.Refused as e:
-            self.mesh.leave()
-            raise SystemExit(f"[{self.args.node_name}] refused by the job: {e}") from None
+                                                       sync_mode=self.args.mode == "sync", need_update=need_update),
+                                     self.membership_call)
+        except (membership.Refused, membership.Stopped) as e:
+            raise self.refused(e) from None
         self.nodes, self.n_contrib = outcome.nodes, outcome.contributors
 
     # --- training -------------------------------------------------------------------------------
@@ -387,125 +408,28 @@ class Trainer:
         log = Log(args, self)
         if args.resume:
             self.resume()
-        t = time.time()
-        self.settle(need_update=False)
-        self.startup["state_sync_s"] = time.time() - t
-        self.data.reseed(data_seed(args.seed, args.node_name, self.pos.step, self.local_rank))
-        log.joined()
         if args.mode == "sync":
+            t = time.time()
+            self.settle(need_update=False)
+            self.startup["state_sync_s"] = time.time() - t
+            self.joined(log)
             self.run_sync(log)
         else:
-            self.run_diloco(log)
+            try:
+                membership.run(membership.diloco(self.pos, self.mesh.node_id, syncs=args.outer_steps * args.fragments,
+                                                 fragments=args.fragments, fingerprint=self.fingerprint),
+                               DilocoCalls(self, log))
+            except (membership.Refused, membership.Stopped) as e:
+                raise self.refused(e) from None
+            # The job's model is the outer parameters: fragments synchronised earlier in the last outer
+            # step, and a mixed fragment, hold local progress that differs between nodes.
+            self.load_shard(self.outer)
         log.final(self.node_hash(), self.eval_loss())
         self.mesh.leave()
 
-    def run_diloco(self, log: "Log") -> None:
-        """DiLoCo, streaming with --fragments/--overlap: every H/P inner steps one fragment of the
-        shard (in turn) is synchronised; pos.step counts those syncs, P per outer step. A sync's
-        all-reduce may run while the next --overlap inner steps do."""
-        args, pos = self.args, self.pos
-        wire = WIRES[args.wire]
-        per_sync, syncs = args.inner_steps // args.fragments, args.outer_steps * args.fragments
-        bounds = fragment_bounds(self.shard_size, args.fragments)
-        largest = max(hi - lo for lo, hi in bounds)
-        delta_buf, avg_buf = torch.zeros(largest), torch.empty(largest)
-
-        def fragment_views() -> Tuple[int, int, int, torch.Tensor, torch.Tensor]:
-            """The current sync's fragment, its elements [lo, hi), and its pseudo-gradient and result buffers."""
-            fragment = pos.step % args.fragments
-            lo, hi = bounds[fragment]
-            return fragment, lo, hi, delta_buf[:hi - lo], avg_buf[:hi - lo]
-
-        ahead: List[float] = []  # losses of the inner steps already run for the next sync (overlapped)
-        probe_in, probe_out = torch.zeros(1), torch.zeros(1)  # joiners waiting, per node and in all
-        while True:
-            t0 = time.perf_counter()
-            train_loss, inner_s, overlapped = float("nan"), 0.0, 0
-            _, lo, hi, delta, avg = fragment_views()
-            if pos.phase == BOUNDARY:
-                if pos.step >= syncs:
-                    break
-                losses = ahead + [float(self.inner_step_and_update()) for _ in range(per_sync - len(ahead))]
-                ahead = []
-                train_loss = sum(losses) / len(losses)
-                torch.sub(self.outer[lo:hi], self.shard_vector(lo, hi), out=delta)  # the pseudo-gradient
-                if pos.step == args.fault_nan_at_step and self.local_rank == 0:
-                    delta[0] = float("nan")
-                pos.has_delta, pos.phase = True, REDUCE
-                if not self.mesh.agree(bool(torch.isfinite(delta).all())):
-                    # A diverged node (a NaN or Inf in any local rank's shard) sends zeros and is not
-                    # counted: its update, where the others are in the all-reduce, revokes the epoch,
-                    # and the roster that follows tells every node. The outer step resets its model.
-                    print(f"[{args.node_name}] pseudo-gradient of step {pos.step + 1} is not finite: this node "
-                          "sits the step out", file=sys.stderr, flush=True)
-                    pos.has_delta = False
-                    self.load_shard(self.outer)
-                    self.opt.state.clear()  # AdamW's moments may hold the NaN too
-                    self.settle(need_update=True)
-                if pos.has_delta and self.residual is not None:
-                    feed_back(delta, self.residual[lo:hi], wire)
-            t1 = time.perf_counter()
-            inner_s = t1 - t0
-            if pos.step == args.fault_kill_at_step:
-                self.kill_node(delta, avg)
-            stats, waiting = None, None
-            self.mesh.uncommitted_bytes_sent = 0
-            while pos.phase == REDUCE:
-                # A settle below may have brought this node to another sync: its fragment, its zeros.
-                fragment, lo, hi, delta, avg = fragment_views()
-                if not pos.has_delta:
-                    delta.zero_()  # admitted (or brought up to date) at this sync's all-reduce: adds nothing
-                pending = self.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, wire)
-                overlap = not ahead and args.overlap > 0 and pos.step + 1 < syncs
-                probe = None
-                if overlap and pos.step % args.fragments == args.fragments - 1:
-                    # The last sync of an outer step, overlapped: a one-element all-reduce of the
-                    # nodes' waiting joiners travels with it, so the boundary's roster (a round trip
-                    # the compute would wait for) is taken only when a node waits to be admitted.
-                    probe_in[0] = self.mesh.pending()
-                    probe = self.mesh.allreduce_start(probe_in, probe_out, wccl.ReduceOp.SUM, wccl.Wire.NATIVE)
-                if overlap:
-                    o0 = time.perf_counter()
-                    ahead = [float(self.inner_step_and_update()) for _ in range(args.overlap)]
-                    inner_s += time.perf_counter() - o0
-                    overlapped = args.overlap
-                stats = pending.wait()
-                waiting = None if probe is None or probe.wait() is None else int(probe_out[0])
-                if stats is not None:
-                    break
-                self.settle(need_update=True)  # a node was lost: new epoch, same pseudo-gradient
-            if stats is None:
-                continue  # every node that trained this sync was lost: it starts again
-            t2 = time.perf_counter()
-            if self.n_contrib > 0:
-                # Nesterov SGD on the fragment's outer parameters, as torch.optim.SGD(nesterov=True) does it.
-                g, momentum, outer = avg.div_(self.n_contrib), self.momentum[lo:hi], self.outer[lo:hi]
-                momentum.mul_(args.outer_momentum).add_(g)
-                outer.sub_(g.add_(momentum, alpha=args.outer_momentum), alpha=args.outer_lr)
-                self.counters[0] += self.tokens_per_inner_step(self.n_contrib) * per_sync
-                self.counters[1] += per_sync
-                pos.step += 1
-            self.load_shard(self.outer[lo:hi], lo, mix=args.mix)
-            pos.phase, pos.has_delta = BOUNDARY, False
-            if args.checkpoint_dir and self.n_contrib > 0 and pos.step % (args.checkpoint_every * args.fragments) == 0:
-                self.save_checkpoint()
-            bytes_sent = self.mesh.node_sum(stats.bytes_sent + self.mesh.uncommitted_bytes_sent)  # failed attempts too
-            contributors, nodes = self.n_contrib, self.nodes
-            if pos.step % args.fragments == 0 and waiting != 0:
-                self.settle(need_update=False)  # an outer step's boundary: admit waiting nodes
-            else:
-                # Inside an outer step no roster (a round trip per sync on a WAN), nor at its end when
-                # the probe says no joiner waits: a lost node shows as a failed all-reduce, and every
-                # node of the epoch trains the next sync.
-                self.n_contrib = self.nodes
-            t3 = time.perf_counter()
-            if contributors > 0:
-                log.step(train_loss, self.eval_loss(), inner_s=inner_s, outer_s=t3 - t0 - inner_s, allreduce_s=t2 - t1,
-                         bytes_sent=bytes_sent, contributors=contributors, nodes=nodes, epoch=stats.epoch,
-                         fragment=fragment, overlapped=overlapped)
-        # The job's model is the outer parameters: fragments synchronised earlier in the last outer
-        # step, and a mixed fragment, hold local progress that differs between nodes.
-        self.load_shard(self.outer)
+    def joined(self, log: "Log") -> None:
+        self.data.reseed(data_seed(self.args.seed, self.args.node_name, self.pos.step, self.local_rank))
+        log.joined()
 
     def inner_step_and_update(self) -> torch.Tensor:
         loss = self.inner_step()
@@ -545,6 +469,121 @@ class Trainer:
         hashes = [None] * self.local_size
         dist.all_gather_object(hashes, mine, group=self.mesh.local_group)
         return hashlib.sha256("".join(hashes).encode()).hexdigest()
+
+
+class DilocoCalls:
+    """Makes the calls of membership.diloco, the DiLoCo loop's rules (streaming with --fragments /
+    --overlap: every H/P inner steps one fragment of the shard, in turn, is synchronised; pos.step
+    counts those syncs, P per outer step; a sync's all-reduce may run while the next --overlap
+    inner steps do)."""
+
+    def __init__(self, trainer: Trainer, log: "Log") -> None:
+        self.t, self.log, self.args = trainer, log, trainer.args
+        self.wire = WIRES[self.args.wire]
+        self.per_sync = self.args.inner_steps // self.args.fragments
+        self.syncs = self.args.outer_steps * self.args.fragments
+        self.bounds = fragment_bounds(trainer.shard_size, self.args.fragments)
+        largest = max(hi - lo for lo, hi in self.bounds)
+        self.delta_buf, self.avg_buf = torch.zeros(largest), torch.empty(largest)
+        self.ahead: List[float] = []  # losses of the inner steps already run for the next sync (overlapped)
+        self.probe_in, self.probe_out = torch.zeros(1), torch.zeros(1)  # joiners waiting, per node and in all
+        self.settle_started = time.time()
+        self.stats: "wccl.OpStats | None" = None
+        self.fragment, self.bytes_sent = 0, 0.0
+        self.next_sync()
+        self.t2 = self.t0
+
+    def views(self) -> Tuple[int, int, int, torch.Tensor, torch.Tensor]:
+        """The current sync's fragment, its elements [lo, hi), and its pseudo-gradient and result buffers."""
+        fragment = self.t.pos.step % self.args.fragments
+        lo, hi = self.bounds[fragment]
+        return fragment, lo, hi, self.delta_buf[:hi - lo], self.avg_buf[:hi - lo]
+
+    def __call__(self, c: "membership.Call"):
+        t, args = self.t, self.args
+        if isinstance(c, (membership.Update, membership.Roster, membership.Sync, membership.Wait)):
+            return t.membership_call(c)
+        if isinstance(c, membership.Joined):
+            t.startup["state_sync_s"] = time.time() - self.settle_started
+            t.joined(self.log)
+            return None
+        if isinstance(c, membership.Train):
+            self.t0 = time.perf_counter()
+            losses = self.ahead + [float(t.inner_step_and_update()) for _ in range(self.per_sync - len(self.ahead))]
+            self.ahead, self.overlapped = [], 0
+            self.train_loss = sum(losses) / len(losses)
+            _, lo, hi, delta, _ = self.views()
+            torch.sub(t.outer[lo:hi], t.shard_vector(lo, hi), out=delta)  # the pseudo-gradient
+            if c.step == args.fault_nan_at_step and t.local_rank == 0:
+                delta[0] = float("nan")
+            finite = t.mesh.agree(bool(torch.isfinite(delta).all()))
+            if finite and t.residual is not None:
+                feed_back(delta, t.residual[lo:hi], self.wire)
+            self.t1 = time.perf_counter()
+            self.inner_s = self.t1 - self.t0
+            return finite
+        if isinstance(c, membership.Discard):
+            print(f"[{args.node_name}] pseudo-gradient of step {t.pos.step + 1} is not finite: this node sits the "
+                  "step out", file=sys.stderr, flush=True)
+            t.load_shard(t.outer)
+            t.opt.state.clear()  # AdamW's moments may hold the NaN too
+            return None
+        if isinstance(c, membership.Reduce):
+            if c.step == args.fault_kill_at_step:
+                t.kill_node(*self.views()[3:])
+            _, _, _, delta, avg = self.views()  # a settle may have brought this node to another sync
+            if not c.send:
+                delta.zero_()  # admitted (or brought up to date) at this sync's all-reduce: adds nothing
+            pending = t.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, self.wire)
+            overlap = not self.ahead and args.overlap > 0 and c.step + 1 < self.syncs
+            probe = None
+            if overlap and c.step % args.fragments == args.fragments - 1:
+                # The last sync of an outer step, overlapped: a one-element all-reduce of the nodes'
+                # waiting joiners travels with it, so the boundary's roster (a round trip the compute
+                # would wait for) is taken only when a node waits to be admitted.
+                self.probe_in[0] = t.mesh.pending()
+                probe = t.mesh.allreduce_start(self.probe_in, self.probe_out, wccl.ReduceOp.SUM, wccl.Wire.NATIVE)
+            if overlap:
+                o0 = time.perf_counter()
+                self.ahead = [float(t.inner_step_and_update()) for _ in range(args.overlap)]
+                self.inner_s += time.perf_counter() - o0
+                self.overlapped = args.overlap
+            self.stats = pending.wait()
+            waiting = None if probe is None or probe.wait() is None else int(self.probe_out[0])
+            self.t2 = time.perf_counter()
+            return self.stats is not None, waiting
+        if isinstance(c, membership.Commit):
+            self.fragment = c.sync % args.fragments
+            lo, hi = self.bounds[self.fragment]
+            if c.divisor > 0:
+                # Nesterov SGD on the fragment's outer parameters, as torch.optim.SGD(nesterov=True) does it.
+                g, momentum, outer = self.avg_buf[:hi - lo].div_(c.divisor), t.momentum[lo:hi], t.outer[lo:hi]
+                momentum.mul_(args.outer_momentum).add_(g)
+                outer.sub_(g.add_(momentum, alpha=args.outer_momentum), alpha=args.outer_lr)
+                t.counters[0] += t.tokens_per_inner_step(c.divisor) * self.per_sync
+                t.counters[1] += self.per_sync
+            t.load_shard(t.outer[lo:hi], lo, mix=args.mix)
+            if args.checkpoint_dir and c.divisor > 0 and t.pos.step % (args.checkpoint_every * args.fragments) == 0:
+                t.save_checkpoint()
+            # What this sync cost the link, failed attempts included.
+            self.bytes_sent = t.mesh.node_sum(self.stats.bytes_sent + t.mesh.uncommitted_bytes_sent)
+            t.mesh.uncommitted_bytes_sent = 0
+            if c.divisor == 0:
+                self.next_sync()  # no Record follows
+            return None
+        assert isinstance(c, membership.Record), c
+        t3 = time.perf_counter()
+        self.log.step(self.train_loss, t.eval_loss(), inner_s=self.inner_s, outer_s=t3 - self.t0 - self.inner_s,
+                      allreduce_s=self.t2 - self.t1, bytes_sent=self.bytes_sent, contributors=c.contributors,
+                      nodes=c.nodes, epoch=self.stats.epoch, fragment=self.fragment, overlapped=self.overlapped)
+        self.next_sync()
+        return None
+
+    def next_sync(self) -> None:
+        """The next sync's clock starts: a node that does not train it (admitted at its all-reduce)
+        logs no training loss and no inner time."""
+        self.t0 = self.t1 = time.perf_counter()
+        self.train_loss, self.overlapped, self.inner_s = float("nan"), 0, 0.0
 
 
 class Log:

@@ -13,8 +13,9 @@ FP = m.configuration_fingerprint(local_size=2, dim=96, inner_steps=8, wire="int8
 OTHER_FP = m.configuration_fingerprint(local_size=1, dim=96, inner_steps=8, wire="int8")
 
 
-def row(node_id, step, phase=m.BOUNDARY, has_delta=False, fresh=False, fingerprint=FP, pending=0):
-    return m.Row(node_id, step, phase, has_delta, fresh, fingerprint, pending)
+def row(node_id, step, phase=m.BOUNDARY, has_delta=False, fresh=False, fingerprint=FP, pending=0, known_step=-1,
+        founder=True, origin=m.CONTINUES):
+    return m.Row(node_id, step, phase, has_delta, fresh, fingerprint, known_step, founder, pending, origin)
 
 
 class Script:
@@ -110,8 +111,67 @@ def test_the_synchronous_baseline_refuses_a_newcomer_and_goes_on():
 
 
 def test_fresh_nodes_start_from_the_most_common_state():
-    pos = m.Position()
+    pos = m.Position(joined_origin=m.FIRST)
     script = Script((m.Roster, [row(1, 0, fresh=True), row(2, 0, fresh=True)]), (m.Sync, 0),
                     (m.Roster, [row(1, 0), row(2, 0)]))
     settle(pos, 2, script)
     assert script.calls[1] == m.Sync(m.POPULAR, 0, receive=True) and not pos.fresh
+
+
+def test_new_nodes_wait_for_the_state_of_a_job_whose_nodes_were_all_lost():
+    """Bugs 8 and 9: every node that held the job's state is away (frozen, cut off); the nodes here
+    are new. They must not begin the job again (nor decide its configuration by a majority of
+    newcomers): they wait, and the returning node's state wins."""
+    pos = m.Position(joined_origin=m.CONTINUES)
+    lost = [row(10, 0, fresh=True, founder=False, origin=m.AFTER_LOSS),
+            row(11, 0, fresh=True, founder=False, fingerprint=OTHER_FP, origin=m.AFTER_LOSS)]
+    back = [row(2, 9), row(10, 0, fresh=True, founder=False, known_step=0),
+            row(11, 0, fresh=True, founder=False, fingerprint=OTHER_FP, known_step=0)]
+    script = Script((m.Roster, lost), (m.Wait, False), (m.Update, None), (m.Roster, lost), (m.Wait, False),
+                    (m.Update, None), (m.Roster, back), (m.Update, None),  # the misfit is refused by node 2's rows
+                    (m.Roster, back[:2]), (m.Sync, 9), (m.Roster, [row(2, 9), row(10, 9)]))
+    outcome = settle(pos, 10, script)
+    assert script.calls[9] == m.Sync(m.RECEIVE_ONLY, 0, receive=True)
+    assert (pos.step, pos.fresh, outcome.nodes) == (9, False, 2)
+    with pytest.raises(m.Stopped, match="no node holding the job's state"):
+        settle(m.Position(), 10, Script((m.Roster, lost), (m.Wait, True)))
+
+
+def test_a_node_that_saw_a_newer_state_waits_for_it():
+    """A node at step 4 saw node 2 at step 6; node 2 was lost (frozen). The nodes here do not go on
+    from step 4: they wait for it (or stop)."""
+    pos = m.Position(step=4, fresh=False, known_step=6)
+    script = Script((m.Roster, [row(1, 4, known_step=6), row(3, 4)]), (m.Wait, False), (m.Update, None),
+                    (m.Roster, [row(1, 4, known_step=6), row(2, 6), row(3, 4)]), (m.Sync, 6),
+                    (m.Roster, [row(1, 6), row(2, 6), row(3, 6)]))
+    outcome = settle(pos, 1, script)
+    assert script.calls[4] == m.Sync(m.RECEIVE_ONLY, 4, receive=True)
+    assert (pos.step, outcome.nodes) == (6, 3)
+
+
+def test_the_first_nodes_begin_the_job_and_a_newcomer_among_them_receives():
+    """At the job's start, nodes of the group's first epoch begin it (POPULAR); a node admitted at a
+    later update of a job not begun yet receives their state. Without a founder, nobody begins."""
+    rows = [row(1, 0, fresh=True), row(2, 0, fresh=True, founder=False)]
+    founder, newcomer = m.Position(joined_origin=m.FIRST), m.Position(joined_origin=m.CONTINUES)
+    s1 = Script((m.Roster, rows), (m.Sync, 0), (m.Roster, [row(1, 0), row(2, 0)]))
+    s2 = Script((m.Roster, rows), (m.Sync, 0), (m.Roster, [row(1, 0), row(2, 0)]))
+    settle(founder, 1, s1)
+    settle(newcomer, 2, s2)
+    assert s1.calls[1].mode == m.POPULAR and s2.calls[1].mode == m.RECEIVE_ONLY
+    alone = [row(2, 0, fresh=True, founder=False)]
+    with pytest.raises(m.Stopped):
+        settle(m.Position(), 2, Script((m.Roster, alone), (m.Wait, True)))
+
+
+def test_a_node_of_a_job_that_ended_stops():
+    """The job's nodes finished and left while this one was frozen: it must not train the rest alone."""
+    rows = [row(1, 7, origin=m.AFTER_LEAVE)]
+    with pytest.raises(m.Stopped, match="ended"):
+        settle(m.Position(step=7, fresh=False, in_job=True, joined_origin=m.FIRST), 1, Script((m.Roster, rows)))
+    # Nodes starting a new job on the same coordinator after the last one left begin it.
+    pos = m.Position(joined_origin=m.AFTER_LEAVE)
+    fresh = [row(5, 0, fresh=True, origin=m.AFTER_LEAVE), row(6, 0, fresh=True, origin=m.AFTER_LEAVE)]
+    script = Script((m.Roster, fresh), (m.Sync, 0), (m.Roster, [row(5, 0), row(6, 0)]))
+    settle(pos, 5, script)
+    assert script.calls[1].mode == m.POPULAR

@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from ._core import Communicator, OpStats, ReduceOp, Request, SyncMode, Wire
+from ._core import Communicator, EpochOrigin, OpStats, ReduceOp, Request, SyncMode, Wire
 from ._lib import CoordinatorUnreachableError, PeerLostError, WcclError
 from ._lib import TimeoutError as WcclTimeoutError
 from ._torch_backend import Options, ProcessGroupWccl, register
@@ -175,6 +175,9 @@ class ElasticDeviceMesh:
         self.uncommitted_bytes_sent = 0
         self.comm: Optional[Communicator] = None
         self._membership(self._call(self._join))
+        # How the epoch that admitted the node was formed: the group's first (or the first after its
+        # nodes all left) makes the node one of those that begin the job.
+        self.joined_origin = self.epoch_origin()
 
     # --- agreement inside the node ------------------------------------------------------------------
 
@@ -282,6 +285,11 @@ class ElasticDeviceMesh:
         """The fewest joiners any of this node's groups has waiting (a joining node is waited for
         in every group before it is admitted: the mesh admits whole nodes)."""
         return min(v[0] for v in self.gather([self.comm.pending if self.comm else 0]))
+
+    def epoch_origin(self) -> EpochOrigin:
+        """How the coordinator formed the epochs this node is in, the furthest from CONTINUES of its
+        groups' (``wccl.EpochOrigin``: joiners alone after every member of the job was lost, or left)."""
+        return EpochOrigin(max(v[0] for v in self.gather([int(self.comm.epoch_origin) if self.comm else 0])))
 
     def roster(self, info: Sequence[int]) -> Optional[List[NodeRow]]:
         """All-gathers ``(node id, local size, *info)`` in this rank's group and compares the
