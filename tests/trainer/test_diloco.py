@@ -388,6 +388,24 @@ def test_a_node_frozen_from_outside_past_the_peer_timeout(tmp_path):
     assert [f["fault"] for f in summary["faults"]] == ["freeze", "resume"]
 
 
+def test_a_joiner_left_without_the_jobs_state_waits_for_it(tmp_path):
+    """Issue 31's bugs 8 and 9, from outside: the job's only node is SIGSTOPped for 25 s (past the
+    5 s peer timeout) as a joiner starts. The joiner, alone, is in an epoch that wccl formed after
+    the job's last node was lost (AFTER_LOSS): it must not begin the job again from step 0. It waits;
+    node0, resumed, is admitted again, and the joiner receives its state: both end identical,
+    node0 with every step once."""
+    steps = 10
+    summary, records = run_job(tmp_path, "--nodes", "1", "--local-ranks", "1", "--tls", "off", "--join-at", "1",
+                               "--freeze", "node0@1:25", "--", "--outer-steps", str(steps), "--inner-steps", "3",
+                               *MODEL, timeout=300)
+    nodes = summary["nodes"]
+    assert summary["identical"] and [f["fault"] for f in summary["faults"]] == ["freeze", "resume"]
+    assert nodes["node0"]["steps"] == list(range(1, steps + 1)), nodes["node0"]["steps"]
+    assert nodes["node1"]["joined_at"] >= 1 and nodes["node1"]["steps"][-1] == steps, nodes["node1"]
+    log = (tmp_path / "run" / "node1.log").read_text()
+    assert "no node here holds the job's state" in log, log[-3000:]
+
+
 @pytest.mark.parametrize("policy", ["wait", "drop"])
 def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, monkeypatch, policy):
     """node1 is SIGSTOPped for 4 s, past a 1.5 s op_timeout_ms but within peer_timeout_ms (5 s):
