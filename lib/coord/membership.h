@@ -260,6 +260,11 @@ class Membership {
   // Removes a lost peer; the caller runs maybe_complete_update() once all losses are in.
   void lose(PeerId id, const std::string &reason);
   void forget(PeerId id);  // drops every trace of a live peer but lost_
+  // rejoin() (rejoin.cc): the job's epoch a member reports supersedes this coordinator's; a member
+  // of the current epoch comes back and hears what it missed.
+  void adopt(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring, uint64_t committed,
+             Clock::time_point now, uint64_t tree_max_bytes);
+  void member_returns(PeerId id, const PeerInfo &info, uint64_t epoch, uint64_t committed, Clock::time_point now);
   void remember_lost(PeerId id, const PeerInfo &info);
   void forget_lost(PeerId id);
   void maybe_form_first(Clock::time_point now);
