@@ -884,13 +884,19 @@ TEST_F(MembershipTest, AnEpochOfJoinersAloneSaysHowTheGroupsMembersWent) {
   notices = m.take_notices();
   expect_announced(notices, m.epoch(), {E});
   EXPECT_EQ(origins(notices), O{EpochOrigin::kAfterLeave});
-  // A joiner admitted at the leaver's barrier succeeds it.
-  const PeerId F = 0xf;
+  // A joiner admitted at the barrier where the last member leaves is alone too.
+  const PeerId F = 0xf, G = 0x10;
   ASSERT_TRUE(m.join(F, info(F), t).ok());  // waits: E is a member
   ASSERT_TRUE(m.leave(E, m.epoch(), 0, t).ok());
   notices = m.take_notices();
   expect_announced(notices, m.epoch(), {F});
-  EXPECT_EQ(origins(notices), O{EpochOrigin::kContinues}) << "F was admitted at E's barrier: a successor";
+  EXPECT_EQ(origins(notices), O{EpochOrigin::kAfterLeave}) << "F was admitted as E left";
+  // One admitted while a member goes on continues it.
+  ASSERT_TRUE(m.join(G, info(G), t).ok());
+  ASSERT_TRUE(m.update(F, m.epoch(), 0, t).ok());
+  notices = m.take_notices();
+  expect_announced(notices, m.epoch(), {F, G});
+  EXPECT_EQ(origins(notices), O{EpochOrigin::kContinues});
 }
 
 TEST_F(MembershipTest, NextDeadlineTracksTheEarliestTimeout) {

@@ -36,13 +36,15 @@ class Position:
     #                          least once its epoch was formed after the job's nodes were all lost
     in_job: bool = False     # it trained with the job (its loop began) in this run
     joined_origin: int = CONTINUES  # how the epoch its join entered was formed (mesh.joined_origin)
-    missed_start: bool = False      # its state sync that began the job failed: others may have begun it
+    founding: int = 0        # founders: the nodes of that epoch if it was the group's first (or the first
+    #                          after a job's nodes left); 0 for a node admitted later
+    missed_start: bool = False  # a founder whose state sync that began the job failed: others may have begun it
+    epoch: int = 0           # the epoch of its last roster (mesh.epoch())
+    loop_epoch: int = -1     # the epoch in which its loop began
 
     @property
     def founder(self) -> bool:
-        """It joined the group's first epoch (or the first after the job's nodes left), and has not
-        missed the job's beginning: it may begin the job."""
-        return self.joined_origin in (FIRST, AFTER_LEAVE) and not self.missed_start
+        return self.founding > 0
 
 
 @dataclass(frozen=True)
@@ -56,21 +58,24 @@ class Row:
     fresh: bool
     fingerprint: int   # configuration_fingerprint() of the node
     known_step: int    # Position.known_step
-    founder: bool      # Position.founder
+    founding: int      # Position.founding
+    missed_start: bool  # Position.missed_start
     pending: int       # joiners its groups have waiting (mesh.pending(), appended by the driver)
     origin: int        # how its epoch was formed (mesh.epoch_origin(), appended by the driver)
+    epoch: int         # its epoch (mesh.epoch(), appended by the driver)
 
     @staticmethod
     def info(pos: Position, fingerprint: int) -> List[int]:
-        """What a node passes to ElasticDeviceMesh.roster, before the driver appends pending and origin."""
-        return [pos.step, pos.phase, int(pos.has_delta), int(pos.fresh), fingerprint, pos.known_step,
-                int(pos.founder)]
+        """What a node passes to ElasticDeviceMesh.roster, before the driver appends pending, origin
+        and epoch."""
+        return [pos.step, pos.phase, int(pos.has_delta), int(pos.fresh), fingerprint, pos.known_step, pos.founding,
+                int(pos.missed_start)]
 
     @staticmethod
     def decode(node_id: int, info: Sequence[int]) -> "Row":
-        step, phase, has_delta, fresh, fingerprint, known_step, founder, pending, origin = info
-        return Row(node_id, step, phase, bool(has_delta), bool(fresh), fingerprint, known_step, bool(founder),
-                   pending, origin)
+        step, phase, has_delta, fresh, fingerprint, known_step, founding, missed_start, pending, origin, epoch = info
+        return Row(node_id, step, phase, bool(has_delta), bool(fresh), fingerprint, known_step, founding,
+                   bool(missed_start), pending, origin, epoch)
 
 
 @dataclass(frozen=True)
@@ -80,8 +85,8 @@ class Update:
 
 @dataclass(frozen=True)
 class Roster:
-    """Call mesh.roster(info + [mesh.pending(), mesh.epoch_origin()]); send back the rows (list of
-    Row) or None."""
+    """Call mesh.roster(info + [mesh.pending(), mesh.epoch_origin(), mesh.epoch()]); send back the
+    rows (list of Row) or None."""
 
     info: List[int]
 
@@ -169,8 +174,12 @@ class Refused(Exception):
 
 
 class Stopped(Exception):
-    """This node stops: the job ended while it was away, or no node holding the job's state came
-    back in time. It leaves; nobody else is affected."""
+    """This node stops: the job ended while it was away (``job_ended``), or no node holding the
+    job's state came back in time. Nobody else is affected."""
+
+    def __init__(self, message: str, job_ended: bool) -> None:
+        super().__init__(message)
+        self.job_ended = job_ended
 
 
 Call = Union[Update, Roster, Sync, Wait, Joined, Train, Discard, Reduce, Commit, Record]
@@ -202,23 +211,34 @@ def settle(pos: Position, node_id: int, *, fingerprint: int, sync_mode: bool,
             continue
         rows: List[Row] = sorted(result, key=lambda r: r.node_id)  # type: ignore[arg-type]
         origin = max(r.origin for r in rows)
-        if origin == AFTER_LEAVE and (pos.in_job or pos.joined_origin != AFTER_LEAVE):
-            # Not a node of a new job (those joined this very epoch): one of the job that ended.
+        pos.epoch = next((r.epoch for r in rows if r.node_id == node_id), max(r.epoch for r in rows))
+        if origin == AFTER_LEAVE and pos.epoch != pos.loop_epoch and (pos.in_job or pos.joined_origin != AFTER_LEAVE):
+            # Admitted after the job's nodes left, and not as a node of a new job (those joined this
+            # very epoch and begin their loop in it): a node of the job that ended.
             raise Stopped(f"the job's other nodes left (it ended) while this node was away; its state at step "
-                          f"{pos.step} is not the job's")
+                          f"{pos.step} is not the job's", job_ended=True)
         top = max(r.step for r in rows)
         current = [r for r in rows if r.step == top and not r.fresh]
         # The newest state any node of the epoch knows the job held: it must be here to go on.
         pos.known_step = max([pos.known_step, *(r.known_step for r in rows), *(r.step for r in rows if not r.fresh),
                               0 if origin == AFTER_LOSS else -1])
-        if (top < pos.known_step if current else pos.known_step >= 0 or not any(r.founder for r in rows)):
+        # Who may begin the job from its founders' state: every founder, if all are here and none
+        # holds state (then nobody began it: every state descends from theirs); else, if nobody here
+        # knows of a state, the founders here that did not miss its beginning (their first state
+        # sync failed: the others may have begun it without them).
+        founders = [r for r in rows if r.founding]
+        if founders and len(founders) >= max(r.founding for r in founders):
+            beginners = founders
+        else:
+            beginners = [r for r in founders if not r.missed_start] if pos.known_step < 0 else []
+        if (top < pos.known_step) if current else not beginners:
             # The job's newest state is elsewhere: its nodes were lost (frozen, cut off, dead) after
-            # a node here saw them, or no node here began the job. None of the states here is the
-            # job's; a node that holds it (one that was frozen, or started with --resume) may come.
+            # a node here saw them, or no node here may begin the job. None of the states here is
+            # the job's; a node that holds it (one that was frozen, or started with --resume) may come.
             if (yield Wait()):
                 raise Stopped(f"no node holding the job's state of step {max(pos.known_step, 0)} came back (every "
                               "node that held it was lost): start one with --resume from its checkpoints, or a new "
-                              "job with a new coordinator")
+                              "job with a new coordinator", job_ended=False)
             need_update = True
             continue
         # The job's configuration is the one of the nodes that hold its state (else the most common;
@@ -249,10 +269,10 @@ def settle(pos: Position, node_id: int, *, fingerprint: int, sync_mode: bool,
             if current:
                 mode = SEND_ONLY if me_current else RECEIVE_ONLY
             else:  # every node is new and the job begins: from its founders' (one seed's) state
-                mode = POPULAR if pos.founder else RECEIVE_ONLY
+                mode = POPULAR if any(r.node_id == node_id for r in beginners) else RECEIVE_ONLY
             revision = yield Sync(mode, pos.step, receive=not me_current)
             if revision is None:
-                pos.missed_start = pos.missed_start or mode == POPULAR
+                pos.missed_start = pos.missed_start or (pos.founder and mode == POPULAR)
                 need_update = True
                 continue
             if not me_current:
@@ -277,7 +297,7 @@ def diloco(pos: Position, node_id: int, *, syncs: int, fragments: int, fingerpri
         return settle(pos, node_id, fingerprint=fingerprint, sync_mode=sync_mode, need_update=need_update)
 
     outcome = yield from settled(False)
-    pos.in_job = True
+    pos.in_job, pos.loop_epoch = True, pos.epoch
     yield Joined(pos.step)
     while True:
         if pos.phase == BOUNDARY:

@@ -199,7 +199,9 @@ class Trainer:
                                       group_prefix=args.group_prefix,
                                       admit_skew=args.admit_skew, admit_timeout=args.admit_timeout,
                                       log_level=args.wccl_log, **tls)
-        self.pos = Position(joined_origin=int(self.mesh.joined_origin))
+        founder = self.mesh.joined_origin in (wccl.EpochOrigin.FIRST, wccl.EpochOrigin.AFTER_LEAVE)
+        self.pos = Position(joined_origin=int(self.mesh.joined_origin),
+                            founding=self.mesh.joined_size if founder else 0)
         a = args
         self.fingerprint = membership.configuration_fingerprint(
             local_size=self.local_size, mode=a.mode, dim=a.dim, layers=a.layers, heads=a.heads, seq_len=a.seq_len,
@@ -319,7 +321,7 @@ class Trainer:
         if isinstance(c, membership.Update):
             return self.mesh.update()
         if isinstance(c, membership.Roster):
-            rows = self.mesh.roster([*c.info, self.mesh.pending(), int(self.mesh.epoch_origin())])
+            rows = self.mesh.roster([*c.info, self.mesh.pending(), int(self.mesh.epoch_origin()), self.mesh.epoch()])
             return None if rows is None else [membership.Row.decode(r.node_id, r.info) for r in rows]
         if isinstance(c, membership.Wait):
             if self.waiting_since is None:
@@ -338,11 +340,14 @@ class Trainer:
         return revision
 
     def refused(self, e: Exception) -> SystemExit:
-        """Refused (another configuration) or Stopped (the job ended, its state never came back):
-        the node leaves its groups; the caller raises the exit."""
-        self.mesh.leave()
+        """Refused (another configuration) or Stopped (the job ended, or its state never came back):
+        the node leaves its groups, or, waiting for the job's state, only closes them (a node
+        holding it that comes back later then finds the job's nodes lost, not left: it goes on);
+        the caller raises the exit."""
         if isinstance(e, membership.Stopped):
+            (self.mesh.leave if e.job_ended else self.mesh.close)()
             return SystemExit(f"[{self.args.node_name}] stops: {e}")
+        self.mesh.leave()
         return SystemExit(f"[{self.args.node_name}] refused by the job: {e}")
 
     def settle(self, need_update: bool) -> None:
@@ -411,6 +416,7 @@ class Trainer:
         if args.mode == "sync":
             t = time.time()
             self.settle(need_update=False)
+            self.pos.in_job, self.pos.loop_epoch = True, self.pos.epoch
             self.startup["state_sync_s"] = time.time() - t
             self.joined(log)
             self.run_sync(log)
@@ -506,6 +512,7 @@ class DilocoCalls:
         if isinstance(c, membership.Joined):
             t.startup["state_sync_s"] = time.time() - self.settle_started
             t.joined(self.log)
+            self.next_sync()
             return None
         if isinstance(c, membership.Train):
             self.t0 = time.perf_counter()
@@ -519,8 +526,6 @@ class DilocoCalls:
             finite = t.mesh.agree(bool(torch.isfinite(delta).all()))
             if finite and t.residual is not None:
                 feed_back(delta, t.residual[lo:hi], self.wire)
-            self.t1 = time.perf_counter()
-            self.inner_s = self.t1 - self.t0
             return finite
         if isinstance(c, membership.Discard):
             print(f"[{args.node_name}] pseudo-gradient of step {t.pos.step + 1} is not finite: this node sits the "
@@ -529,6 +534,9 @@ class DilocoCalls:
             t.opt.state.clear()  # AdamW's moments may hold the NaN too
             return None
         if isinstance(c, membership.Reduce):
+            if not self.reducing:  # the sync's inner part (its training, a settle after a NaN) ends here
+                self.reducing, self.t1 = True, time.perf_counter()
+                self.inner_s = self.t1 - self.t0
             if c.step == args.fault_kill_at_step:
                 t.kill_node(*self.views()[3:])
             _, _, _, delta, avg = self.views()  # a settle may have brought this node to another sync
@@ -583,7 +591,7 @@ class DilocoCalls:
         """The next sync's clock starts: a node that does not train it (admitted at its all-reduce)
         logs no training loss and no inner time."""
         self.t0 = self.t1 = time.perf_counter()
-        self.train_loss, self.overlapped, self.inner_s = float("nan"), 0, 0.0
+        self.train_loss, self.overlapped, self.inner_s, self.reducing = float("nan"), 0, 0.0, False
 
 
 class Log:

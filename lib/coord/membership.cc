@@ -454,6 +454,11 @@ void Membership::maybe_complete_update() {
     notify(Notice::Kind::kLeft, id);
   }
   if (!leavers.empty()) last_member_left_ = true;
+  // No member goes on (they left, or were lost after arriving): the joiners admitted here are
+  // alone, as if they formed the epoch with no member left.
+  const EpochOrigin origin = !next.empty()         ? EpochOrigin::kContinues
+                             : last_member_left_ ? EpochOrigin::kAfterLeave
+                                                 : EpochOrigin::kAfterLoss;
   if (admit) {
     next.insert(next.end(), joiners_.begin(), joiners_.end());
     joiners_.clear();
@@ -482,7 +487,7 @@ void Membership::maybe_complete_update() {
                         : 0;
   if (changed) {
     epoch_ = next_epoch_number();
-    origin_ = EpochOrigin::kContinues;
+    origin_ = origin;
     ring_ = std::move(next);
     revoked_ = false;
     unconfirmed_.clear();

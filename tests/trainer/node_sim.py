@@ -196,9 +196,12 @@ class Sim:
             self.fail(f"node{self.protected}, never killed, did not finish ({self.describe()})")
 
     def state_gone(self) -> bool:
-        """Every node that held the job's state after its first step was killed: a job that then
-        stops (no checkpoint here) has lost nothing a node could have given it."""
-        return all(n.status == "dead" for n in self.nodes.values() if n.committed)
+        """No live node holds the job's state, and a node that held it, or may have (a founder), was
+        killed: a job that then stops (no checkpoint here) has lost nothing a node could still give
+        it. (A job whose nodes all live and that nobody began must begin.)"""
+        live = [n for n in self.nodes.values() if n.status != "dead"]
+        dead = [n for n in self.nodes.values() if n.status == "dead"]
+        return all(n.pos.fresh for n in live) and any(not n.pos.fresh or n.pos.founder for n in dead)
 
     # --- nodes -----------------------------------------------------------------------------------
 
@@ -242,10 +245,13 @@ class Sim:
             ended = any(n.status == "done" for n in self.nodes.values())
             holders = [n.ident for n in self.nodes.values() if n.status in ("running", "starting") and not n.pos.fresh
                        and n.pos.step >= node.pos.known_step]
-            if "ended" in str(how) and not ended:
+            if how.job_ended and not ended:
                 self.fail(f"node{node.ident} stopped, though no node finished the job: {how}")
-            if "ended" not in str(how) and holders:
+            if not how.job_ended and holders:
                 self.fail(f"node{node.ident} stopped while node(s) {holders} held the job's state: {how}")
+            if not how.job_ended:  # it closes its groups without leaving: lost, to the coordinator
+                self.at(self.now + KILL_DETECT_MS, lambda: self.lose(node.ident, "closed"))
+                return
         self.leave(node)
 
     def answer(self, node: Node, call: object) -> None:
@@ -290,6 +296,8 @@ class Sim:
                 node.state_wait_since = self.now
             self.reply(node, self.now - node.state_wait_since > ADMIT_TIMEOUT_MS, 1000)
         else:
+            if isinstance(call, m.Sync):
+                node.state_wait_since = None  # a node holding the state is here (as train.py counts)
             self.collective(node, call)
 
     def commit(self, node: Node, call: m.Commit) -> None:
@@ -334,6 +342,7 @@ class Sim:
             node.epoch, node.ops, node.waiting_since, node.origin = epoch, 0, None, origin
             if node.status == "starting":  # the epoch its join entered
                 node.pos.joined_origin = origin
+                node.pos.founding = len(epoch.members) if origin in (m.FIRST, m.AFTER_LEAVE) else 0
             self.reply(node, None, self.rng.randint(5, 30))
 
     def register(self, node: Node) -> None:
@@ -387,8 +396,16 @@ class Sim:
             return
         if any(i not in epoch.arrived for i in epoch.members):
             return
+        if not self.joiners and not epoch.revoked and epoch.members:
+            # Nothing changed: the same epoch is confirmed (its number, origin and operations go on)
+            self.log(f"epoch {epoch.number} confirmed")
+            arrived, epoch.arrived, epoch.limit = epoch.arrived, {}, None
+            for ident in arrived:
+                self.reply(self.nodes[ident], None, self.rng.randint(5, 30))
+            return
         joiners, self.joiners = self.joiners, []
-        self.form([i for i in epoch.members], joiners)
+        origin = m.CONTINUES if epoch.members else m.AFTER_LEAVE if self.last_gone == "left" else m.AFTER_LOSS
+        self.form([i for i in epoch.members], joiners, origin)
 
     def revoke(self, epoch: Epoch) -> None:
         if not epoch.revoked:
@@ -412,7 +429,7 @@ class Sim:
         node = self.nodes[ident]
         if ident in self.joiners:
             self.joiners.remove(ident)
-            if node.status != "dead":  # resumed, it hears REMOVED and registers again (its update waits on)
+            if node.status in ("running", "starting"):  # resumed, it hears REMOVED and registers again
                 self.at(node.frozen_until, lambda: self.register(node) if node.waiting_since is not None else None)
         epoch = self.epoch
         if epoch is None or ident not in epoch.members:
@@ -420,7 +437,7 @@ class Sim:
         self.log(f"node{ident} lost ({why})")
         epoch.members.remove(ident)
         self.last_gone = "lost"
-        if epoch.arrived.pop(ident, None) is not None and self.nodes[ident].status != "dead":
+        if epoch.arrived.pop(ident, None) is not None and self.nodes[ident].status == "running":
             self.register(self.nodes[ident])  # it hears REMOVED and updates again: a joiner now
         for k, slot in epoch.slots.items():  # its own calls fail (it hears so if it comes back)
             if k not in epoch.done and ident in slot:
@@ -570,7 +587,8 @@ class Sim:
             self.fail(f"epoch {epoch.number} operation {k}: the nodes made different calls: "
                       + ", ".join(f"node{i} {slot[i]}" for i in members))
         if isinstance(calls[0], m.Roster):
-            rows = [m.Row.decode(i, [*slot[i].info, self.nodes[i].pending_seen, self.nodes[i].origin]) for i in members]
+            rows = [m.Row.decode(i, [*slot[i].info, self.nodes[i].pending_seen, self.nodes[i].origin, epoch.number])
+                    for i in members]
             for i in members:
                 self.reply(self.nodes[i], rows, self.rng.randint(1, 10))
         elif isinstance(calls[0], m.Reduce):

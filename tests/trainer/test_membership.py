@@ -14,8 +14,9 @@ OTHER_FP = m.configuration_fingerprint(local_size=1, dim=96, inner_steps=8, wire
 
 
 def row(node_id, step, phase=m.BOUNDARY, has_delta=False, fresh=False, fingerprint=FP, pending=0, known_step=-1,
-        founder=True, origin=m.CONTINUES):
-    return m.Row(node_id, step, phase, has_delta, fresh, fingerprint, known_step, founder, pending, origin)
+        founder=True, missed_start=False, origin=m.CONTINUES, epoch=1):
+    return m.Row(node_id, step, phase, has_delta, fresh, fingerprint, known_step, 2 if founder else 0, missed_start,
+                 pending, origin, epoch)
 
 
 class Script:
@@ -111,7 +112,7 @@ def test_the_synchronous_baseline_refuses_a_newcomer_and_goes_on():
 
 
 def test_fresh_nodes_start_from_the_most_common_state():
-    pos = m.Position(joined_origin=m.FIRST)
+    pos = m.Position(joined_origin=m.FIRST, founding=2)
     script = Script((m.Roster, [row(1, 0, fresh=True), row(2, 0, fresh=True)]), (m.Sync, 0),
                     (m.Roster, [row(1, 0), row(2, 0)]))
     settle(pos, 2, script)
@@ -153,7 +154,7 @@ def test_the_first_nodes_begin_the_job_and_a_newcomer_among_them_receives():
     """At the job's start, nodes of the group's first epoch begin it (POPULAR); a node admitted at a
     later update of a job not begun yet receives their state. Without a founder, nobody begins."""
     rows = [row(1, 0, fresh=True), row(2, 0, fresh=True, founder=False)]
-    founder, newcomer = m.Position(joined_origin=m.FIRST), m.Position(joined_origin=m.CONTINUES)
+    founder, newcomer = m.Position(joined_origin=m.FIRST, founding=2), m.Position(joined_origin=m.CONTINUES)
     s1 = Script((m.Roster, rows), (m.Sync, 0), (m.Roster, [row(1, 0), row(2, 0)]))
     s2 = Script((m.Roster, rows), (m.Sync, 0), (m.Roster, [row(1, 0), row(2, 0)]))
     settle(founder, 1, s1)
@@ -169,9 +170,27 @@ def test_a_node_of_a_job_that_ended_stops():
     rows = [row(1, 7, origin=m.AFTER_LEAVE)]
     with pytest.raises(m.Stopped, match="ended"):
         settle(m.Position(step=7, fresh=False, in_job=True, joined_origin=m.FIRST), 1, Script((m.Roster, rows)))
-    # Nodes starting a new job on the same coordinator after the last one left begin it.
-    pos = m.Position(joined_origin=m.AFTER_LEAVE)
-    fresh = [row(5, 0, fresh=True, origin=m.AFTER_LEAVE), row(6, 0, fresh=True, origin=m.AFTER_LEAVE)]
-    script = Script((m.Roster, fresh), (m.Sync, 0), (m.Roster, [row(5, 0), row(6, 0)]))
+    # Nodes starting a new job on the same coordinator after the last one left begin it, and go on
+    # in that epoch (it stays AFTER_LEAVE while nothing changes) at their next boundary.
+    pos = m.Position(joined_origin=m.AFTER_LEAVE, founding=2)
+    fresh = [row(5, 0, fresh=True, origin=m.AFTER_LEAVE, epoch=9), row(6, 0, fresh=True, origin=m.AFTER_LEAVE, epoch=9)]
+    after = [row(5, 0, origin=m.AFTER_LEAVE, epoch=9), row(6, 0, origin=m.AFTER_LEAVE, epoch=9)]
+    script = Script((m.Roster, fresh), (m.Sync, 0), (m.Roster, after))
     settle(pos, 5, script)
     assert script.calls[1].mode == m.POPULAR
+    pos.in_job, pos.loop_epoch, pos.step = True, pos.epoch, 1
+    boundary = [row(5, 1, origin=m.AFTER_LEAVE, epoch=9), row(6, 1, origin=m.AFTER_LEAVE, epoch=9)]
+    assert settle(pos, 5, Script((m.Roster, boundary))).nodes == 2
+
+
+def test_founders_that_all_missed_the_beginning_begin_it_when_all_are_here():
+    """Every founder's first state sync failed (a loss and the coordinator away): nobody began the
+    job, so when all of them are here they begin it; with one missing (it may have begun it), they wait."""
+    rows = [row(1, 0, fresh=True, missed_start=True), row(2, 0, fresh=True, missed_start=True)]
+    pos = m.Position(joined_origin=m.FIRST, founding=2, missed_start=True)
+    script = Script((m.Roster, rows), (m.Sync, 0), (m.Roster, [row(1, 0), row(2, 0)]))
+    settle(pos, 1, script)
+    assert script.calls[1].mode == m.POPULAR
+    with pytest.raises(m.Stopped):
+        settle(m.Position(joined_origin=m.FIRST, founding=2, missed_start=True), 1,
+               Script((m.Roster, rows[:1]), (m.Wait, True)))

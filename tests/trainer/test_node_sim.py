@@ -79,12 +79,12 @@ MUTATIONS = {
     "phase mismatch": ([("        phase = REDUCE if any(r.phase == REDUCE and r.has_delta for r in current) else BOUNDARY",
                          "        phase = pos.phase")], False, ""),
     # bugs 8 and 9: new nodes wait for the job's state instead of beginning the job again
-    "fresh state wins": ([("        if (top < pos.known_step if current else pos.known_step >= 0 or not any(r.founder for r in rows)):",
-                           "        if False:"),
-                          ("                mode = POPULAR if pos.founder else RECEIVE_ONLY", "                mode = POPULAR")],
+    "fresh state wins": ([("        if (top < pos.known_step) if current else not beginners:", "        if False:"),
+                          ("                mode = POPULAR if any(r.node_id == node_id for r in beginners) else RECEIVE_ONLY",
+                           "                mode = POPULAR")],
                          False, ""),
     # a node of a job that ended while it was away stops instead of training the rest alone
-    "ended job": ([("        if origin == AFTER_LEAVE and (pos.in_job or pos.joined_origin != AFTER_LEAVE):",
+    "ended job": ([("        if origin == AFTER_LEAVE and pos.epoch != pos.loop_epoch and (pos.in_job or pos.joined_origin != AFTER_LEAVE):",
                     "        if False:")], True, "forked the job's history"),
     # joiners are admitted at an outer step's boundary
     "no admission": ([("        if phase == BOUNDARY and any(r.pending > 0 for r in rows):", "        if False:")],
@@ -100,7 +100,7 @@ def test_without_a_rule_the_simulation_finds_its_bug(monkeypatch, name):
     seeds = range(1, 1001)
     kept = failures(seeds, late_faults)
     # With faults up to the job's end, what the rules cannot know shows too (docs/trainer.md)
-    assert (len(kept) <= 10) if late_faults else (kept == []), kept
+    assert (len(kept) <= 15) if late_faults else (kept == []), kept
     with_rules(monkeypatch, *edits)
     found = [f for f in failures(seeds, late_faults) if f not in kept]
     assert len(found) >= 5 and any(what in f for f in found), found[:5]

@@ -175,9 +175,10 @@ class ElasticDeviceMesh:
         self.uncommitted_bytes_sent = 0
         self.comm: Optional[Communicator] = None
         self._membership(self._call(self._join))
-        # How the epoch that admitted the node was formed: the group's first (or the first after its
-        # nodes all left) makes the node one of those that begin the job.
+        # How the epochs that admitted the node were formed (the group's first, or the first after its
+        # nodes all left, makes the node one of those that begin the job), and how many nodes they held.
         self.joined_origin = self.epoch_origin()
+        self.joined_size = min(v[0] for v in self.gather([self.comm.size if self.comm else 0]))
 
     # --- agreement inside the node ------------------------------------------------------------------
 
@@ -290,6 +291,10 @@ class ElasticDeviceMesh:
         """How the coordinator formed the epochs this node is in, the furthest from CONTINUES of its
         groups' (``wccl.EpochOrigin``: joiners alone after every member of the job was lost, or left)."""
         return EpochOrigin(max(v[0] for v in self.gather([int(self.comm.epoch_origin) if self.comm else 0])))
+
+    def epoch(self) -> int:
+        """The newest epoch number of this node's groups (all the same for nodes in the same epochs)."""
+        return max(v[0] for v in self.gather([self.comm.epoch if self.comm else 0]))
 
     def roster(self, info: Sequence[int]) -> Optional[List[NodeRow]]:
         """All-gathers ``(node id, local size, *info)`` in this rank's group and compares the
