@@ -514,8 +514,8 @@ class DilocoCalls:
             t.joined(self.log)
             self.next_sync()
             return None
-        if isinstance(c, membership.Train):
-            self.t0 = time.perf_counter()
+        if isinstance(c, membership.Train):  # (again, if every node that trained the sync was lost)
+            self.t0, self.reducing = time.perf_counter(), False
             losses = self.ahead + [float(t.inner_step_and_update()) for _ in range(self.per_sync - len(self.ahead))]
             self.ahead, self.overlapped = [], 0
             self.train_loss = sum(losses) / len(losses)
