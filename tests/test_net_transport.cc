@@ -480,6 +480,11 @@ int cut_path_child() {
   if (here < 0 || there < 0) return 2;
   Config server_cfg = make_config("server", nullptr), client_cfg = make_config("client", nullptr);
   if (!server_cfg.set("io_timeout_ms", "1000").ok() || !client_cfg.set("io_timeout_ms", "1000").ok()) return 2;
+  // Declared before the transports, so freed after them: the server's receive into dst never
+  // completes (the path is cut) and its loop thread may still copy bytes into it until the
+  // transport is destroyed (ThreadSanitizer saw the buffer freed under it).
+  const size_t n = 256u << 20;
+  std::vector<uint8_t> src(n), dst(n);
   // The server's loop thread is started from, and so lives in, the server's namespace.
   if (setns(there, CLONE_NEWNET) != 0) return 3;
   auto server = net::Transport::create(server_cfg);
@@ -491,8 +496,6 @@ int cut_path_child() {
   auto link = client.value()->connect_sync("10.231.0.2:" + std::to_string(port.value()));
   auto server_link = acceptor.wait(10s);
   if (!link.ok() || server_link == nullptr) return 5;
-  const size_t n = 256u << 20;
-  std::vector<uint8_t> src(n), dst(n);
   Done sent, got;
   if (!server_link->recv({0, 0, 1}, dst.data(), n, got.callback()).ok()) return 6;
   if (!link.value()->send({0, 0, 1}, src.data(), n, sent.callback()).ok()) return 6;
