@@ -658,6 +658,17 @@ def run(seed: int, verbose: bool = False, late_faults: bool = False) -> Sim:
     return sim
 
 
+def failures(seeds, late_faults: bool = False, verbose: bool = False) -> List[str]:
+    """The violations of the runs of ``seeds``, one line each."""
+    out = []
+    for seed in seeds:
+        try:
+            run(seed, verbose, late_faults)
+        except Violation as e:
+            out.append(str(e))
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=200, help="run seeds FIRST..FIRST+SEEDS-1")
@@ -668,14 +679,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="let faults reach the end of the job (finds a node that comes back after it: not fixed)")
     a = p.parse_args(argv)
     seeds = [a.seed] if a.seed is not None else range(a.first, a.first + a.seeds)
-    failed = 0
-    for seed in seeds:
-        try:
-            run(seed, a.verbose, a.late_faults)
-        except Violation as e:
-            failed += 1
-            print(e)
-    print(f"{len(seeds) - failed} of {len(seeds)} seeds kept every rule")
+    failed = failures(seeds, a.late_faults, a.verbose)
+    for line in failed:
+        print(line)
+    print(f"{len(seeds) - len(failed)} of {len(seeds)} seeds kept every rule")
     return 1 if failed else 0
 
 
