@@ -107,6 +107,35 @@ TEST_F(CommTest, GracefulLeaveFailsNobody) {
   expect_agreed_ring({comms[0].get(), comms[1].get()}, first + 1);
 }
 
+// update_due: a member idle between calls hears that the group waits for its update, when another
+// member arrives at the update barrier and when the epoch is revoked; an update clears it.
+TEST_F(CommTest, AnIdleMemberHearsThatTheGroupWaitsForItsUpdate) {
+  min_peers_ = 3;
+  coord_.reset();
+  start_coordinator("127.0.0.1:0");
+  auto comms = join_all(3);
+  ASSERT_EQ(comms.size(), 3u);
+  auto all_due = [&](std::vector<Communicator *> cs) {
+    const auto deadline = Clock::now() + 5s;
+    while (Clock::now() < deadline) {
+      if (std::all_of(cs.begin(), cs.end(), [](Communicator *c) { return c->update_due(); })) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  for (auto &c : comms) EXPECT_FALSE(c->update_due());
+  auto first = std::async(std::launch::async, [c = comms[0].get()] { return c->update(); });
+  EXPECT_TRUE(all_due({comms[1].get(), comms[2].get()})) << "the others hear of the barrier (BARRIER)";
+  EXPECT_EQ(first.wait_for(100ms), std::future_status::timeout) << "the barrier waits for them";
+  for (const Status &st : update_all({comms[1].get(), comms[2].get()})) EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(first.get().ok());
+  for (auto &c : comms) EXPECT_FALSE(c->update_due()) << "the epoch confirmed at the barrier";
+  comms[2].reset();  // its link closes: lost, and the epoch revoked
+  EXPECT_TRUE(all_due({comms[0].get(), comms[1].get()})) << "a revoked epoch waits for an update";
+  for (const Status &st : update_all({comms[0].get(), comms[1].get()})) EXPECT_TRUE(st.ok()) << st.to_string();
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(comms[i]->update_due());
+}
+
 TEST_F(CommTest, AbortFromAnotherThreadUnblocksAWaitingUpdate) {
   min_peers_ = 2;
   coord_.reset();

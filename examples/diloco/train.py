@@ -67,7 +67,8 @@ def parse_args(argv=None):
                         "address the coordinator sees, with the listening port)")
     j.add_argument("--group-prefix", default="lr", help="wccl group of local rank r: PREFIX + r")
     j.add_argument("--admit-skew", type=float, default=10.0,
-                   help="seconds a node waits for all its local ranks to be admitted before it retreats and rejoins")
+                   help="seconds a node waits for all its local ranks to be admitted before it retreats and rejoins "
+                        "(a joining node) or nudges its groups (a node in the job)")
     j.add_argument("--admit-timeout", type=float, default=3600.0,
                    help="seconds a node waits to be admitted (joining, or updating after a loss), or for a node "
                         "holding the job's state when none here does, before it stops with an error; above the "

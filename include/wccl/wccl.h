@@ -202,6 +202,14 @@ WCCL_API wccl_epoch_origin_t wccl_comm_epoch_origin(const wccl_comm_t *comm);
  * epoch was revoked. */
 WCCL_API int wccl_comm_pending(const wccl_comm_t *comm);
 
+/* 1 when the group waits for this peer's wccl_comm_update: its epoch was revoked (a peer lost, an
+ * operation failed, this peer declared lost), or another member waits at the epoch's update
+ * barrier; then its operations past the ones the others ran fail until it updates. 0 otherwise,
+ * and for NULL. For a caller that holds a member idle between calls (waiting for its other
+ * communicators, as a node of several groups does while it is admitted): an idle member that the
+ * group waits for should update, so nobody waits on it. */
+WCCL_API int wccl_comm_update_due(const wccl_comm_t *comm);
+
 /* Closes the communicator (the coordinator sees its link close; call wccl_comm_leave first for a
  * graceful exit) and frees it. What it already sent the coordinator (an operation's failure) goes
  * out first: it waits up to 1 s for that. Must not be called from a wccl callback. NULL is ignored. */

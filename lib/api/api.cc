@@ -178,6 +178,7 @@ int wccl_comm_rank(const wccl_comm_t *comm) { return comm != nullptr ? comm->imp
 int wccl_comm_size(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->size() : 0; }
 uint64_t wccl_comm_epoch(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->epoch() : 0; }
 int wccl_comm_pending(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->pending() : 0; }
+int wccl_comm_update_due(const wccl_comm_t *comm) { return comm != nullptr && comm->impl->update_due() ? 1 : 0; }
 wccl_epoch_origin_t wccl_comm_epoch_origin(const wccl_comm_t *comm) {
   return comm != nullptr ? static_cast<wccl_epoch_origin_t>(comm->impl->epoch_origin()) : WCCL_EPOCH_CONTINUES;
 }

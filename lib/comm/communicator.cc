@@ -223,6 +223,11 @@ int Communicator::pending() const {
   return view_->pending();
 }
 
+bool Communicator::update_due() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_->update_due();
+}
+
 uint32_t Communicator::epoch_origin() const {
   std::lock_guard<std::mutex> lock(mu_);
   return view_->epoch_origin();

@@ -84,6 +84,7 @@ class Communicator {
   uint64_t epoch() const;
   bool revoked() const;  // the current epoch lost a peer; update() to continue
   int pending() const;   // peers waiting to be admitted at the next update
+  bool update_due() const;  // the group waits for this member's update (MemberView::update_due)
   uint32_t epoch_origin() const;  // a wccl_epoch_origin_t: how the coordinator formed the current epoch
   std::vector<coord::PeerId> ring() const;  // the current epoch's members, in ring order
   coord::PeerId id() const { return id_; }

@@ -109,6 +109,10 @@ class MemberView {
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ring_.size()); }
   bool revoked() const { return revoked_; }
+  // The group waits for this member's update: its epoch was revoked (or it was removed from it),
+  // or another member waits at the epoch's update barrier (BARRIER). Its operations past the
+  // barrier's count cannot commit until it updates.
+  bool update_due() const { return revoked_ || barrier_ops_ != kNoBarrier; }
   bool left() const { return left_; }
   bool aborted() const { return aborted_; }
   int pending() const { return pending_; }

@@ -1,6 +1,9 @@
 """The Pythonic layer in one process: members on threads, every collective on numpy arrays and torch
 tensors, requests, and the errors a caller meets."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -133,6 +136,31 @@ def test_bad_calls_raise_named_errors(members):
         return True
 
     assert members(2, fn) == [True, True]
+
+
+def test_update_due_says_when_the_group_waits_for_this_member(members):
+    """Rank 0 comes to the update barrier; rank 1, idle, hears that the group waits for its update
+    (update_due), and updating clears it; the epoch is confirmed unchanged."""
+    ready, sampled = threading.Event(), threading.Barrier(2)
+
+    def fn(comm):
+        epoch = comm.epoch
+        if comm.rank == 0:
+            assert ready.wait(30) and not comm.update_due
+            comm.update()
+        else:
+            assert not comm.update_due
+            ready.set()
+            deadline = time.monotonic() + 10
+            while not comm.update_due:
+                assert time.monotonic() < deadline, "rank 1 never heard of the barrier"
+                time.sleep(0.01)
+            comm.update()
+        due = comm.update_due
+        sampled.wait(30)  # before either leaves (the fixture's leave is an arrival at the next barrier)
+        return due, comm.epoch == epoch
+
+    assert members(2, fn) == [(False, True), (False, True)]
 
 
 def test_closed_communicator_is_refused(members):

@@ -269,6 +269,12 @@ class Communicator:
         return lib.wccl_comm_pending(self._handle) if self._handle else 0
 
     @property
+    def update_due(self) -> bool:
+        """True when the group waits for this member's update(): its epoch was revoked, or another
+        member waits at the update barrier (``wccl_comm_update_due``)."""
+        return bool(lib.wccl_comm_update_due(self._handle)) if self._handle else False
+
+    @property
     def epoch_origin(self) -> EpochOrigin:
         """How the coordinator formed the current epoch (joiners alone, after every member of the
         group was lost or left, hold none of the earlier members' state)."""

@@ -238,6 +238,7 @@ _SIGNATURES = {
     "wccl_comm_size": ([_P], c_int),
     "wccl_comm_epoch": ([_P], c_uint64),
     "wccl_comm_pending": ([_P], c_int),
+    "wccl_comm_update_due": ([_P], c_int),
     "wccl_comm_epoch_origin": ([_P], c_int),
     "wccl_comm_destroy": ([_P], None),
     "wccl_opts_default": ([], Opts),

@@ -23,12 +23,16 @@ nodes**. It holds it in three ways (docs/trainer.md, "Membership"):
 2. ``roster(info)`` all-gathers one row per node (node id plus the caller's ``info``) in every
    group and compares the L results over the local group; a difference, or a lost peer, makes
    every node update again.
-3. Membership calls (join, update) run on a thread while the local ranks poll each other. If some
-   ranks of a node are admitted and the others are still waiting ``admit_skew`` seconds later, the
-   node retreats: admitted ranks leave their groups and join again, the waiting ones keep waiting,
-   so that the whole node is admitted at once at a later update. A call that has not admitted the
-   whole node within ``admit_timeout`` seconds raises MembershipError on every local rank: a node
-   that joins after the job ended, or that no node admits, stops instead of waiting for ever.
+3. Membership calls (join, update) run on a thread while the local ranks poll each other, by one
+   rule without I/O (``_admission.py``, run by a seeded simulation of nodes of several groups:
+   tests/trainer/mesh_sim.py). If some ranks of a joining node are admitted and the others still
+   wait ``admit_skew`` seconds later, the node retreats: its admitted ranks leave their groups,
+   and so does any rank admitted meanwhile; once none is in a group, the ranks that left join again
+   together, so that one update admits the whole node. A node that is in already never retreats:
+   its ranks wait at their barriers (an update that timed out is made again). A call that has not
+   admitted the whole node within ``admit_timeout`` seconds raises MembershipError on every local
+   rank: a node that joins after the job ended, or that no node admits, stops instead of waiting
+   for ever.
 
 A coordinator that restarts does not stop a node: a membership call (join, update, leave, the
 re-forming inside a state sync) that finds it unreachable is made again, for up to
@@ -48,6 +52,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
+from ._admission import ADMITTED, DUE, FAILED, OUT, TIMEOUT, WAITING, Admission, Report, Verdict
 from ._core import Communicator, EpochOrigin, OpStats, ReduceOp, Request, SyncMode, Wire
 from ._lib import CoordinatorUnreachableError, PeerLostError, WcclError
 from ._lib import TimeoutError as WcclTimeoutError
@@ -174,7 +179,7 @@ class ElasticDeviceMesh:
         # a straggler): they cost the link too. The caller reads it and sets it back to 0.
         self.uncommitted_bytes_sent = 0
         self.comm: Optional[Communicator] = None
-        self._membership(self._call(self._join))
+        self._membership(self._call(self._join), joining=True)
         # How the epochs that admitted the node were formed (the group's first, or the first after its
         # nodes all left, makes the node one of those that begin the job), and how many nodes they held.
         self.joined_origin = self.epoch_origin()
@@ -221,66 +226,69 @@ class ElasticDeviceMesh:
     def _call(self, fn: Callable[[], Any]) -> _Call:
         return _Call(lambda: self._through_restarts(fn))
 
-    def _membership(self, call: _Call, again: Optional[Callable[[], _Call]] = None) -> None:
-        """Waits until the membership call of every local rank is over. The node retreats (module
-        text) when some ranks are admitted while others still wait ``admit_skew`` seconds later, or
-        when a rank's join timed out (an update that timed out is made ``again``: the rank is still
-        a member); any other failure, or no admission within ``admit_timeout`` seconds, is raised
-        on every local rank."""
-        first_done: Optional[float] = None
-        started = time.monotonic()
+    def _membership(self, call: Optional[_Call], joining: bool) -> None:
+        """Waits until every local rank's membership call (``call``: a join when ``joining``, else
+        an update) admitted it, by the rule of ``_admission.Admission`` (its module text): a rank
+        whose group waits for it updates, a member's update that timed out is made again, a node
+        that is in already nudges its groups and a joining one retreats (its ranks leave and join
+        again together) when some of its ranks are admitted while others still wait
+        ``admit_skew`` seconds later. A call failing otherwise, or no admission within
+        ``admit_timeout`` seconds, is raised on every local rank."""
+        rule = Admission(time.monotonic(), self.admit_skew, self.admit_timeout, joining)
         while True:
-            done = call.wait(self.poll)
-            if done and call.error is None and isinstance(call.result, Communicator):
+            if call is not None and call.wait(self.poll) and call.error is None and isinstance(call.result, Communicator):
                 self.comm, call.result = call.result, None  # a join that admitted this rank
-            failed = done and call.error is not None
-            fatal = failed and not isinstance(call.error, WcclTimeoutError)
-            if failed and not fatal and again is not None:
-                # An update that timed out (a barrier waiting for a frozen or slow node): this rank
-                # is still a member of its epoch, so it waits at the barrier again rather than
-                # retreating, which would leave the frozen node to commit the step alone.
-                call, done, failed = again(), False, False
-            late = first_done is not None and time.monotonic() - first_done > self.admit_skew
-            expired = time.monotonic() - started > self.admit_timeout
-            states = self.gather([int(done), int(failed), int(fatal), int(late), int(expired)])
-            if any(s[2] for s in states):
-                why = f"local rank {self.local_rank}: {call.error}" if fatal else "another local rank's call failed"
-                raise MembershipError(f"wccl.torch: the node cannot join its groups ({why})") from call.error
-            if not any(s[1] for s in states) and all(s[0] for s in states):
+            state = self._call_state(call)
+            step = rule.step(state)
+            if step == "update":
+                call, state = self._call(self._member().update), WAITING
+            elif step == "leave":  # on a thread: the node's other ranks go on polling (and leaving)
+                call, state = self._call(self._leave_and_close), WAITING
+            report = rule.report(state, time.monotonic())
+            verdict = rule.decide([Report.from_ints(v) for v in self.gather(report.as_ints())], time.monotonic())
+            if verdict is Verdict.ADMITTED:
                 return
-            if any(s[4] for s in states):
+            if verdict is Verdict.FATAL:
+                error = call.error if call is not None else None
+                why = f"local rank {self.local_rank}: {error}" if report.fatal else "another local rank's call failed"
+                raise MembershipError(f"wccl.torch: the node cannot join its groups ({why})") from error
+            if verdict is Verdict.EXPIRED:
                 raise MembershipError(f"wccl.torch: the node was not admitted to its groups within {self.admit_timeout:g} s "
                                       "(admit_timeout): no node of the job admitted it (has the job ended?)")
-            if any(s[1] or s[3] for s in states):
-                call, first_done = self._retreat(call, done), None
-            elif first_done is None and any(s[0] for s in states):
-                first_done = time.monotonic()
+            if verdict is Verdict.RETREAT:
+                self.retreats += 1
+            elif verdict is Verdict.REJOIN:
+                call = self._call(self._join)
 
-    def _retreat(self, call: _Call, done: bool) -> _Call:
-        """Leaves the group if this rank is in it and joins again; a rank still waiting for
-        admission keeps waiting (its pending join or update admits it later)."""
-        self.retreats += 1
-        if not done:
-            return call
+    def _call_state(self, call: Optional[_Call]) -> str:
+        """How a membership call stands, in the words of the admission rule."""
+        if call is None:
+            return OUT
+        if not call.wait(0):
+            return WAITING
+        if call.error is not None:
+            return TIMEOUT if isinstance(call.error, WcclTimeoutError) else FAILED
+        if self.comm is None:
+            return OUT  # its leave is over (the node retreats)
+        return DUE if self.comm.update_due else ADMITTED
+
+    def _leave_and_close(self) -> None:
+        """Leaves this rank's group (the node retreats) and closes its communicator."""
         if self.comm is not None:
             try:
                 self.comm.leave()
-            except Exception:  # gone already: closing is all that is left
+            except Exception:  # gone already: closing is all that is left (a close while leaving is a leave)
                 pass
             self.comm.close()
             self.comm = None
-        return self._call(self._join)
 
     def update(self) -> None:
         """Every local rank updates its group (``wccl_comm_update``): a new epoch with the
         survivors and the admitted joiners; returns once the whole node is in it."""
-        comm = self.comm
-        if comm is None:
-            self._membership(self._call(self._join))
+        if self.comm is None:
+            self._membership(self._call(self._join), joining=True)
         else:
-            def again() -> _Call:  # the call, and the one made again after a timeout
-                return self._call(comm.update)
-            self._membership(again(), again=again)
+            self._membership(self._call(self.comm.update), joining=False)
 
     def pending(self) -> int:
         """The fewest joiners any of this node's groups has waiting (a joining node is waited for
