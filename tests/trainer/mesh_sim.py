@@ -35,16 +35,17 @@ times out; every node not killed finishes the job (or, come back after it ended,
 
 from __future__ import annotations
 
-import argparse
-import heapq
-import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python" / "wccl"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _admission as a  # noqa: E402  (the mesh's rule; the package itself needs libwccl)
+import seeded  # noqa: E402
+
+Violation = seeded.Violation  # what Sim.fail raises
 
 POLL_MS = 50
 ADMIT_SKEW_MS = 1000
@@ -55,10 +56,6 @@ PEER_TIMEOUT_MS = 2000     # a frozen node is declared lost after this
 KILL_DETECT_MS = 50
 SETTLE_MS = 100
 HELD_UP_MS = 20_000        # node1 commits at least this often: no wait lasts until an operation times out
-
-
-class Violation(AssertionError):
-    """A rule of the mesh broken (the message names the seed, the time and what)."""
 
 
 @dataclass
@@ -128,13 +125,10 @@ class Await:
         self.calls, self.limit = calls, limit
 
 
-class Sim:
+class Sim(seeded.EventLoop):
     def __init__(self, seed: int, verbose: bool = False) -> None:
-        self.seed, self.verbose = seed, verbose
-        self.rng = r = random.Random(seed)
-        self.now = 0
-        self.queue: List[Tuple[int, int, Callable[[], None]]] = []
-        self.seq = 0
+        super().__init__(seed, verbose)
+        r = self.rng
         self.L = r.choice([2, 2, 3])
         self.steps = r.randint(4, 10)
         self.groups = [Group(g) for g in range(self.L)]
@@ -173,25 +167,8 @@ class Sim:
 
     # --- the event loop --------------------------------------------------------------------------
 
-    def at(self, t: int, fn: Callable[[], None]) -> None:
-        self.seq += 1
-        heapq.heappush(self.queue, (t, self.seq, fn))
-
-    def log(self, text: str) -> None:
-        if self.verbose:
-            print(f"{self.now:7d} {text}")
-
-    def fail(self, text: str) -> None:
-        raise Violation(f"seed {self.seed} at {self.now} ms: {text}")
-
     def run(self) -> None:
-        limit = self.steps * 600 * 20 + 100_000
-        while self.queue:
-            t, _, fn = heapq.heappop(self.queue)
-            self.now = t
-            if t > limit:
-                self.fail("the job did not finish: " + self.describe())
-            fn()
+        self.run_events(self.steps * 600 * 20 + 100_000)
         self.finish()
 
     def describe(self) -> str:
@@ -605,28 +582,11 @@ def run(seed: int, verbose: bool = False) -> Sim:
 
 def failures(seeds, verbose: bool = False) -> List[str]:
     """The violations of the runs of ``seeds``, one line each."""
-    out = []
-    for seed in seeds:
-        try:
-            run(seed, verbose)
-        except Violation as e:
-            out.append(str(e))
-    return out
+    return seeded.failures(lambda seed: run(seed, verbose), seeds)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=200, help="run seeds FIRST..FIRST+SEEDS-1")
-    p.add_argument("--first", type=int, default=1)
-    p.add_argument("--seed", type=int, help="run this seed alone")
-    p.add_argument("--verbose", action="store_true", help="print every event")
-    args = p.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
-    failed = failures(seeds, args.verbose)
-    for line in failed:
-        print(line)
-    print(f"{len(seeds) - len(failed)} of {len(seeds)} seeds kept every rule")
-    return 1 if failed else 0
+    return seeded.main(__doc__, lambda seed, verbose, args: run(seed, verbose), argv)
 
 
 if __name__ == "__main__":

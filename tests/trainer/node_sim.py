@@ -23,16 +23,18 @@ the job finishes (no stall), with every node that ends holding the same model at
 from __future__ import annotations
 
 import argparse
-import heapq
-import random
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "diloco"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import membership as m  # noqa: E402
+import seeded  # noqa: E402
+
+Violation = seeded.Violation  # what Sim.fail raises
 
 PEER_TIMEOUT_MS = 2000     # a silent node (frozen) is declared lost this long after it went quiet
 KILL_DETECT_MS = 50        # a killed node's connections close at once
@@ -40,10 +42,6 @@ SETTLE_MS = 100            # joiners with no live member form an epoch after thi
 ADMIT_TIMEOUT_MS = 60_000  # the mesh's admit_timeout: a node not admitted by then stops
 FP = m.configuration_fingerprint(local_size=2, dim=96, inner_steps=8, wire="int8")
 MISFIT_FP = m.configuration_fingerprint(local_size=2, dim=96, inner_steps=4, wire="int8")
-
-
-class Violation(AssertionError):
-    """A rule of the job broken (the message names the seed, the time and what)."""
 
 
 @dataclass
@@ -78,13 +76,9 @@ class Node:
     state_wait_since: Optional[int] = None  # since when no node of its epoch holds the job's state
 
 
-class Sim:
+class Sim(seeded.EventLoop):
     def __init__(self, seed: int, verbose: bool = False, late_faults: bool = False) -> None:
-        self.seed, self.verbose = seed, verbose
-        self.rng = random.Random(seed)
-        self.now = 0
-        self.queue: List[Tuple[int, int, Callable[[], None]]] = []
-        self.seq = 0
+        super().__init__(seed, verbose)
         self.nodes: Dict[int, Node] = {}
         self.epoch: Optional[Epoch] = None
         self.epochs = 0
@@ -155,25 +149,8 @@ class Sim:
 
     # --- the event loop --------------------------------------------------------------------------
 
-    def at(self, t: int, fn: Callable[[], None]) -> None:
-        self.seq += 1
-        heapq.heappush(self.queue, (t, self.seq, fn))
-
-    def log(self, text: str) -> None:
-        if self.verbose:
-            print(f"{self.now:7d} {text}")
-
-    def fail(self, text: str) -> None:
-        raise Violation(f"seed {self.seed} at {self.now} ms: {text}")
-
     def run(self) -> None:
-        limit = self.syncs * 1000 * 40 + 200_000
-        while self.queue:
-            t, _, fn = heapq.heappop(self.queue)
-            self.now = t
-            if t > limit:
-                self.fail("the job did not finish: " + self.describe())
-            fn()
+        self.run_events(self.syncs * 1000 * 40 + 200_000)
         self.finish()
 
     def describe(self) -> str:
@@ -660,30 +637,14 @@ def run(seed: int, verbose: bool = False, late_faults: bool = False) -> Sim:
 
 def failures(seeds, late_faults: bool = False, verbose: bool = False) -> List[str]:
     """The violations of the runs of ``seeds``, one line each."""
-    out = []
-    for seed in seeds:
-        try:
-            run(seed, verbose, late_faults)
-        except Violation as e:
-            out.append(str(e))
-    return out
+    return seeded.failures(lambda seed: run(seed, verbose, late_faults), seeds)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=200, help="run seeds FIRST..FIRST+SEEDS-1")
-    p.add_argument("--first", type=int, default=1)
-    p.add_argument("--seed", type=int, help="run this seed alone")
-    p.add_argument("--verbose", action="store_true", help="print every event")
-    p.add_argument("--late-faults", action="store_true",
-                   help="let faults reach the end of the job (finds a node that comes back after it: not fixed)")
-    a = p.parse_args(argv)
-    seeds = [a.seed] if a.seed is not None else range(a.first, a.first + a.seeds)
-    failed = failures(seeds, a.late_faults, a.verbose)
-    for line in failed:
-        print(line)
-    print(f"{len(seeds) - len(failed)} of {len(seeds)} seeds kept every rule")
-    return 1 if failed else 0
+    def options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--late-faults", action="store_true",
+                       help="let faults reach the end of the job (finds a node that comes back after it: not fixed)")
+    return seeded.main(__doc__, lambda seed, verbose, args: run(seed, verbose, args.late_faults), argv, options)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,13 @@ simulation), the simulation finds what it was for."""
 import functools
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mesh_sim  # noqa: E402
+import seeded  # noqa: E402
 
 SIM = Path(__file__).with_name("mesh_sim.py")
 failures = mesh_sim.failures
@@ -46,16 +46,7 @@ def test_the_schedules_happen():
 
 def with_rule(monkeypatch, *edits):
     """The simulation with each (text, replacement) applied to _admission.py's source."""
-    source = Path(mesh_sim.a.__file__).read_text()
-    for old, new in edits:
-        assert source.count(old) == 1, f"_admission.py no longer holds: {old}"
-        source = source.replace(old, new)
-    module = types.ModuleType("admission_mutated")
-    module.__file__ = mesh_sim.a.__file__
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, mesh_sim.a.__file__, "exec"), module.__dict__)
-    monkeypatch.setattr(mesh_sim, "a", module)
-    monkeypatch.setitem(sys.modules, module.__name__, module)
+    seeded.with_edits(monkeypatch, mesh_sim, "a", edits)
 
 
 RETREAT_FOR_EVERY_NODE = ("        if self.joining and any(r.failed or r.late for r in reports):",

@@ -5,13 +5,13 @@ prevents."""
 
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import node_sim  # noqa: E402
+import seeded  # noqa: E402
 
 m = node_sim.m
 SIM = Path(__file__).with_name("node_sim.py")
@@ -48,19 +48,9 @@ def test_faults_happen_and_the_job_goes_through_them():
 
 
 def with_rules(monkeypatch, *edits):
-    """Runs the simulation on membership.py with each (text, replacement) applied to its source: a
-    rule taken away, as before its bug was fixed."""
-    source = Path(m.__file__).read_text()
-    for old, new in edits:
-        assert source.count(old) == 1, f"membership.py no longer holds: {old}"
-        source = source.replace(old, new)
-    module = types.ModuleType("membership_mutated")
-    module.__file__ = m.__file__
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, m.__file__, "exec"), module.__dict__)
-    monkeypatch.setattr(node_sim, "m", module)
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    return module
+    """The simulation on membership.py with each (text, replacement) applied to its source: a rule
+    taken away, as before its bug was fixed."""
+    seeded.with_edits(monkeypatch, node_sim, "m", edits)
 
 
 # Each rule of membership.py that a bug of issue 31 called for, and the text that takes it away.
