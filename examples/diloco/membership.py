@@ -39,7 +39,7 @@ class Position:
     founding: int = 0        # founders: the nodes of that epoch if it was the group's first (or the first
     #                          after a job's nodes left); 0 for a node admitted later
     missed_start: bool = False  # a founder whose state sync that began the job failed: others may have begun it
-    epoch: int = 0           # the epoch of its last roster (mesh.epoch())
+    epoch: int = 0           # the epoch of its last roster (mesh.groups().epoch)
     loop_epoch: int = -1     # the epoch in which its loop began
 
     @property
@@ -60,9 +60,9 @@ class Row:
     known_step: int    # Position.known_step
     founding: int      # Position.founding
     missed_start: bool  # Position.missed_start
-    pending: int       # joiners its groups have waiting (mesh.pending(), appended by the driver)
-    origin: int        # how its epoch was formed (mesh.epoch_origin(), appended by the driver)
-    epoch: int         # its epoch (mesh.epoch(), appended by the driver)
+    pending: int       # joiners its groups have waiting (mesh.groups().pending, appended by the driver)
+    origin: int        # how its epoch was formed (mesh.groups().origin, appended by the driver)
+    epoch: int         # its epoch (mesh.groups().epoch, appended by the driver)
 
     @staticmethod
     def info(pos: Position, fingerprint: int) -> List[int]:
@@ -85,7 +85,7 @@ class Update:
 
 @dataclass(frozen=True)
 class Roster:
-    """Call mesh.roster(info + [mesh.pending(), mesh.epoch_origin(), mesh.epoch()]); send back the
+    """Call mesh.roster(info + [pending, origin, epoch] of mesh.groups()); send back the
     rows (list of Row) or None."""
 
     info: List[int]

@@ -322,7 +322,8 @@ class Trainer:
         if isinstance(c, membership.Update):
             return self.mesh.update()
         if isinstance(c, membership.Roster):
-            rows = self.mesh.roster([*c.info, self.mesh.pending(), int(self.mesh.epoch_origin()), self.mesh.epoch()])
+            groups = self.mesh.groups()
+            rows = self.mesh.roster([*c.info, groups.pending, int(groups.origin), groups.epoch])
             return None if rows is None else [membership.Row.decode(r.node_id, r.info) for r in rows]
         if isinstance(c, membership.Wait):
             if self.waiting_since is None:
@@ -550,7 +551,7 @@ class DilocoCalls:
                 # The last sync of an outer step, overlapped: a one-element all-reduce of the nodes'
                 # waiting joiners travels with it, so the boundary's roster (a round trip the compute
                 # would wait for) is taken only when a node waits to be admitted.
-                self.probe_in[0] = t.mesh.pending()
+                self.probe_in[0] = t.mesh.groups().pending
                 probe = t.mesh.allreduce_start(self.probe_in, self.probe_out, wccl.ReduceOp.SUM, wccl.Wire.NATIVE)
             if overlap:
                 o0 = time.perf_counter()

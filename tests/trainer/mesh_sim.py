@@ -252,7 +252,7 @@ class Sim(seeded.EventLoop):
             if not trained:
                 yield Sleep(self.rng.randint(200, 800))
                 trained = True
-            pending = min(len(g.joiners) for g in self.groups)  # mesh.pending(): the node's groups' fewest
+            pending = min(len(g.joiners) for g in self.groups)  # mesh.groups().pending: the fewest of its groups
             rows = yield from self.collective(node, ("roster", 0), (node.ident, node.step, pending))
             if rows is None:
                 yield from self.update(node)

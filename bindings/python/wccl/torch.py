@@ -58,7 +58,7 @@ from ._lib import CoordinatorUnreachableError, PeerLostError, WcclError
 from ._lib import TimeoutError as WcclTimeoutError
 from ._torch_backend import Options, ProcessGroupWccl, register
 
-__all__ = ["ElasticDeviceMesh", "NodeRow", "MembershipError", "Options", "PendingAllreduce", "ProcessGroupWccl",
+__all__ = ["ElasticDeviceMesh", "GroupsState", "NodeRow", "MembershipError", "Options", "PendingAllreduce", "ProcessGroupWccl",
            "flat_hash"]
 
 register()  # torch.distributed backend "wccl" (_torch_backend.py; docs/python.md)
@@ -76,6 +76,18 @@ class NodeRow:
     node_id: int
     local_size: int
     info: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GroupsState:
+    """How a node's groups stand (ElasticDeviceMesh.groups), agreed over its local ranks."""
+
+    pending: int          # the fewest joiners any group has waiting (a joining node is waited for in every
+                          # group before it is admitted: the mesh admits whole nodes)
+    origin: EpochOrigin   # how the coordinator formed their epochs, the furthest from CONTINUES of the
+                          # groups' (joiners alone after every member of the job was lost, or left)
+    epoch: int            # the newest epoch number of the groups (all the same for nodes in the same epochs)
+    size: int             # the fewest nodes any group's epoch holds
 
 
 def flat_hash(tensors: Sequence[torch.Tensor]) -> str:
@@ -182,8 +194,8 @@ class ElasticDeviceMesh:
         self._membership(self._call(self._join), joining=True)
         # How the epochs that admitted the node were formed (the group's first, or the first after its
         # nodes all left, makes the node one of those that begin the job), and how many nodes they held.
-        self.joined_origin = self.epoch_origin()
-        self.joined_size = min(v[0] for v in self.gather([self.comm.size if self.comm else 0]))
+        joined = self.groups()
+        self.joined_origin, self.joined_size = joined.origin, joined.size
 
     # --- agreement inside the node ------------------------------------------------------------------
 
@@ -290,19 +302,12 @@ class ElasticDeviceMesh:
         else:
             self._membership(self._call(self.comm.update), joining=False)
 
-    def pending(self) -> int:
-        """The fewest joiners any of this node's groups has waiting (a joining node is waited for
-        in every group before it is admitted: the mesh admits whole nodes)."""
-        return min(v[0] for v in self.gather([self.comm.pending if self.comm else 0]))
-
-    def epoch_origin(self) -> EpochOrigin:
-        """How the coordinator formed the epochs this node is in, the furthest from CONTINUES of its
-        groups' (``wccl.EpochOrigin``: joiners alone after every member of the job was lost, or left)."""
-        return EpochOrigin(max(v[0] for v in self.gather([int(self.comm.epoch_origin) if self.comm else 0])))
-
-    def epoch(self) -> int:
-        """The newest epoch number of this node's groups (all the same for nodes in the same epochs)."""
-        return max(v[0] for v in self.gather([self.comm.epoch if self.comm else 0]))
+    def groups(self) -> "GroupsState":
+        """How this node's groups stand, the same on every local rank (one gather over the node)."""
+        c = self.comm
+        rows = self.gather([c.pending, int(c.epoch_origin), c.epoch, c.size] if c is not None else [0, 0, 0, 0])
+        return GroupsState(pending=min(r[0] for r in rows), origin=EpochOrigin(max(r[1] for r in rows)),
+                           epoch=max(r[2] for r in rows), size=min(r[3] for r in rows))
 
     def roster(self, info: Sequence[int]) -> Optional[List[NodeRow]]:
         """All-gathers ``(node id, local size, *info)`` in this rank's group and compares the
