@@ -341,7 +341,7 @@ class Trainer:
             self.load_shard(self.outer)
         return revision
 
-    def refused(self, e: Exception) -> SystemExit:
+    def exit_from_job(self, e: Exception) -> SystemExit:
         """Refused (another configuration) or Stopped (the job ended, or its state never came back):
         the node leaves its groups, or, waiting for the job's state, only closes them (a node
         holding it that comes back later then finds the job's nodes lost, not left: it goes on);
@@ -360,7 +360,7 @@ class Trainer:
                                                        sync_mode=self.args.mode == "sync", need_update=need_update),
                                      self.membership_call)
         except (membership.Refused, membership.Stopped) as e:
-            raise self.refused(e) from None
+            raise self.exit_from_job(e) from None
         self.nodes, self.n_contrib = outcome.nodes, outcome.contributors
 
     # --- training -------------------------------------------------------------------------------
@@ -428,7 +428,7 @@ class Trainer:
                                                  fragments=args.fragments, fingerprint=self.fingerprint),
                                DilocoCalls(self, log))
             except (membership.Refused, membership.Stopped) as e:
-                raise self.refused(e) from None
+                raise self.exit_from_job(e) from None
             # The job's model is the outer parameters: fragments synchronised earlier in the last outer
             # step, and a mixed fragment, hold local progress that differs between nodes.
             self.load_shard(self.outer)
