@@ -204,7 +204,9 @@ WCCL_API int wccl_comm_pending(const wccl_comm_t *comm);
 
 /* 1 when the group waits for this peer's wccl_comm_update: its epoch was revoked (a peer lost, an
  * operation failed, this peer declared lost), or another member waits at the epoch's update
- * barrier; then its operations past the ones the others ran fail until it updates. 0 otherwise,
+ * barrier (an update, a leave, or a state sync re-forming the epoch: an update there makes the
+ * re-form give way, and the state sync returns PEER_LOST); then its operations past the ones the
+ * others ran fail until it updates. 0 otherwise,
  * and for NULL. For a caller that holds a member idle between calls (waiting for its other
  * communicators, as a node of several groups does while it is admitted): an idle member that the
  * group waits for should update, so nobody waits on it. */

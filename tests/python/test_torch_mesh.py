@@ -148,3 +148,37 @@ def test_a_started_allreduce_runs_while_the_caller_works_and_fails_softly(node_g
         mesh.close()
     finally:
         coord.stop()
+
+
+def test_how_a_membership_call_stands_in_the_words_of_the_admission_rule():
+    """_call_state: a timed-out update leaves its rank a member waiting at the barrier (DUE: it
+    updates again, or leaves if its node retreats), not out like a timed-out join; a leave that is
+    over is OUT; a call read as not done at the poll is WAITING even if it has ended since."""
+    from wccl import _admission as a
+
+    class Call:
+        def __init__(self, error=None):
+            self.error = error
+
+    class Comm:
+        def __init__(self, due):
+            self.update_due = due
+
+    mesh = ElasticDeviceMesh.__new__(ElasticDeviceMesh)  # no node: _call_state reads only comm
+    for comm, call, done, expected in [
+        (None, None, False, a.OUT),
+        (Comm(False), Call(), False, a.WAITING),
+        (None, Call(RuntimeError("refused")), True, a.FAILED),
+        (None, Call(_timeout_error()), True, a.TIMEOUT),                   # a join that timed out
+        (Comm(False), Call(_timeout_error()), True, a.DUE),                # an update that timed out
+        (None, Call(), True, a.OUT),                                       # a leave that is over
+        (Comm(True), Call(), True, a.DUE),
+        (Comm(False), Call(), True, a.ADMITTED),
+    ]:
+        mesh.comm = comm
+        assert mesh._call_state(call, done) == expected, (comm, call, done)
+
+
+def _timeout_error():
+    from wccl._lib import TimeoutError as WcclTimeoutError
+    return WcclTimeoutError.__new__(WcclTimeoutError)

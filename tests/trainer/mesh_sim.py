@@ -327,7 +327,9 @@ class Sim(seeded.EventLoop):
             for g, (rank, rule) in enumerate(zip(node.ranks, rules)):
                 state = self.state(node.ident, g)
                 if state in (a.ADMITTED, a.DUE):
-                    rank.member, rank.epoch = True, rank.call.result
+                    rank.member = True
+                    if rank.call.result is not None:  # the epoch that answered it (not a timeout's)
+                        rank.epoch = rank.call.result
                 step = rule.step(state)
                 if step == "update":
                     if state == a.DUE:
@@ -385,8 +387,10 @@ class Sim(seeded.EventLoop):
             self.gone(ident, self.groups[g], "closed")
             rank.member, rank.call = False, None
             return a.OUT
-        if call.error is not None:
-            return a.TIMEOUT if call.error == "timeout" else a.FAILED
+        if call.error is not None and call.error != "timeout":
+            return a.FAILED
+        if call.error is not None:  # a join that timed out is in no group; an update still waits at the barrier
+            return a.TIMEOUT if call.kind == "join" else a.DUE
         group = self.groups[g]
         if ident not in group.members or group.revoked or (group.arrivals and ident not in group.arrivals):
             return a.DUE  # Communicator.update_due: removed (lost), revoked, or a barrier begun

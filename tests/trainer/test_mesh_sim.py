@@ -71,7 +71,7 @@ MUTATIONS = {
     "no nudge": ([("        if any(r.late for r in reports):\n            self.nudging",
                    "        if False:\n            self.nudging")], "the job was held up"),
     # an idle rank whose group waits for its update makes it
-    "idle when due": ([("        if call == DUE or (self.nudging", "        if (self.nudging")], "membership call expired"),
+    "idle when due": ([("        if call == DUE or (self.nudging", "        if (self.nudging")], "the job was held up"),
 }
 
 

@@ -11,8 +11,9 @@ A rank whose call is over while its node still waits for others is idle, and its
 for it: the others' next update barrier, or their collectives, which it does not join. So:
 
 - a rank whose group waits for its update (``Communicator.update_due``: the epoch was revoked, or a
-  barrier began) makes one at once (step "update"): no barrier waits on an idle rank;
-- a member's update that timed out is made again (it is still a member, waiting at the barrier);
+  barrier began) makes one at once (step "update"): no barrier waits on an idle rank; so does a
+  rank whose update timed out (it is still a member, waiting at the barrier) - while the node
+  retreats, such a rank leaves instead;
 - when some ranks are in and others still wait ``admit_skew`` later, a node that is in already
   (its ranks update) nudges its groups (NUDGE: its admitted ranks update again, so the collectives
   that wait on them fail and every node comes to the barriers), and a joining node retreats
@@ -42,8 +43,9 @@ from typing import List, Optional, Sequence
 
 WAITING = "waiting"    # the rank's call is not over
 ADMITTED = "admitted"  # its call is over and it is a member of its group's epoch
-DUE = "due"            # ... and that epoch waits for its update (Communicator.update_due)
-TIMEOUT = "timeout"    # its call failed with TIMEOUT
+DUE = "due"            # ... and that epoch waits for its update (Communicator.update_due), or its
+                       # update timed out (it is still a member, waiting at the barrier)
+TIMEOUT = "timeout"    # its join failed with TIMEOUT (it is in no group)
 FAILED = "failed"      # its call failed with another error
 OUT = "out"            # it has no call and is in no group (it left, retreating)
 
@@ -96,7 +98,7 @@ class Admission:
         (leave its group and close), or None."""
         if self.retreating and call in (ADMITTED, DUE):
             return "leave"
-        if call == DUE or (self.nudging and call == ADMITTED) or (not self.joining and call == TIMEOUT):
+        if call == DUE or (self.nudging and call == ADMITTED):
             return "update"
         return None
 

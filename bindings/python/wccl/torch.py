@@ -248,9 +248,10 @@ class ElasticDeviceMesh:
         ``admit_timeout`` seconds, is raised on every local rank."""
         rule = Admission(time.monotonic(), self.admit_skew, self.admit_timeout, joining)
         while True:
-            if call is not None and call.wait(self.poll) and call.error is None and isinstance(call.result, Communicator):
+            done = call is not None and call.wait(self.poll)  # read once: the call may end at any moment
+            if done and call.error is None and isinstance(call.result, Communicator):
                 self.comm, call.result = call.result, None  # a join that admitted this rank
-            state = self._call_state(call)
+            state = self._call_state(call, done)
             step = rule.step(state)
             if step == "update":
                 call, state = self._call(self._member().update), WAITING
@@ -272,17 +273,18 @@ class ElasticDeviceMesh:
             elif verdict is Verdict.REJOIN:
                 call = self._call(self._join)
 
-    def _call_state(self, call: Optional[_Call]) -> str:
+    def _call_state(self, call: Optional[_Call], done: bool) -> str:
         """How a membership call stands, in the words of the admission rule."""
         if call is None:
             return OUT
-        if not call.wait(0):
+        if not done:
             return WAITING
-        if call.error is not None:
-            return TIMEOUT if isinstance(call.error, WcclTimeoutError) else FAILED
-        if self.comm is None:
-            return OUT  # its leave is over (the node retreats)
-        return DUE if self.comm.update_due else ADMITTED
+        if call.error is not None and not isinstance(call.error, WcclTimeoutError):
+            return FAILED
+        if self.comm is None:  # a join that timed out, or a leave that is over (the node retreats)
+            return TIMEOUT if call.error is not None else OUT
+        # A member: an update that timed out still waits at the barrier, like one its group waits for.
+        return DUE if call.error is not None or self.comm.update_due else ADMITTED
 
     def _leave_and_close(self) -> None:
         """Leaves this rank's group (the node retreats) and closes its communicator."""
