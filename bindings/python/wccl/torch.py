@@ -248,9 +248,11 @@ class ElasticDeviceMesh:
         ``admit_timeout`` seconds, is raised on every local rank."""
         rule = Admission(time.monotonic(), self.admit_skew, self.admit_timeout, joining)
         while True:
-            done = call is not None and call.wait(self.poll)  # read once: the call may end at any moment
-            if done and call.error is None and isinstance(call.result, Communicator):
-                self.comm, call.result = call.result, None  # a join that admitted this rank
+            done = False  # read once per poll: the call may end at any moment
+            if call is not None:
+                done = call.wait(self.poll)
+                if done and call.error is None and isinstance(call.result, Communicator):
+                    self.comm, call.result = call.result, None  # a join that admitted this rank
             state = self._call_state(call, done)
             step = rule.step(state)
             if step == "update":
