@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import heapq
 import random
+import subprocess
 import sys
 import types
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 
 class Violation(AssertionError):
@@ -95,3 +96,24 @@ def with_edits(monkeypatch, sim, attr: str, edits) -> None:
     monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
     exec(compile(source, rules.__file__, "exec"), module.__dict__)
     monkeypatch.setattr(sim, attr, module)
+
+
+def documented_command_tail(script: Path, seeds: int) -> str:
+    """The last line `python3 SCRIPT --seeds SEEDS` prints, as the docs show it (fails the caller's
+    test if the command does)."""
+    r = subprocess.run([sys.executable, str(script), "--seeds", str(seeds)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.strip().splitlines()[-1]
+
+
+def seeds_showing(make: Callable[[int], "EventLoop"], seeds, keys) -> Dict[str, int]:
+    """For each key, how many of the runs of ``seeds`` logged a line holding it."""
+    seen = {key: 0 for key in keys}
+    for seed in seeds:
+        lines: List[str] = []
+        sim = make(seed)
+        sim.verbose, sim.log = True, lines.append
+        sim.run()
+        for key in seen:
+            seen[key] += any(key in line for line in lines)
+    return seen

@@ -4,7 +4,6 @@ the checks can fail: with a piece of the rule taken away (or put back as it was 
 simulation), the simulation finds what it was for."""
 
 import functools
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,9 +19,7 @@ failures = mesh_sim.failures
 
 def test_the_documented_command_keeps_every_rule():
     """docs/trainer.md runs it with --seeds 500; the last line counts the seeds."""
-    r = subprocess.run([sys.executable, str(SIM), "--seeds", "500"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip().splitlines()[-1] == "500 of 500 seeds kept every rule"
+    assert seeded.documented_command_tail(SIM, 500) == "500 of 500 seeds kept every rule"
 
 
 def test_more_seeds_keep_every_rule():
@@ -32,14 +29,8 @@ def test_more_seeds_keep_every_rule():
 def test_the_schedules_happen():
     """The seeds make what the rule is for: nodes partly admitted (a rank in, another waiting),
     retreats, nudges, idle ranks whose group waits for them, kills and nodes lost while frozen."""
-    seen = {"retreats": 0, "nudges": 0, "joins again": 0, "its group waits for it": 0, "SIGKILLed": 0, "lost": 0}
-    for seed in range(1, 301):
-        lines = []
-        sim = mesh_sim.Sim(seed)
-        sim.verbose, sim.log = True, lines.append
-        sim.run()
-        for key in seen:
-            seen[key] += any(key in line for line in lines)
+    keys = ["retreats", "nudges", "joins again", "its group waits for it", "SIGKILLed", "lost"]
+    seen = seeded.seeds_showing(mesh_sim.Sim, range(1, 301), keys)
     least = {"nudges": 3, "its group waits for it": 10}
     assert all(count >= least.get(key, 30) for key, count in seen.items()), seen
 

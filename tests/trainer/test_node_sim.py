@@ -3,7 +3,6 @@ own rules (membership.diloco) with faults drawn at random, every rule of the job
 that the checks can fail: with a rule of membership.py taken away, the simulation finds the bug it
 prevents."""
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,9 +21,7 @@ failures = node_sim.failures
 
 def test_the_documented_command_keeps_every_rule():
     """docs/trainer.md runs it with --seeds 500; the last line counts the seeds."""
-    r = subprocess.run([sys.executable, str(SIM), "--seeds", "500"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip().splitlines()[-1] == "500 of 500 seeds kept every rule"
+    assert seeded.documented_command_tail(SIM, 500) == "500 of 500 seeds kept every rule"
 
 
 def test_more_seeds_keep_every_rule():
@@ -35,15 +32,9 @@ def test_faults_happen_and_the_job_goes_through_them():
     """The seeds do make what they claim: kills, freezes past the peer timeout, coordinator restarts,
     joiners (misfits refused), state syncs re-formed after a loss, and new nodes left without the
     job's state, waiting for it."""
-    seen = {"SIGKILLed": 0, "lost (silent)": 0, "coordinator killed": 0, "re-formed by state sync": 0,
-            "starts (joiner)": 0, "refused": 0, "Wait()": 0}
-    for seed in range(1, 301):
-        lines = []
-        sim = node_sim.Sim(seed)
-        sim.verbose, sim.log = True, lines.append
-        sim.run()
-        for key in seen:
-            seen[key] += any(key in line for line in lines)
+    keys = ["SIGKILLed", "lost (silent)", "coordinator killed", "re-formed by state sync", "starts (joiner)", "refused",
+            "Wait()"]
+    seen = seeded.seeds_showing(node_sim.Sim, range(1, 301), keys)
     assert all(count >= 20 for key, count in seen.items() if key != "Wait()") and seen["Wait()"] >= 2, seen
 
 
