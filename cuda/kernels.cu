@@ -11,9 +11,9 @@
 
 #include "codec/fp8.h"
 #include "codec/half.h"
-#include "codec/wire.h"
 #include "codec/hash.h"
 #include "codec/kernels.h"
+#include "codec/wire.h"
 #include "gpu/kernels.h"
 
 namespace wccl::gpu {
@@ -23,7 +23,8 @@ using codec::Dtype;
 using codec::RedOp;
 using codec::Wire;
 
-constexpr int kPerThread = 4;  // block encoders: one thread block per wire block, 4 elements a thread
+constexpr int kPerThread =
+    4;  // block encoders: one thread block per wire block, 4 elements a thread
 constexpr int kThreads = 256;
 
 Status cuda_status(cudaError_t e, const char *what) {
@@ -35,10 +36,12 @@ cudaStream_t as_stream(void *s) { return static_cast<cudaStream_t>(s); }
 
 unsigned grid_for(size_t n) {
   const size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535u * 32u ? blocks : 65535u * 32u);  // grid-stride beyond
+  return static_cast<unsigned>(blocks < 65535u * 32u ? blocks
+                                                     : 65535u * 32u);  // grid-stride beyond
 }
 
-// --- Block-quantized wires: INT8, INT4, INT2, FP8 ----------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, INT2, FP8
+// ----------------------------------------------------
 
 template <Wire W>
 constexpr const codec::BlockFormat &format() {
@@ -57,13 +60,16 @@ __device__ int32_t order_key(uint32_t bits) {
   const auto s = static_cast<int32_t>(bits);
   return s ^ ((s >> 31) & 0x7fffffff);
 }
-__device__ float from_order_key(int32_t key) { return __uint_as_float(static_cast<uint32_t>(key ^ ((key >> 31) & 0x7fffffff))); }
+__device__ float from_order_key(int32_t key) {
+  return __uint_as_float(static_cast<uint32_t>(key ^ ((key >> 31) & 0x7fffffff)));
+}
 
 // The scale, offset and quantizing multiplier (0: every code 0) of a wire block from its scan: the
 // order keys' minimum and maximum, or (FP8) the largest magnitude's bits in kmax. False: the
 // block's range does not fit in a float (INT8, INT4), and nothing of it is encoded.
 template <Wire W>
-__device__ bool block_params(int32_t kmin, int32_t kmax, float *scale_out, float *offset_out, float *inv_out) {
+__device__ bool block_params(int32_t kmin, int32_t kmax, float *scale_out, float *offset_out,
+                             float *inv_out) {
   if constexpr (W == Wire::kFp8) {
     const int e = codec::fp8_scale_exponent(static_cast<uint32_t>(kmax));
     *scale_out = codec::fp8_pow2(e);
@@ -94,11 +100,13 @@ __device__ bool block_params(int32_t kmin, int32_t kmax, float *scale_out, float
 // uniform wires scan the order keys' minimum and maximum, FP8 the largest magnitude's bits (kept
 // in kmax).
 template <Wire W>
-__global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst, unsigned long long *bad) {
+__global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst,
+                                    unsigned long long *bad) {
   constexpr codec::BlockFormat F = format<W>();
   constexpr int kT = static_cast<int>(F.block) / kPerThread;  // threads of one wire block
   constexpr bool kWarp = kT == 32;
-  const size_t wire_block = kWarp ? static_cast<size_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32 : blockIdx.x;
+  const size_t wire_block =
+      kWarp ? static_cast<size_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32 : blockIdx.x;
   const size_t base = wire_block * F.block;
   if (kWarp && base >= n) return;  // the whole warp: past the last wire block
   const int t = static_cast<int>(kWarp ? threadIdx.x % 32 : threadIdx.x);
@@ -132,7 +140,8 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
     return;
   }
   for (int off = 16; off > 0; off >>= 1) {  // every lane ends with its warp's minimum and maximum
-    const int32_t a = __shfl_xor_sync(0xffffffffu, kmin, off), b = __shfl_xor_sync(0xffffffffu, kmax, off);
+    const int32_t a = __shfl_xor_sync(0xffffffffu, kmin, off),
+                  b = __shfl_xor_sync(0xffffffffu, kmax, off);
     kmin = a < kmin ? a : kmin;
     kmax = kmax < b ? b : kmax;
   }
@@ -193,9 +202,11 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
       if (j % 2 == 0 && j < k) codes[j / 2] = static_cast<uint8_t>(code | (high << 4));
     } else if constexpr (W == Wire::kInt2) {
       // Elements j..j+3 in four neighbouring lanes: the first packs them, low bits first.
-      const uint32_t c1 = __shfl_down_sync(0xffffffffu, code, 1), c2 = __shfl_down_sync(0xffffffffu, code, 2),
+      const uint32_t c1 = __shfl_down_sync(0xffffffffu, code, 1),
+                     c2 = __shfl_down_sync(0xffffffffu, code, 2),
                      c3 = __shfl_down_sync(0xffffffffu, code, 3);
-      if (j % 4 == 0 && j < k) codes[j / 4] = static_cast<uint8_t>(code | (c1 << 2) | (c2 << 4) | (c3 << 6));
+      if (j % 4 == 0 && j < k)
+        codes[j / 4] = static_cast<uint8_t>(code | (c1 << 2) | (c2 << 4) | (c3 << 6));
     } else {
       if (j < k) codes[j] = static_cast<uint8_t>(code);
     }
@@ -206,7 +217,8 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
 // are found one round at a time as the warp's largest key (magnitude + 1, then the index reversed,
 // as the CPU's), cleared by the lane that holds it; every lane ends with the same picks, and lane
 // 0 writes the block.
-__global__ void topk_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst, unsigned long long *bad) {
+__global__ void topk_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst,
+                                   unsigned long long *bad) {
   constexpr codec::BlockFormat F = codec::kTopkFormat;
   constexpr int kPer = static_cast<int>(F.block) / 32;
   const size_t wire_block = static_cast<size_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
@@ -297,15 +309,18 @@ __device__ float topk_element(const uint8_t *src, size_t n, size_t i, bool *foun
 }
 
 __global__ void topk_decode_kernel(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     bool found;
     const float v = topk_element(src, n, i, &found);
     dst[i] = found ? __fadd_rn(0.0f, v) : 0.0f;
   }
 }
 
-__global__ void topk_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst, const float *mine) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+__global__ void topk_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst,
+                                       const float *mine) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     bool found;
     dst[i] = __fadd_rn(mine[i], topk_element(src, n, i, &found));
   }
@@ -332,24 +347,30 @@ __device__ float block_element(const uint8_t *src, size_t i) {
 }
 
 template <Wire W>
-__global__ void block_decode_kernel(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+__global__ void block_decode_kernel(const uint8_t *__restrict src, size_t n,
+                                    float *__restrict dst) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     dst[i] = block_element<W>(src, i);
   }
 }
 
 template <Wire W>
-__global__ void block_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst, const float *mine) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+__global__ void block_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst,
+                                        const float *mine) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     dst[i] = __fadd_rn(mine[i], block_element<W>(src, i));
   }
 }
 
-// --- 16-bit floats and reductions -----------------------------------------------------------------
+// --- 16-bit floats and reductions
+// -----------------------------------------------------------------
 
 template <typename In, typename Out, typename F>
 __global__ void map_kernel(const In *__restrict src, size_t n, Out *__restrict dst, F f) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     dst[i] = f(src[i]);
   }
 }
@@ -376,19 +397,33 @@ __device__ T combine(RedOp op, T a, T b) {
     const auto ua = static_cast<U>(static_cast<std::make_unsigned_t<T>>(a));
     const auto ub = static_cast<U>(static_cast<std::make_unsigned_t<T>>(b));
     switch (op) {
-      case RedOp::kSum: case RedOp::kAvg: return static_cast<T>(static_cast<U>(ua + ub));
-      case RedOp::kProd: return static_cast<T>(static_cast<U>(ua * ub));
-      case RedOp::kMin: return b < a ? b : a;
-      case RedOp::kMax: return a < b ? b : a;
+      case RedOp::kSum:
+      case RedOp::kAvg:
+        return static_cast<T>(static_cast<U>(ua + ub));
+      case RedOp::kProd:
+        return static_cast<T>(static_cast<U>(ua * ub));
+      case RedOp::kMin:
+        return b < a ? b : a;
+      case RedOp::kMax:
+        return a < b ? b : a;
     }
   } else {
     switch (op) {
-      case RedOp::kSum: case RedOp::kAvg:
-        if constexpr (std::is_same_v<T, float>) return __fadd_rn(a, b); else return __dadd_rn(a, b);
+      case RedOp::kSum:
+      case RedOp::kAvg:
+        if constexpr (std::is_same_v<T, float>)
+          return __fadd_rn(a, b);
+        else
+          return __dadd_rn(a, b);
       case RedOp::kProd:
-        if constexpr (std::is_same_v<T, float>) return __fmul_rn(a, b); else return __dmul_rn(a, b);
-      case RedOp::kMin: return b < a ? b : a;
-      case RedOp::kMax: return a < b ? b : a;
+        if constexpr (std::is_same_v<T, float>)
+          return __fmul_rn(a, b);
+        else
+          return __dmul_rn(a, b);
+      case RedOp::kMin:
+        return b < a ? b : a;
+      case RedOp::kMax:
+        return a < b ? b : a;
     }
   }
   return a;
@@ -396,14 +431,17 @@ __device__ T combine(RedOp op, T a, T b) {
 
 template <typename T>
 __global__ void reduce_kernel(RedOp op, T *dst, const T *a, const T *b, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     dst[i] = combine(op, a[i], b[i]);
   }
 }
 
 template <bool kBf16>
-__global__ void reduce16_kernel(RedOp op, uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+__global__ void reduce16_kernel(RedOp op, uint16_t *dst, const uint16_t *a, const uint16_t *b,
+                                size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float x = kBf16 ? codec::bf16_to_float(a[i]) : codec::half_to_float(a[i]);
     const float y = kBf16 ? codec::bf16_to_float(b[i]) : codec::half_to_float(b[i]);
     const float r = combine(op, x, y);
@@ -414,7 +452,8 @@ __global__ void reduce16_kernel(RedOp op, uint16_t *dst, const uint16_t *a, cons
 // codec::finish_avg: integers divide in 64 bits, floats with one correctly rounded division.
 template <typename T>
 __global__ void divide_kernel(T *d, size_t n, int by) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     if constexpr (std::is_integral_v<T>) {
       d[i] = static_cast<T>(static_cast<long long>(d[i]) / static_cast<long long>(by));
     } else if constexpr (std::is_same_v<T, float>) {
@@ -427,7 +466,8 @@ __global__ void divide_kernel(T *d, size_t n, int by) {
 
 template <bool kBf16>
 __global__ void divide16_kernel(uint16_t *d, size_t n, int by) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float x = kBf16 ? codec::bf16_to_float(d[i]) : codec::half_to_float(d[i]);
     const float r = __fdiv_rn(x, static_cast<float>(by));
     d[i] = kBf16 ? codec::float_to_bf16(r) : codec::float_to_half(r);
@@ -442,8 +482,8 @@ Status launch_divide(void *dst, size_t n, int by, void *stream) {
 
 template <typename T>
 Status launch_reduce(RedOp op, void *dst, const void *a, const void *b, size_t n, void *stream) {
-  reduce_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(op, static_cast<T *>(dst), static_cast<const T *>(a),
-                                                                     static_cast<const T *>(b), n);
+  reduce_kernel<T><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(
+      op, static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), n);
   return cuda_status(cudaGetLastError(), "reduce kernel");
 }
 
@@ -501,12 +541,14 @@ Status copy(void *dst, const void *src, size_t bytes) {
 
 Status copy_async(void *dst, const void *src, size_t bytes, void *stream) {
   if (bytes == 0) return Status();
-  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)), "cudaMemcpyAsync");
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)),
+                     "cudaMemcpyAsync");
 }
 
 Status stream_create(void **stream) {
   cudaStream_t s = nullptr;
-  const Status st = cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  const Status st = cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                                "cudaStreamCreateWithFlags");
   *stream = st.ok() ? s : nullptr;
   return st;
 }
@@ -518,8 +560,11 @@ void stream_destroy(void *stream) {
 Status event_record(void *stream, void **event) {
   *event = nullptr;
   cudaEvent_t e = nullptr;
-  WCCL_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
-  const Status st = cuda_status(cudaEventRecord(e, stream != nullptr ? as_stream(stream) : cudaStreamLegacy), "cudaEventRecord");
+  WCCL_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                                   "cudaEventCreateWithFlags"));
+  const Status st =
+      cuda_status(cudaEventRecord(e, stream != nullptr ? as_stream(stream) : cudaStreamLegacy),
+                  "cudaEventRecord");
   if (!st.ok()) {
     (void)cudaEventDestroy(e);
     return st;
@@ -529,49 +574,69 @@ Status event_record(void *stream, void **event) {
 }
 
 Status stream_wait(void *stream, void *event) {
-  return cuda_status(cudaStreamWaitEvent(as_stream(stream), static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+  return cuda_status(cudaStreamWaitEvent(as_stream(stream), static_cast<cudaEvent_t>(event), 0),
+                     "cudaStreamWaitEvent");
 }
 
 void event_destroy(void *event) {
   if (event != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
-Status synchronize(void *stream) { return cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize"); }
+Status synchronize(void *stream) {
+  return cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
+}
 
 template <Wire W>
-Status launch_encode(const float *src, size_t n, uint8_t *dst, void *stream, unsigned long long *bad) {
+Status launch_encode(const float *src, size_t n, uint8_t *dst, void *stream,
+                     unsigned long long *bad) {
   constexpr codec::BlockFormat F = format<W>();
   constexpr unsigned kT = F.block / kPerThread;  // threads of one wire block (see the kernel)
   const size_t blocks = (n + F.block - 1) / F.block;
   const size_t per_cta = kT == 32 ? kThreads / 32 : 1;
-  block_encode_kernel<W><<<static_cast<unsigned>((blocks + per_cta - 1) / per_cta), kT == 32 ? kThreads : kT, 0,
-                           as_stream(stream)>>>(src, n, dst, bad);
+  block_encode_kernel<W><<<static_cast<unsigned>((blocks + per_cta - 1) / per_cta),
+                           kT == 32 ? kThreads : kT, 0, as_stream(stream)>>>(src, n, dst, bad);
   return cuda_status(cudaGetLastError(), "block encode kernel");
 }
 
 Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stream, size_t first) {
   const codec::BlockFormat *f = codec::block_format(w);
-  if (f == nullptr) return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
+  if (f == nullptr)
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
   if (n == 0) return Status();
-  if ((n + f->block - 1) / f->block > INT_MAX) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements are too many for one encode", n);
+  if ((n + f->block - 1) / f->block > INT_MAX)
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements are too many for one encode", n);
   unsigned long long *bad = nullptr;
-  WCCL_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(reinterpret_cast<void **>(&bad), sizeof(*bad), as_stream(stream)), "cudaMallocAsync"));
+  WCCL_RETURN_IF_ERROR(
+      cuda_status(cudaMallocAsync(reinterpret_cast<void **>(&bad), sizeof(*bad), as_stream(stream)),
+                  "cudaMallocAsync"));
   unsigned long long first_bad = ULLONG_MAX;
   const Status st = [&]() -> Status {
-    WCCL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad, 0xff, sizeof(*bad), as_stream(stream)), "cudaMemsetAsync"));
+    WCCL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad, 0xff, sizeof(*bad), as_stream(stream)),
+                                     "cudaMemsetAsync"));
     switch (w) {
-      case Wire::kInt8: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt8>(src, n, dst, stream, bad)); break;
-      case Wire::kInt4: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt4>(src, n, dst, stream, bad)); break;
-      case Wire::kInt2: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt2>(src, n, dst, stream, bad)); break;
+      case Wire::kInt8:
+        WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt8>(src, n, dst, stream, bad));
+        break;
+      case Wire::kInt4:
+        WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt4>(src, n, dst, stream, bad));
+        break;
+      case Wire::kInt2:
+        WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt2>(src, n, dst, stream, bad));
+        break;
       case Wire::kTopk: {
-        const size_t blocks = (n + codec::kTopkFormat.block - 1) / codec::kTopkFormat.block, per_cta = kThreads / 32;
-        topk_encode_kernel<<<static_cast<unsigned>((blocks + per_cta - 1) / per_cta), kThreads, 0, as_stream(stream)>>>(src, n, dst, bad);
+        const size_t blocks = (n + codec::kTopkFormat.block - 1) / codec::kTopkFormat.block,
+                     per_cta = kThreads / 32;
+        topk_encode_kernel<<<static_cast<unsigned>((blocks + per_cta - 1) / per_cta), kThreads, 0,
+                             as_stream(stream)>>>(src, n, dst, bad);
         WCCL_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "topk encode kernel"));
         break;
       }
-      default: WCCL_RETURN_IF_ERROR(launch_encode<Wire::kFp8>(src, n, dst, stream, bad)); break;
+      default:
+        WCCL_RETURN_IF_ERROR(launch_encode<Wire::kFp8>(src, n, dst, stream, bad));
+        break;
     }
-    return cuda_status(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost, as_stream(stream)),
+    return cuda_status(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost,
+                                       as_stream(stream)),
                        "cudaMemcpyAsync");
   }();
   (void)cudaFreeAsync(bad, as_stream(stream));
@@ -587,44 +652,92 @@ Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stre
 Status block_decode(Wire w, const uint8_t *src, size_t n, float *dst, void *stream) {
   if (n == 0) return Status();
   switch (w) {
-    case Wire::kInt8: block_decode_kernel<Wire::kInt8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
-    case Wire::kInt4: block_decode_kernel<Wire::kInt4><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
-    case Wire::kInt2: block_decode_kernel<Wire::kInt2><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
-    case Wire::kTopk: topk_decode_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
-    case Wire::kFp8: block_decode_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst); break;
-    default: return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
+    case Wire::kInt8:
+      block_decode_kernel<Wire::kInt8>
+          <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
+      break;
+    case Wire::kInt4:
+      block_decode_kernel<Wire::kInt4>
+          <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
+      break;
+    case Wire::kInt2:
+      block_decode_kernel<Wire::kInt2>
+          <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
+      break;
+    case Wire::kTopk:
+      topk_decode_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
+      break;
+    case Wire::kFp8:
+      block_decode_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
+      break;
+    default:
+      return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized",
+                        codec::wire_name(w));
   }
   return cuda_status(cudaGetLastError(), "block decode kernel");
 }
 
-Status block_decode_add(Wire w, const uint8_t *src, size_t n, float *dst, const float *mine, void *stream) {
+Status block_decode_add(Wire w, const uint8_t *src, size_t n, float *dst, const float *mine,
+                        void *stream) {
   if (n == 0) return Status();
   switch (w) {
-    case Wire::kInt8: block_decode_add_kernel<Wire::kInt8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
-    case Wire::kInt4: block_decode_add_kernel<Wire::kInt4><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
-    case Wire::kInt2: block_decode_add_kernel<Wire::kInt2><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
-    case Wire::kTopk: topk_decode_add_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
-    case Wire::kFp8: block_decode_add_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine); break;
-    default: return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
+    case Wire::kInt8:
+      block_decode_add_kernel<Wire::kInt8>
+          <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
+      break;
+    case Wire::kInt4:
+      block_decode_add_kernel<Wire::kInt4>
+          <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
+      break;
+    case Wire::kInt2:
+      block_decode_add_kernel<Wire::kInt2>
+          <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
+      break;
+    case Wire::kTopk:
+      topk_decode_add_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
+      break;
+    case Wire::kFp8:
+      block_decode_add_kernel<Wire::kFp8>
+          <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
+      break;
+    default:
+      return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized",
+                        codec::wire_name(w));
   }
   return cuda_status(cudaGetLastError(), "block decode-add kernel");
 }
 
-Status f16_encode(const float *src, size_t n, uint16_t *dst, void *stream) { return launch_map(src, n, dst, ToHalf{}, stream, "f16 encode kernel"); }
-Status f16_decode(const uint16_t *src, size_t n, float *dst, void *stream) { return launch_map(src, n, dst, FromHalf{}, stream, "f16 decode kernel"); }
-Status bf16_encode(const float *src, size_t n, uint16_t *dst, void *stream) { return launch_map(src, n, dst, ToBf16{}, stream, "bf16 encode kernel"); }
-Status bf16_decode(const uint16_t *src, size_t n, float *dst, void *stream) { return launch_map(src, n, dst, FromBf16{}, stream, "bf16 decode kernel"); }
+Status f16_encode(const float *src, size_t n, uint16_t *dst, void *stream) {
+  return launch_map(src, n, dst, ToHalf{}, stream, "f16 encode kernel");
+}
+Status f16_decode(const uint16_t *src, size_t n, float *dst, void *stream) {
+  return launch_map(src, n, dst, FromHalf{}, stream, "f16 decode kernel");
+}
+Status bf16_encode(const float *src, size_t n, uint16_t *dst, void *stream) {
+  return launch_map(src, n, dst, ToBf16{}, stream, "bf16 encode kernel");
+}
+Status bf16_decode(const uint16_t *src, size_t n, float *dst, void *stream) {
+  return launch_map(src, n, dst, FromBf16{}, stream, "bf16 decode kernel");
+}
 
-Status reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, size_t n, void *stream) {
+Status reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, size_t n,
+                   void *stream) {
   if (n == 0) return Status();
   switch (t) {
-    case Dtype::kF32: return launch_reduce<float>(op, dst, a, b, n, stream);
-    case Dtype::kF64: return launch_reduce<double>(op, dst, a, b, n, stream);
-    case Dtype::kI8: return launch_reduce<int8_t>(op, dst, a, b, n, stream);
-    case Dtype::kU8: return launch_reduce<uint8_t>(op, dst, a, b, n, stream);
-    case Dtype::kI32: return launch_reduce<int32_t>(op, dst, a, b, n, stream);
-    case Dtype::kI64: return launch_reduce<int64_t>(op, dst, a, b, n, stream);
-    case Dtype::kF16: case Dtype::kBF16: {
+    case Dtype::kF32:
+      return launch_reduce<float>(op, dst, a, b, n, stream);
+    case Dtype::kF64:
+      return launch_reduce<double>(op, dst, a, b, n, stream);
+    case Dtype::kI8:
+      return launch_reduce<int8_t>(op, dst, a, b, n, stream);
+    case Dtype::kU8:
+      return launch_reduce<uint8_t>(op, dst, a, b, n, stream);
+    case Dtype::kI32:
+      return launch_reduce<int32_t>(op, dst, a, b, n, stream);
+    case Dtype::kI64:
+      return launch_reduce<int64_t>(op, dst, a, b, n, stream);
+    case Dtype::kF16:
+    case Dtype::kBF16: {
       auto *d = static_cast<uint16_t *>(dst);
       const auto *x = static_cast<const uint16_t *>(a);
       const auto *y = static_cast<const uint16_t *>(b);
@@ -640,7 +753,8 @@ Status reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, s
 }
 
 __global__ void hash_blocks_kernel(const uint8_t *data, size_t len, uint64_t *out, size_t blocks) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < blocks; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < blocks;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t at = i * codec::kHashBlock;
     out[i] = codec::hash64(data + at, len - at < codec::kHashBlock ? len - at : codec::kHashBlock);
   }
@@ -649,20 +763,28 @@ __global__ void hash_blocks_kernel(const uint8_t *data, size_t len, uint64_t *ou
 Status hash_blocks(const void *data, size_t len, uint64_t *out, void *stream) {
   const size_t blocks = codec::hash_blocks(len);
   if (blocks == 0) return Status();
-  hash_blocks_kernel<<<grid_for(blocks), kThreads, 0, as_stream(stream)>>>(static_cast<const uint8_t *>(data), len, out, blocks);
+  hash_blocks_kernel<<<grid_for(blocks), kThreads, 0, as_stream(stream)>>>(
+      static_cast<const uint8_t *>(data), len, out, blocks);
   return cuda_status(cudaGetLastError(), "hash kernel");
 }
 
 Status finish_avg(Dtype t, void *dst, size_t n, int by, void *stream) {
   if (n == 0) return Status();
   switch (t) {
-    case Dtype::kF32: return launch_divide<float>(dst, n, by, stream);
-    case Dtype::kF64: return launch_divide<double>(dst, n, by, stream);
-    case Dtype::kI8: return launch_divide<int8_t>(dst, n, by, stream);
-    case Dtype::kU8: return launch_divide<uint8_t>(dst, n, by, stream);
-    case Dtype::kI32: return launch_divide<int32_t>(dst, n, by, stream);
-    case Dtype::kI64: return launch_divide<int64_t>(dst, n, by, stream);
-    case Dtype::kF16: case Dtype::kBF16: {
+    case Dtype::kF32:
+      return launch_divide<float>(dst, n, by, stream);
+    case Dtype::kF64:
+      return launch_divide<double>(dst, n, by, stream);
+    case Dtype::kI8:
+      return launch_divide<int8_t>(dst, n, by, stream);
+    case Dtype::kU8:
+      return launch_divide<uint8_t>(dst, n, by, stream);
+    case Dtype::kI32:
+      return launch_divide<int32_t>(dst, n, by, stream);
+    case Dtype::kI64:
+      return launch_divide<int64_t>(dst, n, by, stream);
+    case Dtype::kF16:
+    case Dtype::kBF16: {
       auto *d = static_cast<uint16_t *>(dst);
       if (t == Dtype::kBF16) {
         divide16_kernel<true><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(d, n, by);

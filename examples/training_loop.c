@@ -28,15 +28,18 @@ int main(int argc, char **argv) {
   float *delta = malloc(count * sizeof(float));
   if (delta == NULL) return 1;
   for (int step = 0; step < steps; ++step) {
-    for (size_t i = 0; i < count; ++i) delta[i] = (float)(wccl_comm_rank(comm) + step); /* inner steps' result */
-    if (wccl_comm_pending(comm) > 0 && (r = wccl_comm_update(comm)) != WCCL_OK) return fail("update", r);
+    for (size_t i = 0; i < count; ++i)
+      delta[i] = (float)(wccl_comm_rank(comm) + step); /* inner steps' result */
+    if (wccl_comm_pending(comm) > 0 && (r = wccl_comm_update(comm)) != WCCL_OK)
+      return fail("update", r);
     /* On PEER_LOST the buffer is as it was: form the next epoch without the lost peer and retry. */
-    while ((r = wccl_allreduce(delta, delta, count, WCCL_F32, WCCL_AVG, comm, NULL)) == WCCL_ERR_PEER_LOST) {
+    while ((r = wccl_allreduce(delta, delta, count, WCCL_F32, WCCL_AVG, comm, NULL)) ==
+           WCCL_ERR_PEER_LOST) {
       if ((r = wccl_comm_update(comm)) != WCCL_OK) return fail("update", r);
     }
     if (r != WCCL_OK) return fail("allreduce", r);
-    printf("step %d: epoch %llu, %d peers, delta[0] = %g\n", step, (unsigned long long)wccl_comm_epoch(comm),
-           wccl_comm_size(comm), (double)delta[0]);
+    printf("step %d: epoch %llu, %d peers, delta[0] = %g\n", step,
+           (unsigned long long)wccl_comm_epoch(comm), wccl_comm_size(comm), (double)delta[0]);
   }
   free(delta);
   r = wccl_comm_leave(comm); /* graceful: the others' next update completes without us */

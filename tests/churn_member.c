@@ -19,13 +19,15 @@
 #include "wccl/wccl.h"
 
 static void fill(float *v, size_t count, int rank, long long step) {
-  for (size_t i = 0; i < count; ++i) v[i] = (float)((rank + 1) * (int)((i + (size_t)step) % 251 + 1));
+  for (size_t i = 0; i < count; ++i)
+    v[i] = (float)((rank + 1) * (int)((i + (size_t)step) % 251 + 1));
 }
 
 static size_t wrong(const float *v, size_t count, int size, long long step) {
   size_t bad = 0;
   const int ranks = size * (size + 1) / 2;
-  for (size_t i = 0; i < count; ++i) bad += v[i] != (float)(ranks * (int)((i + (size_t)step) % 251 + 1));
+  for (size_t i = 0; i < count; ++i)
+    bad += v[i] != (float)(ranks * (int)((i + (size_t)step) % 251 + 1));
   return bad;
 }
 
@@ -62,7 +64,8 @@ int main(int argc, char **argv) {
     }
     if (r != WCCL_OK) return error("update", r);
     wccl_tensor_t t = {"step", &step, 1, WCCL_I64, WCCL_DEVICE_HOST};
-    r = wccl_state_sync(comm, &t, 1, &revision, synced ? WCCL_SYNC_POPULAR : WCCL_SYNC_RECEIVE_ONLY, NULL);
+    r = wccl_state_sync(comm, &t, 1, &revision, synced ? WCCL_SYNC_POPULAR : WCCL_SYNC_RECEIVE_ONLY,
+                        NULL);
     if (r == WCCL_ERR_INVALID_USAGE && !synced) {
       /* every member is a joiner: nobody holds the group's step any more, so offer ours */
       r = wccl_state_sync(comm, &t, 1, &revision, WCCL_SYNC_POPULAR, NULL);
@@ -75,8 +78,8 @@ int main(int argc, char **argv) {
     r = wccl_allreduce(v, v, count, WCCL_F32, WCCL_SUM, comm, NULL);
     if (r == WCCL_ERR_PEER_LOST) continue;
     if (r != WCCL_OK) return error("allreduce", r);
-    printf("commit %lld %llu %d %d %zu\n", step, (unsigned long long)wccl_comm_epoch(comm), size, rank,
-           wrong(v, count, size, step));
+    printf("commit %lld %llu %d %d %zu\n", step, (unsigned long long)wccl_comm_epoch(comm), size,
+           rank, wrong(v, count, size, step));
     fflush(stdout);
     ++step;
     revision = (uint64_t)step;

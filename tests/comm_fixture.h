@@ -85,7 +85,8 @@ class CommTest : public testing::Test {
  public:
   static std::vector<Status> update_all(std::vector<Communicator *> comms) {
     std::vector<std::future<Status>> f;
-    for (Communicator *c : comms) f.push_back(std::async(std::launch::async, [c] { return c->update(); }));
+    for (Communicator *c : comms)
+      f.push_back(std::async(std::launch::async, [c] { return c->update(); }));
     std::vector<Status> out;
     for (auto &x : f) out.push_back(x.get());
     return out;
@@ -115,16 +116,22 @@ class CommTest : public testing::Test {
       std::shared_ptr<net::Link> next = mine[next_rank], prev_of_next = theirs[r];
       uint64_t sent = epoch * 1000 + r, got = 0;
       ASSERT_TRUE(net::send_sync(*next, {epoch, 1, static_cast<uint32_t>(r)}, &sent, 8, 10s).ok());
-      ASSERT_TRUE(net::recv_sync(*prev_of_next, {epoch, 1, static_cast<uint32_t>(r)}, &got, 8, 10s).ok());
+      ASSERT_TRUE(
+          net::recv_sync(*prev_of_next, {epoch, 1, static_cast<uint32_t>(r)}, &got, 8, 10s).ok());
       EXPECT_EQ(got, sent) << "rank " << r << " to rank " << next_rank;
     }
   }
 
  protected:
   std::vector<std::string> daemon_flags(const std::string &listen) {
-    return {"--listen", listen, "--tls-cert", coord_files_.cert, "--tls-key", coord_files_.key,
-            "--tls-ca", coord_files_.ca, "--min-peers", "2", "--settle-ms", "150",
-            "--heartbeat-ms", "100", "--peer-timeout-ms", std::to_string(kPeerTimeout.count())};
+    return {"--listen",          listen,
+            "--tls-cert",        coord_files_.cert,
+            "--tls-key",         coord_files_.key,
+            "--tls-ca",          coord_files_.ca,
+            "--min-peers",       "2",
+            "--settle-ms",       "150",
+            "--heartbeat-ms",    "100",
+            "--peer-timeout-ms", std::to_string(kPeerTimeout.count())};
   }
   int min_peers_ = 1;
   std::map<std::string, std::string> extra_config_;  // more keys for every peer_config
@@ -145,7 +152,6 @@ inline Status update_until_reconnected(Communicator *c) {
   return st;
 }
 
-
 class CommFourTest : public CommTest {
  protected:
   void SetUp() override {
@@ -157,18 +163,21 @@ class CommFourTest : public CommTest {
 // A member in another process, killed or frozen while the others wait.
 class MemberProcess {
  public:
-  explicit MemberProcess(int port, const devkit::NodeFiles &files, const std::string &name = "victim") {
+  explicit MemberProcess(int port, const devkit::NodeFiles &files,
+                         const std::string &name = "victim") {
     const char *bin = std::getenv("WCCL_TEST_MEMBER");
     if (bin == nullptr) {
       ADD_FAILURE() << "WCCL_TEST_MEMBER is not set; run through meson test";
       return;
     }
-    spawn(bin, {}, {"WCCL_COORDINATOR=127.0.0.1:" + std::to_string(port), "WCCL_LISTEN=127.0.0.1:0",
-                    "WCCL_GROUP=g", "WCCL_NAME=" + name, "WCCL_HEARTBEAT_MS=100",
-                    "WCCL_TLS_CERT=" + files.cert, "WCCL_TLS_KEY=" + files.key, "WCCL_TLS_CA=" + files.ca});
+    spawn(bin, {},
+          {"WCCL_COORDINATOR=127.0.0.1:" + std::to_string(port), "WCCL_LISTEN=127.0.0.1:0",
+           "WCCL_GROUP=g", "WCCL_NAME=" + name, "WCCL_HEARTBEAT_MS=100",
+           "WCCL_TLS_CERT=" + files.cert, "WCCL_TLS_KEY=" + files.key, "WCCL_TLS_CA=" + files.ca});
   }
   // Any program (bin, with args), with `env` before this process's environment.
-  MemberProcess(const std::string &bin, const std::vector<std::string> &args, const std::vector<std::string> &env) {
+  MemberProcess(const std::string &bin, const std::vector<std::string> &args,
+                const std::vector<std::string> &env) {
     spawn(bin, args, env);
   }
 
@@ -192,8 +201,10 @@ class MemberProcess {
     char c = 0;
     const auto deadline = Clock::now() + timeout;
     while (line.find('\n') == std::string::npos) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0 || poll(&pfd, 1, static_cast<int>(left)) != 1 || read(stdout_, &c, 1) != 1) break;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0 || poll(&pfd, 1, static_cast<int>(left)) != 1 || read(stdout_, &c, 1) != 1)
+        break;
       line += c;
     }
     return line;
@@ -208,7 +219,8 @@ class MemberProcess {
   }
 
  private:
-  void spawn(const std::string &bin, const std::vector<std::string> &args, std::vector<std::string> env) {
+  void spawn(const std::string &bin, const std::vector<std::string> &args,
+             std::vector<std::string> env) {
     for (char **e = environ; *e != nullptr; ++e) env.emplace_back(*e);
     std::vector<char *> envp;
     for (auto &s : env) envp.push_back(s.data());

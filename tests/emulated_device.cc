@@ -36,7 +36,9 @@ void EmulatedGpu::uninstall() {
   if (installed.compare_exchange_strong(self, nullptr)) gpu::set_device_finder(nullptr);
 }
 
-EmulatedGpu::EmulatedGpu() { static_assert(sizeof(uintptr_t) == 8, "the emulated GPU needs 64-bit addresses"); }
+EmulatedGpu::EmulatedGpu() {
+  static_assert(sizeof(uintptr_t) == 8, "the emulated GPU needs 64-bit addresses");
+}
 
 EmulatedGpu::~EmulatedGpu() {
   uninstall();
@@ -64,8 +66,8 @@ uint8_t *EmulatedGpu::at(const void *p, size_t bytes) {
   }
   --it;
   if (a + bytes > it->first + it->second) {
-    ADD_FAILURE() << "emulated GPU: " << bytes << " bytes at offset " << a - it->first << " overrun an allocation of "
-                  << it->second;
+    ADD_FAILURE() << "emulated GPU: " << bytes << " bytes at offset " << a - it->first
+                  << " overrun an allocation of " << it->second;
     return nullptr;
   }
   return blocks_[it->first].get() + (a - it->first);
@@ -76,7 +78,8 @@ Status EmulatedGpu::fault(const char *what) {
   long left = fail_countdown_.load();
   while (left >= 0 && !fail_countdown_.compare_exchange_weak(left, left - 1)) {
   }
-  if (left == 0) return WCCL_ERROR(WCCL_ERR_CUDA, "%s: an injected fault of the emulated GPU", what);
+  if (left == 0)
+    return WCCL_ERROR(WCCL_ERR_CUDA, "%s: an injected fault of the emulated GPU", what);
   return Status();
 }
 
@@ -118,11 +121,14 @@ Status EmulatedGpu::alloc_pinned(void **p, size_t bytes) {
 void EmulatedGpu::free_pinned(void *p) {
   if (p == nullptr) return;
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  EXPECT_EQ(pinned_.erase(p), 1u) << "emulated GPU: free_pinned of " << p << ", which alloc_pinned did not return";
+  EXPECT_EQ(pinned_.erase(p), 1u) << "emulated GPU: free_pinned of " << p
+                                  << ", which alloc_pinned did not return";
   delete[] static_cast<uint8_t *>(p);
 }
 
-EmulatedGpu::Queue *EmulatedGpu::queue(gpu::Stream s) { return s == nullptr ? &legacy_ : static_cast<Queue *>(s); }
+EmulatedGpu::Queue *EmulatedGpu::queue(gpu::Stream s) {
+  return s == nullptr ? &legacy_ : static_cast<Queue *>(s);
+}
 
 Status EmulatedGpu::create_stream(gpu::Stream *s) {
   *s = nullptr;
@@ -195,17 +201,21 @@ Status EmulatedGpu::wait(gpu::Stream s, gpu::Event e) {
 
 void EmulatedGpu::destroy_event(gpu::Event e) { delete static_cast<Mark *>(e); }
 
-Status EmulatedGpu::encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first, gpu::Stream s) {
+Status EmulatedGpu::encode(codec::Wire w, const float *src, size_t count, uint8_t *dst,
+                           size_t first, gpu::Stream s) {
   WCCL_RETURN_IF_ERROR(fault("encode"));
-  // As the CUDA kernels: a block-quantized wire waits for its result, to name a value it cannot encode.
+  // As the CUDA kernels: a block-quantized wire waits for its result, to name a value it cannot
+  // encode.
   WCCL_RETURN_IF_ERROR(synchronize(s));
   const auto *in = reinterpret_cast<const float *>(at(src, count * 4));
   uint8_t *out = at(dst, codec::wire_size(w, count));
-  if (in == nullptr || out == nullptr) return WCCL_ERROR(WCCL_ERR_CUDA, "emulated GPU: bad pointer");
+  if (in == nullptr || out == nullptr)
+    return WCCL_ERROR(WCCL_ERR_CUDA, "emulated GPU: bad pointer");
   return codec::encode(w, in, count, out, first);
 }
 
-Status EmulatedGpu::decode(codec::Wire w, const uint8_t *src, size_t count, float *dst, gpu::Stream s) {
+Status EmulatedGpu::decode(codec::Wire w, const uint8_t *src, size_t count, float *dst,
+                           gpu::Stream s) {
   WCCL_RETURN_IF_ERROR(fault("decode"));
   enqueue(s, [this, w, src, count, dst] {
     const size_t len = codec::wire_size(w, count);
@@ -214,21 +224,34 @@ Status EmulatedGpu::decode(codec::Wire w, const uint8_t *src, size_t count, floa
     if (in == nullptr || out == nullptr) return;
     const codec::Kernels &k = codec::kernels();
     switch (w) {
-      case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8: case codec::Wire::kTopk:
+      case codec::Wire::kInt8:
+      case codec::Wire::kInt4:
+      case codec::Wire::kInt2:
+      case codec::Wire::kFp8:
+      case codec::Wire::kTopk:
         codec::block_codec(k, w)->decode(in, count, out);
         break;
-      case codec::Wire::kF16: k.f16_decode(in, count, out); break;
-      case codec::Wire::kBF16: k.bf16_decode(in, count, out); break;
-      case codec::Wire::kNative: ADD_FAILURE() << "emulated GPU: no kernel decodes the native wire"; break;
+      case codec::Wire::kF16:
+        k.f16_decode(in, count, out);
+        break;
+      case codec::Wire::kBF16:
+        k.bf16_decode(in, count, out);
+        break;
+      case codec::Wire::kNative:
+        ADD_FAILURE() << "emulated GPU: no kernel decodes the native wire";
+        break;
     }
   });
   return Status();
 }
 
-Status EmulatedGpu::decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine, gpu::Stream s) {
+Status EmulatedGpu::decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst,
+                               const float *mine, gpu::Stream s) {
   WCCL_RETURN_IF_ERROR(fault("decode_add"));
   const codec::BlockCodec *blocks = codec::block_codec(codec::kernels(), w);
-  if (blocks == nullptr) return WCCL_ERROR(WCCL_ERR_INTERNAL, "emulated GPU: the %s wire is not block-quantized", codec::wire_name(w));
+  if (blocks == nullptr)
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "emulated GPU: the %s wire is not block-quantized",
+                      codec::wire_name(w));
   enqueue(s, [this, w, blocks, src, count, dst, mine] {
     const uint8_t *in = at(src, codec::wire_size(w, count));
     auto *out = reinterpret_cast<float *>(at(dst, count * 4));
@@ -238,8 +261,8 @@ Status EmulatedGpu::decode_add(codec::Wire w, const uint8_t *src, size_t count, 
   return Status();
 }
 
-Status EmulatedGpu::reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t count,
-                                gpu::Stream s) {
+Status EmulatedGpu::reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a,
+                                const void *b, size_t count, gpu::Stream s) {
   WCCL_RETURN_IF_ERROR(fault("reduce_into"));
   enqueue(s, [this, t, op, dst, a, b, count] {
     const size_t bytes = count * codec::dtype_size(t);

@@ -1,5 +1,5 @@
-// The CPU twin of a GPU (a gpu::Device that gpu::device_of finds), for testing the device data path where there is
-// none. It is strict where a real GPU would be:
+// The CPU twin of a GPU (a gpu::Device that gpu::device_of finds), for testing the device data path
+// where there is none. It is strict where a real GPU would be:
 //   - its memory lives at non-canonical addresses, so host code that dereferences a device
 //     pointer crashes at once, and every access is checked against the allocation it falls in
 //     (an overrun fails the test);
@@ -63,11 +63,14 @@ class EmulatedGpu final : public gpu::Device {
   Status record(gpu::Stream on, gpu::Event *e) override;
   Status wait(gpu::Stream s, gpu::Event e) override;
   void destroy_event(gpu::Event e) override;
-  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first, gpu::Stream s) override;
-  Status decode(codec::Wire w, const uint8_t *src, size_t count, float *dst, gpu::Stream s) override;
-  Status decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine, gpu::Stream s) override;
-  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t count,
-                     gpu::Stream s) override;
+  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first,
+                gpu::Stream s) override;
+  Status decode(codec::Wire w, const uint8_t *src, size_t count, float *dst,
+                gpu::Stream s) override;
+  Status decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine,
+                    gpu::Stream s) override;
+  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b,
+                     size_t count, gpu::Stream s) override;
   Status finish_avg(codec::Dtype t, void *dst, size_t count, int by, gpu::Stream s) override;
   Status hash_blocks(const void *data, size_t len, uint64_t *out, gpu::Stream s) override;
 

@@ -47,8 +47,10 @@ int main(void) {
     if (sscanf(line, "allreduce %llu", &counts[0]) == 1) {
       const int size = wccl_comm_size(comm);
       float *v = filled((size_t)counts[0], wccl_comm_rank(comm));
-      const wccl_result_t r = wccl_allreduce(v, v, (size_t)counts[0], WCCL_F32, WCCL_SUM, comm, NULL);
-      printf("allreduce %s %zu\n", wccl_result_name(r), r == WCCL_OK ? wrong(v, (size_t)counts[0], size) : 0);
+      const wccl_result_t r =
+          wccl_allreduce(v, v, (size_t)counts[0], WCCL_F32, WCCL_SUM, comm, NULL);
+      printf("allreduce %s %zu\n", wccl_result_name(r),
+             r == WCCL_OK ? wrong(v, (size_t)counts[0], size) : 0);
       free(v);
     } else if (strncmp(line, "batch", 5) == 0) {
       char *p = line + 5;
@@ -62,7 +64,8 @@ int main(void) {
       wccl_result_t r[MAX_BATCH];
       for (int k = 0; k < n; ++k) {
         v[k] = filled((size_t)counts[k], wccl_comm_rank(comm));
-        r[k] = wccl_iallreduce(&req[k], v[k], v[k], (size_t)counts[k], WCCL_F32, WCCL_SUM, comm, NULL);
+        r[k] =
+            wccl_iallreduce(&req[k], v[k], v[k], (size_t)counts[k], WCCL_F32, WCCL_SUM, comm, NULL);
       }
       printf("batch");
       for (int k = 0; k < n; ++k) {
@@ -74,8 +77,8 @@ int main(void) {
       printf("\n");
     } else if (strncmp(line, "update", 6) == 0) {
       const wccl_result_t r = wccl_comm_update(comm);
-      printf("update %s rank %d size %d epoch %llu\n", wccl_result_name(r), wccl_comm_rank(comm), wccl_comm_size(comm),
-             (unsigned long long)wccl_comm_epoch(comm));
+      printf("update %s rank %d size %d epoch %llu\n", wccl_result_name(r), wccl_comm_rank(comm),
+             wccl_comm_size(comm), (unsigned long long)wccl_comm_epoch(comm));
     } else {
       printf("unknown command\n");
     }

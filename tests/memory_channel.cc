@@ -10,10 +10,12 @@ class MemoryChannel : public algo::Channel {
   MemoryChannel(Fabric *f, int rank) : f_(f), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return f_->n_; }
-  Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override {
+  Status send(int peer, uint32_t tag, const void *data, size_t len,
+              algo::Completion done) override {
     return f_->send(rank_, peer, tag, data, len, std::move(done));
   }
-  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) override {
+  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got,
+              algo::Completion done) override {
     return f_->recv(peer, rank_, tag, data, len, got, std::move(done));
   }
   void abort(const Status &why) override { f_->kill(rank_, why); }
@@ -47,7 +49,9 @@ Fabric::~Fabric() {
   if (pump_.joinable()) pump_.join();
 }
 
-std::unique_ptr<algo::Channel> Fabric::channel(int rank) { return std::make_unique<MemoryChannel>(this, rank); }
+std::unique_ptr<algo::Channel> Fabric::channel(int rank) {
+  return std::make_unique<MemoryChannel>(this, rank);
+}
 
 void Fabric::kill_at_send(int rank, uint64_t after_sends) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -82,8 +86,10 @@ void Fabric::kill_locked(int rank, const Status &why, Calls *calls) {
   }
 }
 
-Status Fabric::send(int from, int to, uint32_t tag, const void *data, size_t len, algo::Completion done) {
-  if (to < 0 || to >= n_ || to == from) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "bad peer %d", to);
+Status Fabric::send(int from, int to, uint32_t tag, const void *data, size_t len,
+                    algo::Completion done) {
+  if (to < 0 || to >= n_ || to == from)
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "bad peer %d", to);
   Calls calls;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -96,7 +102,9 @@ Status Fabric::send(int from, int to, uint32_t tag, const void *data, size_t len
     } else if (dead_.count(to) != 0) {
       st = lost(to);
     } else {
-      Message m{{from, to, tag}, std::vector<uint8_t>(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + len)};
+      Message m{{from, to, tag},
+                std::vector<uint8_t>(static_cast<const uint8_t *>(data),
+                                     static_cast<const uint8_t *>(data) + len)};
       auto pass = [&](Message msg) {
         if (opt_.shuffle) {
           queue_.push_back(std::move(msg));
@@ -106,8 +114,9 @@ Status Fabric::send(int from, int to, uint32_t tag, const void *data, size_t len
         }
       };
       const Key key = m.key;
-      const bool held = std::any_of(opt_.holds.begin(), opt_.holds.end(),
-                                    [&](const Options::Hold &h) { return h.first == key && sent_keys_.count(h.until) == 0; });
+      const bool held = std::any_of(
+          opt_.holds.begin(), opt_.holds.end(),
+          [&](const Options::Hold &h) { return h.first == key && sent_keys_.count(h.until) == 0; });
       if (held) {
         held_.push_back(std::move(m));
       } else {
@@ -117,9 +126,10 @@ Status Fabric::send(int from, int to, uint32_t tag, const void *data, size_t len
         sent_keys_.insert(key);
         for (auto it = held_.begin(); it != held_.end();) {
           const Key first = it->key;
-          const bool still = std::any_of(opt_.holds.begin(), opt_.holds.end(), [&](const Options::Hold &h) {
-            return h.first == first && sent_keys_.count(h.until) == 0;
-          });
+          const bool still =
+              std::any_of(opt_.holds.begin(), opt_.holds.end(), [&](const Options::Hold &h) {
+                return h.first == first && sent_keys_.count(h.until) == 0;
+              });
           if (still) {
             ++it;
           } else {
@@ -135,8 +145,10 @@ Status Fabric::send(int from, int to, uint32_t tag, const void *data, size_t len
   return Status();
 }
 
-Status Fabric::recv(int from, int to, uint32_t tag, void *data, size_t len, size_t *got_len, algo::Completion done) {
-  if (from < 0 || from >= n_ || from == to) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "bad peer %d", from);
+Status Fabric::recv(int from, int to, uint32_t tag, void *data, size_t len, size_t *got_len,
+                    algo::Completion done) {
+  if (from < 0 || from >= n_ || from == to)
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "bad peer %d", from);
   Calls calls;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -145,7 +157,8 @@ Status Fabric::recv(int from, int to, uint32_t tag, void *data, size_t len, size
     if (dead_.count(to) != 0) {
       calls.emplace_back(std::move(done), dead_[to]);
     } else if (got != arrived_.end()) {
-      const Status st = place(got->second, Recv{static_cast<uint8_t *>(data), len, got_len, nullptr});
+      const Status st =
+          place(got->second, Recv{static_cast<uint8_t *>(data), len, got_len, nullptr});
       arrived_.erase(got);
       calls.emplace_back(std::move(done), st);
     } else if (dead_.count(from) != 0) {
@@ -163,7 +176,8 @@ Status Fabric::recv(int from, int to, uint32_t tag, void *data, size_t len, size
 // Copies a message into a receive's buffer under the Channel contract's length rule.
 Status Fabric::place(const std::vector<uint8_t> &bytes, const Recv &r) {
   if (r.got == nullptr ? bytes.size() != r.len : bytes.size() > r.len) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "message of %zu bytes for a receive of %zu", bytes.size(), r.len);
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "message of %zu bytes for a receive of %zu", bytes.size(),
+                      r.len);
   }
   if (!bytes.empty()) std::memcpy(r.data, bytes.data(), bytes.size());
   if (r.got != nullptr) *r.got = bytes.size();

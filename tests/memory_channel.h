@@ -59,7 +59,8 @@ class Fabric {
   using Calls = std::vector<std::pair<algo::Completion, Status>>;
 
   Status send(int from, int to, uint32_t tag, const void *data, size_t len, algo::Completion done);
-  Status recv(int from, int to, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done);
+  Status recv(int from, int to, uint32_t tag, void *data, size_t len, size_t *got,
+              algo::Completion done);
   // Under mu_: hands `m` to its receive if posted, else keeps it.
   void deliver(Message m, Calls *calls);
   static Status place(const std::vector<uint8_t> &bytes, const Recv &r);

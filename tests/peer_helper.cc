@@ -30,7 +30,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "%s\n", link.status().to_string().c_str());
     return 1;
   }
-  const size_t first = std::strtoull(argv[2], nullptr, 10), second = std::strtoull(argv[3], nullptr, 10);
+  const size_t first = std::strtoull(argv[2], nullptr, 10),
+               second = std::strtoull(argv[3], nullptr, 10);
   std::vector<uint8_t> a(first), b(second);
   test::fill_pattern(a.data(), a.size(), 1);
   test::fill_pattern(b.data(), b.size(), 2);

@@ -34,8 +34,8 @@ int loopback_listener(int *port) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0 || listen(fd, 16) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 16) != 0 || getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
     if (fd >= 0) close(fd);
     return -1;
   }
@@ -107,7 +107,8 @@ net::Completion Done::callback() {
 Status Done::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(state_->mu);
   if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
-    return WCCL_ERROR(WCCL_ERR_TIMEOUT, "test wait of %lld ms expired", static_cast<long long>(timeout.count()));
+    return WCCL_ERROR(WCCL_ERR_TIMEOUT, "test wait of %lld ms expired",
+                      static_cast<long long>(timeout.count()));
   }
   return state_->status;
 }
@@ -156,7 +157,9 @@ CoordDaemon::CoordDaemon(std::vector<std::string> flags) {
   std::string line;
   pollfd pfd{out[0], POLLIN, 0};
   char c = 0;
-  while (line.find('\n') == std::string::npos && poll(&pfd, 1, 10000) == 1 && read(out[0], &c, 1) == 1) line += c;
+  while (line.find('\n') == std::string::npos && poll(&pfd, 1, 10000) == 1 &&
+         read(out[0], &c, 1) == 1)
+    line += c;
   close(out[0]);
   const size_t at = line.find("listening on port ");
   EXPECT_NE(at, std::string::npos) << "wccl-coord said: " << line;

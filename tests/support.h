@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "devkit/certgen.h"
-#include "pattern.h"
 #include "core/config.h"
+#include "devkit/certgen.h"
 #include "net/transport.h"
+#include "pattern.h"
 
 namespace wccl::test {
 
@@ -25,7 +25,8 @@ using namespace std::chrono_literals;
 class Pki {
  public:
   Pki();
-  devkit::NodeFiles node(const std::string &name, int not_before_days = -1, int not_after_days = 30);
+  devkit::NodeFiles node(const std::string &name, int not_before_days = -1,
+                         int not_after_days = 30);
   // A second, unrelated CA's node certificate (for wrong-CA tests).
   devkit::NodeFiles foreign_node(const std::string &name);
   const std::string &dir() const { return dir_->path(); }

@@ -3,7 +3,6 @@
 // mid-operation.
 #include <gtest/gtest.h>
 
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -32,9 +31,11 @@ using Clock = std::chrono::steady_clock;
 double value(RedOp op, Dtype t, int rank, size_t i) {
   const bool is_unsigned = t == Dtype::kU8;
   switch (op) {
-    case RedOp::kSum: case RedOp::kAvg:
+    case RedOp::kSum:
+    case RedOp::kAvg:
       return static_cast<double>((rank * 7 + i * 3) % 9) - (is_unsigned ? 0 : 4);
-    case RedOp::kMin: case RedOp::kMax:
+    case RedOp::kMin:
+    case RedOp::kMax:
       return static_cast<double>((rank * 31 + i * 17) % 201) - (is_unsigned ? 0 : 100);
     case RedOp::kProd:
       if ((rank + i) % 5 == 0) return 2;
@@ -45,14 +46,30 @@ double value(RedOp op, Dtype t, int rank, size_t i) {
 
 void store(Dtype t, void *buf, size_t i, double v) {
   switch (t) {
-    case Dtype::kF32: static_cast<float *>(buf)[i] = static_cast<float>(v); break;
-    case Dtype::kF64: static_cast<double *>(buf)[i] = v; break;
-    case Dtype::kF16: static_cast<uint16_t *>(buf)[i] = codec::float_to_half(static_cast<float>(v)); break;
-    case Dtype::kBF16: static_cast<uint16_t *>(buf)[i] = codec::float_to_bf16(static_cast<float>(v)); break;
-    case Dtype::kI8: static_cast<int8_t *>(buf)[i] = static_cast<int8_t>(v); break;
-    case Dtype::kU8: static_cast<uint8_t *>(buf)[i] = static_cast<uint8_t>(v); break;
-    case Dtype::kI32: static_cast<int32_t *>(buf)[i] = static_cast<int32_t>(v); break;
-    case Dtype::kI64: static_cast<int64_t *>(buf)[i] = static_cast<int64_t>(v); break;
+    case Dtype::kF32:
+      static_cast<float *>(buf)[i] = static_cast<float>(v);
+      break;
+    case Dtype::kF64:
+      static_cast<double *>(buf)[i] = v;
+      break;
+    case Dtype::kF16:
+      static_cast<uint16_t *>(buf)[i] = codec::float_to_half(static_cast<float>(v));
+      break;
+    case Dtype::kBF16:
+      static_cast<uint16_t *>(buf)[i] = codec::float_to_bf16(static_cast<float>(v));
+      break;
+    case Dtype::kI8:
+      static_cast<int8_t *>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case Dtype::kU8:
+      static_cast<uint8_t *>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case Dtype::kI32:
+      static_cast<int32_t *>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case Dtype::kI64:
+      static_cast<int64_t *>(buf)[i] = static_cast<int64_t>(v);
+      break;
   }
 }
 
@@ -70,21 +87,27 @@ Bytes expected(const Collective &c, const std::vector<Bytes> &ins, int rank) {
   const int n = static_cast<int>(ins.size());
   const size_t es = codec::dtype_size(c.dtype);
   switch (c.kind) {
-    case Kind::kBroadcast: return ins[static_cast<size_t>(c.root)];
+    case Kind::kBroadcast:
+      return ins[static_cast<size_t>(c.root)];
     case Kind::kAllgather: {
       Bytes out;
       for (const Bytes &b : ins) out.insert(out.end(), b.begin(), b.end());
       return out;
     }
-    case Kind::kAllreduce: case Kind::kReduceScatter: {
-      const size_t off = c.kind == Kind::kReduceScatter ? static_cast<size_t>(rank) * c.count * es : 0;
-      Bytes acc(ins[0].begin() + static_cast<long>(off), ins[0].begin() + static_cast<long>(off + c.count * es));
-      for (int r = 1; r < n; ++r) codec::reduce(c.dtype, c.op, acc.data(), ins[static_cast<size_t>(r)].data() + off, c.count);
+    case Kind::kAllreduce:
+    case Kind::kReduceScatter: {
+      const size_t off =
+          c.kind == Kind::kReduceScatter ? static_cast<size_t>(rank) * c.count * es : 0;
+      Bytes acc(ins[0].begin() + static_cast<long>(off),
+                ins[0].begin() + static_cast<long>(off + c.count * es));
+      for (int r = 1; r < n; ++r)
+        codec::reduce(c.dtype, c.op, acc.data(), ins[static_cast<size_t>(r)].data() + off, c.count);
       if (c.op == RedOp::kAvg) codec::finish_avg(c.dtype, acc.data(), c.count, n);
       return acc;
     }
     case Kind::kBarrier:
-    case Kind::kStateSync: break;
+    case Kind::kStateSync:
+      break;
   }
   return {};
 }
@@ -101,8 +124,10 @@ struct Outcome {
 // `per_rank`, if set, adjusts each rank's copy of c (peers with different local settings).
 // With `gpu`, every rank's buffers are device memory of that (emulated) GPU, each rank with its
 // own DeviceMemory, as separate processes would have.
-Outcome run_all(Fabric &fabric, Collective c, int n, std::chrono::milliseconds timeout = std::chrono::seconds(60),
-                std::vector<Bytes> ins = {}, std::function<void(Collective *, int)> per_rank = nullptr,
+Outcome run_all(Fabric &fabric, Collective c, int n,
+                std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                std::vector<Bytes> ins = {},
+                std::function<void(Collective *, int)> per_rank = nullptr,
                 EmulatedGpu *gpu = nullptr) {
   Outcome o;
   o.status.resize(static_cast<size_t>(n));
@@ -199,7 +224,8 @@ TEST_P(AlgoTest, MatchesSerialReference) {
   const bool reduces = shape.kind == Kind::kAllreduce || shape.kind == Kind::kReduceScatter;
   for (int t = 0; t < codec::kDtypeCount; ++t) {
     for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
-      const Collective c = sweep_case(shape, count, n, static_cast<Dtype>(t), static_cast<RedOp>(op), codec::Wire::kNative);
+      const Collective c = sweep_case(shape, count, n, static_cast<Dtype>(t),
+                                      static_cast<RedOp>(op), codec::Wire::kNative);
       ASSERT_TRUE(algo::check(c, n, 0).ok());
       Fabric fabric(n);
       SCOPED_TRACE(std::string(codec::dtype_name(c.dtype)) + " " + codec::redop_name(c.op));
@@ -210,22 +236,24 @@ TEST_P(AlgoTest, MatchesSerialReference) {
 }
 
 std::string shape_name(const Shape &s) {
-  return std::string(algo::kind_name(s.kind)) + (s.kind == Kind::kAllreduce ? std::string("_") + algo::algo_name(s.algo) : "");
+  return std::string(algo::kind_name(s.kind)) +
+         (s.kind == Kind::kAllreduce ? std::string("_") + algo::algo_name(s.algo) : "");
 }
 
-const auto kEveryShape =
-    ::testing::Values(Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
-                      Shape{Kind::kAllreduce, Algo::kAllgather}, Shape{Kind::kBroadcast, Algo::kRing},
-                      Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing});
+const auto kEveryShape = ::testing::Values(
+    Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+    Shape{Kind::kAllreduce, Algo::kAllgather}, Shape{Kind::kBroadcast, Algo::kRing},
+    Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing});
 
-INSTANTIATE_TEST_SUITE_P(
-    Sweep, AlgoTest,
-    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8, 16), ::testing::Values<size_t>(0, 1, 2, 7, 13, 1009, 65537),
-                       kEveryShape),
-    [](const auto &p) {
-      return "n" + std::to_string(std::get<0>(p.param)) + "_count" + std::to_string(std::get<1>(p.param)) + "_" +
-             shape_name(std::get<2>(p.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Sweep, AlgoTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8, 16),
+                                            ::testing::Values<size_t>(0, 1, 2, 7, 13, 1009, 65537),
+                                            kEveryShape),
+                         [](const auto &p) {
+                           return "n" + std::to_string(std::get<0>(p.param)) + "_count" +
+                                  std::to_string(std::get<1>(p.param)) + "_" +
+                                  shape_name(std::get<2>(p.param));
+                         });
 
 // Wire codecs: F32 elements sent as FP16, BF16 or INT8. Every peer ends with bit-identical
 // results (each has its own block for reduce-scatter), within the documented bound of the exact
@@ -237,8 +265,9 @@ using WireParam = std::tuple<int, size_t, Shape, codec::Wire>;
 class WireTest : public ::testing::TestWithParam<WireParam> {};
 
 std::string wire_param_name(const ::testing::TestParamInfo<WireParam> &p) {
-  return "n" + std::to_string(std::get<0>(p.param)) + "_count" + std::to_string(std::get<1>(p.param)) + "_" +
-         shape_name(std::get<2>(p.param)) + "_" + codec::wire_name(std::get<3>(p.param));
+  return "n" + std::to_string(std::get<0>(p.param)) + "_count" +
+         std::to_string(std::get<1>(p.param)) + "_" + shape_name(std::get<2>(p.param)) + "_" +
+         codec::wire_name(std::get<3>(p.param));
 }
 
 std::vector<Bytes> random_inputs(const Collective &c, int n, uint32_t seed) {
@@ -273,14 +302,22 @@ double encode_error(codec::Wire w, const std::vector<Bytes> &ins) {
     mag += std::max(std::fabs(*lo), std::fabs(*hi));
   }
   switch (w) {
-    case codec::Wire::kInt8: return range / 510 + mag * std::ldexp(1.0, -20);
-    case codec::Wire::kInt4: return range / 30 + mag * std::ldexp(1.0, -20);
-    case codec::Wire::kInt2: return range / 6 + mag * std::ldexp(1.0, -20);
-    case codec::Wire::kTopk: return mag;  // a dropped element is off by at most its magnitude
-    case codec::Wire::kFp8: return mag / 16 + mag / 229376;
-    case codec::Wire::kF16: return mag * std::ldexp(1.0, -11) + std::ldexp(1.0, -24);
-    case codec::Wire::kBF16: return mag * std::ldexp(1.0, -8);
-    case codec::Wire::kNative: break;
+    case codec::Wire::kInt8:
+      return range / 510 + mag * std::ldexp(1.0, -20);
+    case codec::Wire::kInt4:
+      return range / 30 + mag * std::ldexp(1.0, -20);
+    case codec::Wire::kInt2:
+      return range / 6 + mag * std::ldexp(1.0, -20);
+    case codec::Wire::kTopk:
+      return mag;  // a dropped element is off by at most its magnitude
+    case codec::Wire::kFp8:
+      return mag / 16 + mag / 229376;
+    case codec::Wire::kF16:
+      return mag * std::ldexp(1.0, -11) + std::ldexp(1.0, -24);
+    case codec::Wire::kBF16:
+      return mag * std::ldexp(1.0, -8);
+    case codec::Wire::kNative:
+      break;
   }
   return 0;
 }
@@ -293,13 +330,15 @@ TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
     ASSERT_TRUE(algo::check(c, n, 0).ok());
     SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::redop_name(c.op));
     const std::vector<Bytes> ins = random_inputs(c, n, static_cast<uint32_t>(count + n));
-    Fabric::Options opt;  // delivered in random order: the coded schedules keep their own buffers apart
+    Fabric::Options
+        opt;  // delivered in random order: the coded schedules keep their own buffers apart
     opt.shuffle = true;
     opt.seed = static_cast<uint32_t>(count + op);
     Fabric fabric(n, opt);
     const Outcome o = run_all(fabric, c, n, std::chrono::seconds(60), ins);
     // At most n encodings of partial sums; the all-gather all-reduce encodes each input once.
-    const double bound = (c.algo == Algo::kAllgather && shape.kind == Kind::kAllreduce ? 1 : n) * encode_error(wire, ins);
+    const double bound = (c.algo == Algo::kAllgather && shape.kind == Kind::kAllreduce ? 1 : n) *
+                         encode_error(wire, ins);
     std::vector<std::vector<float>> x;
     for (const Bytes &b : ins) x.push_back(floats(b));
     for (int r = 0; r < n; ++r) {
@@ -314,17 +353,30 @@ TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
       const size_t off = shape.kind == Kind::kReduceScatter ? i * count : 0;
       for (size_t k = 0; k < exact.size(); ++k) {
         switch (shape.kind) {
-          case Kind::kBroadcast: exact[k] = x[static_cast<size_t>(c.root)][k]; break;
-          case Kind::kAllgather: exact[k] = x[k / count][k % count]; break;
+          case Kind::kBroadcast:
+            exact[k] = x[static_cast<size_t>(c.root)][k];
+            break;
+          case Kind::kAllgather:
+            exact[k] = x[k / count][k % count];
+            break;
           default: {
             double acc = x[0][off + k];
             for (int p = 1; p < n; ++p) {
               const double v = x[static_cast<size_t>(p)][off + k];
               switch (c.op) {
-                case RedOp::kSum: case RedOp::kAvg: acc += v; break;
-                case RedOp::kMin: acc = std::min(acc, v); break;
-                case RedOp::kMax: acc = std::max(acc, v); break;
-                case RedOp::kProd: acc *= v; break;
+                case RedOp::kSum:
+                case RedOp::kAvg:
+                  acc += v;
+                  break;
+                case RedOp::kMin:
+                  acc = std::min(acc, v);
+                  break;
+                case RedOp::kMax:
+                  acc = std::max(acc, v);
+                  break;
+                case RedOp::kProd:
+                  acc *= v;
+                  break;
               }
             }
             exact[k] = c.op == RedOp::kAvg ? acc / n : acc;
@@ -333,26 +385,32 @@ TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
       }
       const std::vector<float> got = floats(o.out[i]);
       for (size_t k = 0; k < exact.size(); ++k) {
-        ASSERT_LE(std::fabs(got[k] - exact[k]), bound) << "rank " << r << " element " << k << ": " << got[k] << " vs " << exact[k];
+        ASSERT_LE(std::fabs(got[k] - exact[k]), bound)
+            << "rank " << r << " element " << k << ": " << got[k] << " vs " << exact[k];
       }
-      if (shape.kind == Kind::kAllgather || shape.kind == Kind::kBroadcast) break;  // everything identical anyway
+      if (shape.kind == Kind::kAllgather || shape.kind == Kind::kBroadcast)
+        break;  // everything identical anyway
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sweep, WireTest,
-    ::testing::Combine(::testing::Values(1, 2, 3, 5, 8), ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
-                       kEveryShape,
-                       ::testing::Values(codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8, codec::Wire::kInt4,
-                                         codec::Wire::kFp8, codec::Wire::kInt2)),
-    wire_param_name);
+INSTANTIATE_TEST_SUITE_P(Sweep, WireTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
+                                            kEveryShape,
+                                            ::testing::Values(codec::Wire::kF16, codec::Wire::kBF16,
+                                                              codec::Wire::kInt8,
+                                                              codec::Wire::kInt4, codec::Wire::kFp8,
+                                                              codec::Wire::kInt2)),
+                         wire_param_name);
 
 // TOPK is never re-encoded: all-reduce by the all-gather schedule, broadcast and all-gather.
-const auto kTopkShapes = ::testing::Values(Shape{Kind::kAllreduce, Algo::kAllgather}, Shape{Kind::kBroadcast, Algo::kRing},
-                                           Shape{Kind::kAllgather, Algo::kRing});
+const auto kTopkShapes =
+    ::testing::Values(Shape{Kind::kAllreduce, Algo::kAllgather},
+                      Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing});
 INSTANTIATE_TEST_SUITE_P(Topk, WireTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8), ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
                                             kTopkShapes, ::testing::Values(codec::Wire::kTopk)),
                          wire_param_name);
 
@@ -384,10 +442,12 @@ TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
 // for INT2 only.
 TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
   for (int n : {2, 3, 5}) {
-    for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2, codec::Wire::kFp8,
-                          codec::Wire::kBF16, codec::Wire::kTopk}) {
+    for (codec::Wire w :
+         {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2,
+          codec::Wire::kFp8, codec::Wire::kBF16, codec::Wire::kTopk}) {
       for (RedOp op : {RedOp::kSum, RedOp::kAvg, RedOp::kMax}) {
-        SCOPED_TRACE("n " + std::to_string(n) + " " + codec::wire_name(w) + " " + codec::redop_name(op));
+        SCOPED_TRACE("n " + std::to_string(n) + " " + codec::wire_name(w) + " " +
+                     codec::redop_name(op));
         Collective c;
         c.algo = Algo::kAllgather;
         c.count = 70001;
@@ -406,7 +466,9 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
             ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), c.count, kept.data()).ok());
           }
           for (size_t i = 0; i < c.count; ++i) {
-            want[i] = m == 0 ? kept[i] : op == RedOp::kMax ? std::max(want[i], kept[i]) : want[i] + kept[i];
+            want[i] = m == 0              ? kept[i]
+                      : op == RedOp::kMax ? std::max(want[i], kept[i])
+                                          : want[i] + kept[i];
           }
         }
         if (op == RedOp::kAvg) {
@@ -421,7 +483,8 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
           const size_t i = static_cast<size_t>(r);
           ASSERT_TRUE(o.status[i].ok()) << "rank " << r << ": " << o.status[i].to_string();
           ASSERT_TRUE(floats(o.out[i]) == want) << "rank " << r;
-          EXPECT_EQ(o.bytes_sent[i], static_cast<uint64_t>(n - 1) * codec::wire_size(w, c.count)) << "rank " << r;
+          EXPECT_EQ(o.bytes_sent[i], static_cast<uint64_t>(n - 1) * codec::wire_size(w, c.count))
+              << "rank " << r;
         }
       }
     }
@@ -429,22 +492,26 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
   Collective c;
   c.algo = Algo::kAuto;
   c.count = 1 << 20;  // above the crossover: the ring
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2, codec::Wire::kTopk}) {
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4,
+                        codec::Wire::kInt2, codec::Wire::kTopk}) {
     c.wire = w;
     const bool gather = w == codec::Wire::kInt2 || w == codec::Wire::kTopk;
-    EXPECT_EQ(algo::choose(c, 4, 0), gather ? Algo::kAllgather : Algo::kRing) << codec::wire_name(w);
+    EXPECT_EQ(algo::choose(c, 4, 0), gather ? Algo::kAllgather : Algo::kRing)
+        << codec::wire_name(w);
   }
   c.kind = Kind::kBroadcast;
   EXPECT_EQ(algo::choose(c, 4, 0), Algo::kRing);
   // TOPK is refused where it would be re-encoded.
   c.wire = codec::Wire::kTopk;
   EXPECT_TRUE(algo::check(c, 4, 0).ok());
-  for (Shape refused : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+  for (Shape refused : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+                        Shape{Kind::kReduceScatter, Algo::kRing}}) {
     c.kind = refused.kind;
     c.algo = refused.algo;
     const Status st = algo::check(c, 4, 0);
     EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT) << shape_name(refused);
-    EXPECT_NE(st.message().find("the topk wire is never re-encoded"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("the topk wire is never re-encoded"), std::string::npos)
+        << st.message();
   }
 }
 
@@ -459,13 +526,15 @@ TEST(Algo, NanOnTheInt8WireFailsNamingTheElement) {
   for (bool on_device : {false, true}) {
     EmulatedGpu gpu;
     Fabric fabric(n);
-    const Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), ins, nullptr, on_device ? &gpu : nullptr);
+    const Outcome o =
+        run_all(fabric, c, n, std::chrono::seconds(20), ins, nullptr, on_device ? &gpu : nullptr);
     bool named = false;
     for (int r = 0; r < n; ++r) {
       EXPECT_FALSE(o.status[static_cast<size_t>(r)].ok());
       EXPECT_EQ(o.in_after[static_cast<size_t>(r)], o.in[static_cast<size_t>(r)]);
       named |= o.status[static_cast<size_t>(r)].code() == WCCL_ERR_INVALID_ARGUMENT &&
-               o.status[static_cast<size_t>(r)].message().find("element 4321 is NaN") != std::string::npos;
+               o.status[static_cast<size_t>(r)].message().find("element 4321 is NaN") !=
+                   std::string::npos;
     }
     EXPECT_TRUE(named) << (on_device ? "device" : "host");
   }
@@ -488,7 +557,8 @@ TEST(Algo, LargeAllreduce64Mi) {
 // is doing. On 4 peers rank 0 is tree 0's root and a leaf of tree 1, rank 3 the other way round.
 // Each case holds back the final a root receives as a leaf until the final it made itself has
 // gone down its own tree to the leaf at the bottom: a root that waited for the other tree's final
-// before sending its own would never finish (it cost one message latency per all-reduce on the WAN).
+// before sending its own would never finish (it cost one message latency per all-reduce on the
+// WAN).
 TEST(Algo, TreeRootsDoNotWaitForTheOtherTree) {
   Collective c;
   c.algo = Algo::kTree;
@@ -497,7 +567,7 @@ TEST(Algo, TreeRootsDoNotWaitForTheOtherTree) {
   c.op = RedOp::kSum;
   const uint32_t down0 = 1, down1 = 3;  // one segment: up tree t is tag 2t, down tree t tag 2t + 1
   for (const Fabric::Options::Hold &hold : {Fabric::Options::Hold{{1, 3, down0}, {2, 0, down1}},
-                                           Fabric::Options::Hold{{2, 0, down1}, {1, 3, down0}}}) {
+                                            Fabric::Options::Hold{{2, 0, down1}, {1, 3, down0}}}) {
     Fabric::Options opt;
     opt.holds = {hold};
     Fabric fabric(4, opt);
@@ -506,8 +576,9 @@ TEST(Algo, TreeRootsDoNotWaitForTheOtherTree) {
 }
 
 TEST(Algo, RandomDeliveryOrder) {
-  for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
-                  Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+  for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+                  Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
+                  Shape{Kind::kReduceScatter, Algo::kRing}}) {
     for (int n : {2, 5, 7}) {
       Collective c;
       c.kind = s.kind;
@@ -533,8 +604,9 @@ TEST(Algo, RandomDeliveryOrder) {
 // and the others not works too, since receivers tell the forms apart by length.
 TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
   if (!codec::compression_available()) GTEST_SKIP() << "built without zstd";
-  for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
-                  Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+  for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+                  Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
+                  Shape{Kind::kReduceScatter, Algo::kRing}}) {
     for (Dtype t : {Dtype::kF32, Dtype::kBF16, Dtype::kI64}) {
       for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
         if (w != codec::Wire::kNative && t != Dtype::kF32) continue;
@@ -558,7 +630,8 @@ TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
           const size_t i = static_cast<size_t>(r);
           ASSERT_TRUE(zstd.status[i].ok()) << "rank " << r << ": " << zstd.status[i].to_string();
           ASSERT_TRUE(plain.status[i].ok());
-          EXPECT_TRUE(zstd.out[i] == plain.out[i]) << "rank " << r << ": compression changed the result";
+          EXPECT_TRUE(zstd.out[i] == plain.out[i])
+              << "rank " << r << ": compression changed the result";
           EXPECT_EQ(zstd.in_after[i], zstd.in[i]);
         }
         uint64_t plain_sent = 0, zstd_sent = 0;
@@ -572,9 +645,10 @@ TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
         EXPECT_LE(zstd_sent, plain_sent);
         // Only the odd ranks compress.
         Fabric mixed_fabric(n, {true, 7, {}});
-        const Outcome mixed = run_all(mixed_fabric, c, n, std::chrono::seconds(60), {}, [](Collective *mine, int r) {
-          if (r % 2 == 0) mine->compress = algo::Compress::kOff;
-        });
+        const Outcome mixed =
+            run_all(mixed_fabric, c, n, std::chrono::seconds(60), {}, [](Collective *mine, int r) {
+              if (r % 2 == 0) mine->compress = algo::Compress::kOff;
+            });
         for (int r = 0; r < n; ++r) {
           const size_t i = static_cast<size_t>(r);
           ASSERT_TRUE(mixed.status[i].ok()) << "rank " << r << ": " << mixed.status[i].to_string();
@@ -592,10 +666,12 @@ TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
 // (its results are checked by WireTest), and with zstd, whose frames in flight live in the
 // schedule and whose receives' lengths live in the exchange.
 TEST(Algo, PeerDiesMidOperation) {
-  for (auto [w, z] : {std::pair{codec::Wire::kNative, algo::Compress::kOff}, std::pair{codec::Wire::kInt8, algo::Compress::kOff},
+  for (auto [w, z] : {std::pair{codec::Wire::kNative, algo::Compress::kOff},
+                      std::pair{codec::Wire::kInt8, algo::Compress::kOff},
                       std::pair{codec::Wire::kNative, algo::Compress::kAlways}}) {
-    for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
-                    Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+    for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+                    Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
+                    Shape{Kind::kReduceScatter, Algo::kRing}}) {
       for (uint64_t k : {1, 7, 40}) {
         const int n = 5, dies = 3;
         Collective c;
@@ -608,11 +684,15 @@ TEST(Algo, PeerDiesMidOperation) {
         Fabric fabric(n);
         fabric.kill_at_send(dies, k);
         const auto start = Clock::now();
-        const std::vector<Bytes> ins = w == codec::Wire::kNative ? std::vector<Bytes>{} : random_inputs(c, n, static_cast<uint32_t>(k));
+        const std::vector<Bytes> ins = w == codec::Wire::kNative
+                                           ? std::vector<Bytes>{}
+                                           : random_inputs(c, n, static_cast<uint32_t>(k));
         Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), ins);
-        const std::string what = std::string(codec::wire_name(w)) + (z == algo::Compress::kOff ? "" : " zstd") + " " +
-                                 shape_name(s) + " k=" + std::to_string(k);
-        EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << what << ": ranks waited for the deadline";
+        const std::string what = std::string(codec::wire_name(w)) +
+                                 (z == algo::Compress::kOff ? "" : " zstd") + " " + shape_name(s) +
+                                 " k=" + std::to_string(k);
+        EXPECT_LT(Clock::now() - start, std::chrono::seconds(10))
+            << what << ": ranks waited for the deadline";
         EXPECT_FALSE(o.status[dies].ok()) << what;
         for (int r = 0; r < n; ++r) {
           const size_t i = static_cast<size_t>(r);
@@ -632,12 +712,13 @@ TEST(Algo, PeerDiesMidOperation) {
 // rank its buffer back byte for byte.
 TEST(Algo, InPlaceWithUndo) {
   for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
-    for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree}, Shape{Kind::kBroadcast, Algo::kRing},
-                    Shape{Kind::kAllgather, Algo::kRing}, Shape{Kind::kReduceScatter, Algo::kRing}}) {
+    for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
+                    Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
+                    Shape{Kind::kReduceScatter, Algo::kRing}}) {
       for (int n : {2, 3, 5}) {
         for (uint64_t dies_at : {uint64_t{0}, uint64_t{2}}) {
-          const std::string what = std::string(codec::wire_name(w)) + " " + shape_name(s) + " n=" + std::to_string(n) +
-                                   (dies_at != 0 ? " dies" : "");
+          const std::string what = std::string(codec::wire_name(w)) + " " + shape_name(s) +
+                                   " n=" + std::to_string(n) + (dies_at != 0 ? " dies" : "");
           SCOPED_TRACE(what);
           Collective c = sweep_case(s, 20000, n, Dtype::kF32, RedOp::kSum, w);
           const std::vector<Bytes> ins = random_inputs(c, n, 7);
@@ -662,7 +743,8 @@ TEST(Algo, InPlaceWithUndo) {
               buf[i] = ins[i];
             }
             channels.push_back(fabric.channel(r));
-            exchanges.push_back(std::make_unique<algo::Exchange>(*channels.back(), Clock::now() + std::chrono::seconds(20)));
+            exchanges.push_back(std::make_unique<algo::Exchange>(
+                *channels.back(), Clock::now() + std::chrono::seconds(20)));
           }
           before = buf;
           std::vector<std::thread> threads;
@@ -679,11 +761,13 @@ TEST(Algo, InPlaceWithUndo) {
               algo::Undo undo(algo::host_memory(), mine.out, out_bytes, saved.data());
               status[i] = algo::run(*exchanges[i], mine, &undo);
               if (!status[i].ok()) {
-                for (auto &e : exchanges) e->cancel(WCCL_ERROR(WCCL_ERR_PEER_LOST, "rank %d failed", r));
+                for (auto &e : exchanges)
+                  e->cancel(WCCL_ERROR(WCCL_ERR_PEER_LOST, "rank %d failed", r));
                 ASSERT_TRUE(undo.restore([](void *dst, const void *src, size_t len) {
-                  std::memcpy(dst, src, len);
-                  return Status();
-                }).ok());
+                                  std::memcpy(dst, src, len);
+                                  return Status();
+                                })
+                                .ok());
               }
             });
           }
@@ -694,13 +778,17 @@ TEST(Algo, InPlaceWithUndo) {
           for (int r = 0; r < n; ++r) {
             const size_t i = static_cast<size_t>(r);
             if (!status[i].ok()) {
-              EXPECT_EQ(buf[i], before[i]) << "rank " << r << " was not restored: " << status[i].to_string();
+              EXPECT_EQ(buf[i], before[i])
+                  << "rank " << r << " was not restored: " << status[i].to_string();
               continue;
             }
-            if (dies_at != 0) continue;  // finished before the death reached it: its result is checked elsewhere
+            if (dies_at != 0)
+              continue;  // finished before the death reached it: its result is checked elsewhere
             const size_t off = s.kind == Kind::kReduceScatter ? i * block : 0;
-            const Bytes got(buf[i].begin() + static_cast<long>(off), buf[i].begin() + static_cast<long>(off + want.out[i].size()));
-            EXPECT_TRUE(got == want.out[i]) << "rank " << r << " in place differs from out of place";
+            const Bytes got(buf[i].begin() + static_cast<long>(off),
+                            buf[i].begin() + static_cast<long>(off + want.out[i].size()));
+            EXPECT_TRUE(got == want.out[i])
+                << "rank " << r << " in place differs from out of place";
           }
         }
       }
@@ -746,9 +834,10 @@ TEST(Algo, UndoSavesEachByteOnceBeforeItsFirstWrite) {
   std::fill(out.begin() + 95, out.end(), 0xDD);
   EXPECT_EQ(undo.saved_bytes(), 45u);
   ASSERT_TRUE(undo.restore([](void *dst, const void *src, size_t n) {
-    std::memcpy(dst, src, n);
-    return Status();
-  }).ok());
+                    std::memcpy(dst, src, n);
+                    return Status();
+                  })
+                  .ok());
   EXPECT_EQ(out, original);
 }
 
@@ -767,9 +856,10 @@ TEST(Algo, DeadlineEndsAWaitForAPeerThatNeverSends) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
-// --- Device buffers ---------------------------------------------------------------------------------
-// The same schedules with every rank's buffers on an emulated GPU (tests/emulated_device.h): the
-// device path must give the host path's bytes exactly, since its kernels compute the same bits.
+// --- Device buffers
+// --------------------------------------------------------------------------------- The same
+// schedules with every rank's buffers on an emulated GPU (tests/emulated_device.h): the device path
+// must give the host path's bytes exactly, since its kernels compute the same bits.
 
 class DeviceTest : public ::testing::TestWithParam<WireParam> {};
 
@@ -779,16 +869,21 @@ TEST_P(DeviceTest, SameBitsAsHostMemory) {
   EmulatedGpu gpu;
   // Element sizes 8, 4, 2 and 1 (test_gpu_kernels checks every dtype's kernels against the CPU's).
   const std::vector<Dtype> dtypes =
-      wire == codec::Wire::kNative ? std::vector<Dtype>{Dtype::kF64, Dtype::kF32, Dtype::kBF16, Dtype::kI8} : std::vector<Dtype>{Dtype::kF32};
+      wire == codec::Wire::kNative
+          ? std::vector<Dtype>{Dtype::kF64, Dtype::kF32, Dtype::kBF16, Dtype::kI8}
+          : std::vector<Dtype>{Dtype::kF32};
   for (Dtype t : dtypes) {
     for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
       const Collective c = sweep_case(shape, count, n, t, static_cast<RedOp>(op), wire);
       ASSERT_TRUE(algo::check(c, n, 0).ok());
-      SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::dtype_name(c.dtype) + " " + codec::redop_name(c.op));
-      const std::vector<Bytes> ins = wire == codec::Wire::kNative ? std::vector<Bytes>{} : random_inputs(c, n, 7);
+      SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::dtype_name(c.dtype) + " " +
+                   codec::redop_name(c.op));
+      const std::vector<Bytes> ins =
+          wire == codec::Wire::kNative ? std::vector<Bytes>{} : random_inputs(c, n, 7);
       Fabric host_fabric(n), device_fabric(n);
       const Outcome host = run_all(host_fabric, c, n, std::chrono::seconds(60), ins);
-      const Outcome device = run_all(device_fabric, c, n, std::chrono::seconds(60), ins, nullptr, &gpu);
+      const Outcome device =
+          run_all(device_fabric, c, n, std::chrono::seconds(60), ins, nullptr, &gpu);
       for (int r = 0; r < n; ++r) {
         const size_t i = static_cast<size_t>(r);
         ASSERT_TRUE(device.status[i].ok()) << "rank " << r << ": " << device.status[i].to_string();
@@ -805,11 +900,13 @@ INSTANTIATE_TEST_SUITE_P(
     Sweep, DeviceTest,
     ::testing::Combine(::testing::Values(1, 2, 3, 5), ::testing::Values<size_t>(0, 7, 65537),
                        kEveryShape,
-                       ::testing::Values(codec::Wire::kNative, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt8,
-                                         codec::Wire::kInt4, codec::Wire::kFp8, codec::Wire::kInt2)),
+                       ::testing::Values(codec::Wire::kNative, codec::Wire::kF16,
+                                         codec::Wire::kBF16, codec::Wire::kInt8, codec::Wire::kInt4,
+                                         codec::Wire::kFp8, codec::Wire::kInt2)),
     wire_param_name);
 INSTANTIATE_TEST_SUITE_P(Topk, DeviceTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 5), ::testing::Values<size_t>(0, 7, 65537), kTopkShapes,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5),
+                                            ::testing::Values<size_t>(0, 7, 65537), kTopkShapes,
                                             ::testing::Values(codec::Wire::kTopk)),
                          wire_param_name);
 
@@ -826,7 +923,8 @@ TEST(Device, OnlyWireBytesCrossPcie) {
     c.wire = w;
     EmulatedGpu gpu;
     Fabric fabric(n);
-    const Outcome o = run_all(fabric, c, n, std::chrono::seconds(60), random_inputs(c, n, 3), nullptr, &gpu);
+    const Outcome o =
+        run_all(fabric, c, n, std::chrono::seconds(60), random_inputs(c, n, 3), nullptr, &gpu);
     for (const Status &st : o.status) ASSERT_TRUE(st.ok()) << st.to_string();
     crossed[w == codec::Wire::kInt8] = gpu.to_device_bytes() + gpu.to_host_bytes();
     EXPECT_GT(gpu.pinned_allocations(), 0u);
@@ -834,7 +932,8 @@ TEST(Device, OnlyWireBytesCrossPcie) {
   const double bytes = 4.0 * c.count * n;  // every rank's elements
   EXPECT_LT(static_cast<double>(crossed[0]) / bytes, 4.2) << "native";
   const double ratio = static_cast<double>(crossed[1]) / static_cast<double>(crossed[0]);
-  EXPECT_LT(ratio, 0.30) << "int8 moved " << crossed[1] << " bytes across PCIe, native " << crossed[0];
+  EXPECT_LT(ratio, 0.30) << "int8 moved " << crossed[1] << " bytes across PCIe, native "
+                         << crossed[0];
 }
 
 TEST(Device, CompressedMessagesFromDeviceBuffers) {
@@ -849,7 +948,8 @@ TEST(Device, CompressedMessagesFromDeviceBuffers) {
     EmulatedGpu gpu;
     Fabric host_fabric(n), device_fabric(n);
     const Outcome host = run_all(host_fabric, c, n);
-    const Outcome device = run_all(device_fabric, c, n, std::chrono::seconds(60), {}, nullptr, &gpu);
+    const Outcome device =
+        run_all(device_fabric, c, n, std::chrono::seconds(60), {}, nullptr, &gpu);
     for (int r = 0; r < n; ++r) {
       const size_t i = static_cast<size_t>(r);
       ASSERT_TRUE(device.status[i].ok()) << device.status[i].to_string();
@@ -874,7 +974,9 @@ TEST(Device, AFaultInTheFirstQuarterOfItsGpuCallsFailsTheOperationCleanly) {
     // before any rank can have finished.
     EmulatedGpu clean;
     Fabric clean_fabric(n);
-    for (const Status &st : run_all(clean_fabric, c, n, std::chrono::seconds(20), random_inputs(c, n, 5), nullptr, &clean).status) {
+    for (const Status &st : run_all(clean_fabric, c, n, std::chrono::seconds(20),
+                                    random_inputs(c, n, 5), nullptr, &clean)
+                                .status) {
       ASSERT_TRUE(st.ok()) << st.to_string();
     }
     const long total = static_cast<long>(clean.calls());
@@ -883,16 +985,19 @@ TEST(Device, AFaultInTheFirstQuarterOfItsGpuCallsFailsTheOperationCleanly) {
       EmulatedGpu gpu;
       gpu.fail_after(k);
       Fabric fabric(n);
-      const Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), random_inputs(c, n, 5), nullptr, &gpu);
+      const Outcome o =
+          run_all(fabric, c, n, std::chrono::seconds(20), random_inputs(c, n, 5), nullptr, &gpu);
       int cuda = 0;
       for (int r = 0; r < n; ++r) {
         const size_t i = static_cast<size_t>(r);
         EXPECT_FALSE(o.status[i].ok()) << "fault after " << k;
         EXPECT_EQ(o.in_after[i], o.in[i]);
-        cuda += o.status[i].code() == WCCL_ERR_CUDA || o.status[i].code() == WCCL_ERR_NO_MEMORY;  // alloc
+        cuda += o.status[i].code() == WCCL_ERR_CUDA ||
+                o.status[i].code() == WCCL_ERR_NO_MEMORY;  // alloc
       }
-      EXPECT_EQ(cuda, 1) << codec::wire_name(w) << ", fault after " << k << ": " << o.status[0].to_string() << " / "
-                         << o.status[1].to_string() << " / " << o.status[2].to_string() << " (of " << total << " calls)";
+      EXPECT_EQ(cuda, 1) << codec::wire_name(w) << ", fault after " << k << ": "
+                         << o.status[0].to_string() << " / " << o.status[1].to_string() << " / "
+                         << o.status[2].to_string() << " (of " << total << " calls)";
       EXPECT_EQ(gpu.live_allocations(), 0u);
     }
   }
@@ -920,7 +1025,8 @@ TEST(Algo, TreesAreComplementary) {
       }
       EXPECT_EQ(roots, 1);
     }
-    for (int r = 0; r < n; ++r) EXPECT_LE(interior[static_cast<size_t>(r)], 1) << "n=" << n << " rank " << r;
+    for (int r = 0; r < n; ++r)
+      EXPECT_LE(interior[static_cast<size_t>(r)], 1) << "n=" << n << " rank " << r;
   }
 }
 

@@ -41,7 +41,8 @@ TEST(Hash, EveryBitMattersAndLengthCounts) {
     }
   }
   std::vector<uint8_t> zeros(4096, 0);
-  EXPECT_NE(codec::hash64(zeros.data(), 4096), codec::hash64(zeros.data(), 4092)) << "zero runs differ by length";
+  EXPECT_NE(codec::hash64(zeros.data(), 4096), codec::hash64(zeros.data(), 4092))
+      << "zero runs differ by length";
 }
 
 TEST(Hash, DoesNotDependOnAlignment) {
@@ -55,7 +56,9 @@ TEST(Hash, TensorHashIsPerBlockAndTheGpuAgrees) {
   std::vector<uint8_t> buf(3 * codec::kHashBlock + 7);
   std::mt19937 rng(9);
   for (auto &b : buf) b = static_cast<uint8_t>(rng());
-  EXPECT_EQ(codec::tensor_hash(buf.data(), 100), codec::combine_block_hashes(std::vector<uint64_t>{codec::hash64(buf.data(), 100)}.data(), 1));
+  EXPECT_EQ(
+      codec::tensor_hash(buf.data(), 100),
+      codec::combine_block_hashes(std::vector<uint64_t>{codec::hash64(buf.data(), 100)}.data(), 1));
   const uint64_t whole = codec::tensor_hash(buf.data(), buf.size());
   std::swap(buf[10], buf[codec::kHashBlock + 10]);  // the same bytes in other blocks
   EXPECT_NE(codec::tensor_hash(buf.data(), buf.size()), whole);
@@ -64,7 +67,8 @@ TEST(Hash, TensorHashIsPerBlockAndTheGpuAgrees) {
   Status st;
   std::unique_ptr<DeviceMemory> memory = DeviceMemory::create(gpu, &st);
   ASSERT_TRUE(memory) << st.to_string();
-  for (size_t len : {size_t{0}, size_t{1}, codec::kHashBlock - 1, codec::kHashBlock, codec::kHashBlock + 1, buf.size()}) {
+  for (size_t len : {size_t{0}, size_t{1}, codec::kHashBlock - 1, codec::kHashBlock,
+                     codec::kHashBlock + 1, buf.size()}) {
     void *d = gpu.alloc_copy(buf.data(), len);
     uint64_t h = 0;
     ASSERT_TRUE(memory->hash(d, len, &h).ok());
@@ -101,17 +105,18 @@ TEST(Description, RoundTripsAndRefusesMalformedBytes) {
 
   const std::vector<uint8_t> good = encode_state(s);
   for (size_t len = 0; len < good.size(); len += 7) {
-    EXPECT_EQ(decode_state(good.data(), len).status().code(), WCCL_ERR_PROTOCOL) << "truncated to " << len;
+    EXPECT_EQ(decode_state(good.data(), len).status().code(), WCCL_ERR_PROTOCOL)
+        << "truncated to " << len;
   }
   auto corrupt = [&](size_t at, uint8_t v) {
     std::vector<uint8_t> c = good;
     c[at] = v;
     return decode_state(c.data(), c.size()).status().code();
   };
-  EXPECT_EQ(corrupt(0, 0), WCCL_ERR_PROTOCOL);   // magic
-  EXPECT_EQ(corrupt(4, 9), WCCL_ERR_PROTOCOL);   // version
-  EXPECT_EQ(corrupt(6, 3), WCCL_ERR_PROTOCOL);   // mode
-  EXPECT_EQ(corrupt(7, 1), WCCL_ERR_PROTOCOL);   // reserved
+  EXPECT_EQ(corrupt(0, 0), WCCL_ERR_PROTOCOL);      // magic
+  EXPECT_EQ(corrupt(4, 9), WCCL_ERR_PROTOCOL);      // version
+  EXPECT_EQ(corrupt(6, 3), WCCL_ERR_PROTOCOL);      // mode
+  EXPECT_EQ(corrupt(7, 1), WCCL_ERR_PROTOCOL);      // reserved
   EXPECT_EQ(corrupt(16, 0xFF), WCCL_ERR_PROTOCOL);  // tensor count past the end
   std::vector<uint8_t> trailing = good;
   trailing.push_back(1);
@@ -120,8 +125,9 @@ TEST(Description, RoundTripsAndRefusesMalformedBytes) {
 
 TEST(Plan, MostPopularStateWinsAndOnlyDifferingTensorsMove) {
   // Ranks 0, 2, 3 agree at revision 5; rank 1 (a joiner) differs in tensors 0 and 2.
-  std::vector<MemberState> m = {state(SyncMode::kPopular, 5, {10, 11, 12}), state(SyncMode::kPopular, 0, {0, 11, 0}),
-                                state(SyncMode::kPopular, 5, {10, 11, 12}), state(SyncMode::kPopular, 5, {10, 11, 12})};
+  std::vector<MemberState> m = {
+      state(SyncMode::kPopular, 5, {10, 11, 12}), state(SyncMode::kPopular, 0, {0, 11, 0}),
+      state(SyncMode::kPopular, 5, {10, 11, 12}), state(SyncMode::kPopular, 5, {10, 11, 12})};
   Result<SyncPlan> p = plan_sync(m, 1000);  // tensor 0 is 4000 bytes: 4 pieces
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_EQ(p.value().target.revision, 5u);
@@ -144,16 +150,19 @@ TEST(Plan, RevisionRules) {
   auto elected = [](std::vector<MemberState> m) {
     Result<SyncPlan> p = plan_sync(m, 1 << 20);
     EXPECT_TRUE(p.ok()) << p.status().to_string();
-    return p.ok() ? std::make_pair(p.value().elected, p.value().target.revision) : std::make_pair(-1, uint64_t{0});
+    return p.ok() ? std::make_pair(p.value().elected, p.value().target.revision)
+                  : std::make_pair(-1, uint64_t{0});
   };
   // Popularity beats a higher revision.
   EXPECT_EQ(elected({state(SyncMode::kPopular, 7, {2}), state(SyncMode::kPopular, 5, {1}),
                      state(SyncMode::kPopular, 5, {1})}),
             std::make_pair(1, uint64_t{5}));
   // A tie goes to the higher revision...
-  EXPECT_EQ(elected({state(SyncMode::kPopular, 5, {1}), state(SyncMode::kPopular, 6, {2})}), std::make_pair(1, uint64_t{6}));
+  EXPECT_EQ(elected({state(SyncMode::kPopular, 5, {1}), state(SyncMode::kPopular, 6, {2})}),
+            std::make_pair(1, uint64_t{6}));
   // ... then to the lowest rank.
-  EXPECT_EQ(elected({state(SyncMode::kPopular, 5, {1}), state(SyncMode::kPopular, 5, {2})}), std::make_pair(0, uint64_t{5}));
+  EXPECT_EQ(elected({state(SyncMode::kPopular, 5, {1}), state(SyncMode::kPopular, 5, {2})}),
+            std::make_pair(0, uint64_t{5}));
   // The same bytes under another revision are another state.
   EXPECT_EQ(elected({state(SyncMode::kPopular, 4, {1}), state(SyncMode::kPopular, 5, {1}),
                      state(SyncMode::kPopular, 5, {1})}),
@@ -171,7 +180,8 @@ TEST(Plan, AKeptTargetOutlivesTheElectionAndNeedsADonor) {
   // After a loss, the survivors finish towards the state elected before it, even where the
   // survivors alone would elect another.
   const SyncTarget keep{5, {10, 11}};
-  std::vector<MemberState> m = {state(SyncMode::kPopular, 0, {0, 11}), state(SyncMode::kPopular, 0, {0, 11}),
+  std::vector<MemberState> m = {state(SyncMode::kPopular, 0, {0, 11}),
+                                state(SyncMode::kPopular, 0, {0, 11}),
                                 state(SyncMode::kPopular, 5, {10, 11})};
   Result<SyncPlan> p = plan_sync(m, 1 << 20, &keep);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
@@ -182,11 +192,13 @@ TEST(Plan, AKeptTargetOutlivesTheElectionAndNeedsADonor) {
   m.pop_back();  // the last holder is gone too
   Status st = plan_sync(m, 1 << 20, &keep).status();
   EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST);
-  EXPECT_NE(st.message().find("no remaining member holds tensor \"t0\""), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("no remaining member holds tensor \"t0\""), std::string::npos)
+      << st.to_string();
 }
 
 TEST(Plan, ReceiveOnlyMembersNeverDonate) {
-  std::vector<MemberState> m = {state(SyncMode::kReceiveOnly, 1, {7}), state(SyncMode::kPopular, 1, {7}),
+  std::vector<MemberState> m = {state(SyncMode::kReceiveOnly, 1, {7}),
+                                state(SyncMode::kPopular, 1, {7}),
                                 state(SyncMode::kPopular, 0, {0})};
   Result<SyncPlan> p = plan_sync(m, 100);
   ASSERT_TRUE(p.ok());
@@ -205,10 +217,12 @@ TEST(Plan, MismatchesAndConflictsAreNamed) {
   };
   MemberState a = state(SyncMode::kPopular, 1, {1, 2});
   MemberState fewer = state(SyncMode::kPopular, 1, {1});
-  EXPECT_NE(error({a, a, fewer}).find("rank 2 passes 1 tensors, rank 0 passes 2"), std::string::npos);
+  EXPECT_NE(error({a, a, fewer}).find("rank 2 passes 1 tensors, rank 0 passes 2"),
+            std::string::npos);
   MemberState renamed = a;
   renamed.tensors[1].name = "other";
-  EXPECT_NE(error({a, renamed}).find("tensor 1 is \"other\" f32 x 1001 on rank 1 but \"t1\" f32 x 1001 on rank 0"),
+  EXPECT_NE(error({a, renamed})
+                .find("tensor 1 is \"other\" f32 x 1001 on rank 1 but \"t1\" f32 x 1001 on rank 0"),
             std::string::npos);
   MemberState retyped = a;
   retyped.tensors[0].dtype = Dtype::kF16;
@@ -216,9 +230,11 @@ TEST(Plan, MismatchesAndConflictsAreNamed) {
   MemberState resized = a;
   resized.tensors[0].count = 5;
   EXPECT_NE(error({a, a, a, resized}).find("x 5 on rank 3"), std::string::npos);
-  EXPECT_NE(error({state(SyncMode::kSendOnly, 1, {1}), state(SyncMode::kSendOnly, 2, {1})}).find("send-only"),
+  EXPECT_NE(error({state(SyncMode::kSendOnly, 1, {1}), state(SyncMode::kSendOnly, 2, {1})})
+                .find("send-only"),
             std::string::npos);
-  EXPECT_NE(error({state(SyncMode::kReceiveOnly, 1, {1}), state(SyncMode::kReceiveOnly, 1, {1})}).find("receive-only"),
+  EXPECT_NE(error({state(SyncMode::kReceiveOnly, 1, {1}), state(SyncMode::kReceiveOnly, 1, {1})})
+                .find("receive-only"),
             std::string::npos);
 }
 
@@ -240,7 +256,8 @@ std::vector<uint8_t> bytes_of(uint64_t seed, size_t n) {
   return b;
 }
 
-void run_members(Members &m, const std::vector<MemberState> &states, size_t piece_bytes, test::Fabric &fabric) {
+void run_members(Members &m, const std::vector<MemberState> &states, size_t piece_bytes,
+                 test::Fabric &fabric) {
   const int n = static_cast<int>(states.size());
   auto plan = plan_sync(states, piece_bytes);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
@@ -264,7 +281,8 @@ void run_members(Members &m, const std::vector<MemberState> &states, size_t piec
     job.elem_bytes = m.elem_bytes;
     m.stage[static_cast<size_t>(r)].assign(job.stage_bytes, 0xEE);
     channels.push_back(fabric.channel(r));
-    exchanges.push_back(std::make_unique<Exchange>(*channels.back(), Exchange::Clock::now() + std::chrono::seconds(30)));
+    exchanges.push_back(std::make_unique<Exchange>(
+        *channels.back(), Exchange::Clock::now() + std::chrono::seconds(30)));
   }
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -302,11 +320,13 @@ TEST(RunSync, TwoJoinersCatchUpFromThreeDonorsStripedAndVerified) {
   Members m;
   m.tensors = {good, good, good, good, good};
   for (int r : {1, 4}) {
-    for (size_t i : {size_t{0}, size_t{3}, size_t{4}}) m.tensors[r][i].assign(sizes[i], 0);  // stale tensors 0, 3, 4
+    for (size_t i : {size_t{0}, size_t{3}, size_t{4}})
+      m.tensors[r][i].assign(sizes[i], 0);  // stale tensors 0, 3, 4
   }
   m.tensors[4][1] = {0x55};  // and one more for rank 4
   std::vector<MemberState> states;
-  for (int r = 0; r < 5; ++r) states.push_back(describe(m.tensors[static_cast<size_t>(r)], r == 1 || r == 4 ? 0 : 8));
+  for (int r = 0; r < 5; ++r)
+    states.push_back(describe(m.tensors[static_cast<size_t>(r)], r == 1 || r == 4 ? 0 : 8));
   test::Fabric fabric(5, {true, 3, {}});
   run_members(m, states, 4096, fabric);
   const uint64_t stale = sizes[0] + sizes[3] + sizes[4];
@@ -318,8 +338,9 @@ TEST(RunSync, TwoJoinersCatchUpFromThreeDonorsStripedAndVerified) {
       EXPECT_EQ(m.received[i], stale + (r == 4 ? 1 : 0));
       for (size_t t = 0; t < sizes.size(); ++t) {
         if (job.stage_offset[t] == SyncJob::kNotReceived) continue;
-        std::vector<uint8_t> got(m.stage[i].begin() + static_cast<long>(job.stage_offset[t]),
-                                 m.stage[i].begin() + static_cast<long>(job.stage_offset[t] + sizes[t]));
+        std::vector<uint8_t> got(
+            m.stage[i].begin() + static_cast<long>(job.stage_offset[t]),
+            m.stage[i].begin() + static_cast<long>(job.stage_offset[t] + sizes[t]));
         EXPECT_EQ(got, good[t]) << "rank " << r << " tensor " << t;
       }
       EXPECT_EQ(job.stage_offset[2], SyncJob::kNotReceived) << "an empty tensor never moves";
@@ -329,7 +350,8 @@ TEST(RunSync, TwoJoinersCatchUpFromThreeDonorsStripedAndVerified) {
       EXPECT_EQ(job.stage_bytes, 0u);
       EXPECT_GT(m.sent[i], stale * 2 / 3 / 2) << "every donor carries a share";
     }
-    EXPECT_EQ(m.tensors[i], r == 1 || r == 4 ? m.tensors[i] : good) << "run_sync never writes tensors";
+    EXPECT_EQ(m.tensors[i], r == 1 || r == 4 ? m.tensors[i] : good)
+        << "run_sync never writes tensors";
   }
 }
 
@@ -346,9 +368,12 @@ TEST(RunSync, CompressedPiecesArriveIntactAndShorter) {
   good[1] = bytes_of(9, 200000);
   good[2] = {1, 2, 3, 4, 5};
   Members m;
-  m.tensors = {good, good, {std::vector<uint8_t>(good[0].size(), 0), std::vector<uint8_t>(good[1].size(), 0),
-                            std::vector<uint8_t>(5, 0)}};
-  std::vector<MemberState> states = {describe(good, 2), describe(good, 2), describe(m.tensors[2], 0)};
+  m.tensors = {good,
+               good,
+               {std::vector<uint8_t>(good[0].size(), 0), std::vector<uint8_t>(good[1].size(), 0),
+                std::vector<uint8_t>(5, 0)}};
+  std::vector<MemberState> states = {describe(good, 2), describe(good, 2),
+                                     describe(m.tensors[2], 0)};
   test::Fabric fabric(3, {true, 11, {}});
   m.compress = Compress::kAlways;
   m.elem_bytes = {4, 1, 1};
@@ -356,12 +381,14 @@ TEST(RunSync, CompressedPiecesArriveIntactAndShorter) {
   for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(m.status[r].ok()) << m.status[r].to_string();
   const SyncJob &job = m.jobs[2];
   for (size_t t = 0; t < 3; ++t) {
-    std::vector<uint8_t> got(m.stage[2].begin() + static_cast<long>(job.stage_offset[t]),
-                             m.stage[2].begin() + static_cast<long>(job.stage_offset[t] + good[t].size()));
+    std::vector<uint8_t> got(
+        m.stage[2].begin() + static_cast<long>(job.stage_offset[t]),
+        m.stage[2].begin() + static_cast<long>(job.stage_offset[t] + good[t].size()));
     EXPECT_EQ(got, good[t]) << "tensor " << t;
   }
   const uint64_t raw = good[0].size() + good[1].size() + good[2].size();
-  EXPECT_LT(m.received[2], good[1].size() + good[2].size() + good[0].size() / 2) << "tensor 0 shrank";
+  EXPECT_LT(m.received[2], good[1].size() + good[2].size() + good[0].size() / 2)
+      << "tensor 0 shrank";
   EXPECT_GE(m.received[2], good[1].size() + good[2].size()) << "random bytes do not";
   EXPECT_EQ(m.sent[0] + m.sent[1], m.received[2]);
   EXPECT_LT(m.received[2], raw);
@@ -383,7 +410,8 @@ TEST(RunSync, ADonorDyingFailsTheReceiverPromptly) {
   std::vector<std::vector<uint8_t>> good = {bytes_of(2, 1 << 20)};
   Members m;
   m.tensors = {good, good, {std::vector<uint8_t>(1 << 20, 0)}};
-  std::vector<MemberState> states = {describe(good, 1), describe(good, 1), describe(m.tensors[2], 0)};
+  std::vector<MemberState> states = {describe(good, 1), describe(good, 1),
+                                     describe(m.tensors[2], 0)};
   test::Fabric fabric(3, {true, 5, {}});
   fabric.kill_at_send(1, 10);
   const auto start = std::chrono::steady_clock::now();

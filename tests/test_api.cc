@@ -5,14 +5,14 @@
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "codec/compress.h"
 #include "codec/wire.h"
 #include "emulated_device.h"
-#include "wccl/wccl.h"
 #include "gpu/kernels.h"
+#include "wccl/wccl.h"
 
 namespace {
 
@@ -23,9 +23,9 @@ std::string get(wccl_config_t *cfg, const char *key) {
 }
 
 TEST(Results, EveryCodeHasANameAndAMessage) {
-#define CHECK_CODE(name, value, message)                       \
-  EXPECT_STREQ(wccl_result_name(name), #name);                 \
-  EXPECT_STREQ(wccl_strerror(name), message);                  \
+#define CHECK_CODE(name, value, message)       \
+  EXPECT_STREQ(wccl_result_name(name), #name); \
+  EXPECT_STREQ(wccl_strerror(name), message);  \
   EXPECT_EQ(static_cast<int>(name), value);
   WCCL_RESULT_TABLE(CHECK_CODE)
 #undef CHECK_CODE
@@ -112,7 +112,8 @@ TEST(Config, BadValuesAreRejectedAndLeaveTheValue) {
       {"name", "has space", "without spaces"},
   };
   for (const auto &c : cases) {
-    EXPECT_EQ(wccl_config_set(cfg, c.key, c.value), WCCL_ERR_INVALID_ARGUMENT) << c.key << "=" << c.value;
+    EXPECT_EQ(wccl_config_set(cfg, c.key, c.value), WCCL_ERR_INVALID_ARGUMENT)
+        << c.key << "=" << c.value;
     const std::string err = wccl_last_error();
     EXPECT_NE(err.find(std::string("config key ") + c.key), std::string::npos) << err;
     EXPECT_NE(err.find(c.expect), std::string::npos) << err;
@@ -127,7 +128,8 @@ TEST(Config, UnknownKeysAndNullArguments) {
   wccl_config_t *cfg = nullptr;
   ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
   EXPECT_EQ(wccl_config_set(cfg, "stream", "4"), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(wccl_last_error()).find("unknown config key \"stream\""), std::string::npos);
+  EXPECT_NE(std::string(wccl_last_error()).find("unknown config key \"stream\""),
+            std::string::npos);
   char buf[8] = "keep";
   EXPECT_EQ(wccl_config_get(cfg, "nope", buf, sizeof(buf), nullptr), WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(buf, "keep");
@@ -174,12 +176,17 @@ TEST(LastError, IsPerThreadAndNamesTheSource) {
 TEST(WireRoundtrip, IsWhatTheWireKeepsAndRefusesWithoutWriting) {
   std::vector<float> x(3000), y(3000, 7.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 101) * 0.01f - 0.5f;
-  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8, WCCL_WIRE_TOPK}) {
+  for (wccl_wire_t w :
+       {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8, WCCL_WIRE_TOPK}) {
     ASSERT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), w), WCCL_OK) << wccl_last_error();
     std::vector<uint8_t> bytes(wccl::codec::wire_size(static_cast<wccl::codec::Wire>(w), x.size()));
     std::vector<float> want(x.size());
-    ASSERT_TRUE(wccl::codec::encode(static_cast<wccl::codec::Wire>(w), x.data(), x.size(), bytes.data()).ok());
-    ASSERT_TRUE(wccl::codec::decode(static_cast<wccl::codec::Wire>(w), bytes.data(), bytes.size(), x.size(), want.data()).ok());
+    ASSERT_TRUE(
+        wccl::codec::encode(static_cast<wccl::codec::Wire>(w), x.data(), x.size(), bytes.data())
+            .ok());
+    ASSERT_TRUE(wccl::codec::decode(static_cast<wccl::codec::Wire>(w), bytes.data(), bytes.size(),
+                                    x.size(), want.data())
+                    .ok());
     EXPECT_EQ(y, want) << w;
     EXPECT_NE(y, x) << w << " is lossy on these values";
   }
@@ -187,10 +194,13 @@ TEST(WireRoundtrip, IsWhatTheWireKeepsAndRefusesWithoutWriting) {
   EXPECT_EQ(y, x);
   x[2222] = std::nanf("");
   const std::vector<float> before = y;
-  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_INT4), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(wccl_last_error()).find("element 2222 is NaN"), std::string::npos) << wccl_last_error();
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_INT4),
+            WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("element 2222 is NaN"), std::string::npos)
+      << wccl_last_error();
   EXPECT_EQ(y, before);
-  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), 4, static_cast<wccl_wire_t>(9)), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), 4, static_cast<wccl_wire_t>(9)),
+            WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(wccl_last_error()).find("wire 9"), std::string::npos) << wccl_last_error();
   EXPECT_EQ(wccl_wire_roundtrip(nullptr, y.data(), 4, WCCL_WIRE_INT8), WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(wccl_wire_roundtrip(nullptr, nullptr, 0, WCCL_WIRE_INT8), WCCL_OK);
@@ -215,26 +225,36 @@ TEST(WireRoundtrip, OnAGpuIsTheHostsAfterTheDefaultStreamsWork) {
     std::memcpy(v.data(), b.data(), bytes);
     return v;
   };
-  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8, WCCL_WIRE_TOPK, WCCL_WIRE_BF16, WCCL_WIRE_FP16, WCCL_WIRE_NATIVE}) {
+  for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8,
+                        WCCL_WIRE_TOPK, WCCL_WIRE_BF16, WCCL_WIRE_FP16, WCCL_WIRE_NATIVE}) {
     std::vector<float> want(x.size());
-    ASSERT_EQ(wccl_wire_roundtrip(x.data(), want.data(), x.size(), w), WCCL_OK) << wccl_last_error();
-    ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout), x.size(), w), WCCL_OK)
+    ASSERT_EQ(wccl_wire_roundtrip(x.data(), want.data(), x.size(), w), WCCL_OK)
+        << wccl_last_error();
+    ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout),
+                                  x.size(), w),
+              WCCL_OK)
         << wccl_last_error();
     EXPECT_EQ(read(dout), want) << w;
   }
-  ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(dout), static_cast<float *>(dout), x.size(), WCCL_WIRE_INT8),
-            WCCL_OK) << wccl_last_error();
+  ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(dout), static_cast<float *>(dout),
+                                x.size(), WCCL_WIRE_INT8),
+            WCCL_OK)
+      << wccl_last_error();
   std::vector<float> want(x.size());
   ASSERT_EQ(wccl_wire_roundtrip(x.data(), want.data(), x.size(), WCCL_WIRE_INT8), WCCL_OK);
   EXPECT_EQ(read(dout), want) << "in place";
   x[2222] = std::nanf("");
   gpu.write(din, x.data(), bytes);
-  EXPECT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout), x.size(), WCCL_WIRE_FP8),
+  EXPECT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout),
+                                x.size(), WCCL_WIRE_FP8),
             WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(wccl_last_error()).find("element 2222 is NaN"), std::string::npos) << wccl_last_error();
+  EXPECT_NE(std::string(wccl_last_error()).find("element 2222 is NaN"), std::string::npos)
+      << wccl_last_error();
   EXPECT_EQ(read(dout), want) << "a refused roundtrip writes nothing";
-  EXPECT_EQ(wccl_wire_roundtrip(x.data(), static_cast<float *>(dout), x.size(), WCCL_WIRE_INT8), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(wccl_last_error()).find("in is in host memory and out in emulated-gpu"), std::string::npos)
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), static_cast<float *>(dout), x.size(), WCCL_WIRE_INT8),
+            WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("in is in host memory and out in emulated-gpu"),
+            std::string::npos)
       << wccl_last_error();
   gpu.free(din);
   gpu.free(dout);
@@ -272,7 +292,8 @@ TEST(CoordApi, BadConfigurationIsNamed) {
   wccl_coord_t *coord = nullptr;
   ASSERT_EQ(wccl_config_set(cfg, "listen", "127.0.0.1:0"), WCCL_OK);
   EXPECT_EQ(wccl_coord_start(&coord, cfg), WCCL_ERR_INVALID_ARGUMENT) << "tls=on without files";
-  EXPECT_NE(std::string(wccl_last_error()).find("tls_cert"), std::string::npos) << wccl_last_error();
+  EXPECT_NE(std::string(wccl_last_error()).find("tls_cert"), std::string::npos)
+      << wccl_last_error();
   ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
   ASSERT_EQ(wccl_config_set(cfg, "listen", "nowhere"), WCCL_OK);
   EXPECT_EQ(wccl_coord_start(&coord, cfg), WCCL_ERR_INVALID_ARGUMENT);
@@ -316,44 +337,55 @@ TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
     EXPECT_EQ(got, want) << wccl_last_error();
     EXPECT_NE(std::string(wccl_last_error()).find(words), std::string::npos) << wccl_last_error();
   };
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, nullptr, nullptr), WCCL_ERR_INVALID_ARGUMENT, "comm is NULL");
-  expect(wccl_allreduce(nullptr, v, 4, WCCL_F32, WCCL_SUM, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "sendbuf");
-  expect(wccl_allreduce(v, nullptr, 4, WCCL_F32, WCCL_SUM, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "recvbuf");
-  expect(wccl_allreduce(v, v, 4, static_cast<wccl_dtype_t>(99), WCCL_SUM, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
-         "dtype 99");
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, static_cast<wccl_redop_t>(-1), comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
-         "op -1");
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, nullptr, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "comm is NULL");
+  expect(wccl_allreduce(nullptr, v, 4, WCCL_F32, WCCL_SUM, comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "sendbuf");
+  expect(wccl_allreduce(v, nullptr, 4, WCCL_F32, WCCL_SUM, comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "recvbuf");
+  expect(wccl_allreduce(v, v, 4, static_cast<wccl_dtype_t>(99), WCCL_SUM, comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "dtype 99");
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, static_cast<wccl_redop_t>(-1), comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "op -1");
   expect(wccl_broadcast(v, v, 4, WCCL_F32, 1, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "root 1");
   wccl_opts_t o = wccl_opts_default();
   o.size = 8;
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->size");
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "opts->size");
   o = wccl_opts_default();
   o.wire = WCCL_WIRE_INT8;
-  expect(wccl_allreduce(v, v, 2, WCCL_F64, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "int8 wire carries f32, f16 and bf16 elements, not f64");
+  expect(wccl_allreduce(v, v, 2, WCCL_F64, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "int8 wire carries f32, f16 and bf16 elements, not f64");
   o.wire = WCCL_WIRE_TOPK + 1;
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->wire 8");
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "opts->wire 8");
   o.wire = WCCL_WIRE_TOPK;
   o.algo = WCCL_ALGO_RING;
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "the topk wire is never re-encoded");
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "the topk wire is never re-encoded");
   o = wccl_opts_default();
   o.compress = 3;
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->compress 3");
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "opts->compress 3");
   o = wccl_opts_default();
   o.algo = 7;
-  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "opts->algo");
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "opts->algo");
   wccl_request_t *req = reinterpret_cast<wccl_request_t *>(&o);
-  expect(wccl_iallreduce(&req, v, v, 4, WCCL_F32, static_cast<wccl_redop_t>(9), comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
-         "op 9");
+  expect(wccl_iallreduce(&req, v, v, 4, WCCL_F32, static_cast<wccl_redop_t>(9), comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "op 9");
   EXPECT_EQ(req, nullptr) << "an error return creates no request";
   expect(wccl_wait(nullptr, nullptr), WCCL_ERR_INVALID_ARGUMENT, "req is NULL");
-  expect(wccl_ibarrier(nullptr, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "wccl_ibarrier: req (the out-handle) is NULL");
+  expect(wccl_ibarrier(nullptr, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "wccl_ibarrier: req (the out-handle) is NULL");
   EXPECT_EQ(v[0], 1.0f);
   wccl_request_free(nullptr);
 }
 
 TEST_F(CollectiveApi, OnePeerCollectivesComplete) {
   float in[3] = {1, 2, 3}, out[3] = {0, 0, 0};
-  ASSERT_EQ(wccl_allreduce(in, out, 3, WCCL_F32, WCCL_AVG, comm_, nullptr), WCCL_OK) << wccl_last_error();
+  ASSERT_EQ(wccl_allreduce(in, out, 3, WCCL_F32, WCCL_AVG, comm_, nullptr), WCCL_OK)
+      << wccl_last_error();
   EXPECT_EQ(out[2], 3.0f);
   wccl_opts_t zstd = wccl_opts_default();
   for (int32_t mode : {WCCL_COMPRESS_ZSTD, WCCL_COMPRESS_AUTO}) {
@@ -401,35 +433,46 @@ TEST_F(CollectiveApi, HierarchicalAllReduceOverALocalGroupOfThreads) {
   ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
   ASSERT_EQ(wccl_config_set(cfg, "log_level", "error"), WCCL_OK);
   ASSERT_EQ(wccl_config_set(cfg, "group", "local1"), WCCL_OK);
-  ASSERT_EQ(wccl_config_set(cfg, "coordinator", ("127.0.0.1:" + std::to_string(wccl_coord_port(coord_))).c_str()), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "coordinator",
+                            ("127.0.0.1:" + std::to_string(wccl_coord_port(coord_))).c_str()),
+            WCCL_OK);
   wccl_comm_t *comm1 = nullptr;
   ASSERT_EQ(wccl_comm_join(&comm1, cfg), WCCL_OK) << wccl_last_error();
   wccl_config_destroy(cfg);
 
   float v[3] = {1, 2, 3};
-  expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, nullptr, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "local is NULL");
-  expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, local[0], nullptr, nullptr), WCCL_ERR_INVALID_ARGUMENT, "comm is NULL");
-  expect(wccl_hier_allreduce(nullptr, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT, "sendbuf");
-  expect(wccl_hier_allreduce(v, v, 3, static_cast<wccl_dtype_t>(9), WCCL_SUM, local[0], comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
-         "dtype 9");
+  expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, nullptr, comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "local is NULL");
+  expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, local[0], nullptr, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "comm is NULL");
+  expect(wccl_hier_allreduce(nullptr, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "sendbuf");
+  expect(wccl_hier_allreduce(v, v, 3, static_cast<wccl_dtype_t>(9), WCCL_SUM, local[0], comm_,
+                             nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "dtype 9");
   wccl_opts_t o = wccl_opts_default();
   int stream = 0;
   o.cuda_stream = &stream;
   if (wccl::gpu::available()) {  // as wccl_allreduce answers it
-    expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "these are host memory");
+    expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, &o),
+           WCCL_ERR_INVALID_ARGUMENT, "these are host memory");
   } else {
-    expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, &o), WCCL_ERR_UNSUPPORTED, "no CUDA");
+    expect(wccl_hier_allreduce(v, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, &o),
+           WCCL_ERR_UNSUPPORTED, "no CUDA");
   }
-  expect(wccl_ihier_allreduce(nullptr, v, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
-         "req (the out-handle) is NULL");
+  expect(wccl_ihier_allreduce(nullptr, v, v, 3, WCCL_F32, WCCL_SUM, local[0], comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "req (the out-handle) is NULL");
   EXPECT_EQ(v[0], 1.0f);
 
   // Rank 1 blocks in its own thread; rank 0 waits for its non-blocking call.
   float w[3] = {10, 20, 30};
   wccl_result_t rank1 = WCCL_ERR_INTERNAL;
-  std::thread t([&] { rank1 = wccl_hier_allreduce(w, w, 3, WCCL_F32, WCCL_AVG, local[1], comm1, nullptr); });
+  std::thread t(
+      [&] { rank1 = wccl_hier_allreduce(w, w, 3, WCCL_F32, WCCL_AVG, local[1], comm1, nullptr); });
   wccl_request_t *req = nullptr;
-  ASSERT_EQ(wccl_ihier_allreduce(&req, v, v, 3, WCCL_F32, WCCL_AVG, local[0], comm_, nullptr), WCCL_OK) << wccl_last_error();
+  ASSERT_EQ(wccl_ihier_allreduce(&req, v, v, 3, WCCL_F32, WCCL_AVG, local[0], comm_, nullptr),
+            WCCL_OK)
+      << wccl_last_error();
   wccl_op_stats_t stats;
   stats.size = sizeof(stats);
   EXPECT_EQ(wccl_wait(req, &stats), WCCL_OK) << wccl_last_error();
@@ -462,16 +505,20 @@ TEST_F(CollectiveApi, DeviceBuffersAreFoundCheckedAndOrderedAfterTheCallersStrea
     EXPECT_EQ(got, want) << wccl_last_error();
     EXPECT_NE(std::string(wccl_last_error()).find(words), std::string::npos) << wccl_last_error();
   };
-  expect(wccl_allreduce(host, dout, 3, WCCL_F32, WCCL_SUM, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
-         "sendbuf is in host memory and recvbuf in emulated-gpu; both must be on one device or both in host memory");
+  expect(wccl_allreduce(host, dout, 3, WCCL_F32, WCCL_SUM, comm_, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT,
+         "sendbuf is in host memory and recvbuf in emulated-gpu; both must be on one device or "
+         "both in host memory");
   expect(wccl_allgather(din, host, 3, WCCL_F32, comm_, nullptr), WCCL_ERR_INVALID_ARGUMENT,
          "sendbuf is in emulated-gpu and recvbuf in host memory");
   wccl_opts_t o = wccl_opts_default();
   o.cuda_stream = &o;  // any non-null stream with host buffers
   if (wccl::gpu::available()) {
-    expect(wccl_allreduce(host, host, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT, "these are host memory");
+    expect(wccl_allreduce(host, host, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+           "these are host memory");
   } else {
-    expect(wccl_allreduce(host, host, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_UNSUPPORTED, "no CUDA");
+    expect(wccl_allreduce(host, host, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_UNSUPPORTED,
+           "no CUDA");
   }
   EXPECT_EQ(host[0], 7.0f);
   // The input reaches din on a stream of the caller's that nothing has run yet: the operation
@@ -481,17 +528,20 @@ TEST_F(CollectiveApi, DeviceBuffersAreFoundCheckedAndOrderedAfterTheCallersStrea
   ASSERT_TRUE(gpu.copy(din, in, sizeof(in), stream).ok());
   o.cuda_stream = stream;
   o.wire = WCCL_WIRE_INT8;
-  ASSERT_EQ(wccl_allreduce(din, dout, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_OK) << wccl_last_error();
+  ASSERT_EQ(wccl_allreduce(din, dout, 3, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_OK)
+      << wccl_last_error();
   const std::vector<uint8_t> got = gpu.read(dout, sizeof(in));
   EXPECT_EQ(std::memcmp(got.data(), in, sizeof(in)), 0) << "a world of one copies the input";
-  ASSERT_EQ(wccl_broadcast(dout, dout, 3, WCCL_F32, 0, comm_, nullptr), WCCL_OK) << wccl_last_error();
+  ASSERT_EQ(wccl_broadcast(dout, dout, 3, WCCL_F32, 0, comm_, nullptr), WCCL_OK)
+      << wccl_last_error();
   // State sync takes device tensors, whose `device` must say so.
   wccl_tensor_t t = {"w", dout, 3, WCCL_F32, WCCL_DEVICE_HOST};
   uint64_t rev = 4;
   expect(wccl_state_sync(comm_, &t, 1, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT,
          "tensor \"w\" is WCCL_DEVICE_HOST, but its data is device memory of emulated-gpu");
   t.device = WCCL_DEVICE_CUDA;
-  ASSERT_EQ(wccl_state_sync(comm_, &t, 1, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_OK) << wccl_last_error();
+  ASSERT_EQ(wccl_state_sync(comm_, &t, 1, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_OK)
+      << wccl_last_error();
   EXPECT_EQ(rev, 4u);
   gpu.destroy_stream(stream);
   gpu.free(din);
@@ -503,49 +553,62 @@ TEST_F(CollectiveApi, DeviceBuffersAreFoundCheckedAndOrderedAfterTheCallersStrea
 
 TEST_F(CollectiveApi, StateSyncArgumentsAreChecked) {
   float a[4] = {1, 2, 3, 4}, b[2] = {5, 6};
-  wccl_tensor_t t[2] = {{"a", a, 4, WCCL_F32, WCCL_DEVICE_HOST}, {"b", b, 2, WCCL_F32, WCCL_DEVICE_HOST}};
+  wccl_tensor_t t[2] = {{"a", a, 4, WCCL_F32, WCCL_DEVICE_HOST},
+                        {"b", b, 2, WCCL_F32, WCCL_DEVICE_HOST}};
   uint64_t rev = 3;
   auto expect = [](wccl_result_t got, wccl_result_t want, const std::string &words) {
     EXPECT_EQ(got, want) << wccl_last_error();
     EXPECT_NE(std::string(wccl_last_error()).find(words), std::string::npos) << wccl_last_error();
   };
-  expect(wccl_state_sync(nullptr, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "comm is NULL");
-  expect(wccl_state_sync(comm_, t, 2, nullptr, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "revision");
-  expect(wccl_state_sync(comm_, nullptr, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "tensors is NULL");
-  expect(wccl_state_sync(comm_, t, 2, &rev, static_cast<wccl_sync_mode_t>(3), nullptr), WCCL_ERR_INVALID_ARGUMENT,
-         "mode 3");
+  expect(wccl_state_sync(nullptr, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "comm is NULL");
+  expect(wccl_state_sync(comm_, t, 2, nullptr, WCCL_SYNC_POPULAR, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "revision");
+  expect(wccl_state_sync(comm_, nullptr, 2, &rev, WCCL_SYNC_POPULAR, nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "tensors is NULL");
+  expect(wccl_state_sync(comm_, t, 2, &rev, static_cast<wccl_sync_mode_t>(3), nullptr),
+         WCCL_ERR_INVALID_ARGUMENT, "mode 3");
   t[1].name = "a";
-  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "\"a\" appears twice");
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "\"a\" appears twice");
   t[1].name = "";
-  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "tensors[1].name");
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "tensors[1].name");
   t[1].name = "b";
   t[1].dtype = 12;
-  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "\"b\": dtype 12");
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "\"b\": dtype 12");
   t[1].dtype = WCCL_F32;
   t[1].device = WCCL_DEVICE_CUDA;
   if (wccl::gpu::available()) {
-    expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+    expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr),
+           WCCL_ERR_INVALID_ARGUMENT,
            "\"b\" is WCCL_DEVICE_CUDA, but its data is not device memory");
   } else {
-    expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_UNSUPPORTED, "this library has no CUDA");
+    expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_UNSUPPORTED,
+           "this library has no CUDA");
   }
   t[1].device = WCCL_DEVICE_HOST;
   t[1].data = nullptr;
-  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT, "\"b\": data is NULL");
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, nullptr), WCCL_ERR_INVALID_ARGUMENT,
+         "\"b\": data is NULL");
   t[1].data = b;
   wccl_sync_stats_t stats;
   stats.size = 3;
-  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, &stats), WCCL_ERR_INVALID_ARGUMENT, "stats->size");
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, &stats), WCCL_ERR_INVALID_ARGUMENT,
+         "stats->size");
   EXPECT_EQ(rev, 3u);
 
   // Alone, a member's state is the elected one: nothing moves, the revision stays.
   stats.size = sizeof(stats);
-  ASSERT_EQ(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, &stats), WCCL_OK) << wccl_last_error();
+  ASSERT_EQ(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_POPULAR, &stats), WCCL_OK)
+      << wccl_last_error();
   EXPECT_EQ(rev, 3u);
   EXPECT_EQ(stats.bytes_received, 0u);
   EXPECT_EQ(stats.world_size, 1);
   EXPECT_EQ(a[3], 4.0f);
-  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_RECEIVE_ONLY, nullptr), WCCL_ERR_INVALID_USAGE, "receive-only");
+  expect(wccl_state_sync(comm_, t, 2, &rev, WCCL_SYNC_RECEIVE_ONLY, nullptr),
+         WCCL_ERR_INVALID_USAGE, "receive-only");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The codec kernels and wire codecs: every instruction-set tier against the scalar tier, bit for
-// bit; the block-quantized wires' error bounds on hard blocks; what encoding refuses and what decoding rejects.
+// bit; the block-quantized wires' error bounds on hard blocks; what encoding refuses and what
+// decoding rejects.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,16 +27,20 @@ using codec::Wire;
 using Bytes = std::vector<uint8_t>;
 
 // Lengths around the vector widths and the INT8 block, so tails and partial blocks are covered.
-const size_t kLengths[] = {0, 1, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1023, 1024, 1025, 2048, 4099};
+const size_t kLengths[] = {0,   1,   3,   15,   16,   17,   63,   64,  65,
+                           127, 128, 129, 1023, 1024, 1025, 2048, 4099};
 const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk};
 
 // Byte-equal (memcmp, which may not be given the null data() of an empty vector).
-bool same(const void *a, const void *b, size_t bytes) { return bytes == 0 || std::memcmp(a, b, bytes) == 0; }
+bool same(const void *a, const void *b, size_t bytes) {
+  return bytes == 0 || std::memcmp(a, b, bytes) == 0;
+}
 
 std::vector<const Kernels *> wide_tiers() {
   std::vector<const Kernels *> out;
   for (Tier t : codec::kTiers) {
-    if (t != Tier::kScalar && codec::kernels_for(t) != nullptr) out.push_back(codec::kernels_for(t));
+    if (t != Tier::kScalar && codec::kernels_for(t) != nullptr)
+      out.push_back(codec::kernels_for(t));
   }
   return out;
 }
@@ -51,18 +56,43 @@ Bytes random_values(Dtype t, size_t n, std::mt19937 &rng) {
   for (size_t i = 0; i < n; ++i) {
     float f = mag(rng);
     switch (pick(rng)) {
-      case 0: f = -0.0f; break;
-      case 1: f = 1e-40f; break;  // subnormal
-      case 2: f = std::numeric_limits<float>::infinity(); break;
-      case 3: f = 3e-5f; break;  // subnormal in F16
-      default: break;
+      case 0:
+        f = -0.0f;
+        break;
+      case 1:
+        f = 1e-40f;
+        break;  // subnormal
+      case 2:
+        f = std::numeric_limits<float>::infinity();
+        break;
+      case 3:
+        f = 3e-5f;
+        break;  // subnormal in F16
+      default:
+        break;
     }
     switch (t) {
-      case Dtype::kF32: std::memcpy(&b[i * 4], &f, 4); break;
-      case Dtype::kF64: { const double d = f * 1.0000001; std::memcpy(&b[i * 8], &d, 8); break; }
-      case Dtype::kF16: { const uint16_t h = codec::float_to_half(f); std::memcpy(&b[i * 2], &h, 2); break; }
-      case Dtype::kBF16: { const uint16_t h = codec::float_to_bf16(f); std::memcpy(&b[i * 2], &h, 2); break; }
-      default: for (size_t k = 0; k < es; ++k) b[i * es + k] = static_cast<uint8_t>(rng()); break;
+      case Dtype::kF32:
+        std::memcpy(&b[i * 4], &f, 4);
+        break;
+      case Dtype::kF64: {
+        const double d = f * 1.0000001;
+        std::memcpy(&b[i * 8], &d, 8);
+        break;
+      }
+      case Dtype::kF16: {
+        const uint16_t h = codec::float_to_half(f);
+        std::memcpy(&b[i * 2], &h, 2);
+        break;
+      }
+      case Dtype::kBF16: {
+        const uint16_t h = codec::float_to_bf16(f);
+        std::memcpy(&b[i * 2], &h, 2);
+        break;
+      }
+      default:
+        for (size_t k = 0; k < es; ++k) b[i * es + k] = static_cast<uint8_t>(rng());
+        break;
     }
   }
   return b;
@@ -91,10 +121,12 @@ TEST(CodecTiers, ReductionsAreBitIdenticalToScalar) {
           Bytes want(a.size()), got(a.size());
           ref.reduce_into(t, op, want.data() + es, a.data() + es, b.data() + es, n);
           k->reduce_into(t, op, got.data() + es, a.data() + es, b.data() + es, n);
-          ASSERT_EQ(want, got) << k->name << " " << codec::dtype_name(t) << " " << codec::redop_name(op) << " n=" << n;
+          ASSERT_EQ(want, got) << k->name << " " << codec::dtype_name(t) << " "
+                               << codec::redop_name(op) << " n=" << n;
           Bytes in_place = a;
           k->reduce_into(t, op, in_place.data() + es, in_place.data() + es, b.data() + es, n);
-          ASSERT_TRUE(same(in_place.data() + es, want.data() + es, n * es)) << k->name << " in place";
+          ASSERT_TRUE(same(in_place.data() + es, want.data() + es, n * es))
+              << k->name << " in place";
           ref.finish_avg(t, want.data() + es, n, 3);
           k->finish_avg(t, got.data() + es, n, 3);
           ASSERT_EQ(want, got) << k->name << " avg " << codec::dtype_name(t) << " n=" << n;
@@ -151,12 +183,15 @@ TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
         std::vector<float> d_ref(n), d_got(n), a_ref(n), a_got(n);
         r.decode(want.data(), n, d_ref.data());
         c.decode(want.data(), n, d_got.data());
-        ASSERT_TRUE(same(d_ref.data(), d_got.data(), n * 4)) << k->name << " " << name << " decode n=" << n;
+        ASSERT_TRUE(same(d_ref.data(), d_got.data(), n * 4))
+            << k->name << " " << name << " decode n=" << n;
         r.decode_add(want.data(), n, a_ref.data(), mine.data());
         c.decode_add(want.data(), n, a_got.data(), mine.data());
-        ASSERT_TRUE(same(a_ref.data(), a_got.data(), n * 4)) << k->name << " " << name << " decode-add n=" << n;
+        ASSERT_TRUE(same(a_ref.data(), a_got.data(), n * 4))
+            << k->name << " " << name << " decode-add n=" << n;
         c.decode_add(want.data(), n, mine.data(), mine.data());  // in place
-        ASSERT_TRUE(same(a_ref.data(), mine.data(), n * 4)) << k->name << " " << name << " decode-add in place";
+        ASSERT_TRUE(same(a_ref.data(), mine.data(), n * 4))
+            << k->name << " " << name << " decode-add in place";
       }
       std::vector<float> d_ref(n), d_got(n);
 
@@ -184,10 +219,14 @@ TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
 //   FP8: max(|x| / 16, 2^(k-10)) with 2^k <= max(amax / 224, 2^-126).
 double error_bound(Wire w, float x, float lo, float hi) {
   const double range = static_cast<double>(hi) - lo;
-  const double mag = std::max(std::fabs(static_cast<double>(lo)), std::fabs(static_cast<double>(hi)));
-  if (w == Wire::kFp8) return std::max(std::fabs(static_cast<double>(x)) / 16, std::max(mag / 224, std::ldexp(1.0, -126)) * std::ldexp(1.0, -10));
+  const double mag =
+      std::max(std::fabs(static_cast<double>(lo)), std::fabs(static_cast<double>(hi)));
+  if (w == Wire::kFp8)
+    return std::max(std::fabs(static_cast<double>(x)) / 16,
+                    std::max(mag / 224, std::ldexp(1.0, -126)) * std::ldexp(1.0, -10));
   const double levels = w == Wire::kInt8 ? 255.0 : w == Wire::kInt4 ? 15.0 : 3.0;
-  return range / (2 * levels) + mag * std::ldexp(1.0, -20) + (range < levels * FLT_MIN ? range : 0.0);
+  return range / (2 * levels) + mag * std::ldexp(1.0, -20) +
+         (range < levels * FLT_MIN ? range : 0.0);
 }
 
 void expect_within_bound(Wire w, const std::vector<float> &x, const char *what) {
@@ -199,24 +238,29 @@ void expect_within_bound(Wire w, const std::vector<float> &x, const char *what) 
   double worst = 0;
   for (size_t b = 0; b < n; b += block) {
     const size_t e = std::min(n, b + block);
-    const float lo = *std::min_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
-    const float hi = *std::max_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
+    const float lo =
+        *std::min_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
+    const float hi =
+        *std::max_element(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
     // TOPK: a kept element is within amax / 14 (plus rounding; all of amax when the step would be
     // below FLT_MIN), a dropped one at most the largest magnitude not kept.
     std::vector<double> mags;
     for (size_t i = b; i < e; ++i) mags.push_back(std::fabs(static_cast<double>(x[i])));
     std::sort(mags.rbegin(), mags.rend());
     const double amax = mags[0], dropped = mags.size() > 8 ? mags[8] : 0.0;
-    const double topk_bound = std::max(amax / 14 + amax * std::ldexp(1.0, -20) + (amax < 7 * FLT_MIN ? amax : 0.0), dropped);
+    const double topk_bound = std::max(
+        amax / 14 + amax * std::ldexp(1.0, -20) + (amax < 7 * FLT_MIN ? amax : 0.0), dropped);
     for (size_t i = b; i < e; ++i) {
       const double bound = w == Wire::kTopk ? topk_bound : error_bound(w, x[i], lo, hi);
       ASSERT_TRUE(std::isfinite(y[i])) << codec::wire_name(w) << " " << what << " element " << i;
       const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
-      ASSERT_LE(err, bound) << codec::wire_name(w) << " " << what << " element " << i << ": " << x[i] << " came back as " << y[i];
+      ASSERT_LE(err, bound) << codec::wire_name(w) << " " << what << " element " << i << ": "
+                            << x[i] << " came back as " << y[i];
       if (bound > 0) worst = std::max(worst, err / bound);
     }
   }
-  std::printf("%-5s %-14s n=%-6zu worst error %.3f of the bound\n", codec::wire_name(w), what, n, worst);
+  std::printf("%-5s %-14s n=%-6zu worst error %.3f of the bound\n", codec::wire_name(w), what, n,
+              worst);
 }
 
 TEST(BlockCodecs, ErrorStaysWithinTheBound) {
@@ -230,7 +274,8 @@ TEST(BlockCodecs, ErrorStaysWithinTheBound) {
       expect_within_bound(w, random_floats(n, -1e37f, 1e37f, rng), "huge-range");
       expect_within_bound(w, random_floats(n, -1e-39f, 1e-39f, rng), "denormal");
       expect_within_bound(w, random_floats(n, 0.0f, 1e-44f, rng), "denormal-tiny");
-      std::vector<float> spiky = random_floats(n, -1e-3f, 1e-3f, rng);  // a pseudo-gradient with outliers
+      std::vector<float> spiky =
+          random_floats(n, -1e-3f, 1e-3f, rng);  // a pseudo-gradient with outliers
       for (size_t i = 0; i < n; i += 97) spiky[i] *= 300.0f;
       expect_within_bound(w, spiky, "outliers");
     }
@@ -265,8 +310,9 @@ TEST(BlockCodecs, TopkKeepsTheLargestMagnitudesInIndexOrder) {
   // and 200) for the last three places: the lower indices win, 200 goes (and -1 at 255). Block 1:
   // 5 elements, all kept.
   std::vector<float> x(261, 0.01f);
-  const std::vector<std::pair<size_t, float>> big = {{3, -7.0f}, {7, 2.0f}, {40, 5.0f}, {41, -3.0f}, {100, 2.0f},
-                                                     {150, -2.0f}, {200, 2.0f}, {201, 6.0f}, {250, 4.0f}, {255, -1.0f}};
+  const std::vector<std::pair<size_t, float>> big = {
+      {3, -7.0f},   {7, 2.0f},   {40, 5.0f},  {41, -3.0f}, {100, 2.0f},
+      {150, -2.0f}, {200, 2.0f}, {201, 6.0f}, {250, 4.0f}, {255, -1.0f}};
   for (const auto &[i, v] : big) x[i] = v;
   for (size_t i = 256; i < 261; ++i) x[i] = static_cast<float>(i) - 258.0f;  // -2 -1 0 1 2
   const codec::BlockFormat &f = codec::kTopkFormat;
@@ -291,8 +337,10 @@ TEST(BlockCodecs, TopkKeepsTheLargestMagnitudesInIndexOrder) {
 
 TEST(BlockCodecs, Fp8RoundsToNearestEvenE4M3) {
   // 448 = 1.75 * 2^8 puts the scale at 2^0: the elements are E4M3 values themselves.
-  const std::vector<float> x = {448.0f, 1.0f, 1.0625f, 1.1875f, -0x1p-9f, 3 * 0x1p-9f, 2.5f * 0x1p-9f, 0x1p-11f, -0.0f, 15.5f};
-  const std::vector<float> want = {448.0f, 1.0f, 1.0f, 1.25f, -0x1p-9f, 3 * 0x1p-9f, 2 * 0x1p-9f, 0.0f, -0.0f, 16.0f};
+  const std::vector<float> x = {448.0f,      1.0f,           1.0625f,  1.1875f, -0x1p-9f,
+                                3 * 0x1p-9f, 2.5f * 0x1p-9f, 0x1p-11f, -0.0f,   15.5f};
+  const std::vector<float> want = {448.0f,      1.0f,        1.0f, 1.25f, -0x1p-9f,
+                                   3 * 0x1p-9f, 2 * 0x1p-9f, 0.0f, -0.0f, 16.0f};
   Bytes enc(codec::wire_size(Wire::kFp8, x.size()));
   ASSERT_TRUE(codec::encode(Wire::kFp8, x.data(), x.size(), enc.data()).ok());
   float scale;
@@ -323,7 +371,9 @@ TEST(BlockCodecs, NanAndInfAreRefusedNamingTheElement) {
     x[2700] = std::numeric_limits<float>::infinity();
     Status st = codec::encode(w, x.data(), x.size(), enc.data(), 100);
     EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(st.message().find("element 2600 is NaN, which the " + std::string(name) + " wire"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("element 2600 is NaN, which the " + std::string(name) + " wire"),
+              std::string::npos)
+        << st.message();
     x[2500] = 1.0f;
     st = codec::encode(w, x.data(), x.size(), enc.data());
     EXPECT_NE(st.message().find("element 2700 is Inf"), std::string::npos) << st.message();
@@ -332,11 +382,13 @@ TEST(BlockCodecs, NanAndInfAreRefusedNamingTheElement) {
     x[1031] = 3e38f;
     st = codec::encode(w, x.data(), x.size(), enc.data());
     EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT) << name;
-    const std::string want = w == Wire::kInt8   ? "the int8 block of elements 1024..2047 spans more than the float range"
-                             : w == Wire::kInt4 ? "the int4 block of elements 1024..1151 spans more than the float range"
-                             : w == Wire::kInt2 ? "the int2 block of elements 1024..1151 spans more than the float range"
-                             : w == Wire::kTopk ? "the topk block of elements 1024..1279 holds a magnitude of 2^127 or more"
-                                                : "the fp8 block of elements 1024..2047 holds a magnitude of 2^127 or more";
+    const std::string want =
+        w == Wire::kInt8   ? "the int8 block of elements 1024..2047 spans more than the float range"
+        : w == Wire::kInt4 ? "the int4 block of elements 1024..1151 spans more than the float range"
+        : w == Wire::kInt2 ? "the int2 block of elements 1024..1151 spans more than the float range"
+        : w == Wire::kTopk
+            ? "the topk block of elements 1024..1279 holds a magnitude of 2^127 or more"
+            : "the fp8 block of elements 1024..2047 holds a magnitude of 2^127 or more";
     EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
   }
 }
@@ -345,7 +397,8 @@ TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
   std::mt19937 rng(5);
   const std::vector<float> x = random_floats(2000, -1.0f, 1.0f, rng);
   const std::vector<float> untouched(x.size(), 42.0f);
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
   for (Wire w : kBlockWires) {
     const codec::BlockFormat &f = *codec::block_format(w);
     Bytes good(codec::wire_size(w, x.size()));
@@ -365,7 +418,10 @@ TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
     const std::vector<float> bad_scales =
         w == Wire::kFp8    ? std::vector<float>{nan, -1.0f, inf, 3.0f, 0x1p120f, 0x1p-127f}
         : w == Wire::kTopk ? std::vector<float>{nan, -1.0f, -0.0f, inf, 0x1p125f, 0x1p-127f}
-                           : std::vector<float>{nan, -1.0f, inf, w == Wire::kInt8 ? 1e37f : w == Wire::kInt4 ? 1e38f : 2e38f};
+                           : std::vector<float>{nan, -1.0f, inf,
+                                                w == Wire::kInt8   ? 1e37f
+                                                : w == Wire::kInt4 ? 1e38f
+                                                                   : 2e38f};
     for (float s : bad_scales) {
       Bytes enc = good;
       std::memcpy(&enc[f.block_bytes(f.block)], &s, 4);  // the second block's scale
@@ -386,7 +442,8 @@ TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
       std::swap(enc[second + 3], enc[second + 4]);
       expect_rejected(enc, enc.size(), "indices out of order");
       enc = good;
-      enc[codec::wire_size(w, 1792) + f.header + 7] = 255;  // the last block holds 2000 - 1792 = 208
+      enc[codec::wire_size(w, 1792) + f.header + 7] =
+          255;  // the last block holds 2000 - 1792 = 208
       expect_rejected(enc, enc.size(), "an index past the block");
     } else {
       std::memcpy(&enc[4], &inf, 4);
@@ -402,14 +459,17 @@ TEST(WireCodec, DecodeReduceEqualsDecodeThenReduce) {
     for (int oi = 0; oi < codec::kRedOpCount; ++oi) {
       const auto op = static_cast<RedOp>(oi);
       for (size_t n : kLengths) {
-        const std::vector<float> x = random_floats(n, -2.0f, 2.0f, rng), mine = random_floats(n, -2.0f, 2.0f, rng);
+        const std::vector<float> x = random_floats(n, -2.0f, 2.0f, rng),
+                                 mine = random_floats(n, -2.0f, 2.0f, rng);
         Bytes enc(codec::wire_size(w, n));
         ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok());
         std::vector<float> decoded(n), want(n), got(n);
         ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), n, decoded.data()).ok());
         codec::reduce_into(Dtype::kF32, op, want.data(), mine.data(), decoded.data(), n);
-        ASSERT_TRUE(codec::decode_reduce(w, op, enc.data(), enc.size(), n, got.data(), mine.data()).ok());
-        ASSERT_TRUE(same(want.data(), got.data(), n * 4)) << codec::wire_name(w) << " " << codec::redop_name(op) << " n=" << n;
+        ASSERT_TRUE(
+            codec::decode_reduce(w, op, enc.data(), enc.size(), n, got.data(), mine.data()).ok());
+        ASSERT_TRUE(same(want.data(), got.data(), n * 4))
+            << codec::wire_name(w) << " " << codec::redop_name(op) << " n=" << n;
       }
     }
   }
@@ -418,7 +478,8 @@ TEST(WireCodec, DecodeReduceEqualsDecodeThenReduce) {
 TEST(WireCodec, SixteenBitWiresRoundToNearestEven) {
   // 1 + 2^-11 is halfway between two halves: it rounds to the even one (1.0); 1 + 3 * 2^-11 to
   // 1 + 2^-9. bf16 keeps 8 bits: 1 + 2^-8 is halfway and rounds to 1.0.
-  const std::vector<float> x = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 1e6f, -0.0f, 1.0f + 0x1p-8f};
+  const std::vector<float> x = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 1e6f,
+                                -0.0f,           1.0f + 0x1p-8f};
   const size_t n = x.size();
   Bytes enc(codec::wire_size(Wire::kF16, n));
   ASSERT_TRUE(codec::encode(Wire::kF16, x.data(), n, enc.data()).ok());
@@ -445,7 +506,8 @@ TEST(WireCodec, SixteenBitWiresRoundToNearestEven) {
 }
 
 TEST(Shuffle, GroupsEachByteOfEveryElementAndUndoes) {
-  const Bytes in = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // two 4-byte elements and 3 bytes left over
+  const Bytes in = {1, 2, 3, 4,  5, 6,
+                    7, 8, 9, 10, 11};  // two 4-byte elements and 3 bytes left over
   Bytes out(in.size()), back(in.size());
   codec::shuffle(in.data(), in.size(), 4, out.data());
   EXPECT_EQ(out, (Bytes{1, 5, 2, 6, 3, 7, 4, 8, 9, 10, 11}));
@@ -476,7 +538,8 @@ TEST(Compressor, RoundTripsAndRefusesWhatIsNotItsFrame) {
   Bytes random(50000);
   std::mt19937 rng(3);
   for (auto &b : random) b = static_cast<uint8_t>(rng());
-  EXPECT_EQ(z.compress(random.data(), random.size(), 1, frame.data(), frame.size()), 0u) << "nothing to gain: declined";
+  EXPECT_EQ(z.compress(random.data(), random.size(), 1, frame.data(), frame.size()), 0u)
+      << "nothing to gain: declined";
 
   auto code = [&](const uint8_t *src, size_t len, size_t want) {
     return z.decompress(src, len, 4, back.data(), want).code();
@@ -487,7 +550,8 @@ TEST(Compressor, RoundTripsAndRefusesWhatIsNotItsFrame) {
   Bytes two(2 * n);
   std::memcpy(two.data(), frame.data(), n);
   std::memcpy(two.data() + n, frame.data(), n);
-  EXPECT_EQ(code(two.data(), two.size(), f32.size()), WCCL_ERR_PROTOCOL) << "a second frame after it";
+  EXPECT_EQ(code(two.data(), two.size(), f32.size()), WCCL_ERR_PROTOCOL)
+      << "a second frame after it";
   Bytes flipped(frame.begin(), frame.begin() + static_cast<long>(n));
   flipped[n / 2] ^= 0xFF;
   // zstd frames carry no checksum here: a corrupted one fails or yields other bytes, which state

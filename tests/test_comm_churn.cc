@@ -46,7 +46,8 @@ TEST(Churn, EveryUpdateEndsInAgreement) {
   for (int round = 0; round < 100; ++round) {
     // Some joiners arrive; sometimes a member dies without a word.
     for (int j = static_cast<int>(rng() % 3); j > 0 && live.size() + joining.size() < 7; --j) {
-      joining.push_back(std::async(std::launch::async, [cfg = config()] { return Communicator::join(cfg); }));
+      joining.push_back(
+          std::async(std::launch::async, [cfg = config()] { return Communicator::join(cfg); }));
     }
     if (live.size() > 1 && rng() % 2 == 0) {
       live.erase(live.begin() + static_cast<long>(rng() % live.size()));  // its links just close
@@ -55,7 +56,8 @@ TEST(Churn, EveryUpdateEndsInAgreement) {
     // A random pause: some JOINs reach the coordinator before the barrier, some after it.
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 100));
     std::vector<std::future<Status>> updates;
-    for (auto &c : live) updates.push_back(std::async(std::launch::async, [p = c.get()] { return p->update(); }));
+    for (auto &c : live)
+      updates.push_back(std::async(std::launch::async, [p = c.get()] { return p->update(); }));
     for (auto &u : updates) {
       Status st = u.get();
       ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.to_string();
@@ -68,7 +70,8 @@ TEST(Churn, EveryUpdateEndsInAgreement) {
     }
     // Joiners admitted by this update hold the same view; the others wait for a later round.
     for (auto it = joining.begin(); it != joining.end();) {
-      if (it->wait_for(std::chrono::milliseconds(ring.size() > live.size() ? 2000 : 0)) != std::future_status::ready) {
+      if (it->wait_for(std::chrono::milliseconds(ring.size() > live.size() ? 2000 : 0)) !=
+          std::future_status::ready) {
         ++it;
         continue;
       }
@@ -81,7 +84,8 @@ TEST(Churn, EveryUpdateEndsInAgreement) {
       ++admitted;
       it = joining.erase(it);
     }
-    ASSERT_EQ(live.size(), ring.size()) << "round " << round << ": every admitted peer is live and vice versa";
+    ASSERT_EQ(live.size(), ring.size())
+        << "round " << round << ": every admitted peer is live and vice versa";
   }
   EXPECT_GT(kills, 20);
   EXPECT_GT(admitted, 20);

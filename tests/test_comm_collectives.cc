@@ -21,7 +21,9 @@ using algo::Kind;
 // F32 elements of the large all-reduce: 256 MiB, or less under WCCL_TEST_LARGE_BYTES.
 const size_t kBig = test::large_bytes(size_t{256} << 20) / sizeof(float);
 
-float pattern(int multiplier, size_t i) { return static_cast<float>(multiplier * static_cast<int>(i % 251 + 1)); }
+float pattern(int multiplier, size_t i) {
+  return static_cast<float>(multiplier * static_cast<int>(i % 251 + 1));
+}
 
 std::vector<float> filled(size_t count, int multiplier) {
   std::vector<float> v(count);
@@ -83,13 +85,18 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
     algo::Algo a;
     size_t count;
   };
-  const Case cases[] = {{Kind::kAllreduce, algo::Algo::kRing, 1000003}, {Kind::kAllreduce, algo::Algo::kTree, 1000003},
-                        {Kind::kAllreduce, algo::Algo::kAuto, 1024},    {Kind::kAllreduce, algo::Algo::kRing, 3},
-                        {Kind::kAllreduce, algo::Algo::kRing, 0},       {Kind::kBroadcast, algo::Algo::kAuto, 300007},
-                        {Kind::kAllgather, algo::Algo::kAuto, 100003},  {Kind::kReduceScatter, algo::Algo::kAuto, 100003},
+  const Case cases[] = {{Kind::kAllreduce, algo::Algo::kRing, 1000003},
+                        {Kind::kAllreduce, algo::Algo::kTree, 1000003},
+                        {Kind::kAllreduce, algo::Algo::kAuto, 1024},
+                        {Kind::kAllreduce, algo::Algo::kRing, 3},
+                        {Kind::kAllreduce, algo::Algo::kRing, 0},
+                        {Kind::kBroadcast, algo::Algo::kAuto, 300007},
+                        {Kind::kAllgather, algo::Algo::kAuto, 100003},
+                        {Kind::kReduceScatter, algo::Algo::kAuto, 100003},
                         {Kind::kBarrier, algo::Algo::kAuto, 0}};
   for (const Case &k : cases) {
-    SCOPED_TRACE(std::string(algo::kind_name(k.kind)) + " " + algo::algo_name(k.a) + " " + std::to_string(k.count));
+    SCOPED_TRACE(std::string(algo::kind_name(k.kind)) + " " + algo::algo_name(k.a) + " " +
+                 std::to_string(k.count));
     std::vector<std::vector<float>> in(n), out(n);
     std::vector<Status> st(n);
     std::vector<OpStats> stats(n);
@@ -115,12 +122,21 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
       for (size_t i = 0; i < o.size(); ++i) {
         float want = 0;
         switch (k.kind) {
-          case Kind::kAllreduce: want = pattern(1 + 2 + 3 + 4, i); break;
-          case Kind::kBroadcast: want = pattern(3, i); break;
-          case Kind::kAllgather: want = pattern(static_cast<int>(i / k.count) + 1, i % k.count); break;
-          case Kind::kReduceScatter: want = pattern(10, static_cast<size_t>(r) * k.count + i); break;  // block r
+          case Kind::kAllreduce:
+            want = pattern(1 + 2 + 3 + 4, i);
+            break;
+          case Kind::kBroadcast:
+            want = pattern(3, i);
+            break;
+          case Kind::kAllgather:
+            want = pattern(static_cast<int>(i / k.count) + 1, i % k.count);
+            break;
+          case Kind::kReduceScatter:
+            want = pattern(10, static_cast<size_t>(r) * k.count + i);
+            break;  // block r
           case Kind::kBarrier:
-          case Kind::kStateSync: break;
+          case Kind::kStateSync:
+            break;
         }
         ASSERT_EQ(o[i], want) << "rank " << r << " element " << i;
       }
@@ -141,8 +157,8 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
   std::vector<Communicator *> by_rank = by_rank_of(comms);
   const int n = 4;
   const size_t count = 1000003;
-  auto run_all = [&](codec::Wire w, algo::Algo a, std::vector<std::vector<float>> &io, std::vector<Status> &st,
-                     std::vector<OpStats> &stats) {
+  auto run_all = [&](codec::Wire w, algo::Algo a, std::vector<std::vector<float>> &io,
+                     std::vector<Status> &st, std::vector<OpStats> &stats) {
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
       Collective c = allreduce(io[r].data(), io[r].data(), count, a);
@@ -152,8 +168,9 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
     for (auto &t : threads) t.join();
   };
   uint64_t native_bytes = 0;
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kF16, codec::Wire::kBF16, codec::Wire::kInt4,
-                        codec::Wire::kFp8, codec::Wire::kInt2}) {
+  for (codec::Wire w :
+       {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kF16, codec::Wire::kBF16,
+        codec::Wire::kInt4, codec::Wire::kFp8, codec::Wire::kInt2}) {
     for (algo::Algo a : {algo::Algo::kRing, algo::Algo::kTree}) {
       SCOPED_TRACE(std::string(codec::wire_name(w)) + " " + algo::algo_name(a));
       std::vector<std::vector<float>> io(n);
@@ -162,25 +179,28 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
       std::vector<OpStats> stats(n);
       run_all(w, a, io, st, stats);
       // Sums of (r + 1) * (i % 251 + 1): inputs span 250 (r + 1), so R = 2500 and M = 2510.
-      const double e = w == codec::Wire::kInt8 ? 2500.0 / 510 + 2510 * std::ldexp(1.0, -20)
+      const double e = w == codec::Wire::kInt8   ? 2500.0 / 510 + 2510 * std::ldexp(1.0, -20)
                        : w == codec::Wire::kInt4 ? 2500.0 / 30 + 2510 * std::ldexp(1.0, -20)
                        : w == codec::Wire::kInt2 ? 2500.0 / 6 + 2510 * std::ldexp(1.0, -20)
-                       : w == codec::Wire::kFp8 ? 2510.0 / 16 + 2510.0 / 229376
-                       : w == codec::Wire::kF16 ? 2510 * std::ldexp(1.0, -11)
-                       : w == codec::Wire::kBF16 ? 2510 * std::ldexp(1.0, -8) : 0;
+                       : w == codec::Wire::kFp8  ? 2510.0 / 16 + 2510.0 / 229376
+                       : w == codec::Wire::kF16  ? 2510 * std::ldexp(1.0, -11)
+                       : w == codec::Wire::kBF16 ? 2510 * std::ldexp(1.0, -8)
+                                                 : 0;
       for (int r = 0; r < n; ++r) {
         ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
         ASSERT_TRUE(io[r] == io[0]) << "rank " << r << " differs from rank 0";
       }
-      for (size_t i = 0; i < count; ++i) ASSERT_LE(std::fabs(io[0][i] - pattern(10, i)), n * e) << "element " << i;
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_LE(std::fabs(io[0][i] - pattern(10, i)), n * e) << "element " << i;
       if (w == codec::Wire::kNative && a == algo::Algo::kRing) native_bytes = stats[0].bytes_sent;
       if (a == algo::Algo::kRing && codec::block_format(w) != nullptr) {
         // Each wire's size against F32's, plus a little for the blocks cut short at segment ends.
         const double want = w == codec::Wire::kInt8   ? 0.25 * 1032 / 1024
-                           : w == codec::Wire::kInt4 ? 72.0 / 512
-                           : w == codec::Wire::kInt2 ? 40.0 / 512
-                                                     : 1028.0 / 4096;
-        EXPECT_NEAR(static_cast<double>(stats[0].bytes_sent) / static_cast<double>(native_bytes), want, 0.002);
+                            : w == codec::Wire::kInt4 ? 72.0 / 512
+                            : w == codec::Wire::kInt2 ? 40.0 / 512
+                                                      : 1028.0 / 4096;
+        EXPECT_NEAR(static_cast<double>(stats[0].bytes_sent) / static_cast<double>(native_bytes),
+                    want, 0.002);
       }
     }
   }
@@ -194,11 +214,13 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
   for (int r = 0; r < n; ++r) {
     if (r == 2) {
       EXPECT_EQ(st[r].code(), WCCL_ERR_INVALID_ARGUMENT) << st[r].to_string();
-      EXPECT_NE(st[r].message().find("element 777777 is NaN"), std::string::npos) << st[r].to_string();
+      EXPECT_NE(st[r].message().find("element 777777 is NaN"), std::string::npos)
+          << st[r].to_string();
     } else {
       EXPECT_EQ(st[r].code(), WCCL_ERR_PEER_LOST) << "rank " << r << ": " << st[r].to_string();
     }
-    EXPECT_EQ(std::memcmp(io[r].data(), before[r].data(), count * 4), 0) << "rank " << r << " buffer changed";
+    EXPECT_EQ(std::memcmp(io[r].data(), before[r].data(), count * 4), 0)
+        << "rank " << r << " buffer changed";
   }
 }
 
@@ -212,7 +234,8 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
   std::vector<Communicator *> by_rank = by_rank_of(comms);
   const int n = 4;
   // Runs c on every member with in[r] and out[r] (bytes), returning each member's status.
-  auto run_all = [&](Collective c, std::vector<std::vector<uint8_t>> &in, std::vector<std::vector<uint8_t>> &out) {
+  auto run_all = [&](Collective c, std::vector<std::vector<uint8_t>> &in,
+                     std::vector<std::vector<uint8_t>> &out) {
     std::vector<Status> st(n);
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
@@ -238,10 +261,11 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
                         {Kind::kBroadcast, algo::Algo::kAuto, codec::RedOp::kSum}};
   const size_t count = 70001;
   for (codec::Dtype t : {codec::Dtype::kBF16, codec::Dtype::kF16}) {
-    for (codec::Wire w : {codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2, codec::Wire::kFp8, codec::Wire::kBF16, codec::Wire::kF16}) {
+    for (codec::Wire w : {codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2,
+                          codec::Wire::kFp8, codec::Wire::kBF16, codec::Wire::kF16}) {
       for (const Case &k : cases) {
-        SCOPED_TRACE(std::string(codec::dtype_name(t)) + " on " + codec::wire_name(w) + ": " + algo::kind_name(k.kind) +
-                     " " + algo::algo_name(k.a));
+        SCOPED_TRACE(std::string(codec::dtype_name(t)) + " on " + codec::wire_name(w) + ": " +
+                     algo::kind_name(k.kind) + " " + algo::algo_name(k.a));
         Collective c = allreduce(nullptr, nullptr, count, k.a);
         c.kind = k.kind;
         c.op = k.op;
@@ -256,7 +280,8 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
           ASSERT_TRUE(codec::encode(codec::half_wire(t), x.data(), nin, in[r].data()).ok());
           in32[r].resize(nin * 4);  // the same values, widened
           ASSERT_TRUE(codec::decode(codec::half_wire(t), in[r].data(), in[r].size(), nin,
-                                    reinterpret_cast<float *>(in32[r].data())).ok());
+                                    reinterpret_cast<float *>(in32[r].data()))
+                          .ok());
           out[r].assign(nout * 2, 0x5a);
           out32[r].assign(nout * 4, 0);
         }
@@ -266,9 +291,12 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
         for (const Status &st : run_all(c, in32, out32)) ASSERT_TRUE(st.ok()) << st.to_string();
         for (int r = 0; r < n; ++r) {
           std::vector<uint8_t> want(nout * 2);
-          ASSERT_TRUE(codec::encode(codec::half_wire(t), reinterpret_cast<const float *>(out32[r].data()), nout,
-                                    want.data()).ok());
-          ASSERT_TRUE(out[r] == want) << "rank " << r << ": not the F32 collective's result, rounded";
+          ASSERT_TRUE(codec::encode(codec::half_wire(t),
+                                    reinterpret_cast<const float *>(out32[r].data()), nout,
+                                    want.data())
+                          .ok());
+          ASSERT_TRUE(out[r] == want)
+              << "rank " << r << ": not the F32 collective's result, rounded";
           if (k.kind != Kind::kReduceScatter) {
             ASSERT_TRUE(out[r] == out[0]) << "rank " << r << " differs from rank 0";
           }
@@ -276,11 +304,13 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
       }
     }
   }
-  // A NaN that a block wire cannot carry: named on its member, PEER_LOST elsewhere, nothing written.
+  // A NaN that a block wire cannot carry: named on its member, PEER_LOST elsewhere, nothing
+  // written.
   Collective c = allreduce(nullptr, nullptr, count, algo::Algo::kRing);
   c.dtype = codec::Dtype::kBF16;
   c.wire = codec::Wire::kInt8;
-  std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * 2, 0x3f)), out(n, std::vector<uint8_t>(count * 2, 7));
+  std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * 2, 0x3f)),
+      out(n, std::vector<uint8_t>(count * 2, 7));
   in[3][2 * 4321] = 0xc0;  // BF16 0x7fc0: NaN
   in[3][2 * 4321 + 1] = 0x7f;
   const auto before = out;
@@ -288,7 +318,8 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
   for (int r = 0; r < n; ++r) {
     if (r == 3) {
       EXPECT_EQ(st[r].code(), WCCL_ERR_INVALID_ARGUMENT) << st[r].to_string();
-      EXPECT_NE(st[r].message().find("element 4321 is NaN"), std::string::npos) << st[r].to_string();
+      EXPECT_NE(st[r].message().find("element 4321 is NaN"), std::string::npos)
+          << st[r].to_string();
     } else {
       EXPECT_EQ(st[r].code(), WCCL_ERR_PEER_LOST) << "rank " << r << ": " << st[r].to_string();
     }
@@ -300,13 +331,15 @@ enum class Fault { kKill, kStop };
 
 // Three members in this process, one in its own process that is killed or frozen while the large
 // all-reduce (kBig elements) is under way.
-void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place, std::vector<std::unique_ptr<Communicator>> &comms,
-                         MemberProcess &victim) {
+void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place,
+                         std::vector<std::unique_ptr<Communicator>> &comms, MemberProcess &victim) {
   ASSERT_EQ(comms.size(), 3u);
   // In the same epoch as the others (its number is the coordinator's clock: "epoch 1" matched it
   // only as a prefix, until 2033).
   const std::string joined = victim.line(20s);
-  ASSERT_NE(joined.find("size 4 epoch " + std::to_string(comms[0]->epoch()) + "\n"), std::string::npos) << joined;
+  ASSERT_NE(joined.find("size 4 epoch " + std::to_string(comms[0]->epoch()) + "\n"),
+            std::string::npos)
+      << joined;
   std::vector<std::vector<float>> send(3), recv(3), send_before(3), recv_before(3);
   std::vector<int> multiplier(3);
   for (size_t k = 0; k < 3; ++k) {
@@ -320,9 +353,10 @@ void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place, std::ve
   std::vector<std::future<Status>> running;
   for (size_t k = 0; k < 3; ++k) {
     void *out = in_place ? static_cast<void *>(send[k].data()) : recv[k].data();
-    running.push_back(std::async(std::launch::async, [c = comms[k].get(), in = send[k].data(), out] {
-      return run_op(c, allreduce(in, out, kBig, algo::Algo::kRing));
-    }));
+    running.push_back(
+        std::async(std::launch::async, [c = comms[k].get(), in = send[k].data(), out] {
+          return run_op(c, allreduce(in, out, kBig, algo::Algo::kRing));
+        }));
   }
   ASSERT_TRUE(wait_received(comms[0].get(), kBig / 2)) << "the all-reduce did not get under way";
   victim.signal(fault == Fault::kKill ? SIGKILL : SIGSTOP);
@@ -353,7 +387,8 @@ void fault_mid_allreduce(CollectivesTest &t, Fault fault, bool in_place, std::ve
   }
 }
 
-class FaultTest : public CollectivesTest, public testing::WithParamInterface<std::tuple<Fault, bool>> {};
+class FaultTest : public CollectivesTest,
+                  public testing::WithParamInterface<std::tuple<Fault, bool>> {};
 
 TEST_P(FaultTest, SurvivorsReturnPeerLostWithBuffersIntactAndTheRetrySucceeds) {
   const auto [fault, in_place] = GetParam();
@@ -363,9 +398,11 @@ TEST_P(FaultTest, SurvivorsReturnPeerLostWithBuffersIntactAndTheRetrySucceeds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, FaultTest,
-                         testing::Combine(testing::Values(Fault::kKill, Fault::kStop), testing::Bool()),
+                         testing::Combine(testing::Values(Fault::kKill, Fault::kStop),
+                                          testing::Bool()),
                          [](const auto &p) {
-                           return std::string(std::get<0>(p.param) == Fault::kKill ? "Killed" : "Frozen") +
+                           return std::string(std::get<0>(p.param) == Fault::kKill ? "Killed"
+                                                                                   : "Frozen") +
                                   (std::get<1>(p.param) ? "InPlace" : "OutOfPlace");
                          });
 
@@ -378,15 +415,19 @@ TEST_F(CollectivesTest, ConcurrentOperationsWithOneFailing) {
   // In the same epoch as the others (its number is the coordinator's clock: "epoch 1" matched it
   // only as a prefix, until 2033).
   const std::string joined = victim.line(20s);
-  ASSERT_NE(joined.find("size 4 epoch " + std::to_string(comms[0]->epoch()) + "\n"), std::string::npos) << joined;
+  ASSERT_NE(joined.find("size 4 epoch " + std::to_string(comms[0]->epoch()) + "\n"),
+            std::string::npos)
+      << joined;
   const size_t counts[3] = {4096, kBig / 4, 4096};
-  victim.command("batch " + std::to_string(counts[0]) + " " + std::to_string(counts[1]) + " " + std::to_string(counts[2]));
+  victim.command("batch " + std::to_string(counts[0]) + " " + std::to_string(counts[1]) + " " +
+                 std::to_string(counts[2]));
   std::vector<std::vector<std::vector<float>>> buf(3);
   std::vector<std::vector<std::shared_ptr<Op>>> ops(3);
   for (size_t k = 0; k < 3; ++k) {
     for (size_t j = 0; j < 3; ++j) {
       buf[k].push_back(filled(counts[j], comms[k]->rank() + 1));
-      auto op = comms[k]->submit(allreduce(buf[k][j].data(), buf[k][j].data(), counts[j]), 0ms);  // AUTO, as the helper
+      auto op = comms[k]->submit(allreduce(buf[k][j].data(), buf[k][j].data(), counts[j]),
+                                 0ms);  // AUTO, as the helper
       ASSERT_TRUE(op.ok()) << op.status().to_string();
       ops[k].push_back(op.value());
     }
@@ -403,7 +444,8 @@ TEST_F(CollectivesTest, ConcurrentOperationsWithOneFailing) {
     for (size_t j : {2, 1}) {
       const Status st = comms[k]->wait(ops[k][j], nullptr);
       EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST) << "op " << j << ": " << st.to_string();
-      EXPECT_TRUE(buf[k][j] == filled(counts[j], comms[k]->rank() + 1)) << "op " << j << " changed its buffer";
+      EXPECT_TRUE(buf[k][j] == filled(counts[j], comms[k]->rank() + 1))
+          << "op " << j << " changed its buffer";
     }
   }
 }
@@ -450,7 +492,8 @@ class DeviceCollectivesTest : public CollectivesTest {
   }
   static constexpr int n = 4;
   test::EmulatedGpu gpu;
-  std::vector<std::unique_ptr<Communicator>> comms;  // they keep device scratch: destroyed before the GPU
+  std::vector<std::unique_ptr<Communicator>>
+      comms;  // they keep device scratch: destroyed before the GPU
   std::vector<Communicator *> by_rank;
 };
 
@@ -521,14 +564,16 @@ TEST_F(DeviceCollectivesTest, DeviceBuffersOnAGpu) {
     if (st[r].code() != WCCL_ERR_CUDA) {
       EXPECT_EQ(st[r].code(), WCCL_ERR_PEER_LOST) << st[r].to_string();
     }
-    EXPECT_EQ(gpu.read(dout[r], count * 4), std::vector<uint8_t>(reinterpret_cast<const uint8_t *>(untouched.data()),
-                                                                   reinterpret_cast<const uint8_t *>(untouched.data()) + count * 4))
+    EXPECT_EQ(gpu.read(dout[r], count * 4),
+              std::vector<uint8_t>(reinterpret_cast<const uint8_t *>(untouched.data()),
+                                   reinterpret_cast<const uint8_t *>(untouched.data()) + count * 4))
         << "rank " << r << "'s recvbuf changed";
   }
   EXPECT_EQ(own, 1);
   for (const Status &u : update_all(raw(comms))) ASSERT_TRUE(u.ok()) << u.to_string();
   by_rank = by_rank_of(comms);
-  for (const Status &s : run_all_ranks(codec::Wire::kInt8, -1)) EXPECT_TRUE(s.ok()) << s.to_string();
+  for (const Status &s : run_all_ranks(codec::Wire::kInt8, -1))
+    EXPECT_TRUE(s.ok()) << s.to_string();
   comms.clear();
   for (int r = 0; r < n; ++r) {
     gpu.free(din[r]);
@@ -576,7 +621,8 @@ TEST_F(DeviceCollectivesTest, HalfPrecisionDeviceBuffersAreWidenedOnTheGpu) {
   for (int r = 0; r < 2 * n; ++r) ASSERT_TRUE(st[r].ok()) << r << ": " << st[r].to_string();
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(host_out[r], host_out[0]) << "rank " << r;
-    EXPECT_EQ(gpu.read(dbuf[r], count * 2), host_out[r]) << "rank " << r << ": device and host results differ";
+    EXPECT_EQ(gpu.read(dbuf[r], count * 2), host_out[r])
+        << "rank " << r << ": device and host results differ";
   }
   comms.clear();
   for (int r = 0; r < n; ++r) {
@@ -593,9 +639,11 @@ TEST_F(CollectivesTest, BarrierReturnsOnlyOnceEveryoneCalledIt) {
   barrier.kind = Kind::kBarrier;
   std::vector<std::future<Status>> early;
   for (size_t k = 0; k < 3; ++k) {
-    early.push_back(std::async(std::launch::async, [c = comms[k].get(), barrier] { return run_op(c, barrier); }));
+    early.push_back(std::async(std::launch::async,
+                               [c = comms[k].get(), barrier] { return run_op(c, barrier); }));
   }
-  EXPECT_EQ(early[0].wait_for(300ms), std::future_status::timeout) << "returned before the last member called";
+  EXPECT_EQ(early[0].wait_for(300ms), std::future_status::timeout)
+      << "returned before the last member called";
   EXPECT_TRUE(run_op(comms[3].get(), barrier).ok());
   for (auto &f : early) EXPECT_TRUE(f.get().ok());
 }
@@ -628,12 +676,14 @@ struct State {
   std::vector<std::vector<float>> t;
   explicit State(bool filled_in) {
     for (size_t count : {kBig / 2, kBig / 4, kBig / 4 - 3, size_t{3}}) {
-      t.push_back(filled_in ? filled(count, static_cast<int>(t.size()) + 1) : std::vector<float>(count, 0.0f));
+      t.push_back(filled_in ? filled(count, static_cast<int>(t.size()) + 1)
+                            : std::vector<float>(count, 0.0f));
     }
   }
   std::vector<SyncTensor> tensors() {
     std::vector<SyncTensor> out;
-    for (size_t i = 0; i < t.size(); ++i) out.push_back({"layer" + std::to_string(i), t[i].data(), codec::Dtype::kF32, t[i].size()});
+    for (size_t i = 0; i < t.size(); ++i)
+      out.push_back({"layer" + std::to_string(i), t[i].data(), codec::Dtype::kF32, t[i].size()});
     return out;
   }
 };
@@ -646,7 +696,8 @@ struct SyncCall {
 
 // state_sync on every communicator at once; revisions[i] is comms[i]'s.
 std::vector<SyncCall> sync_all(const std::vector<Communicator *> &comms, std::vector<State> &states,
-                               std::vector<uint64_t> revisions, std::vector<std::vector<SyncTensor>> lists = {}) {
+                               std::vector<uint64_t> revisions,
+                               std::vector<std::vector<SyncTensor>> lists = {}) {
   std::vector<std::future<SyncCall>> f;
   for (size_t i = 0; i < comms.size(); ++i) {
     std::vector<SyncTensor> list = lists.empty() ? states[i].tensors() : lists[i];
@@ -665,7 +716,8 @@ TEST_F(CollectivesTest, StateSyncJoinerCatchesUpFromThreeDonors) {
   extra_config_["sync_compress"] = "off";  // byte counts below are exact
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);
-  std::vector<State> states = {State(true), State(true), State(true), State(false)};  // comms[3] joined late
+  std::vector<State> states = {State(true), State(true), State(true),
+                               State(false)};  // comms[3] joined late
   auto calls = sync_all(raw(comms), states, {7, 7, 7, 0});
   const State want(true);
   for (size_t i = 0; i < 4; ++i) {
@@ -676,10 +728,12 @@ TEST_F(CollectivesTest, StateSyncJoinerCatchesUpFromThreeDonors) {
   }
   EXPECT_EQ(calls[3].stats.sources, 3u) << "striped over all three donors";
   EXPECT_EQ(calls[3].stats.tensors_received, 4u);
-  EXPECT_EQ(calls[3].stats.bytes_received, kBig * sizeof(float)) << "sync_compress=off: every byte as it is";
+  EXPECT_EQ(calls[3].stats.bytes_received, kBig * sizeof(float))
+      << "sync_compress=off: every byte as it is";
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(calls[i].stats.bytes_received, 0u);
-    EXPECT_GT(calls[i].stats.bytes_sent, kBig * sizeof(float) / 4) << "donor " << i << " sent a third";
+    EXPECT_GT(calls[i].stats.bytes_sent, kBig * sizeof(float) / 4)
+        << "donor " << i << " sent a third";
   }
 
   // In sync: nothing moves. Then one member's tensor 3 drifts: only those 12 bytes move, to it.
@@ -724,17 +778,20 @@ TEST_F(CollectivesTest, StateSyncWithDeviceTensors) {
     }
   }
   auto device_tensor = [&](size_t member, size_t k) {
-    const std::vector<uint8_t> b = gpu.read(lists[member][k].data, lists[member][k].count * sizeof(float));
+    const std::vector<uint8_t> b =
+        gpu.read(lists[member][k].data, lists[member][k].count * sizeof(float));
     std::vector<float> v(lists[member][k].count);
     if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
     return v;
   };
   auto calls = sync_all(raw(comms), states, {7, 7, 7, 0}, lists);
   const State want(true);
-  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(calls[i].status.ok()) << "member " << i << ": " << calls[i].status.to_string();
+  for (size_t i = 0; i < 4; ++i)
+    ASSERT_TRUE(calls[i].status.ok()) << "member " << i << ": " << calls[i].status.to_string();
   EXPECT_EQ(calls[3].stats.sources, 3u) << "the device donor sends too";
   EXPECT_EQ(calls[3].stats.bytes_received, kBig * sizeof(float));
-  for (size_t k = 0; k < want.t.size(); ++k) EXPECT_TRUE(device_tensor(3, k) == want.t[k]) << "tensor " << k;
+  for (size_t k = 0; k < want.t.size(); ++k)
+    EXPECT_TRUE(device_tensor(3, k) == want.t[k]) << "tensor " << k;
   std::vector<float> drifted = device_tensor(0, 3);
   drifted[2] = -1.0f;
   gpu.write(lists[0][3].data, drifted.data(), drifted.size() * sizeof(float));
@@ -773,12 +830,14 @@ TEST_F(CollectivesTest, StateSyncMismatchIsRefusedEverywhereBeforeDataMoves) {
   const int bad_rank = comms[2]->rank();
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(calls[i].status.code(), WCCL_ERR_INVALID_USAGE) << calls[i].status.to_string();
-    EXPECT_EQ(calls[i].status.message(), calls[0].status.message()) << "every member names the same mismatch";
+    EXPECT_EQ(calls[i].status.message(), calls[0].status.message())
+        << "every member names the same mismatch";
     EXPECT_EQ(calls[i].revision, i == 3 ? 0u : 1u);
   }
   if (bad_rank != 0) {
-    EXPECT_NE(calls[0].status.message().find("tensor 1 is \"layer1\" f32 x " + std::to_string(kBig / 4 - 1) +
-                                             " on rank " + std::to_string(bad_rank)),
+    EXPECT_NE(calls[0].status.message().find("tensor 1 is \"layer1\" f32 x " +
+                                             std::to_string(kBig / 4 - 1) + " on rank " +
+                                             std::to_string(bad_rank)),
               std::string::npos)
         << calls[0].status.message();
   }
@@ -800,7 +859,8 @@ TEST_F(CollectivesTest, StateSyncDonorLostMidTransferIsCompletedByTheOthers) {
       return call;
     }));
   }
-  ASSERT_TRUE(wait_received(comms[3].get(), kBig * sizeof(float) / 8)) << "the transfer never started";
+  ASSERT_TRUE(wait_received(comms[3].get(), kBig * sizeof(float) / 8))
+      << "the transfer never started";
   comms[1]->abort();  // a donor dies mid-transfer: its links close, then its control connection
   const SyncCall victim = f[1].get();
   EXPECT_EQ(victim.status.code(), WCCL_ERR_ABORTED);
@@ -813,7 +873,8 @@ TEST_F(CollectivesTest, StateSyncDonorLostMidTransferIsCompletedByTheOthers) {
     EXPECT_EQ(c.stats.world_size, 3);
   }
   EXPECT_EQ(calls[2].stats.sources, 2u) << "the joiner finished from the two remaining donors";
-  EXPECT_GT(calls[2].stats.bytes_received, kBig * sizeof(float)) << "what came before the loss counts too";
+  EXPECT_GT(calls[2].stats.bytes_received, kBig * sizeof(float))
+      << "what came before the loss counts too";
   EXPECT_TRUE(states[3].t == State(true).t);
   EXPECT_EQ(comms[3]->size(), 3);
 }
@@ -834,14 +895,16 @@ TEST_F(CollectivesTest, StateSyncWithNoDonorLeftFailsWithTensorsUntouched) {
       return call;
     }));
   }
-  ASSERT_TRUE(wait_received(comms[1].get(), kBig * sizeof(float) / 16)) << "the transfer never started";
+  ASSERT_TRUE(wait_received(comms[1].get(), kBig * sizeof(float) / 16))
+      << "the transfer never started";
   comms[0]->abort();
   EXPECT_EQ(f[0].get().status.code(), WCCL_ERR_ABORTED);
   comms[0].reset();
   for (size_t i = 1; i < 4; ++i) {
     const SyncCall c = f[i].get();
     EXPECT_EQ(c.status.code(), WCCL_ERR_PEER_LOST) << c.status.to_string();
-    EXPECT_NE(c.status.message().find("no remaining member holds tensor"), std::string::npos) << c.status.to_string();
+    EXPECT_NE(c.status.message().find("no remaining member holds tensor"), std::string::npos)
+        << c.status.to_string();
     EXPECT_EQ(c.revision, 0u);
     EXPECT_TRUE(states[i].t == State(false).t) << "member " << i << "'s tensors are untouched";
   }
@@ -872,11 +935,14 @@ TEST_F(CollectivesTest, ChurnSoak) {
           members[k]->command("update");
         }
       }
-      for (const Status &st : CommTest::update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
+      for (const Status &st : CommTest::update_all(raw(comms)))
+        ASSERT_TRUE(st.ok()) << st.to_string();
       for (size_t k = 0; k < members.size(); ++k) {
-        const bool joiner = std::find(waiting_to_join.begin(), waiting_to_join.end(), k) != waiting_to_join.end();
+        const bool joiner =
+            std::find(waiting_to_join.begin(), waiting_to_join.end(), k) != waiting_to_join.end();
         const std::string line = members[k]->line(30s);
-        ASSERT_NE(line.find(joiner ? "joined" : "update WCCL_OK"), std::string::npos) << "member " << k << ": " << line;
+        ASSERT_NE(line.find(joiner ? "joined" : "update WCCL_OK"), std::string::npos)
+            << "member " << k << ": " << line;
       }
       waiting_to_join.clear();
       revoked = false;
@@ -905,35 +971,43 @@ TEST_F(CollectivesTest, ChurnSoak) {
       waiting_to_join.push_back(members.size() - 1);
       // Once the members hear of it, the next update admits it.
       const auto deadline = Clock::now() + 20s;
-      while (comms[0]->pending() < static_cast<int>(waiting_to_join.size()) && Clock::now() < deadline) {
+      while (comms[0]->pending() < static_cast<int>(waiting_to_join.size()) &&
+             Clock::now() < deadline) {
         std::this_thread::sleep_for(1ms);
       }
       ASSERT_EQ(comms[0]->pending(), static_cast<int>(waiting_to_join.size()));
     }
     std::vector<wccl_result_t> outcomes;
     for (size_t k = 0; k < comms.size(); ++k) {
-      ASSERT_EQ(anchors[k].wait_for(60s), std::future_status::ready) << "operation " << it << " hangs";
+      ASSERT_EQ(anchors[k].wait_for(60s), std::future_status::ready)
+          << "operation " << it << " hangs";
       const Status st = anchors[k].get();
       outcomes.push_back(st.code());
       if (st.ok()) {
-        for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(bufs[k][i], pattern(n * (n + 1) / 2, i)) << "operation " << it;
+        for (size_t i = 0; i < kCount; ++i)
+          ASSERT_EQ(bufs[k][i], pattern(n * (n + 1) / 2, i)) << "operation " << it;
       } else {
         ASSERT_EQ(st.code(), WCCL_ERR_PEER_LOST) << st.to_string();
-        ASSERT_TRUE(bufs[k] == filled(kCount, comms[k]->rank() + 1)) << "a failed operation changed the buffer";
+        ASSERT_TRUE(bufs[k] == filled(kCount, comms[k]->rank() + 1))
+            << "a failed operation changed the buffer";
       }
     }
     for (size_t k = 0; k < members.size(); ++k) {
-      if (std::find(waiting_to_join.begin(), waiting_to_join.end(), k) != waiting_to_join.end()) continue;
+      if (std::find(waiting_to_join.begin(), waiting_to_join.end(), k) != waiting_to_join.end())
+        continue;
       const std::string line = members[k]->line(60s);
-      ASSERT_EQ(line.rfind("allreduce ", 0), 0u) << "member " << k << " at operation " << it << ": " << line;
-      outcomes.push_back(line.find("WCCL_OK 0") != std::string::npos ? WCCL_OK : WCCL_ERR_PEER_LOST);
+      ASSERT_EQ(line.rfind("allreduce ", 0), 0u)
+          << "member " << k << " at operation " << it << ": " << line;
+      outcomes.push_back(line.find("WCCL_OK 0") != std::string::npos ? WCCL_OK
+                                                                     : WCCL_ERR_PEER_LOST);
       if (line.find("WCCL_OK") == std::string::npos) {
         ASSERT_NE(line.find("WCCL_ERR_PEER_LOST"), std::string::npos) << line;
       } else {
         ASSERT_NE(line.find("WCCL_OK 0"), std::string::npos) << "wrong elements: " << line;
       }
     }
-    for (wccl_result_t r : outcomes) ASSERT_EQ(r, outcomes[0]) << "members disagree on operation " << it;
+    for (wccl_result_t r : outcomes)
+      ASSERT_EQ(r, outcomes[0]) << "members disagree on operation " << it;
     if (outcomes[0] == WCCL_OK) {
       ++ok;
     } else {
@@ -941,7 +1015,8 @@ TEST_F(CollectivesTest, ChurnSoak) {
       revoked = true;
     }
   }
-  std::printf("churn: %d operations OK, %d PEER_LOST, %d members killed, %d spawned\n", ok, lost, kills, spawned);
+  std::printf("churn: %d operations OK, %d PEER_LOST, %d members killed, %d spawned\n", ok, lost,
+              kills, spawned);
   EXPECT_GT(ok, kOps / 2);
   EXPECT_GT(kills, 0);
 }

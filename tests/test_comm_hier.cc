@@ -30,8 +30,12 @@ TEST(ThreadGroupTest, MismatchedCallsFailOnEveryRank) {
   std::vector<float> in(10, 1.0f), shard0(5), shard1(5);
   const auto deadline = Clock::now() + 10s;
   Status st1;
-  std::thread t([&] { st1 = group[1]->reduce_scatter(algo::host_memory(), in.data(), shard1.data(), 4, codec::Dtype::kF32, codec::RedOp::kSum, deadline); });
-  const Status st0 = group[0]->reduce_scatter(algo::host_memory(), in.data(), shard0.data(), 5, codec::Dtype::kF32, codec::RedOp::kSum, deadline);
+  std::thread t([&] {
+    st1 = group[1]->reduce_scatter(algo::host_memory(), in.data(), shard1.data(), 4,
+                                   codec::Dtype::kF32, codec::RedOp::kSum, deadline);
+  });
+  const Status st0 = group[0]->reduce_scatter(algo::host_memory(), in.data(), shard0.data(), 5,
+                                              codec::Dtype::kF32, codec::RedOp::kSum, deadline);
   t.join();
   EXPECT_EQ(st0.code(), WCCL_ERR_INVALID_ARGUMENT) << st0.to_string();
   EXPECT_EQ(st1.code(), WCCL_ERR_INVALID_ARGUMENT) << st1.to_string();
@@ -62,7 +66,8 @@ TEST(ThreadGroupTest, ARankThatNeverComesTimesTheOthersOutAndBreaksTheGroup) {
   std::vector<int32_t> all;
   const Status st = group[0]->exchange(7, &all, Clock::now() + 200ms);
   EXPECT_EQ(st.code(), WCCL_ERR_TIMEOUT) << st.to_string();
-  EXPECT_EQ(group[1]->exchange(7, &all, Clock::now() + 30s).code(), WCCL_ERR_TIMEOUT) << "the late rank is not left waiting";
+  EXPECT_EQ(group[1]->exchange(7, &all, Clock::now() + 30s).code(), WCCL_ERR_TIMEOUT)
+      << "the late rank is not left waiting";
 }
 
 class HierTest : public CommTest {
@@ -87,15 +92,17 @@ class HierTest : public CommTest {
     return out;
   }
 
-  // kNodes nodes of `local` ranks (a ThreadGroup each unless `make` says otherwise): local rank r of
-  // every node in group "local<r>", each naming its node, joined at once.
+  // kNodes nodes of `local` ranks (a ThreadGroup each unless `make` says otherwise): local rank r
+  // of every node in group "local<r>", each naming its node, joined at once.
   Nodes join_nodes(int local = kLocal, const GroupMaker &make = nullptr) {
     std::vector<std::vector<std::future<Result<std::unique_ptr<Communicator>>>>> joining(kNodes);
     for (int n = 0; n < kNodes; ++n) {
       for (int r = 0; r < local; ++r) {
-        Config cfg = peer_config("n" + std::to_string(n) + "r" + std::to_string(r), "local" + std::to_string(r));
+        Config cfg = peer_config("n" + std::to_string(n) + "r" + std::to_string(r),
+                                 "local" + std::to_string(r));
         EXPECT_TRUE(cfg.set("node", "node" + std::to_string(n)).ok());
-        joining[n].push_back(std::async(std::launch::async, [cfg] { return Communicator::join(cfg); }));
+        joining[n].push_back(
+            std::async(std::launch::async, [cfg] { return Communicator::join(cfg); }));
       }
     }
     Nodes nodes(kNodes);
@@ -106,7 +113,8 @@ class HierTest : public CommTest {
         EXPECT_TRUE(c.ok()) << c.status().to_string();
         if (!c.ok()) return {};
         EXPECT_EQ(c.value()->size(), kNodes);
-        nodes[n].push_back({std::move(c).value(), std::make_unique<hier::Runner>(std::move(members[r]))});
+        nodes[n].push_back(
+            {std::move(c).value(), std::make_unique<hier::Runner>(std::move(members[r]))});
       }
     }
     return nodes;
@@ -115,7 +123,8 @@ class HierTest : public CommTest {
   // Element i of global rank g = node * kLocal + local rank: (g + 1) * (i % 251 + 1).
   static std::vector<float> filled(size_t count, int g) {
     std::vector<float> v(count);
-    for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((g + 1) * static_cast<int>(i % 251 + 1));
+    for (size_t i = 0; i < count; ++i)
+      v[i] = static_cast<float>((g + 1) * static_cast<int>(i % 251 + 1));
     return v;
   }
   // The exact sum over ranks 0..ranks-1 of filled().
@@ -130,7 +139,8 @@ class HierTest : public CommTest {
 
   // Starts `call` (in and out filled per rank by the caller) on every rank of `nodes` that
   // `runs` selects, then waits for every outcome.
-  static std::vector<std::vector<Status>> run_all(Nodes &nodes, const std::vector<std::vector<hier::Call>> &calls) {
+  static std::vector<std::vector<Status>> run_all(
+      Nodes &nodes, const std::vector<std::vector<hier::Call>> &calls) {
     std::vector<std::vector<std::shared_ptr<hier::Op>>> ops(nodes.size());
     std::vector<std::vector<Status>> out(nodes.size());
     for (size_t n = 0; n < nodes.size(); ++n) {
@@ -142,14 +152,17 @@ class HierTest : public CommTest {
     }
     for (size_t n = 0; n < nodes.size(); ++n) {
       for (size_t r = 0; r < nodes[n].size(); ++r) {
-        out[n].push_back(ops[n][r] != nullptr ? nodes[n][r].runner->wait(ops[n][r], nullptr) : Status());
+        out[n].push_back(ops[n][r] != nullptr ? nodes[n][r].runner->wait(ops[n][r], nullptr)
+                                              : Status());
       }
     }
     return out;
   }
 
-  static hier::Call call_on(const void *in, void *out, size_t count, codec::Dtype t = codec::Dtype::kF32,
-                            codec::RedOp op = codec::RedOp::kSum, codec::Wire wire = codec::Wire::kNative) {
+  static hier::Call call_on(const void *in, void *out, size_t count,
+                            codec::Dtype t = codec::Dtype::kF32,
+                            codec::RedOp op = codec::RedOp::kSum,
+                            codec::Wire wire = codec::Wire::kNative) {
     hier::Call c;
     c.in = in;
     c.out = out;
@@ -173,7 +186,8 @@ TEST_F(HierTest, EveryRankOfEveryNodeGetsTheSameResult) {
   for (const codec::Wire wire : {codec::Wire::kNative, codec::Wire::kInt8}) {
     for (const size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{65537}}) {
       for (const bool in_place : {false, true}) {
-        SCOPED_TRACE(testing::Message() << "wire " << static_cast<int>(wire) << " count " << count << " in place " << in_place);
+        SCOPED_TRACE(testing::Message() << "wire " << static_cast<int>(wire) << " count " << count
+                                        << " in place " << in_place);
         std::vector<std::vector<std::vector<float>>> in(kNodes), out(kNodes);
         std::vector<std::vector<hier::Call>> calls(kNodes);
         for (int n = 0; n < kNodes; ++n) {
@@ -181,7 +195,8 @@ TEST_F(HierTest, EveryRankOfEveryNodeGetsTheSameResult) {
             in[n].push_back(filled(count, n * kLocal + r));
             out[n].push_back(std::vector<float>(count, -1.0f));
             float *dst = in_place ? in[n][r].data() : out[n][r].data();
-            calls[n].push_back(call_on(in[n][r].data(), dst, count, codec::Dtype::kF32, codec::RedOp::kSum, wire));
+            calls[n].push_back(
+                call_on(in[n][r].data(), dst, count, codec::Dtype::kF32, codec::RedOp::kSum, wire));
           }
         }
         const auto st = run_all(nodes, calls);
@@ -189,16 +204,19 @@ TEST_F(HierTest, EveryRankOfEveryNodeGetsTheSameResult) {
         const std::vector<float> &first = in_place ? in[0][0] : out[0][0];
         for (int n = 0; n < kNodes; ++n) {
           for (int r = 0; r < kLocal; ++r) {
-            ASSERT_TRUE(st[n][r].ok()) << "node " << n << " rank " << r << ": " << st[n][r].to_string();
+            ASSERT_TRUE(st[n][r].ok())
+                << "node " << n << " rank " << r << ": " << st[n][r].to_string();
             const std::vector<float> &got = in_place ? in[n][r] : out[n][r];
-            ASSERT_EQ(got, first) << "node " << n << " rank " << r;  // bit for bit: integer-valued or INT8's same decode
+            ASSERT_EQ(got, first) << "node " << n << " rank "
+                                  << r;  // bit for bit: integer-valued or INT8's same decode
           }
         }
         for (size_t i = 0; i < count; ++i) {
           if (wire == codec::Wire::kNative) {
             ASSERT_EQ(first[i], want[i]) << i;
           } else {
-            ASSERT_NEAR(first[i], want[i], 0.02 * 21 * 251) << i;  // INT8: a few steps of 1/255 of the range
+            ASSERT_NEAR(first[i], want[i], 0.02 * 21 * 251)
+                << i;  // INT8: a few steps of 1/255 of the range
           }
         }
       }
@@ -224,7 +242,9 @@ TEST_F(HierTest, AvgDividesOnceByEveryRankOfEveryNode) {
       }
     }
     for (int n = 0; n < kNodes; ++n) {
-      for (int r = 0; r < kLocal; ++r) calls[n].push_back(call_on(in[n][r].data(), in[n][r].data(), count, codec::Dtype::kI32, op));
+      for (int r = 0; r < kLocal; ++r)
+        calls[n].push_back(
+            call_on(in[n][r].data(), in[n][r].data(), count, codec::Dtype::kI32, op));
     }
     const auto st = run_all(nodes, calls);
     for (size_t i = 0; i < count; ++i) {
@@ -238,7 +258,8 @@ TEST_F(HierTest, AvgDividesOnceByEveryRankOfEveryNode) {
       for (int n = 0; n < kNodes; ++n) {
         for (int r = 0; r < kLocal; ++r) {
           ASSERT_TRUE(st[n][r].ok()) << st[n][r].to_string();
-          ASSERT_EQ(in[n][r][i], want) << "op " << static_cast<int>(op) << " element " << i << " node " << n << " rank " << r;
+          ASSERT_EQ(in[n][r][i], want) << "op " << static_cast<int>(op) << " element " << i
+                                       << " node " << n << " rank " << r;
         }
       }
     }
@@ -258,7 +279,8 @@ TEST_F(HierTest, ARankWhoseAllReduceFailsFailsItsWholeNode) {
   std::vector<std::vector<hier::Call>> calls(2);
   for (int n = 0; n < 2; ++n) {
     for (int r = 0; r < kLocal; ++r) in[n].push_back(filled(count, n * kLocal + r));
-    for (int r = 0; r < kLocal; ++r) calls[n].push_back(call_on(in[n][r].data(), in[n][r].data(), count));
+    for (int r = 0; r < kLocal; ++r)
+      calls[n].push_back(call_on(in[n][r].data(), in[n][r].data(), count));
   }
   std::vector<std::vector<std::shared_ptr<hier::Op>>> ops(2);
   for (int n = 0; n < 2; ++n) {
@@ -283,11 +305,13 @@ TEST_F(HierTest, ARankWhoseAllReduceFailsFailsItsWholeNode) {
   for (int n = 0; n < 2; ++n) {
     for (int r = 0; r < kLocal; ++r) {
       const Status st = nodes[n][r].runner->wait(ops[n][r], nullptr);
-      EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST) << "node " << n << " rank " << r << ": " << st.to_string();
+      EXPECT_EQ(st.code(), WCCL_ERR_PEER_LOST)
+          << "node " << n << " rank " << r << ": " << st.to_string();
       if (r == 0) {
         EXPECT_NE(st.message().find("local rank 1"), std::string::npos) << st.to_string();
       }
-      EXPECT_EQ(in[n][r], filled(count, n * kLocal + r)) << "node " << n << " rank " << r << "'s buffer changed";
+      EXPECT_EQ(in[n][r], filled(count, n * kLocal + r))
+          << "node " << n << " rank " << r << "'s buffer changed";
     }
   }
   nodes[2][0].runner.reset();
@@ -313,7 +337,8 @@ TEST_F(HierTest, ARankWhoseAllReduceFailsFailsItsWholeNode) {
 // ranks have the same outcome, the nodes have the same outcome, a failure leaves every buffer as
 // it was, and the retry after update gives the survivors' sum.
 TEST_F(HierTest, ANodeLostAtARandomPointFailsOrCommitsEveryNodeAlike) {
-  const int seeds = std::getenv("WCCL_HIER_SEEDS") != nullptr ? std::atoi(std::getenv("WCCL_HIER_SEEDS")) : 4;
+  const int seeds =
+      std::getenv("WCCL_HIER_SEEDS") != nullptr ? std::atoi(std::getenv("WCCL_HIER_SEEDS")) : 4;
   int failed = 0;
   for (int seed = 1; seed <= seeds; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
@@ -324,21 +349,25 @@ TEST_F(HierTest, ANodeLostAtARandomPointFailsOrCommitsEveryNodeAlike) {
     std::vector<std::vector<hier::Call>> calls(kNodes);
     for (int n = 0; n < kNodes; ++n) {
       for (int r = 0; r < kLocal; ++r) in[n].push_back(filled(count, n * kLocal + r));
-      for (int r = 0; r < kLocal; ++r) calls[n].push_back(call_on(in[n][r].data(), in[n][r].data(), count));
+      for (int r = 0; r < kLocal; ++r)
+        calls[n].push_back(call_on(in[n][r].data(), in[n][r].data(), count));
     }
     std::vector<std::vector<std::shared_ptr<hier::Op>>> ops(kNodes);
     for (int n = 0; n < kNodes; ++n) {
-      for (int r = 0; r < kLocal; ++r) ops[n].push_back(nodes[n][r].runner->submit(nodes[n][r].comm.get(), calls[n][r]).value());
+      for (int r = 0; r < kLocal; ++r)
+        ops[n].push_back(nodes[n][r].runner->submit(nodes[n][r].comm.get(), calls[n][r]).value());
     }
     std::mt19937 rng(static_cast<unsigned>(seed));
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 60)(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 60)(rng)));
     for (auto &rank : nodes[2]) rank.comm->abort();
     for (auto &rank : nodes[2]) rank.runner.reset();  // its calls end (ABORTED or committed)
     for (auto &rank : nodes[2]) rank.comm.reset();
     nodes.pop_back();
     std::vector<Status> outcomes;
     for (int n = 0; n < 2; ++n) {
-      for (int r = 0; r < kLocal; ++r) outcomes.push_back(nodes[n][r].runner->wait(ops[n][r], nullptr));
+      for (int r = 0; r < kLocal; ++r)
+        outcomes.push_back(nodes[n][r].runner->wait(ops[n][r], nullptr));
     }
     const bool committed = outcomes[0].ok();
     for (size_t i = 0; i < outcomes.size(); ++i) {
@@ -356,7 +385,8 @@ TEST_F(HierTest, ANodeLostAtARandomPointFailsOrCommitsEveryNodeAlike) {
     }
     ++failed;
     for (int n = 0; n < 2; ++n) {
-      for (int r = 0; r < kLocal; ++r) ASSERT_EQ(in[n][r], filled(count, n * kLocal + r)) << "node " << n << " rank " << r;
+      for (int r = 0; r < kLocal; ++r)
+        ASSERT_EQ(in[n][r], filled(count, n * kLocal + r)) << "node " << n << " rank " << r;
     }
     std::vector<Communicator *> survivors;
     for (auto &node : nodes) {
@@ -372,7 +402,9 @@ TEST_F(HierTest, ANodeLostAtARandomPointFailsOrCommitsEveryNodeAlike) {
       }
     }
   }
-  std::printf("%d of %d seeds lost the operation and retried it; the others committed it with node 2\n", failed, seeds);
+  std::printf(
+      "%d of %d seeds lost the operation and retried it; the others committed it with node 2\n",
+      failed, seeds);
 }
 
 // Device buffers on an (emulated) GPU: the local group reads and writes them through the GPU's
@@ -390,7 +422,8 @@ TEST_F(HierTest, DeviceBuffersGiveTheHostResult) {
       for (int r = 0; r < kLocal; ++r) {
         const auto v = filled(count, n * kLocal + r);
         dev[n].push_back(gpu.alloc_copy(v.data(), count * 4));
-        hier::Call c = call_on(dev[n][r], dev[n][r], count, codec::Dtype::kF32, codec::RedOp::kSum, codec::Wire::kInt8);
+        hier::Call c = call_on(dev[n][r], dev[n][r], count, codec::Dtype::kF32, codec::RedOp::kSum,
+                               codec::Wire::kInt8);
         c.device = &gpu;
         ASSERT_TRUE(gpu.record(nullptr, &c.ready).ok());
         calls[n].push_back(c);
@@ -403,7 +436,8 @@ TEST_F(HierTest, DeviceBuffersGiveTheHostResult) {
         ASSERT_TRUE(st[n][r].ok()) << st[n][r].to_string();
         const auto got = gpu.read(dev[n][r], count * 4);
         if (n == 0 && r == 0) std::memcpy(first.data(), got.data(), count * 4);
-        ASSERT_EQ(std::memcmp(got.data(), first.data(), count * 4), 0) << "node " << n << " rank " << r;
+        ASSERT_EQ(std::memcmp(got.data(), first.data(), count * 4), 0)
+            << "node " << n << " rank " << r;
       }
     }
     // The same call on host buffers: the same bits.
@@ -412,8 +446,8 @@ TEST_F(HierTest, DeviceBuffersGiveTheHostResult) {
     for (int n = 0; n < kNodes; ++n) {
       for (int r = 0; r < kLocal; ++r) in[n].push_back(filled(count, n * kLocal + r));
       for (int r = 0; r < kLocal; ++r) {
-        host_calls[n].push_back(call_on(in[n][r].data(), in[n][r].data(), count, codec::Dtype::kF32, codec::RedOp::kSum,
-                                        codec::Wire::kInt8));
+        host_calls[n].push_back(call_on(in[n][r].data(), in[n][r].data(), count, codec::Dtype::kF32,
+                                        codec::RedOp::kSum, codec::Wire::kInt8));
       }
     }
     for (const auto &row : run_all(nodes, host_calls)) {
@@ -427,7 +461,6 @@ TEST_F(HierTest, DeviceBuffersGiveTheHostResult) {
   gpu.uninstall();
 }
 
-
 // The example program (examples/hier) as three node processes of two local ranks each, over TLS
 // with INT8 across nodes; node 2 is SIGKILLed from outside at a seeded point of its run (after a
 // given outer step, plus up to 40 ms). Nodes 0 and 1 run every outer step once and in order,
@@ -435,7 +468,8 @@ TEST_F(HierTest, DeviceBuffersGiveTheHostResult) {
 TEST_F(HierTest, ExampleNodesOutliveANodeKilledFromOutside) {
   const char *bin = std::getenv("WCCL_TEST_HIER_EXAMPLE");
   ASSERT_NE(bin, nullptr) << "WCCL_TEST_HIER_EXAMPLE is not set; run through meson test";
-  const int seeds = std::getenv("WCCL_HIER_SEEDS") != nullptr ? std::atoi(std::getenv("WCCL_HIER_SEEDS")) : 2;
+  const int seeds =
+      std::getenv("WCCL_HIER_SEEDS") != nullptr ? std::atoi(std::getenv("WCCL_HIER_SEEDS")) : 2;
   constexpr int kSteps = 12;
   for (int seed = 1; seed <= seeds; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
@@ -447,19 +481,22 @@ TEST_F(HierTest, ExampleNodesOutliveANodeKilledFromOutside) {
       const auto files = pki_.node(name);
       nodes.push_back(std::make_unique<MemberProcess>(
           bin,
-          std::vector<std::string>{"--node", name, "--local-size", std::to_string(kLocal), "--outer-steps",
-                                   std::to_string(kSteps), "--inner-steps", "4", "--count", "20000", "--step-ms", "15",
-                                   "--wire", "int8"},
-          std::vector<std::string>{"WCCL_COORDINATOR=127.0.0.1:" + std::to_string(port_), "WCCL_LISTEN=127.0.0.1:0",
-                                   "WCCL_HEARTBEAT_MS=100", "WCCL_LOG_LEVEL=error", "WCCL_TLS_CERT=" + files.cert,
+          std::vector<std::string>{"--node", name, "--local-size", std::to_string(kLocal),
+                                   "--outer-steps", std::to_string(kSteps), "--inner-steps", "4",
+                                   "--count", "20000", "--step-ms", "15", "--wire", "int8"},
+          std::vector<std::string>{"WCCL_COORDINATOR=127.0.0.1:" + std::to_string(port_),
+                                   "WCCL_LISTEN=127.0.0.1:0", "WCCL_HEARTBEAT_MS=100",
+                                   "WCCL_LOG_LEVEL=error", "WCCL_TLS_CERT=" + files.cert,
                                    "WCCL_TLS_KEY=" + files.key, "WCCL_TLS_CA=" + files.ca}));
     }
     // Node 2: killed once it has committed outer step kill_after.
     const std::string mark = " step " + std::to_string(kill_after) + " ";
-    for (std::string l = nodes[2]->line(60s); l.find(mark) == std::string::npos; l = nodes[2]->line(60s)) {
+    for (std::string l = nodes[2]->line(60s); l.find(mark) == std::string::npos;
+         l = nodes[2]->line(60s)) {
       ASSERT_FALSE(l.empty()) << "node 2 never reached outer step " << kill_after;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(rng)));
     nodes[2]->signal(SIGKILL);
     EXPECT_EQ(nodes[2]->wait(), 128 + SIGKILL);
     std::set<std::string> hashes;
@@ -499,7 +536,6 @@ TEST_F(HierTest, ExampleNodesOutliveANodeKilledFromOutside) {
     EXPECT_EQ(hashes.size(), 1u) << "the four ranks of nodes 0 and 1 ended with different models";
   }
 }
-
 
 #if WCCL_TEST_HAVE_NCCL
 // The NCCL local group on a real GPU: three nodes of one local rank each (NCCL takes no two ranks
@@ -541,7 +577,8 @@ TEST_F(HierTest, NcclLocalGroupsOnAGpu) {
       std::vector<std::vector<float>> got(kNodes, std::vector<float>(count));
       for (int n = 0; n < kNodes; ++n) {
         ASSERT_TRUE(st[n][0].ok()) << st[n][0].to_string();
-        ASSERT_EQ(cudaMemcpy(got[n].data(), dev[n], count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(got[n].data(), dev[n], count * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
         EXPECT_EQ(got[n], got[0]) << "node " << n;
         (void)cudaFree(dev[n]);
       }

@@ -20,8 +20,10 @@ TEST_F(CommFourTest, FourPeersAgreeAndAFifthIsAdmittedAtUpdate) {
   ASSERT_EQ(comms.size(), 4u);
   const uint64_t first = comms[0]->epoch();
   expect_agreed_ring(raw(comms), first);
-  auto fifth = std::async(std::launch::async, [cfg = peer_config("peer4")] { return Communicator::join(cfg); });
-  EXPECT_EQ(fifth.wait_for(300ms), std::future_status::timeout) << "a joiner waits for the members' update";
+  auto fifth = std::async(std::launch::async,
+                          [cfg = peer_config("peer4")] { return Communicator::join(cfg); });
+  EXPECT_EQ(fifth.wait_for(300ms), std::future_status::timeout)
+      << "a joiner waits for the members' update";
   for (auto &c : comms) EXPECT_EQ(c->pending(), 1) << "members hear that a joiner waits";
   for (const Status &st : update_all(raw(comms))) EXPECT_TRUE(st.ok()) << st.to_string();
   auto joined = fifth.get();
@@ -33,7 +35,8 @@ TEST_F(CommFourTest, FourPeersAgreeAndAFifthIsAdmittedAtUpdate) {
 
 enum class Fault { kKill, kStop };
 
-void member_fault(CommFourTest &t, Fault fault, std::vector<std::unique_ptr<Communicator>> &comms, MemberProcess &victim) {
+void member_fault(CommFourTest &t, Fault fault, std::vector<std::unique_ptr<Communicator>> &comms,
+                  MemberProcess &victim) {
   const uint64_t epoch = comms[0]->epoch();
   const auto t0 = Clock::now();
   victim.signal(fault == Fault::kKill ? SIGKILL : SIGSTOP);
@@ -45,7 +48,8 @@ void member_fault(CommFourTest &t, Fault fault, std::vector<std::unique_ptr<Comm
     EXPECT_LT(waited, 1s) << "a killed peer must be detected within 1 s";
   } else {
     EXPECT_GE(waited, CommTest::kPeerTimeout - 200ms);
-    EXPECT_LT(waited, CommTest::kPeerTimeout + 100ms + 400ms) << "peer_timeout_ms + one heartbeat, plus scheduling";
+    EXPECT_LT(waited, CommTest::kPeerTimeout + 100ms + 400ms)
+        << "peer_timeout_ms + one heartbeat, plus scheduling";
   }
   for (const Status &st : t.update_all(raw(comms))) EXPECT_TRUE(st.ok()) << st.to_string();
   t.expect_agreed_ring(raw(comms), epoch + 1);
@@ -55,7 +59,8 @@ TEST_F(CommFourTest, KilledMemberProcessIsLostWithinASecond) {
   MemberProcess victim(port_, pki_.node("victim"));
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
-  EXPECT_NE(victim.line(10s).find("size 4 epoch " + std::to_string(comms[0]->epoch())), std::string::npos);
+  EXPECT_NE(victim.line(10s).find("size 4 epoch " + std::to_string(comms[0]->epoch())),
+            std::string::npos);
   member_fault(*this, Fault::kKill, comms, victim);
 }
 
@@ -63,7 +68,8 @@ TEST_F(CommFourTest, FrozenMemberProcessIsLostAfterPeerTimeout) {
   MemberProcess victim(port_, pki_.node("victim"));
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
-  EXPECT_NE(victim.line(10s).find("size 4 epoch " + std::to_string(comms[0]->epoch())), std::string::npos);
+  EXPECT_NE(victim.line(10s).find("size 4 epoch " + std::to_string(comms[0]->epoch())),
+            std::string::npos);
   member_fault(*this, Fault::kStop, comms, victim);
 }
 
@@ -77,7 +83,9 @@ TEST_F(CommFourTest, AJoinerFrozenPastPeerTimeoutIsAdmittedAtTheNextUpdate) {
   auto every_member_hears = [&](int joiners) {
     const auto deadline = Clock::now() + 5s;
     while (Clock::now() < deadline) {
-      if (std::all_of(comms.begin(), comms.end(), [&](const auto &c) { return c->pending() == joiners; })) return true;
+      if (std::all_of(comms.begin(), comms.end(),
+                      [&](const auto &c) { return c->pending() == joiners; }))
+        return true;
       std::this_thread::sleep_for(20ms);
     }
     return false;
@@ -101,7 +109,8 @@ TEST_F(CommTest, GracefulLeaveFailsNobody) {
   ASSERT_EQ(comms.size(), 3u);
   const uint64_t first = comms[0]->epoch();
   auto leaving = std::async(std::launch::async, [c = comms[2].get()] { return c->leave(); });
-  for (const Status &st : update_all({comms[0].get(), comms[1].get()})) EXPECT_TRUE(st.ok()) << st.to_string();
+  for (const Status &st : update_all({comms[0].get(), comms[1].get()}))
+    EXPECT_TRUE(st.ok()) << st.to_string();
   EXPECT_TRUE(leaving.get().ok());
   EXPECT_FALSE(comms[0]->revoked());
   expect_agreed_ring({comms[0].get(), comms[1].get()}, first + 1);
@@ -118,21 +127,25 @@ TEST_F(CommTest, AnIdleMemberHearsThatTheGroupWaitsForItsUpdate) {
   auto all_due = [&](std::vector<Communicator *> cs) {
     const auto deadline = Clock::now() + 5s;
     while (Clock::now() < deadline) {
-      if (std::all_of(cs.begin(), cs.end(), [](Communicator *c) { return c->update_due(); })) return true;
+      if (std::all_of(cs.begin(), cs.end(), [](Communicator *c) { return c->update_due(); }))
+        return true;
       std::this_thread::sleep_for(10ms);
     }
     return false;
   };
   for (auto &c : comms) EXPECT_FALSE(c->update_due());
   auto first = std::async(std::launch::async, [c = comms[0].get()] { return c->update(); });
-  EXPECT_TRUE(all_due({comms[1].get(), comms[2].get()})) << "the others hear of the barrier (BARRIER)";
+  EXPECT_TRUE(all_due({comms[1].get(), comms[2].get()}))
+      << "the others hear of the barrier (BARRIER)";
   EXPECT_EQ(first.wait_for(100ms), std::future_status::timeout) << "the barrier waits for them";
-  for (const Status &st : update_all({comms[1].get(), comms[2].get()})) EXPECT_TRUE(st.ok()) << st.to_string();
+  for (const Status &st : update_all({comms[1].get(), comms[2].get()}))
+    EXPECT_TRUE(st.ok()) << st.to_string();
   EXPECT_TRUE(first.get().ok());
   for (auto &c : comms) EXPECT_FALSE(c->update_due()) << "the epoch confirmed at the barrier";
   comms[2].reset();  // its link closes: lost, and the epoch revoked
   EXPECT_TRUE(all_due({comms[0].get(), comms[1].get()})) << "a revoked epoch waits for an update";
-  for (const Status &st : update_all({comms[0].get(), comms[1].get()})) EXPECT_TRUE(st.ok()) << st.to_string();
+  for (const Status &st : update_all({comms[0].get(), comms[1].get()}))
+    EXPECT_TRUE(st.ok()) << st.to_string();
   for (int i = 0; i < 2; ++i) EXPECT_FALSE(comms[i]->update_due());
 }
 
@@ -142,7 +155,8 @@ TEST_F(CommTest, AbortFromAnotherThreadUnblocksAWaitingUpdate) {
   start_coordinator("127.0.0.1:0");
   auto comms = join_all(2);
   ASSERT_EQ(comms.size(), 2u);
-  auto waiting = std::async(std::launch::async, [c = comms[0].get()] { return c->update(); });  // peer 1 never updates
+  auto waiting = std::async(std::launch::async,
+                            [c = comms[0].get()] { return c->update(); });  // peer 1 never updates
   EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
   const auto t0 = Clock::now();
   comms[0]->abort();
@@ -252,7 +266,8 @@ TEST_F(CommTest, IdleConnectionsFromOneAddressDoNotLockOutAMember) {
     }
   }
   for (int fd : idle) close(fd);
-  EXPECT_EQ(closed, idle.size()) << "connections beyond the per-address limit are refused, the rest time out";
+  EXPECT_EQ(closed, idle.size())
+      << "connections beyond the per-address limit are refused, the rest time out";
 }
 
 TEST_F(CommTest, JoinWithoutCoordinatorOrWithABadCertificateFails) {
@@ -260,7 +275,8 @@ TEST_F(CommTest, JoinWithoutCoordinatorOrWithABadCertificateFails) {
   ASSERT_TRUE(cfg.set("coordinator", "").ok());
   EXPECT_EQ(Communicator::join(cfg).status().code(), WCCL_ERR_INVALID_ARGUMENT);
   ASSERT_TRUE(cfg.set("coordinator", "127.0.0.1:1").ok());
-  ASSERT_TRUE(cfg.set("join_timeout_ms", "1000").ok());  // a refused connection is retried until then
+  ASSERT_TRUE(
+      cfg.set("join_timeout_ms", "1000").ok());  // a refused connection is retried until then
   const auto start = std::chrono::steady_clock::now();
   const Status unreachable = Communicator::join(cfg).status();
   EXPECT_EQ(unreachable.code(), WCCL_ERR_COORDINATOR_UNREACHABLE);
@@ -344,7 +360,8 @@ TEST_F(CommTest, TheRejoinReachesARestartedCoordinatorBeforeAnyOtherMessage) {
   events.message = [](const coord::ControlMessage &) {};
   events.lost = [](const Status &) {};
   events.reconnected = [&] {
-    std::thread other([&] { (void)session->send(done); });  // e.g. the worker finishing an operation
+    std::thread other(
+        [&] { (void)session->send(done); });  // e.g. the worker finishing an operation
     other.join();
     return std::vector<coord::ControlMessage>{rejoin};
   };
@@ -357,7 +374,8 @@ TEST_F(CommTest, TheRejoinReachesARestartedCoordinatorBeforeAnyOtherMessage) {
       if (session) session->stop();
     }
   } stop_first{session};
-  auto opened = ControlSession::open(cfg, Clock::now() + 10s, Logger(LogLevel::kError, "member"), events);
+  auto opened =
+      ControlSession::open(cfg, Clock::now() + 10s, Logger(LogLevel::kError, "member"), events);
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
   session = std::move(opened).value();
   ASSERT_TRUE(session->start(50ms).ok());
@@ -368,7 +386,8 @@ TEST_F(CommTest, TheRejoinReachesARestartedCoordinatorBeforeAnyOtherMessage) {
   FakeCoordinator b(coord_cfg, "127.0.0.1:" + std::to_string(port));
   const auto first = b.first(10s);
   ASSERT_TRUE(first.has_value()) << "nothing reached the restarted coordinator";
-  EXPECT_EQ(first->type, coord::MessageType::kRejoin) << "type " << static_cast<int>(first->type) << " came first";
+  EXPECT_EQ(first->type, coord::MessageType::kRejoin)
+      << "type " << static_cast<int>(first->type) << " came first";
 }
 
 }  // namespace

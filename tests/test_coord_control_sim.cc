@@ -45,8 +45,8 @@ using coord::PeerId;
 constexpr int64_t kHeartbeatMs = 100;
 constexpr int64_t kPeerTimeoutMs = 1000;
 constexpr int64_t kStragglerTimeoutMs = 300;
-constexpr int64_t kFaultsMs = 20000;      // faults happen in [0, kFaultsMs)
-constexpr int64_t kRecoverBound = 8000;   // after the faults, every live member commits within this
+constexpr int64_t kFaultsMs = 20000;     // faults happen in [0, kFaultsMs)
+constexpr int64_t kRecoverBound = 8000;  // after the faults, every live member commits within this
 constexpr int64_t kDisagreeBound = kPeerTimeoutMs + 2500;
 constexpr int64_t kEndMs = kFaultsMs + kRecoverBound + 2000;
 constexpr int kMaxMembers = 8;
@@ -77,12 +77,12 @@ class Sim {
     // The application: which call it waits in.
     enum class App { kJoin, kUpdate, kReform, kOp, kPause } app = App::kJoin;
     OpKind op_kind = kNone;
-    std::pair<uint64_t, uint64_t> op{0, 0};   // the operation it waits for
+    std::pair<uint64_t, uint64_t> op{0, 0};                // the operation it waits for
     std::optional<std::pair<uint64_t, uint64_t>> running;  // its worker's data phase
-    int sync_size = 0;                        // the epoch's size when its state sync began
+    int sync_size = 0;  // the epoch's size when its state sync began
     std::map<std::pair<uint64_t, uint64_t>, Status> decided;
     std::set<uint64_t> removed_from;  // epochs it was declared lost from
-    int64_t recovered = -1;  // its first commit after the faults ended
+    int64_t recovered = -1;           // its first commit after the faults ended
     int commits = 0;
   };
   struct Conn {
@@ -99,8 +99,12 @@ class Sim {
     bool operator>(const Event &o) const { return at != o.at ? at > o.at : order > o.order; }
   };
 
-  void after(int64_t delay, std::function<void()> fn) { events_.push({now_ + delay, order_++, std::move(fn)}); }
-  int64_t jitter(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+  void after(int64_t delay, std::function<void()> fn) {
+    events_.push({now_ + delay, order_++, std::move(fn)});
+  }
+  int64_t jitter(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
   // A pair's measured round trip in µs: drawn once (1-200 ms), and drawn again now and then (a
   // path that degrades or recovers), so the coordinator's best ring order changes mid-run.
   uint32_t pair_rtt(PeerId a, PeerId b) {
@@ -110,11 +114,15 @@ class Sim {
   }
   // A link's measured delivery rate in bytes/s, drawn anew for every report (0: never busy), so
   // the crossover the coordinator sends with each barrier's answer changes from one to the next.
-  uint64_t link_rate() { return jitter(0, 3) == 0 ? 0 : static_cast<uint64_t>(jitter(1, 1000)) * 1000000; }
+  uint64_t link_rate() {
+    return jitter(0, 3) == 0 ? 0 : static_cast<uint64_t>(jitter(1, 1000)) * 1000000;
+  }
   void trace(const std::string &s) {
     if (trace_) log_ += std::to_string(now_) + " " + s + "\n";
   }
-  coord::Clock::time_point time() const { return coord::Clock::time_point() + std::chrono::milliseconds(now_ + 1000000); }
+  coord::Clock::time_point time() const {
+    return coord::Clock::time_point() + std::chrono::milliseconds(now_ + 1000000);
+  }
 
   // Members.
   int spawn();
@@ -166,7 +174,8 @@ class Sim {
   std::map<std::pair<uint64_t, uint64_t>, std::vector<PeerId>> epoch_rings_;
   // At each member's last start of an operation: its algo=AUTO crossover.
   std::map<std::pair<uint64_t, uint64_t>, std::map<int, uint64_t>> crossover_;
-  std::map<uint64_t, std::vector<PeerId>> rings_;  // epoch -> its ring, as first announced (one number, one ring)
+  std::map<uint64_t, std::vector<PeerId>>
+      rings_;  // epoch -> its ring, as first announced (one number, one ring)
   std::set<std::pair<uint64_t, PeerId>> dead_in_epoch_;
   std::set<std::pair<uint64_t, PeerId>> lost_from_;  // (epoch, peer) the coordinator declared lost
   // Outcomes: (epoch, seq) -> member -> OK?
@@ -176,7 +185,8 @@ class Sim {
 
 // A coordinator started at `now_ms` of virtual time numbers its epochs past that clock (in µs), as
 // the real one does with the wall clock.
-coord::Membership::Options options(int min_peers, int64_t now_ms, int64_t straggler_timeout_ms = 0) {
+coord::Membership::Options options(int min_peers, int64_t now_ms,
+                                   int64_t straggler_timeout_ms = 0) {
   coord::Membership::Options o;
   o.straggler_timeout = std::chrono::milliseconds(straggler_timeout_ms);
   o.epoch_base = static_cast<uint64_t>(now_ms) * 1000;
@@ -191,7 +201,8 @@ int Sim::spawn() {
   Member m;
   m.index = static_cast<int>(members_.size());
   m.id = 0x1000 + static_cast<PeerId>(m.index);
-  m.view = std::make_unique<MemberView>(m.id, "g", coord::PeerInfo{"m" + std::to_string(m.index), "sim:1", ""});
+  m.view = std::make_unique<MemberView>(
+      m.id, "g", coord::PeerInfo{"m" + std::to_string(m.index), "sim:1", ""});
   members_.push_back(std::move(m));
   const int i = static_cast<int>(members_.size()) - 1;
   trace("spawn m" + std::to_string(i));
@@ -250,13 +261,14 @@ void Sim::heartbeat(int i) {
 
 void Sim::send_to_coord(int i, const ControlMessage &m) {
   const int c = members_[static_cast<size_t>(i)].conn;
-  if (c < 0 || !conns_[static_cast<size_t>(c)].open) return;  // the façade's send fails: resent on reconnection
+  if (c < 0 || !conns_[static_cast<size_t>(c)].open)
+    return;  // the façade's send fails: resent on reconnection
   Conn &conn = conns_[static_cast<size_t>(c)];
   const int64_t at = std::max(conn.last_to_coord, now_ + jitter(1, 30));
   conn.last_to_coord = at;
   events_.push({at, order_++, [this, c, m] {
-    if (conns_[static_cast<size_t>(c)].open && coord_up_) coord_receive(c, m);
-  }});
+                  if (conns_[static_cast<size_t>(c)].open && coord_up_) coord_receive(c, m);
+                }});
 }
 
 void Sim::deliver_to_member(int i, const ControlMessage &m) {
@@ -267,14 +279,16 @@ void Sim::deliver_to_member(int i, const ControlMessage &m) {
       std::vector<PeerId> ring;
       for (const coord::Member &r : m.ring) ring.push_back(r.id);
       auto [known, fresh] = rings_.emplace(m.epoch, ring);
-      if (!fresh && known->second != ring) return fail("epoch " + std::to_string(m.epoch) + " names two rings");
+      if (!fresh && known->second != ring)
+        return fail("epoch " + std::to_string(m.epoch) + " names two rings");
     }
-    trace("m" + std::to_string(i) + " <- " + std::to_string(static_cast<int>(m.type)) + " e" + std::to_string(m.epoch) +
-          " s" + std::to_string(m.seq) + " " + m.text);
+    trace("m" + std::to_string(i) + " <- " + std::to_string(static_cast<int>(m.type)) + " e" +
+          std::to_string(m.epoch) + " s" + std::to_string(m.seq) + " " + m.text);
     const bool was_joining = !mem.joined;
     carry_out(i, mem.view->on_message(m));
     if (was_joining && mem.view->call_answered()) {
-      if (!mem.view->call_status().ok()) return fail("join refused: " + mem.view->call_status().to_string());
+      if (!mem.view->call_status().ok())
+        return fail("join refused: " + mem.view->call_status().to_string());
       mem.joined = true;
       trace("m" + std::to_string(i) + " joined e" + std::to_string(mem.view->epoch()));
       app_next(i);  // its loop begins with an update
@@ -342,10 +356,12 @@ void Sim::app_call(int i, MessageType type) {
 
 void Sim::app_call_answered(int i) {
   Member &m = members_[static_cast<size_t>(i)];
-  if ((m.app != Member::App::kUpdate && m.app != Member::App::kReform) || !m.view->call_answered()) return;
+  if ((m.app != Member::App::kUpdate && m.app != Member::App::kReform) || !m.view->call_answered())
+    return;
   const Status st = m.view->call_status();
   if (m.app == Member::App::kUpdate) {
-    if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST) return fail("m" + std::to_string(i) + " update: " + st.to_string());
+    if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST)
+      return fail("m" + std::to_string(i) + " update: " + st.to_string());
     if (!st.ok()) return app_call(i, MessageType::kUpdate);
     m.sync_size = m.view->size();
     return app_op(i, kSync1);
@@ -355,7 +371,8 @@ void Sim::app_call_answered(int i) {
     m.sync_size = m.view->size();
     return app_op(i, kSync1);
   }
-  if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST) return fail("m" + std::to_string(i) + " reform: " + st.to_string());
+  if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST)
+    return fail("m" + std::to_string(i) + " reform: " + st.to_string());
   app_call(i, MessageType::kUpdate);
 }
 
@@ -374,7 +391,8 @@ void Sim::app_op(int i, OpKind kind) {
   }
   m.op = {m.view->epoch(), seq};
   const auto op = m.op;
-  after(jitter(0, 3), [this, i, op, kind] { on_member(i, [this, i, op, kind] { worker_start(i, op, kind); }); });
+  after(jitter(0, 3),
+        [this, i, op, kind] { on_member(i, [this, i, op, kind] { worker_start(i, op, kind); }); });
 }
 
 void Sim::app_op_decided(int i) {
@@ -391,7 +409,8 @@ void Sim::app_op_decided(int i) {
     if (now_ >= kFaultsMs && m.recovered < 0) m.recovered = now_;
     return app_next(i);
   }
-  if (st.code() != WCCL_ERR_PEER_LOST) return fail("m" + std::to_string(i) + " op: " + st.to_string());
+  if (st.code() != WCCL_ERR_PEER_LOST)
+    return fail("m" + std::to_string(i) + " op: " + st.to_string());
   if (m.op_kind != kAllreduce && m.view->revoked()) return app_call(i, MessageType::kReform);
   app_next(i);
 }
@@ -408,7 +427,8 @@ void Sim::worker_start(int i, std::pair<uint64_t, uint64_t> op, OpKind kind) {
   crossover_[op][i] = m.view->tree_max_bytes();
   // A neighbour that crashed in this epoch: its link is closed, the data phase fails at once.
   for (PeerId p : epoch_rings_[op]) {
-    if (dead_in_epoch_.count({op.first, p}) != 0) return end_data_phase(i, op, jitter(1, 10), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
+    if (dead_in_epoch_.count({op.first, p}) != 0)
+      return end_data_phase(i, op, jitter(1, 10), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
   }
   data_check(op);
 }
@@ -434,7 +454,8 @@ void Sim::data_check(std::pair<uint64_t, uint64_t> op) {
     const int idx = static_cast<int>(p - 0x1000);
     auto it = started.find(idx);
     if (it == started.end()) return;
-    if (kind != kNone && it->second != kind) return;  // different operations: their messages never match
+    if (kind != kNone && it->second != kind)
+      return;  // different operations: their messages never match
     kind = it->second;
     const Member &m = members_[static_cast<size_t>(idx)];
     if (!m.alive || m.running != op) return;
@@ -459,7 +480,8 @@ void Sim::crash(int i) {
   }
   // Its links close: every member running an operation of an epoch it was in fails it.
   for (const auto &[epoch, ring] : rings_) {
-    if (std::find(ring.begin(), ring.end(), m.id) != ring.end()) dead_in_epoch_.insert({epoch, m.id});
+    if (std::find(ring.begin(), ring.end(), m.id) != ring.end())
+      dead_in_epoch_.insert({epoch, m.id});
   }
   for (Member &o : members_) {
     if (!o.alive || !o.running) continue;
@@ -475,12 +497,14 @@ void Sim::crash(int i) {
 void Sim::coord_receive(int c, const ControlMessage &m) {
   Conn &conn = conns_[static_cast<size_t>(c)];
   if (m.type != MessageType::kHeartbeat) {
-    trace("coord <- m" + std::to_string(conn.member) + " " + std::to_string(static_cast<int>(m.type)) + " e" +
-          std::to_string(m.epoch) + " s" + std::to_string(m.seq));
+    trace("coord <- m" + std::to_string(conn.member) + " " +
+          std::to_string(static_cast<int>(m.type)) + " e" + std::to_string(m.epoch) + " s" +
+          std::to_string(m.seq));
   }
   const auto now = time();
   const bool first = conn.peer == 0;
-  if (first != (m.type == MessageType::kJoin || m.type == MessageType::kRejoin)) return close_conn(c);
+  if (first != (m.type == MessageType::kJoin || m.type == MessageType::kRejoin))
+    return close_conn(c);
   if (first && coord_conn_.count(m.peer) != 0) return close_conn(c);
   bool drop = false;
   const Status st = coord_->on_message(m, now, &drop);
@@ -495,8 +519,8 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
     const int64_t at = std::max(conn.last_to_member, now_ + jitter(1, 30));
     conn.last_to_member = at;
     events_.push({at, order_++, [this, c, member, err] {
-      if (conns_[static_cast<size_t>(c)].open) deliver_to_member(member, err);
-    }});
+                    if (conns_[static_cast<size_t>(c)].open) deliver_to_member(member, err);
+                  }});
   }
   coord_deliver();
 }
@@ -515,13 +539,14 @@ void Sim::coord_deliver() {
     conn.last_to_member = at;
     const int member = conn.member;
     events_.push({at, order_++, [this, c, member, m] {
-      if (conns_[static_cast<size_t>(c)].open) deliver_to_member(member, m);
-    }});
+                    if (conns_[static_cast<size_t>(c)].open) deliver_to_member(member, m);
+                  }});
   }
 }
 
 void Sim::coord_tick() {
-  after(coord::Membership::tick_period(options(1, 0, straggler_timeout_ms_)).count(), [this] { coord_tick(); });
+  after(coord::Membership::tick_period(options(1, 0, straggler_timeout_ms_)).count(),
+        [this] { coord_tick(); });
   if (!coord_up_) return;
   coord_->tick(time());
   coord_deliver();
@@ -541,7 +566,8 @@ void Sim::close_conn(int c) {
     }
   }
   const int i = conn.member;
-  after(std::max<int64_t>(0, conn.last_to_member - now_) + 1, [this, i, c] { on_member(i, [this, i, c] { conn_closed(i, c); }); });
+  after(std::max<int64_t>(0, conn.last_to_member - now_) + 1,
+        [this, i, c] { on_member(i, [this, i, c] { conn_closed(i, c); }); });
 }
 
 void Sim::conn_closed(int i, int c) {
@@ -557,13 +583,18 @@ void Sim::conn_closed(int i, int c) {
     return;
   }
   // A call waiting for the coordinator's answer returns COORDINATOR_UNREACHABLE.
-  if ((m.app == Member::App::kUpdate || m.app == Member::App::kReform) && !m.view->call_answered()) {
+  if ((m.app == Member::App::kUpdate || m.app == Member::App::kReform) &&
+      !m.view->call_answered()) {
     m.view->cancel_call();
-    const MessageType retry = m.app == Member::App::kUpdate ? MessageType::kUpdate : MessageType::kReform;
+    const MessageType retry =
+        m.app == Member::App::kUpdate ? MessageType::kUpdate : MessageType::kReform;
     m.app = Member::App::kPause;
-    // A reform that cannot reach the coordinator ends the state sync with that error: the loop updates.
+    // A reform that cannot reach the coordinator ends the state sync with that error: the loop
+    // updates.
     after(100, [this, i, retry] {
-      on_member(i, [this, i, retry] { app_call(i, retry == MessageType::kReform ? MessageType::kUpdate : retry); });
+      on_member(i, [this, i, retry] {
+        app_call(i, retry == MessageType::kReform ? MessageType::kUpdate : retry);
+      });
     });
   }
 }
@@ -576,7 +607,8 @@ void Sim::coord_restart() {
     conns_[c].open = false;
     const int i = conns_[c].member;
     const int cc = static_cast<int>(c);
-    after(std::max<int64_t>(0, conns_[c].last_to_member - now_) + 1, [this, i, cc] { on_member(i, [this, i, cc] { conn_closed(i, cc); }); });
+    after(std::max<int64_t>(0, conns_[c].last_to_member - now_) + 1,
+          [this, i, cc] { on_member(i, [this, i, cc] { conn_closed(i, cc); }); });
   }
   coord_conn_.clear();
   after(jitter(0, 500), [this] {
@@ -590,25 +622,28 @@ void Sim::coord_restart() {
 
 void Sim::record(int i, std::pair<uint64_t, uint64_t> op, const Status &st) {
   const Member &m = members_[static_cast<size_t>(i)];
-  trace("m" + std::to_string(i) + " decides e" + std::to_string(op.first) + " s" + std::to_string(op.second) + ": " +
-        st.to_string());
+  trace("m" + std::to_string(i) + " decides e" + std::to_string(op.first) + " s" +
+        std::to_string(op.second) + ": " + st.to_string());
   auto survivor = [&](const Member &x) {  // of op's epoch
-    return x.alive && x.removed_from.count(op.first) == 0 && lost_from_.count({op.first, x.id}) == 0;
+    return x.alive && x.removed_from.count(op.first) == 0 &&
+           lost_from_.count({op.first, x.id}) == 0;
   };
   if (!survivor(m)) return;
   if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST) return;
   auto &seen = outcomes_[op];
   seen[i] = st.ok();
-  const std::string name = "operation e" + std::to_string(op.first) + " s" + std::to_string(op.second);
+  const std::string name =
+      "operation e" + std::to_string(op.first) + " s" + std::to_string(op.second);
   for (const auto &[j, ok] : seen) {
     if (ok != st.ok() && survivor(members_[static_cast<size_t>(j)])) {
-      fail(name + " is OK on m" + std::to_string(ok ? j : i) + " and PEER_LOST on m" + std::to_string(ok ? i : j));
+      fail(name + " is OK on m" + std::to_string(ok ? j : i) + " and PEER_LOST on m" +
+           std::to_string(ok ? i : j));
     }
     // Every member that completed it picked the algorithm with the same crossover.
     auto &used = crossover_[op];
     if (ok && st.ok() && used[i] != used[j]) {
-      fail(name + " completed with crossover " + std::to_string(used[i]) + " on m" + std::to_string(i) + " and " +
-           std::to_string(used[j]) + " on m" + std::to_string(j));
+      fail(name + " completed with crossover " + std::to_string(used[i]) + " on m" +
+           std::to_string(i) + " and " + std::to_string(used[j]) + " on m" + std::to_string(j));
     }
   }
 }
@@ -625,7 +660,8 @@ void Sim::check_agreement_in_place() {
   std::set<uint64_t> places;
   for (const coord::Member &r : coord_->ring()) {
     const Member &m = members_[static_cast<size_t>(r.id - 0x1000)];
-    if (!m.alive || m.frozen || m.conn < 0 || !m.joined || m.view->epoch() != coord_->epoch()) continue;
+    if (!m.alive || m.frozen || m.conn < 0 || !m.joined || m.view->epoch() != coord_->epoch())
+      continue;
     uint64_t place;
     if (m.app == Member::App::kUpdate || m.app == Member::App::kReform) {
       place = kBarrier;
@@ -645,58 +681,67 @@ void Sim::check_agreement_in_place() {
     disagree_since_ = now_;
   } else if (now_ - disagree_since_ > kDisagreeBound) {
     std::string where;
-    for (uint64_t p : places) where += p == kBarrier ? " [barrier]" : " [op " + std::to_string(p) + "]";
-    fail("the members of sound epoch " + std::to_string(coord_->epoch()) + " wait in different places for " +
-         std::to_string(now_ - disagree_since_) + " ms:" + where);
+    for (uint64_t p : places)
+      where += p == kBarrier ? " [barrier]" : " [op " + std::to_string(p) + "]";
+    fail("the members of sound epoch " + std::to_string(coord_->epoch()) +
+         " wait in different places for " + std::to_string(now_ - disagree_since_) +
+         " ms:" + where);
   }
 }
 
 std::string Sim::run() {
   const int initial = static_cast<int>(jitter(2, 5));
-  coord_ = std::make_unique<coord::Membership>(options(1, now_, straggler_timeout_ms_));  // a group that dies out forms again from any joiner
+  coord_ = std::make_unique<coord::Membership>(options(
+      1, now_, straggler_timeout_ms_));  // a group that dies out forms again from any joiner
   for (int k = 0; k < initial; ++k) spawn();
   coord_tick();
   // The fault schedule.
   for (int64_t t = jitter(200, 2000); t < kFaultsMs; t += jitter(200, 2000)) {
-    events_.push({t, order_++, [this] {
-      std::vector<int> live;
-      for (const Member &m : members_) {
-        if (m.alive) live.push_back(m.index);
-      }
-      const int roll = static_cast<int>(jitter(0, 99));
-      const int victim = live.empty() ? -1 : live[static_cast<size_t>(jitter(0, static_cast<int64_t>(live.size()) - 1))];
-      if (roll < 25) {
-        if (live.size() > 2) crash(victim);
-      } else if (roll < 45) {
-        Member &m = members_[static_cast<size_t>(victim)];
-        if (!m.frozen) {
-          m.frozen = true;
-          const int64_t d = jitter(0, 1) != 0 ? jitter(100, kPeerTimeoutMs / 2) : jitter(kPeerTimeoutMs + 200, 3 * kPeerTimeoutMs);
-          trace("freeze m" + std::to_string(victim) + " for " + std::to_string(d) + " ms");
-          after(d, [this, victim] {
-            Member &mem = members_[static_cast<size_t>(victim)];
-            mem.frozen = false;
-            trace("thaw m" + std::to_string(victim));
-            std::vector<std::function<void()>> deferred;
-            deferred.swap(mem.deferred);
-            for (auto &fn : deferred) {
-              if (mem.frozen || !mem.alive) break;
-              fn();
-            }
-          });
-        }
-      } else if (roll < 55) {
-        const int c = members_[static_cast<size_t>(victim)].conn;
-        if (c >= 0) {
-          trace("connection of m" + std::to_string(victim) + " lost");
-          close_conn(c);
-        }
-      } else if (roll < 62) {
-        if (coord_up_) coord_restart();
-      } else if (static_cast<int>(live.size()) < kMaxMembers) {
-        spawn();
-      }
-    }});
+    events_.push(
+        {t, order_++, [this] {
+           std::vector<int> live;
+           for (const Member &m : members_) {
+             if (m.alive) live.push_back(m.index);
+           }
+           const int roll = static_cast<int>(jitter(0, 99));
+           const int victim =
+               live.empty()
+                   ? -1
+                   : live[static_cast<size_t>(jitter(0, static_cast<int64_t>(live.size()) - 1))];
+           if (roll < 25) {
+             if (live.size() > 2) crash(victim);
+           } else if (roll < 45) {
+             Member &m = members_[static_cast<size_t>(victim)];
+             if (!m.frozen) {
+               m.frozen = true;
+               const int64_t d = jitter(0, 1) != 0
+                                     ? jitter(100, kPeerTimeoutMs / 2)
+                                     : jitter(kPeerTimeoutMs + 200, 3 * kPeerTimeoutMs);
+               trace("freeze m" + std::to_string(victim) + " for " + std::to_string(d) + " ms");
+               after(d, [this, victim] {
+                 Member &mem = members_[static_cast<size_t>(victim)];
+                 mem.frozen = false;
+                 trace("thaw m" + std::to_string(victim));
+                 std::vector<std::function<void()>> deferred;
+                 deferred.swap(mem.deferred);
+                 for (auto &fn : deferred) {
+                   if (mem.frozen || !mem.alive) break;
+                   fn();
+                 }
+               });
+             }
+           } else if (roll < 55) {
+             const int c = members_[static_cast<size_t>(victim)].conn;
+             if (c >= 0) {
+               trace("connection of m" + std::to_string(victim) + " lost");
+               close_conn(c);
+             }
+           } else if (roll < 62) {
+             if (coord_up_) coord_restart();
+           } else if (static_cast<int>(live.size()) < kMaxMembers) {
+             spawn();
+           }
+         }});
   }
   events_.push({kFaultsMs, order_++, [this] { trace("faults end"); }});
   while (!events_.empty() && failure_.empty()) {
@@ -712,16 +757,20 @@ std::string Sim::run() {
     if (!m.alive) continue;
     if (m.frozen) return "m" + std::to_string(m.index) + " still frozen at the end";
     if (m.recovered < 0 || m.recovered > kFaultsMs + kRecoverBound) {
-      return "m" + std::to_string(m.index) + " did not commit within " + std::to_string(kRecoverBound) +
-             " ms after the faults ended (" + std::to_string(m.commits) + " commits in all)";
+      return "m" + std::to_string(m.index) + " did not commit within " +
+             std::to_string(kRecoverBound) + " ms after the faults ended (" +
+             std::to_string(m.commits) + " commits in all)";
     }
   }
   return "";
 }
 
-// --- cases driven by hand: the coordinator's rules and member views, messages handed over at once ---
+// --- cases driven by hand: the coordinator's rules and member views, messages handed over at once
+// ---
 
-coord::Clock::time_point at(int64_t ms) { return coord::Clock::time_point() + std::chrono::milliseconds(ms); }
+coord::Clock::time_point at(int64_t ms) {
+  return coord::Clock::time_point() + std::chrono::milliseconds(ms);
+}
 
 // Delivers the coordinator's notices to the views they name, and what the views send back (the
 // UPDATE a removed peer repeats) to the coordinator, until nothing moves.
@@ -800,7 +849,8 @@ TEST(ControlSim, AJoinerReachingARestartedCoordinatorFirstWaitsForTheJob) {
     ASSERT_TRUE(first.join(j.peer, j.info, at(200)).ok());
     exchange(first, {&member, &joiner}, 200);
     EXPECT_EQ(member.pending(), 1);
-    EXPECT_EQ(joiner.awaited_epoch(), job_epoch) << "a registered joiner hears the epoch it waits to enter";
+    EXPECT_EQ(joiner.awaited_epoch(), job_epoch)
+        << "a registered joiner hears the epoch it waits to enter";
     ASSERT_FALSE(joiner.call_answered());
 
     coord::Membership second(options(1, 5000));  // restarted: it knows nothing
@@ -810,7 +860,8 @@ TEST(ControlSim, AJoinerReachingARestartedCoordinatorFirstWaitsForTheJob) {
       second.heartbeat(joiner.id(), at(ms));
       exchange(second, {&member, &joiner}, ms);
     }
-    EXPECT_EQ(second.epoch(), 0u) << "an epoch of the joiner alone, within peer_timeout of its REJOIN";
+    EXPECT_EQ(second.epoch(), 0u)
+        << "an epoch of the joiner alone, within peer_timeout of its REJOIN";
     ASSERT_FALSE(joiner.call_answered());
     if (job_returns) {
       rejoin(second, member, 5900);
@@ -832,7 +883,8 @@ TEST(ControlSim, AJoinerReachingARestartedCoordinatorFirstWaitsForTheJob) {
       second.heartbeat(joiner.id(), at(6000));
       second.tick(at(6000));
       exchange(second, {&member, &joiner}, 6000);
-      ASSERT_TRUE(joiner.call_answered()) << "the joiner forms an epoch once the job had peer_timeout to return";
+      ASSERT_TRUE(joiner.call_answered())
+          << "the joiner forms an epoch once the job had peer_timeout to return";
       EXPECT_EQ(joiner.size(), 1);
       EXPECT_GT(joiner.epoch(), job_epoch);
     }

@@ -8,8 +8,8 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <optional>
+#include <tuple>
 
 #include "coord/channel.h"
 #include "coord/coordinator.h"
@@ -28,7 +28,8 @@ using test::make_config;
 // A peer's side of the control plane, with its own transport.
 class Client {
  public:
-  Client(int port, Config cfg, PeerId id, std::string group = "g") : id_(id), group_(std::move(group)) {
+  Client(int port, Config cfg, PeerId id, std::string group = "g")
+      : id_(id), group_(std::move(group)) {
     auto t = net::Transport::create(cfg);
     EXPECT_TRUE(t.ok()) << t.status().to_string();
     if (!t.ok()) return;
@@ -67,9 +68,13 @@ class Client {
   void heartbeat() { send(simple(MessageType::kHeartbeat, 0)); }
   void update(uint64_t epoch) { send(simple(MessageType::kUpdate, epoch)); }
   void heartbeats(std::chrono::milliseconds period) {
-    ASSERT_TRUE(transport_->every(period, [this] {
-      if (!paused_) (void)channel_->send(simple(MessageType::kHeartbeat, 0));
-    }).ok());
+    ASSERT_TRUE(transport_
+                    ->every(period,
+                            [this] {
+                              if (!paused_)
+                                (void)channel_->send(simple(MessageType::kHeartbeat, 0));
+                            })
+                    .ok());
   }
   void pause_heartbeats() { paused_ = true; }
   // The next message of `type`; messages of other types before it are dropped.
@@ -82,7 +87,8 @@ class Client {
         state_->inbox.pop_front();
         if (m.type == type) return m;
       }
-      if (state_->cv.wait_until(lock, deadline) == std::cv_status::timeout && state_->inbox.empty()) return {};
+      if (state_->cv.wait_until(lock, deadline) == std::cv_status::timeout && state_->inbox.empty())
+        return {};
     }
   }
   // The reason the coordinator closed the link, or nullopt if it stays open for `timeout`.
@@ -146,7 +152,8 @@ class CoordinatorTest : public testing::Test {
   }
   std::unique_ptr<Client> client(PeerId id, std::string group = "g") {
     auto files = pki_.node("peer-" + std::to_string(id));
-    return std::make_unique<Client>(coord_->port(), make_config("peer-" + std::to_string(id), &files), id, group);
+    return std::make_unique<Client>(coord_->port(),
+                                    make_config("peer-" + std::to_string(id), &files), id, group);
   }
   // n peers that joined and agreed on one epoch (its number is left in epoch_, its ring in ring_).
   std::vector<std::unique_ptr<Client>> formed(std::vector<PeerId> ids) {
@@ -185,7 +192,8 @@ TEST_F(CoordinatorTest, FourPeersAgreeAndAFifthIsAdmittedAtTheNextUpdate) {
   auto fifth = client(5);
   fifth->heartbeats(100ms);
   fifth->join();
-  EXPECT_FALSE(fifth->next(MessageType::kEpoch, 300ms).has_value()) << "a joiner waits for the members' update";
+  EXPECT_FALSE(fifth->next(MessageType::kEpoch, 300ms).has_value())
+      << "a joiner waits for the members' update";
   for (auto &p : peers) p->update(epoch_);
   peers.push_back(std::move(fifth));
   for (auto &p : peers) {
@@ -222,7 +230,8 @@ TEST_F(CoordinatorTest, ClosedControlLinkRevokesTheEpochAtOnce) {
 // stays in both.
 TEST_F(CoordinatorTest, ANodesCommunicatorsAreLostTogether) {
   std::map<std::string, std::unique_ptr<Client>> c;
-  for (const auto &[name, id, group] : {std::tuple{"a0", 1, "g0"}, {"b0", 2, "g0"}, {"a1", 3, "g1"}, {"b1", 4, "g1"}}) {
+  for (const auto &[name, id, group] :
+       {std::tuple{"a0", 1, "g0"}, {"b0", 2, "g0"}, {"a1", 3, "g1"}, {"b1", 4, "g1"}}) {
     c[name] = client(static_cast<PeerId>(id), group);
     c[name]->set_node(name[0] == 'a' ? "node-A" : "node-B");
   }
@@ -234,11 +243,14 @@ TEST_F(CoordinatorTest, ANodesCommunicatorsAreLostTogether) {
   c["a1"].reset();  // its transport goes: the link closes
   auto in_g1 = c["b1"]->next(MessageType::kRevoked);
   ASSERT_TRUE(in_g1.has_value());
-  EXPECT_NE(in_g1->text.find("peer-3: its connection to the coordinator closed"), std::string::npos) << in_g1->text;
+  EXPECT_NE(in_g1->text.find("peer-3: its connection to the coordinator closed"), std::string::npos)
+      << in_g1->text;
   auto in_g0 = c["b0"]->next(MessageType::kRevoked);
   ASSERT_TRUE(in_g0.has_value()) << "A's communicator in g0 is lost with the one in g1";
   EXPECT_EQ(in_g0->other, PeerId{1});
-  EXPECT_NE(in_g0->text.find("node node-A lost its member peer-3 of group \"g1\""), std::string::npos) << in_g0->text;
+  EXPECT_NE(in_g0->text.find("node node-A lost its member peer-3 of group \"g1\""),
+            std::string::npos)
+      << in_g0->text;
   auto removed = c["a0"]->next(MessageType::kRemoved);
   ASSERT_TRUE(removed.has_value());
   EXPECT_NE(removed->text.find("declared lost: node node-A"), std::string::npos) << removed->text;
@@ -276,7 +288,8 @@ TEST_F(CoordinatorTest, BrokenLinkReportProbesTheNeighbour) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->other, 3u);
   EXPECT_NE(r->text.find("probe"), std::string::npos) << r->text;
-  EXPECT_LT(Clock::now() - t0, 600ms) << "a probe decides within heartbeat_ms, long before peer_timeout";
+  EXPECT_LT(Clock::now() - t0, 600ms)
+      << "a probe decides within heartbeat_ms, long before peer_timeout";
 }
 
 TEST_F(CoordinatorTest, BadInputClosesOnlyThatClient) {
@@ -291,15 +304,22 @@ TEST_F(CoordinatorTest, BadInputClosesOnlyThatClient) {
   auto garbage = client(8);
   // A body that does not decode: the length message says 3 bytes, the body is junk.
   uint8_t len[4] = {3, 0, 0, 0}, junk[3] = {0xee, 0xee, 0xee};
-  ASSERT_TRUE(garbage->channel().link().send({kControlEpoch, 0, 1}, len, 4, [](const Status &) {}).ok());
-  ASSERT_TRUE(garbage->channel().link().send({kControlEpoch, 0, 2}, junk, 3, [](const Status &) {}).ok());
+  ASSERT_TRUE(
+      garbage->channel().link().send({kControlEpoch, 0, 1}, len, 4, [](const Status &) {}).ok());
+  ASSERT_TRUE(
+      garbage->channel().link().send({kControlEpoch, 0, 2}, junk, 3, [](const Status &) {}).ok());
   ASSERT_TRUE(garbage->closed().has_value());
 
   auto impostor = client(9);
   impostor->join();
   ControlMessage forged;
   forged.type = MessageType::kHeartbeat;
-  ASSERT_TRUE(impostor->channel().send([&] { forged.peer = 1; return forged; }()).ok());  // another peer's id
+  ASSERT_TRUE(impostor->channel()
+                  .send([&] {
+                    forged.peer = 1;
+                    return forged;
+                  }())
+                  .ok());  // another peer's id
   ASSERT_TRUE(impostor->closed().has_value());
 
   // The members noticed nothing and carry on.
@@ -343,7 +363,8 @@ TEST_F(CoordinatorTest, RefusedRequestIsAnsweredWithAnError) {
   auto err = peers[0]->next(MessageType::kError);
   ASSERT_TRUE(err.has_value());
   EXPECT_EQ(err->code, static_cast<uint32_t>(WCCL_ERR_PROTOCOL));
-  EXPECT_NE(err->text.find("current epoch is " + std::to_string(epoch_)), std::string::npos) << err->text;
+  EXPECT_NE(err->text.find("current epoch is " + std::to_string(epoch_)), std::string::npos)
+      << err->text;
   EXPECT_FALSE(peers[0]->closed(100ms).has_value()) << "a refused request does not cost the link";
 }
 
@@ -364,7 +385,8 @@ TEST_F(CoordinatorTest, UnauthenticatedClientsNeverReachTheProtocol) {
   auto foreign = pki_.foreign_node("intruder");
   foreign.ca = coord_files_.ca;
   Client intruder(coord_->port(), make_config("intruder", &foreign), 66);
-  EXPECT_EQ(intruder.connect_status().code(), WCCL_ERR_AUTH) << intruder.connect_status().to_string();
+  EXPECT_EQ(intruder.connect_status().code(), WCCL_ERR_AUTH)
+      << intruder.connect_status().to_string();
   Client plain(coord_->port(), make_config("plain", nullptr), 67);
   EXPECT_EQ(plain.connect_status().code(), WCCL_ERR_AUTH) << plain.connect_status().to_string();
   EXPECT_FALSE(peers[0]->next(MessageType::kRevoked, 200ms).has_value());
@@ -401,7 +423,8 @@ TEST(ControlChannelClose, FlushedMessagesArriveBeforeTheClose) {
           closed = true;
           cv.notify_all();
         });
-    auto sender = ControlChannel::open(p.client_link, [](ControlMessage) {}, [](Status) {});
+    auto sender = ControlChannel::open(
+        p.client_link, [](ControlMessage) {}, [](Status) {});
     for (int i = 0; i < kMessages; ++i) {
       ControlMessage m;
       m.type = MessageType::kDone;
@@ -413,8 +436,10 @@ TEST(ControlChannelClose, FlushedMessagesArriveBeforeTheClose) {
     p.client.reset();
     std::unique_lock<std::mutex> lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return closed; })) << "round " << round;
-    ASSERT_EQ(got.size(), static_cast<size_t>(kMessages)) << "round " << round << ", closed with " << why.to_string();
-    for (int i = 0; i < kMessages; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<uint64_t>(i));
+    ASSERT_EQ(got.size(), static_cast<size_t>(kMessages))
+        << "round " << round << ", closed with " << why.to_string();
+    for (int i = 0; i < kMessages; ++i)
+      EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<uint64_t>(i));
   }
 }
 

@@ -19,7 +19,9 @@ using Kind = Notice::Kind;
 
 constexpr PeerId A = 0xa, B = 0xb, C = 0xc, D = 0xd, E = 0xe;
 
-PeerInfo info(PeerId id) { return {"peer-" + std::to_string(id), "10.0.0." + std::to_string(id) + ":7000", ""}; }
+PeerInfo info(PeerId id) {
+  return {"peer-" + std::to_string(id), "10.0.0." + std::to_string(id) + ":7000", ""};
+}
 
 std::vector<PeerId> ids(const std::vector<Member> &ring) {
   std::vector<PeerId> out;
@@ -29,12 +31,14 @@ std::vector<PeerId> ids(const std::vector<Member> &ring) {
 
 std::vector<Notice> of_kind(const std::vector<Notice> &all, Kind kind) {
   std::vector<Notice> out;
-  std::copy_if(all.begin(), all.end(), std::back_inserter(out), [&](const Notice &n) { return n.kind == kind; });
+  std::copy_if(all.begin(), all.end(), std::back_inserter(out),
+               [&](const Notice &n) { return n.kind == kind; });
   return out;
 }
 
 // Every member of the current epoch was told the same epoch and ring, and nobody else was.
-void expect_announced(const std::vector<Notice> &notices, uint64_t epoch, const std::vector<PeerId> &ring) {
+void expect_announced(const std::vector<Notice> &notices, uint64_t epoch,
+                      const std::vector<PeerId> &ring) {
   std::vector<Notice> epochs = of_kind(notices, Kind::kEpoch);
   std::vector<PeerId> told;
   for (const Notice &n : epochs) {
@@ -142,7 +146,8 @@ TEST_F(MembershipTest, JoinerWaitsAndIsAdmittedWhenEveryMemberUpdates) {
   for (const Notice &n : pending) EXPECT_EQ(n.joiners, 1u);
   for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
   for (const Notice &n : m.take_notices()) {
-    EXPECT_EQ(n.kind, Kind::kBarrier) << "the barrier waits for D; members only hear where A stopped";
+    EXPECT_EQ(n.kind, Kind::kBarrier)
+        << "the barrier waits for D; members only hear where A stopped";
   }
   ASSERT_TRUE(m.update(D, 1, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 2u);
@@ -194,7 +199,8 @@ TEST_F(MembershipTest, AnUpdateArrivalTellsTheOthersWhereItStopped) {
   }
   EXPECT_FALSE(m.revoked());
   ASSERT_TRUE(m.update(B, 1, 1, t).ok());
-  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kBarrier).empty()) << "only the first arrival is announced";
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kBarrier).empty())
+      << "only the first arrival is announced";
 }
 
 TEST_F(MembershipTest, AnArrivalBehindAnotherMembersCompletedOperationRevokes) {
@@ -223,20 +229,23 @@ TEST_F(MembershipTest, AnArrivalAfterMoreOperationsThanCommittedRevokes) {
 TEST_F(MembershipTest, AReformGivesWayToAnUpdateAtTheSameBarrier) {
   Membership m(options());
   form(m, {A, B, C});
-  m.op_failed(B, 1, 1, "mismatch", t);  // revoked: state sync's members re-form, a joiner's loop updates
+  m.op_failed(B, 1, 1, "mismatch",
+              t);  // revoked: state sync's members re-form, a joiner's loop updates
   (void)m.take_notices();
   ASSERT_TRUE(m.update(A, 1, 0, t, /*admit=*/false).ok());
   ASSERT_TRUE(m.update(C, 1, 0, t).ok());
   std::vector<Notice> refused = of_kind(m.take_notices(), Kind::kRefused);
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].to, A);
-  EXPECT_EQ(m.update(B, 1, 0, t, false).code(), WCCL_ERR_PEER_LOST) << "a later REFORM is refused at once";
+  EXPECT_EQ(m.update(B, 1, 0, t, false).code(), WCCL_ERR_PEER_LOST)
+      << "a later REFORM is refused at once";
   EXPECT_EQ(m.epoch(), 1u) << "the barrier waits for A and B's updates";
   for (PeerId p : {A, B}) ASSERT_TRUE(m.update(p, 1, 0, t).ok());
   EXPECT_EQ(m.epoch(), 2u);
 }
 
-TEST_F(MembershipTest, TheBarriersEpochNamesEachMembersCallAndAnOldEpochsUpdateIsAnsweredWithTheCurrent) {
+TEST_F(MembershipTest,
+       TheBarriersEpochNamesEachMembersCallAndAnOldEpochsUpdateIsAnsweredWithTheCurrent) {
   Membership m(options());
   form(m, {A, B});
   ASSERT_TRUE(m.update(A, 1, 0, t, true, /*call=*/7).ok());
@@ -308,12 +317,14 @@ TEST_F(MembershipTest, AfterARestartARevocationWaitsForEveryMemberSoACommitOneSa
   (void)m.take_notices();
   m.op_failed(A, 1, 6, "a broken link", t);
   EXPECT_TRUE(m.revoked());
-  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kRevoked).empty()) << "C may have seen a commit: wait for it";
+  EXPECT_TRUE(of_kind(m.take_notices(), Kind::kRevoked).empty())
+      << "C may have seen a commit: wait for it";
   ASSERT_TRUE(m.rejoin(C, info(C), 1, ring, 5, t).ok());
   std::vector<Notice> n = m.take_notices();
   std::vector<Notice> revoked = of_kind(n, Kind::kRevoked);
   ASSERT_EQ(revoked.size(), 3u);
-  for (const Notice &r : revoked) EXPECT_EQ(r.seq, 5u) << "operation 5 stays committed for everyone";
+  for (const Notice &r : revoked)
+    EXPECT_EQ(r.seq, 5u) << "operation 5 stays committed for everyone";
   EXPECT_EQ(m.committed(), 5u);
 }
 
@@ -330,7 +341,8 @@ TEST_F(MembershipTest, ARestartedCoordinatorNumbersItsOwnEpochsPastItsClockAndEv
   t += 600ms;
   m.heartbeat(A, t);
   m.tick(t);
-  EXPECT_EQ(m.epoch(), 1001u) << "past its clock, so past any number the old job may have reached meanwhile";
+  EXPECT_EQ(m.epoch(), 1001u)
+      << "past its clock, so past any number the old job may have reached meanwhile";
 
   Membership behind(o);  // a clock behind the job's (another host's): past the reported epoch still
   ASSERT_TRUE(behind.rejoin(A, info(A), 5000, {}, 0, t).ok());
@@ -353,7 +365,8 @@ TEST_F(MembershipTest, AnEpochFormedFromJoinersBeforeTheJobCameBackGivesWayToThe
   const std::vector<Member> ring = {{A, info(A)}, {B, info(B)}, {C, info(C)}};
   t += 100ms;
   ASSERT_TRUE(m.rejoin(A, info(A), 7, ring, 3, t).ok());
-  EXPECT_EQ(m.epoch(), 7u) << "the job's epoch supersedes the one formed from joiners, lower number or not";
+  EXPECT_EQ(m.epoch(), 7u)
+      << "the job's epoch supersedes the one formed from joiners, lower number or not";
   std::vector<Notice> n = m.take_notices();
   ASSERT_EQ(of_kind(n, Kind::kRemoved).size(), 1u);
   EXPECT_EQ(of_kind(n, Kind::kRemoved)[0].to, D) << "D joins again";
@@ -408,7 +421,8 @@ uint32_t two_continents(PeerId a, PeerId b) { return (a < 0x10) == (b < 0x10) ? 
 
 int crossings(const std::vector<Member> &ring) {
   int n = 0;
-  for (size_t k = 0; k < ring.size(); ++k) n += two_continents(ring[k].id, ring[(k + 1) % ring.size()].id) > 10000;
+  for (size_t k = 0; k < ring.size(); ++k)
+    n += two_continents(ring[k].id, ring[(k + 1) % ring.size()].id) > 10000;
   return n;
 }
 
@@ -438,24 +452,30 @@ TEST(RingOrder, ZigZagAcrossTwoContinentsBecomesOneRunPerContinent) {
   std::vector<PeerId> sorted = ids(ordered);
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(sorted, (std::vector<PeerId>{0x1, 0x2, 0x3, 0x11, 0x12, 0x13})) << "the same members";
-  const RingCost before = *ring_cost(zigzag, two_continents), after = *ring_cost(ordered, two_continents);
+  const RingCost before = *ring_cost(zigzag, two_continents),
+                 after = *ring_cost(ordered, two_continents);
   EXPECT_EQ(before.max_us, 90000u);
   EXPECT_EQ(after.max_us, 90000u) << "two crossings are unavoidable";
   EXPECT_EQ(before.sum_us, 540000u);
   EXPECT_EQ(after.sum_us, 2 * 90000u + 4 * 10000u);
-  EXPECT_EQ(ids(order_ring(ordered, two_continents)), ids(ordered)) << "a best order is kept as it is";
+  EXPECT_EQ(ids(order_ring(ordered, two_continents)), ids(ordered))
+      << "a best order is kept as it is";
 }
 
 TEST(RingOrder, TheSlowestLinkComesFirst) {
   // A line of hosts 0..5 km apart: round trip grows with distance. The best ring goes out along
   // even positions and back along odd ones, so that no link spans more than two steps.
-  auto line = [](PeerId a, PeerId b) { return static_cast<uint32_t>(1000 * (a > b ? a - b : b - a)); };
+  auto line = [](PeerId a, PeerId b) {
+    return static_cast<uint32_t>(1000 * (a > b ? a - b : b - a));
+  };
   const std::vector<Member> ordered = order_ring(members({1, 2, 3, 4, 5, 6}), line);
   EXPECT_EQ(ring_cost(ordered, line)->max_us, 2000u) << testing::PrintToString(ids(ordered));
 }
 
 TEST(RingOrder, AnUnmeasuredPairLeavesTheOrderAlone) {
-  auto partial = [](PeerId a, PeerId b) { return std::minmax(a, b) == std::minmax<PeerId>(0x1, 0x13) ? 0u : two_continents(a, b); };
+  auto partial = [](PeerId a, PeerId b) {
+    return std::minmax(a, b) == std::minmax<PeerId>(0x1, 0x13) ? 0u : two_continents(a, b);
+  };
   const std::vector<Member> zigzag = members({0x1, 0x11, 0x2, 0x12, 0x3, 0x13});
   EXPECT_EQ(ids(order_ring(zigzag, partial)), ids(zigzag));
   EXPECT_FALSE(ring_cost(zigzag, partial).has_value());
@@ -490,12 +510,15 @@ TEST(AlgoChoice, UniformLinksMeetWhereTheClosedFormSays) {
     uint32_t rtt_us;
     uint64_t rate;
   };
-  for (const Case c : {Case{4, 2, 50000, 125000000}, Case{4, 2, 10000, 125000000}, Case{8, 3, 200000, 500000000},
-                       Case{14, 3, 90000, 62500000}}) {
+  for (const Case c : {Case{4, 2, 50000, 125000000}, Case{4, 2, 10000, 125000000},
+                       Case{8, 3, 200000, 500000000}, Case{14, 3, 90000, 62500000}}) {
     std::vector<PeerId> peers;
     for (int i = 1; i <= c.n; ++i) peers.push_back(static_cast<PeerId>(i));
-    const uint64_t got = tree_crossover_bytes(members(peers), [&](PeerId, PeerId) { return LinkEstimate{c.rtt_us, c.rate}; });
-    const double want = static_cast<double>(c.n) * (c.n - 1 - c.h) * (c.rtt_us / 2e6) * static_cast<double>(c.rate);
+    const uint64_t got = tree_crossover_bytes(members(peers), [&](PeerId, PeerId) {
+      return LinkEstimate{c.rtt_us, c.rate};
+    });
+    const double want =
+        static_cast<double>(c.n) * (c.n - 1 - c.h) * (c.rtt_us / 2e6) * static_cast<double>(c.rate);
     EXPECT_NEAR(static_cast<double>(got), want, 2.0) << "n=" << c.n << " rtt " << c.rtt_us;
   }
 }
@@ -504,18 +527,27 @@ TEST(AlgoChoice, NoAnswerWithoutMeasurements) {
   const std::vector<Member> four = members({1, 2, 3, 4});
   auto uniform = [](PeerId, PeerId) { return LinkEstimate{50000, 125000000}; };
   EXPECT_EQ(tree_crossover_bytes(members({1, 2}), uniform), 0u) << "two members: always the ring";
-  EXPECT_EQ(tree_crossover_bytes(four, [](PeerId a, PeerId b) {
-              return std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 3) ? LinkEstimate{} : LinkEstimate{50000, 125000000};
-            }),
+  EXPECT_EQ(tree_crossover_bytes(four,
+                                 [](PeerId a, PeerId b) {
+                                   return std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 3)
+                                              ? LinkEstimate{}
+                                              : LinkEstimate{50000, 125000000};
+                                 }),
             0u)
       << "tree 0's link 1-3 has no round trip";
   // The ring's links measured their rates, the trees' others did not: those come from their ends.
   auto ring_rates_only = [](PeerId a, PeerId b) {
-    const bool ring_link = (a > b ? a - b : b - a) == 1 || std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 4);
+    const bool ring_link =
+        (a > b ? a - b : b - a) == 1 || std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 4);
     return LinkEstimate{50000, ring_link ? 125000000u : 0u};
   };
   EXPECT_EQ(tree_crossover_bytes(four, ring_rates_only), tree_crossover_bytes(four, uniform));
-  EXPECT_EQ(tree_crossover_bytes(four, [](PeerId, PeerId) { return LinkEstimate{50000, 0}; }), 0u) << "no rate at all";
+  EXPECT_EQ(tree_crossover_bytes(four,
+                                 [](PeerId, PeerId) {
+                                   return LinkEstimate{50000, 0};
+                                 }),
+            0u)
+      << "no rate at all";
 }
 
 TEST(AlgoChoice, ATreeOverSlowLinksNeverWins) {
@@ -542,7 +574,8 @@ TEST_F(MembershipTest, TheCrossoverIsFixedAtTheBarrierAndSentToEveryMember) {
   }
   EXPECT_EQ(m.link(A, B).bytes_per_s, 125000000u);
   m.report_links(A, 1, {{B, 50000, 0}});
-  EXPECT_EQ(m.link(B, A).bytes_per_s, 125000000u) << "a link that was never busy keeps the rate last reported";
+  EXPECT_EQ(m.link(B, A).bytes_per_s, 125000000u)
+      << "a link that was never busy keeps the rate last reported";
   EXPECT_EQ(m.tree_max_bytes(), 0u) << "reports alone change nothing before the barrier";
   for (PeerId p : four) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 1u);
@@ -620,8 +653,10 @@ TEST_F(MembershipTest, LostMemberRevokesTheEpochAndTheBarrierStopsWaitingForIt) 
     EXPECT_NE(r.reason.find("connection to the coordinator closed"), std::string::npos) << r.reason;
   }
   // Revocation is announced before the epoch that follows it.
-  const auto first_epoch = std::find_if(n.begin(), n.end(), [](const Notice &x) { return x.kind == Kind::kEpoch; });
-  const auto first_revoke = std::find_if(n.begin(), n.end(), [](const Notice &x) { return x.kind == Kind::kRevoked; });
+  const auto first_epoch =
+      std::find_if(n.begin(), n.end(), [](const Notice &x) { return x.kind == Kind::kEpoch; });
+  const auto first_revoke =
+      std::find_if(n.begin(), n.end(), [](const Notice &x) { return x.kind == Kind::kRevoked; });
   EXPECT_LT(first_revoke - n.begin(), first_epoch - n.begin());
   expect_announced(n, 2, {A, B});
 }
@@ -676,18 +711,19 @@ TEST_F(MembershipTest, LostPeerNeverSlipsBackButRejoinsThroughUpdate) {
   ASSERT_EQ(removed.size(), 1u);
   EXPECT_EQ(removed[0].to, C);
   EXPECT_NE(removed[0].reason.find("declared lost"), std::string::npos);
-  ASSERT_TRUE(m.update(C, 1, m.committed(), t + 20ms).ok()) << "its update registers it as a joiner";
+  ASSERT_TRUE(m.update(C, 1, m.committed(), t + 20ms).ok())
+      << "its update registers it as a joiner";
   EXPECT_EQ(m.joiners(), 1u);
   ASSERT_TRUE(m.update(A, 1, m.committed(), t + 30ms).ok());
   ASSERT_TRUE(m.update(B, 1, m.committed(), t + 30ms).ok());
   expect_announced(m.take_notices(), 2, {A, B, C});
 }
 
-// The straggler policy (straggler_timeout): A and B reach the update barrier, C (alive, heartbeating:
-// busy or slow) does not. Off, the barrier waits for C as long as it lives; on, C is declared lost
-// straggler_timeout after the first arrival, in every group of its node, and the epoch forms
-// without it. C's later update registers it again, and the next barrier admits it. A leaver alone
-// at the barrier does not start the clock: the others are not late for its leave.
+// The straggler policy (straggler_timeout): A and B reach the update barrier, C (alive,
+// heartbeating: busy or slow) does not. Off, the barrier waits for C as long as it lives; on, C is
+// declared lost straggler_timeout after the first arrival, in every group of its node, and the
+// epoch forms without it. C's later update registers it again, and the next barrier admits it. A
+// leaver alone at the barrier does not start the clock: the others are not late for its leave.
 TEST_F(MembershipTest, AStragglerIsDroppedFromTheBarrierOnlyWhenTheCoordinatorSaysSo) {
   for (const auto timeout : {0ms, 500ms}) {
     SCOPED_TRACE(timeout.count());
@@ -729,7 +765,8 @@ TEST_F(MembershipTest, AStragglerIsDroppedFromTheBarrierOnlyWhenTheCoordinatorSa
     const auto removed = of_kind(notices, Kind::kRemoved);
     ASSERT_EQ(removed.size(), 1u);
     EXPECT_EQ(removed[0].to, C);
-    EXPECT_NE(removed[0].reason.find("straggler_timeout_ms"), std::string::npos) << removed[0].reason;
+    EXPECT_NE(removed[0].reason.find("straggler_timeout_ms"), std::string::npos)
+        << removed[0].reason;
     EXPECT_EQ(m.epoch(), 2u);
     expect_announced(notices, 2, {A, B});
     const auto lost = m.take_lost();
@@ -781,9 +818,11 @@ TEST_F(MembershipTest, BadCallsAreRefusedAndChangeNothing) {
   form(m, {A, B});
   EXPECT_EQ(m.join(A, info(A), t).code(), WCCL_ERR_INVALID_USAGE);
   ASSERT_TRUE(m.join(C, info(C), t).ok());
-  EXPECT_EQ(of_kind(m.take_notices(), Kind::kPending).size(), 3u) << "A, B, and C, of the epoch it waits to enter";
+  EXPECT_EQ(of_kind(m.take_notices(), Kind::kPending).size(), 3u)
+      << "A, B, and C, of the epoch it waits to enter";
   EXPECT_TRUE(m.update(C, 1, m.committed(), t).ok()) << "a joiner's update waits with it";
-  EXPECT_EQ(m.update(C, 1, m.committed(), t, /*admit=*/false).code(), WCCL_ERR_PEER_LOST) << "a joiner re-forms nothing";
+  EXPECT_EQ(m.update(C, 1, m.committed(), t, /*admit=*/false).code(), WCCL_ERR_PEER_LOST)
+      << "a joiner re-forms nothing";
   EXPECT_EQ(m.update(A, 7, m.committed(), t).code(), WCCL_ERR_PROTOCOL);
   EXPECT_EQ(m.update(D, 1, m.committed(), t).code(), WCCL_ERR_INVALID_USAGE);
   EXPECT_EQ(m.epoch(), 1u);
@@ -816,12 +855,14 @@ TEST_F(MembershipTest, RestartedCoordinatorContinuesFromWhatPeersReport) {
   ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, 0, t).ok());
   EXPECT_EQ(m.epoch(), 5u) << "epoch numbering continues from the members' report";
   m.take_notices();
-  ASSERT_TRUE(m.rejoin(A, info(A), 4, ring, 0, t + 10ms).ok());  // A missed the announcement of epoch 5
+  ASSERT_TRUE(
+      m.rejoin(A, info(A), 4, ring, 0, t + 10ms).ok());  // A missed the announcement of epoch 5
   std::vector<Notice> n = m.take_notices();
   ASSERT_EQ(of_kind(n, Kind::kEpoch).size(), 1u);
   EXPECT_EQ(of_kind(n, Kind::kEpoch)[0].to, A);
   EXPECT_EQ(of_kind(n, Kind::kEpoch)[0].epoch, 5u);
-  ASSERT_TRUE(m.rejoin(E, info(E), 3, {{E, info(E)}}, 0, t + 20ms).ok());  // not in the job's ring: a joiner
+  ASSERT_TRUE(m.rejoin(E, info(E), 3, {{E, info(E)}}, 0, t + 20ms)
+                  .ok());  // not in the job's ring: a joiner
   EXPECT_EQ(m.joiners(), 1u);
   heartbeat_all(m, {A, B, E}, t + 600ms);
   m.tick(t + 1000ms);  // C never came back
@@ -844,9 +885,9 @@ TEST_F(MembershipTest, JoinersFormTheNextEpochWhenNoMemberIsLeft) {
   expect_announced(m.take_notices(), 2, {E});
 }
 
-// Each EPOCH says how the epoch was formed: the group's first FIRST, every epoch formed from members
-// of the one before CONTINUES, joiners forming one alone after the last member was lost AFTER_LOSS,
-// after it left AFTER_LEAVE.
+// Each EPOCH says how the epoch was formed: the group's first FIRST, every epoch formed from
+// members of the one before CONTINUES, joiners forming one alone after the last member was lost
+// AFTER_LOSS, after it left AFTER_LEAVE.
 TEST_F(MembershipTest, AnEpochOfJoinersAloneSaysHowTheGroupsMembersWent) {
   auto origins = [](const std::vector<Notice> &notices) {
     std::set<EpochOrigin> out;
@@ -862,7 +903,8 @@ TEST_F(MembershipTest, AnEpochOfJoinersAloneSaysHowTheGroupsMembersWent) {
   ASSERT_TRUE(m.join(C, info(C), t).ok());
   ASSERT_TRUE(m.update(A, 1, 0, t).ok());
   ASSERT_TRUE(m.update(B, 1, 0, t).ok());
-  EXPECT_EQ(origins(m.take_notices()), O{EpochOrigin::kContinues}) << "a barrier admitting a joiner";
+  EXPECT_EQ(origins(m.take_notices()), O{EpochOrigin::kContinues})
+      << "a barrier admitting a joiner";
   // Every member lost (A, B by silence, C's link closed): the next joiner is alone.
   m.disconnected(C, t);
   t += 1100ms;
@@ -930,7 +972,8 @@ TEST_F(MembershipTest, ChurnKeepsEveryDecisionConsistent) {
         case 1:
         case 2:
           for (const Member &x : ring) {  // a disconnected peer is dead: it calls nothing
-            if (gone.count(x.id) == 0 && rng() % 4 != 0) (void)m.update(x.id, m.epoch(), m.committed(), t);
+            if (gone.count(x.id) == 0 && rng() % 4 != 0)
+              (void)m.update(x.id, m.epoch(), m.committed(), t);
           }
           break;
         case 3:
@@ -966,7 +1009,8 @@ TEST_F(MembershipTest, ChurnKeepsEveryDecisionConsistent) {
       const std::set<PeerId> unique(now_ring.begin(), now_ring.end());
       ASSERT_EQ(unique.size(), m.ring().size()) << "seed " << seed << " step " << step;
       for (PeerId g : gone) {
-        ASSERT_EQ(unique.count(g), 0u) << "lost peer " << g << " slipped back, seed " << seed << " step " << step;
+        ASSERT_EQ(unique.count(g), 0u)
+            << "lost peer " << g << " slipped back, seed " << seed << " step " << step;
       }
       if (HasFailure()) return;
     }
@@ -980,7 +1024,7 @@ TEST_F(MembershipTest, RejoinOrderDoesNotMatterAfterARestart) {
   ASSERT_TRUE(m.rejoin(A, info(A), 4, ring, 0, t).ok());  // A holds an older epoch and comes first
   expect_announced(m.take_notices(), 4, {A, B});
   ASSERT_TRUE(m.rejoin(B, info(B), 5, ring, 0, t).ok());  // B saw epoch 5 before the crash
-  expect_announced(m.take_notices(), 5, {A, B});    // A too is told of epoch 5
+  expect_announced(m.take_notices(), 5, {A, B});          // A too is told of epoch 5
   ASSERT_TRUE(m.update(A, 5, m.committed(), t).ok());
   ASSERT_TRUE(m.update(B, 5, m.committed(), t).ok());
   EXPECT_EQ(of_kind(m.take_notices(), Kind::kEpoch).size(), 2u);
@@ -988,7 +1032,8 @@ TEST_F(MembershipTest, RejoinOrderDoesNotMatterAfterARestart) {
 
 TEST_F(MembershipTest, AdoptedEpochRemovesPeersOutsideIt) {
   Membership m(options());
-  form(m, {E});  // a fresh coordinator formed an epoch of newcomers before the old members came back
+  form(m,
+       {E});  // a fresh coordinator formed an epoch of newcomers before the old members came back
   ASSERT_TRUE(m.rejoin(A, info(A), 5, {{A, info(A)}, {B, info(B)}}, 0, t).ok());
   std::vector<Notice> n = m.take_notices();
   std::vector<Notice> removed = of_kind(n, Kind::kRemoved);
@@ -1002,7 +1047,8 @@ TEST_F(MembershipTest, AdoptedEpochRemovesPeersOutsideIt) {
 
 TEST_F(MembershipTest, RejoinWithABadReportIsRefused) {
   Membership m(options());
-  EXPECT_EQ(m.rejoin(A, info(A), 3, {{A, info(A)}, {A, info(A)}}, 0, t).code(), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(m.rejoin(A, info(A), 3, {{A, info(A)}, {A, info(A)}}, 0, t).code(),
+            WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(m.rejoin(A, info(A), ~0ULL, {{A, info(A)}}, 0, t).code(), WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(m.epoch(), 0u);
 }
@@ -1021,7 +1067,7 @@ TEST_F(MembershipTest, LeaverThatDisconnectsBeforeTheBarrierRevokesNothing) {
 TEST_F(MembershipTest, LostPeerCannotRejoinItsOldEpochAsAMember) {
   Membership m(options());
   form(m, {A, B, C});
-  m.disconnected(C, t);  // lost from epoch 1
+  m.disconnected(C, t);                                       // lost from epoch 1
   ASSERT_TRUE(m.rejoin(C, info(C), 1, m.ring(), 0, t).ok());  // back: a joiner
   EXPECT_EQ(m.joiners(), 1u);
   m.disconnected(C, t);  // and gone again
@@ -1082,7 +1128,8 @@ TEST_F(MembershipTest, ALossBeforeTheLastDoneFailsTheOperationForEveryone) {
   expect_announced(m.take_notices(), 2, {A, B});
   ASSERT_TRUE(m.done(A, 2, 1, t).ok());
   ASSERT_TRUE(m.done(B, 2, 1, t).ok());
-  EXPECT_EQ(committed_to(m.take_notices(), 1), (std::vector<PeerId>{A, B})) << "numbering restarts with the epoch";
+  EXPECT_EQ(committed_to(m.take_notices(), 1), (std::vector<PeerId>{A, B}))
+      << "numbering restarts with the epoch";
 }
 
 TEST_F(MembershipTest, AFailedOperationRevokesTheEpochWithoutLosingAnyone) {

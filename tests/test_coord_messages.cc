@@ -8,7 +8,8 @@ namespace wccl::coord {
 namespace {
 
 std::vector<Member> sample_ring() {
-  return {{0x1111, {"node-a", "10.1.0.1:7000", ""}}, {0x2222, {"node-b", "[2001:db8::2]:7000", ""}}};
+  return {{0x1111, {"node-a", "10.1.0.1:7000", ""}},
+          {0x2222, {"node-b", "[2001:db8::2]:7000", ""}}};
 }
 
 std::vector<ControlMessage> one_of_each() {
@@ -194,7 +195,8 @@ TEST(ControlMessages, BadFieldsAreNamed) {
 // The epoch links' first message: 16 bytes, little-endian, refused when it is any other size or
 // names peer 0.
 TEST(ControlMessages, LinkHelloRoundTripsAndIsChecked) {
-  const std::vector<uint8_t> bytes = encode(LinkHello{0x0102030405060708ULL, 0x1122334455667788ULL});
+  const std::vector<uint8_t> bytes =
+      encode(LinkHello{0x0102030405060708ULL, 0x1122334455667788ULL});
   ASSERT_EQ(bytes.size(), kLinkHelloBytes);
   EXPECT_EQ(bytes[0], 0x08);
   EXPECT_EQ(bytes[15], 0x11);

@@ -54,14 +54,16 @@ TEST(Frame, EmptyMessageIsOneEmptyFrame) {
 
 TEST(Frame, MessagesAreCutIntoOneFramePerStream) {
   constexpr uint32_t kFrame = 1u << 20;
-  EXPECT_EQ(stripe_frame_bytes(1u << 20, 4, kFrame), 256u << 10);      // a chunk over 4 streams
-  EXPECT_EQ(stripe_frame_bytes((1u << 20) + 1, 4, kFrame), (256u << 10) + 1);  // rounded up: 4 frames
-  EXPECT_EQ(stripe_frame_bytes(128u << 10, 1, kFrame), 128u << 10);    // one stream: one frame
-  EXPECT_EQ(stripe_frame_bytes(64u << 20, 4, kFrame), kFrame);         // never above frame_bytes
+  EXPECT_EQ(stripe_frame_bytes(1u << 20, 4, kFrame), 256u << 10);  // a chunk over 4 streams
+  EXPECT_EQ(stripe_frame_bytes((1u << 20) + 1, 4, kFrame),
+            (256u << 10) + 1);                                           // rounded up: 4 frames
+  EXPECT_EQ(stripe_frame_bytes(128u << 10, 1, kFrame), 128u << 10);      // one stream: one frame
+  EXPECT_EQ(stripe_frame_bytes(64u << 20, 4, kFrame), kFrame);           // never above frame_bytes
   EXPECT_EQ(stripe_frame_bytes(64u << 10, 8, kFrame), kMinStripeBytes);  // never below 16 KiB...
-  EXPECT_EQ(stripe_frame_bytes(100, 4, kFrame), kMinStripeBytes);      // ...so a small message is one frame
+  EXPECT_EQ(stripe_frame_bytes(100, 4, kFrame),
+            kMinStripeBytes);  // ...so a small message is one frame
   EXPECT_EQ(stripe_frame_bytes(0, 4, kFrame), kMinStripeBytes);
-  EXPECT_EQ(stripe_frame_bytes(1u << 20, 4, 4096), 4096u);             // frame_bytes below 16 KiB wins
+  EXPECT_EQ(stripe_frame_bytes(1u << 20, 4, 4096), 4096u);  // frame_bytes below 16 KiB wins
 }
 
 TEST(Frame, EveryMalformedFieldIsRejected) {
@@ -70,15 +72,21 @@ TEST(Frame, EveryMalformedFieldIsRejected) {
   uint8_t b[kFrameHeaderBytes];
   auto reset = [&] { std::memcpy(b, good, sizeof(b)); };
 
-  reset(); b[0] = 'X';
+  reset();
+  b[0] = 'X';
   expect_rejected(b, WCCL_ERR_PROTOCOL, "bad frame magic");
-  reset(); b[4] = 1;
-  expect_rejected(b, WCCL_ERR_PROTOCOL, "peer speaks wccl protocol version 1, this library speaks version 4");
-  reset(); b[6] = 0;
+  reset();
+  b[4] = 1;
+  expect_rejected(b, WCCL_ERR_PROTOCOL,
+                  "peer speaks wccl protocol version 1, this library speaks version 4");
+  reset();
+  b[6] = 0;
   expect_rejected(b, WCCL_ERR_PROTOCOL, "unknown frame type 0");
-  reset(); b[6] = 3;
+  reset();
+  b[6] = 3;
   expect_rejected(b, WCCL_ERR_PROTOCOL, "unknown frame type 3");
-  reset(); b[7] = 0x80;
+  reset();
+  b[7] = 0x80;
   expect_rejected(b, WCCL_ERR_PROTOCOL, "undefined frame flags");
 
   FrameHeader h = sample();

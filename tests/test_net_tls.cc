@@ -48,7 +48,8 @@ class TlsTest : public testing::Test {
 
   // The server still serves good peers, and accepted exactly `expected` links so far.
   void expect_server_healthy(size_t expected_before) {
-    EXPECT_EQ(acceptor_.count(), expected_before) << "an unauthenticated peer reached the data path";
+    EXPECT_EQ(acceptor_.count(), expected_before)
+        << "an unauthenticated peer reached the data path";
     auto good = pki_.node("good-client");
     auto client = net::Transport::create(make_config("good-client", &good));
     ASSERT_TRUE(client.ok());
@@ -81,8 +82,10 @@ TEST_F(TlsTest, GoodPairAuthenticatesBothWays) {
   ASSERT_TRUE(link.ok()) << link.status().to_string();
   auto accepted = acceptor_.wait();
   ASSERT_NE(accepted, nullptr);
-  EXPECT_NE(link.value()->peer_subject().find("CN=server"), std::string::npos) << link.value()->peer_subject();
-  EXPECT_NE(accepted->peer_subject().find("CN=client-a"), std::string::npos) << accepted->peer_subject();
+  EXPECT_NE(link.value()->peer_subject().find("CN=server"), std::string::npos)
+      << link.value()->peer_subject();
+  EXPECT_NE(accepted->peer_subject().find("CN=client-a"), std::string::npos)
+      << accepted->peer_subject();
   expect_server_healthy(1);
 }
 
@@ -207,7 +210,8 @@ TEST_F(TlsTest, GarbageSpeakerIsDroppedAndOthersCarryOn) {
 
 // --- Sealed frames (net/seal.h) -----------------------------------------------------------------
 
-std::unique_ptr<net::FrameSeal> seal_of(uint8_t send, uint8_t recv, uint64_t rekey = net::FrameSeal::kRekeyBytes) {
+std::unique_ptr<net::FrameSeal> seal_of(uint8_t send, uint8_t recv,
+                                        uint64_t rekey = net::FrameSeal::kRekeyBytes) {
   uint8_t a[net::FrameSeal::kSecretBytes], b[net::FrameSeal::kSecretBytes];
   std::memset(a, send, sizeof(a));
   std::memset(b, recv, sizeof(b));
@@ -256,20 +260,38 @@ TEST(FrameSeal, AnyChangedByteReplayOrReorderFailsWithProtocol) {
     std::function<Status(net::FrameSeal &tx, net::FrameSeal &rx)> run;
   };
   const Case cases[] = {
-      {"header", [](net::FrameSeal &tx, net::FrameSeal &rx) { Sealed f = seal_frame(tx, 5000, 1); f.header[12] ^= 1; return open_frame(rx, f); }},
-      {"payload", [](net::FrameSeal &tx, net::FrameSeal &rx) { Sealed f = seal_frame(tx, 5000, 1); f.body[4321] ^= 0x80; return open_frame(rx, f); }},
-      {"tag", [](net::FrameSeal &tx, net::FrameSeal &rx) { Sealed f = seal_frame(tx, 5000, 1); f.tag[15] ^= 1; return open_frame(rx, f); }},
-      {"replay", [](net::FrameSeal &tx, net::FrameSeal &rx) {
+      {"header",
+       [](net::FrameSeal &tx, net::FrameSeal &rx) {
+         Sealed f = seal_frame(tx, 5000, 1);
+         f.header[12] ^= 1;
+         return open_frame(rx, f);
+       }},
+      {"payload",
+       [](net::FrameSeal &tx, net::FrameSeal &rx) {
+         Sealed f = seal_frame(tx, 5000, 1);
+         f.body[4321] ^= 0x80;
+         return open_frame(rx, f);
+       }},
+      {"tag",
+       [](net::FrameSeal &tx, net::FrameSeal &rx) {
+         Sealed f = seal_frame(tx, 5000, 1);
+         f.tag[15] ^= 1;
+         return open_frame(rx, f);
+       }},
+      {"replay",
+       [](net::FrameSeal &tx, net::FrameSeal &rx) {
          Sealed f = seal_frame(tx, 100, 1);
          EXPECT_TRUE(open_frame(rx, f).ok());
          return open_frame(rx, f);
        }},
-      {"reorder", [](net::FrameSeal &tx, net::FrameSeal &rx) {
+      {"reorder",
+       [](net::FrameSeal &tx, net::FrameSeal &rx) {
          Sealed a = seal_frame(tx, 100, 1), b = seal_frame(tx, 100, 2);
          (void)a;
          return open_frame(rx, b);
        }},
-      {"own direction", [](net::FrameSeal &tx, net::FrameSeal &) { return open_frame(tx, seal_frame(tx, 100, 1)); }},
+      {"own direction",
+       [](net::FrameSeal &tx, net::FrameSeal &) { return open_frame(tx, seal_frame(tx, 100, 1)); }},
   };
   for (const Case &c : cases) {
     auto tx = seal_of(1, 2), rx = seal_of(2, 1);

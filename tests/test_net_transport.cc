@@ -1,9 +1,9 @@
 // Links over 127.0.0.1: messages, striping, parking, backpressure, failures and timeouts.
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
-#include <fcntl.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,13 +34,15 @@ struct Variant {
 };
 
 std::string variant_name(const testing::TestParamInfo<Variant> &info) {
-  return std::string(info.param.tls ? "tls" : "plain") + "_" + std::to_string(info.param.streams) + "streams";
+  return std::string(info.param.tls ? "tls" : "plain") + "_" + std::to_string(info.param.streams) +
+         "streams";
 }
 
 class TransportTest : public testing::TestWithParam<Variant> {
  protected:
   Config config(const std::string &name) {
-    Config cfg = make_config(name, GetParam().tls ? &(name == "server" ? server_files_ : client_files_) : nullptr);
+    Config cfg = make_config(
+        name, GetParam().tls ? &(name == "server" ? server_files_ : client_files_) : nullptr);
     EXPECT_TRUE(cfg.set("streams", std::to_string(GetParam().streams)).ok());
     return cfg;
   }
@@ -77,8 +79,8 @@ TEST_P(TransportTest, MessagesOfEverySizeBothWays) {
   EXPECT_EQ(p.server_link->peer_name(), "client");
   EXPECT_EQ(p.client_link->peer_name(), "server");
   uint32_t tag = 0;
-  for (size_t n : {size_t{0}, size_t{1}, size_t{47}, size_t{48}, size_t{16385}, size_t{(1 << 20) + 3},
-                   size_t{5 << 20}}) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{47}, size_t{48}, size_t{16385},
+                   size_t{(1 << 20) + 3}, size_t{5 << 20}}) {
     ++tag;
     exchange(*p.client_link, *p.server_link, {1, 2, tag}, n, tag);
     ++tag;
@@ -101,7 +103,9 @@ TEST_P(TransportTest, ReceivesPostedLateOrOutOfOrderAllComplete) {
     src[i].resize(n);
     dst[i].resize(n);
     fill_pattern(src[i].data(), n, 100 + i);
-    ASSERT_TRUE(p.client_link->send({3, static_cast<uint64_t>(i), 9}, src[i].data(), n, sent[i].callback()).ok());
+    ASSERT_TRUE(
+        p.client_link->send({3, static_cast<uint64_t>(i), 9}, src[i].data(), n, sent[i].callback())
+            .ok());
   }
   // Frames for keys nobody asked for yet park their streams; receives posted in a shuffled order
   // (the last message first) must release them all.
@@ -109,13 +113,17 @@ TEST_P(TransportTest, ReceivesPostedLateOrOutOfOrderAllComplete) {
   for (int i = 0; i < kMessages; ++i) order[i] = kMessages - 1 - i;
   std::shuffle(order.begin() + 1, order.end(), rng);
   for (int i : order) {
-    ASSERT_TRUE(p.server_link->recv({3, static_cast<uint64_t>(i), 9}, dst[i].data(), dst[i].size(), got[i].callback()).ok());
+    ASSERT_TRUE(p.server_link
+                    ->recv({3, static_cast<uint64_t>(i), 9}, dst[i].data(), dst[i].size(),
+                           got[i].callback())
+                    .ok());
   }
   for (int i = 0; i < kMessages; ++i) {
     Status r = got[i].wait();
     ASSERT_TRUE(r.ok()) << i << ": " << r.to_string();
     ASSERT_TRUE(sent[i].wait().ok());
-    EXPECT_EQ(check_pattern(dst[i].data(), dst[i].size(), 100 + i), dst[i].size()) << "message " << i;
+    EXPECT_EQ(check_pattern(dst[i].data(), dst[i].size(), 100 + i), dst[i].size())
+        << "message " << i;
   }
 }
 
@@ -142,7 +150,8 @@ TEST_P(TransportTest, SlowReceiverSlowsTheSenderAndMemoryStaysBounded) {
   // Nobody receives yet: the send cannot finish, and nothing buffers the message in memory.
   EXPECT_EQ(sent.wait(std::chrono::milliseconds(700)).code(), WCCL_ERR_TIMEOUT);
   const long grown_mib = (rss_kib() - before) / 1024;
-  EXPECT_LT(grown_mib, 64) << "the transport buffered " << grown_mib << " MiB of an unreceived message";
+  EXPECT_LT(grown_mib, 64) << "the transport buffered " << grown_mib
+                           << " MiB of an unreceived message";
   ASSERT_TRUE(p.server_link->recv({0, 0, 1}, dst.data(), n, got.callback()).ok());
   ASSERT_TRUE(got.wait().ok());
   ASSERT_TRUE(sent.wait().ok());
@@ -160,7 +169,8 @@ TEST_P(TransportTest, AReceivePostedLongAfterIoTimeoutStillCompletes) {
   LinkPair p;
   open_pair(p, server, client);
   ASSERT_NE(p.server_link, nullptr);
-  const size_t n = 64u << 20;  // far more than the socket buffers hold: the sender meets a zero window
+  const size_t n =
+      64u << 20;  // far more than the socket buffers hold: the sender meets a zero window
   std::vector<uint8_t> src(n), dst(n);
   fill_pattern(src.data(), n, 11);
   Done sent, got;
@@ -223,7 +233,8 @@ TEST_P(TransportTest, EverythingSentBeforeThePeerClosesArrives) {
     LinkPair p;
     open_pair(p, config("server"), config("client"));
     ASSERT_NE(p.server_link, nullptr);
-    // What the sender's kernel takes while nobody reads: TCP_NOTSENT_LOWAT and the receiver's window.
+    // What the sender's kernel takes while nobody reads: TCP_NOTSENT_LOWAT and the receiver's
+    // window.
     const size_t streams = static_cast<size_t>(GetParam().streams);
     const size_t sizes[] = {(20u << 10) * streams, 100, (140u << 10) * streams, 3000};
     constexpr int kMessages = 4;
@@ -233,17 +244,25 @@ TEST_P(TransportTest, EverythingSentBeforeThePeerClosesArrives) {
       src[i].resize(sizes[i]);
       dst[i].resize(sizes[i]);
       fill_pattern(src[i].data(), sizes[i], 500 + i);
-      ASSERT_TRUE(p.client_link->send({4, static_cast<uint64_t>(i), 1}, src[i].data(), sizes[i], sent[i].callback()).ok());
+      ASSERT_TRUE(
+          p.client_link
+              ->send({4, static_cast<uint64_t>(i), 1}, src[i].data(), sizes[i], sent[i].callback())
+              .ok());
     }
     for (int i = 0; i < kMessages; ++i) ASSERT_TRUE(sent[i].wait().ok()) << i;
     p.client.reset();
     for (int i = 0; i < kMessages; ++i) {
-      ASSERT_TRUE(p.server_link->recv({4, static_cast<uint64_t>(i), 1}, dst[i].data(), dst[i].size(), got[i].callback()).ok());
+      ASSERT_TRUE(p.server_link
+                      ->recv({4, static_cast<uint64_t>(i), 1}, dst[i].data(), dst[i].size(),
+                             got[i].callback())
+                      .ok());
     }
     for (int i = 0; i < kMessages; ++i) {
       Status r = got[i].wait(10s);
-      ASSERT_TRUE(r.ok()) << "round " << round << ", message " << i << " of " << kMessages << ": " << r.to_string();
-      EXPECT_EQ(check_pattern(dst[i].data(), dst[i].size(), 500 + i), dst[i].size()) << "message " << i;
+      ASSERT_TRUE(r.ok()) << "round " << round << ", message " << i << " of " << kMessages << ": "
+                          << r.to_string();
+      EXPECT_EQ(check_pattern(dst[i].data(), dst[i].size(), 500 + i), dst[i].size())
+          << "message " << i;
     }
     // Drained: what comes next fails, naming the close.
     std::vector<uint8_t> buf(10);
@@ -267,7 +286,8 @@ TEST_P(TransportTest, LengthMismatchFailsTheLinkWithProtocol) {
   ASSERT_TRUE(p.client_link->send({0, 0, 1}, src.data(), src.size(), sent.callback()).ok());
   Status st = got.wait();
   EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << st.to_string();
-  EXPECT_NE(st.message().find("5000 bytes but its receive expects 4000"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("5000 bytes but its receive expects 4000"), std::string::npos)
+      << st.message();
   // The sender's completion releases src: OK if its bytes reached the kernel before the receiver
   // hung up, IO otherwise.
   Status s = sent.wait();
@@ -286,7 +306,8 @@ TEST_P(TransportTest, AReceiveWithACapacityTakesAnyShorterMessageAndReportsItsLe
   Done sent, got, sent_empty, got_empty;
   ASSERT_TRUE(p.server_link->recv({0, 0, 1}, dst.data(), dst.size(), &len, got.callback()).ok());
   ASSERT_TRUE(p.client_link->send({0, 0, 1}, src.data(), n, sent.callback()).ok());
-  ASSERT_TRUE(p.server_link->recv({0, 0, 2}, dst.data(), 10, &empty_len, got_empty.callback()).ok());
+  ASSERT_TRUE(
+      p.server_link->recv({0, 0, 2}, dst.data(), 10, &empty_len, got_empty.callback()).ok());
   ASSERT_TRUE(p.client_link->send({0, 0, 2}, src.data(), 0, sent_empty.callback()).ok());
   ASSERT_TRUE(got.wait().ok());
   ASSERT_TRUE(got_empty.wait().ok());
@@ -300,7 +321,8 @@ TEST_P(TransportTest, AReceiveWithACapacityTakesAnyShorterMessageAndReportsItsLe
   ASSERT_TRUE(p.client_link->send({0, 0, 3}, src.data(), 5000, sent_long.callback()).ok());
   const Status st = too_long.wait();
   EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << st.to_string();
-  EXPECT_NE(st.message().find("5000 bytes but its receive holds at most 4000"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("5000 bytes but its receive holds at most 4000"), std::string::npos)
+      << st.message();
   (void)sent_long.wait();
 }
 
@@ -331,11 +353,13 @@ TEST_P(TransportTest, TransportShutdownAbortsPendingOperations) {
   EXPECT_EQ(pending.wait().code(), WCCL_ERR_ABORTED);
   // The handle outlives its transport: calls fail at once instead of crashing.
   Done after;
-  EXPECT_EQ(p.server_link->send({0, 0, 2}, buf.data(), buf.size(), after.callback()).code(), WCCL_ERR_ABORTED);
+  EXPECT_EQ(p.server_link->send({0, 0, 2}, buf.data(), buf.size(), after.callback()).code(),
+            WCCL_ERR_ABORTED);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransportTest,
-                         testing::Values(Variant{false, 1}, Variant{false, 4}, Variant{true, 1}, Variant{true, 4}),
+                         testing::Values(Variant{false, 1}, Variant{false, 4}, Variant{true, 1},
+                                         Variant{true, 4}),
                          variant_name);
 
 // --- a gigabyte, verified ------------------------------------------------------------------------
@@ -374,7 +398,8 @@ TEST(Gigabyte, TinySocketBuffersForcePartialReadsAndWrites) {
   gigabyte(s, c);
 }
 
-// --- failures of the other process ----------------------------------------------------------------
+// --- failures of the other process
+// ----------------------------------------------------------------
 
 // Starts argv[0] with argv and this process's environment, overridden by env ("WCCL_X=y"); its
 // pid, or -1 (a test failure) when it cannot be started.
@@ -394,7 +419,8 @@ pid_t spawn(std::vector<std::string> argv, std::vector<std::string> env) {
 class PeerProcess {
  public:
   // Starts the helper connecting to address with env overrides ("WCCL_X=y").
-  PeerProcess(const std::string &address, size_t first, size_t second, std::vector<std::string> env) {
+  PeerProcess(const std::string &address, size_t first, size_t second,
+              std::vector<std::string> env) {
     const char *helper = std::getenv("WCCL_TEST_PEER");
     if (helper == nullptr) {
       ADD_FAILURE() << "WCCL_TEST_PEER (the helper binary) is not set; run through meson test";
@@ -427,7 +453,8 @@ void peer_fault(bool tls, Fault fault) {
   auto port = server.value()->listen("127.0.0.1:0", acceptor.callback());
   ASSERT_TRUE(port.ok());
   std::vector<std::string> env = {"WCCL_NAME=victim", "WCCL_TLS=" + std::string(tls ? "on" : "off"),
-                                  "WCCL_TLS_CERT=" + cf.cert, "WCCL_TLS_KEY=" + cf.key, "WCCL_TLS_CA=" + cf.ca};
+                                  "WCCL_TLS_CERT=" + cf.cert, "WCCL_TLS_KEY=" + cf.key,
+                                  "WCCL_TLS_CA=" + cf.ca};
   const size_t first = 32u << 20, second = 1u << 30;
   PeerProcess peer("127.0.0.1:" + std::to_string(port.value()), first, second, env);
   auto link = acceptor.wait(10s);
@@ -465,21 +492,30 @@ void peer_fault(bool tls, Fault fault) {
 int cut_path_child() {
   if (unshare(CLONE_NEWNET) != 0) return 77;
   const std::string ns = "wccl-cut-" + std::to_string(getpid());
-  const std::string up = "ip link set lo up && ip netns add " + ns +
-                         " && ip link add wccl-cut-a type veth peer name wccl-cut-b && ip link set wccl-cut-b netns " +
-                         ns + " && ip addr add 10.231.0.1/24 dev wccl-cut-a && ip link set wccl-cut-a up && ip netns exec " +
-                         ns + " sh -c 'ip link set lo up && ip addr add 10.231.0.2/24 dev wccl-cut-b && ip link set wccl-cut-b up'";
+  const std::string up =
+      "ip link set lo up && ip netns add " + ns +
+      " && ip link add wccl-cut-a type veth peer name wccl-cut-b && ip link set wccl-cut-b netns " +
+      ns +
+      " && ip addr add 10.231.0.1/24 dev wccl-cut-a && ip link set wccl-cut-a up && ip netns "
+      "exec " +
+      ns +
+      " sh -c 'ip link set lo up && ip addr add 10.231.0.2/24 dev wccl-cut-b && ip link set "
+      "wccl-cut-b up'";
   struct Cleanup {  // a named namespace outlives the process
     std::string ns;
     ~Cleanup() {
-      if (std::system(("ip netns del " + ns + " 2>/dev/null").c_str()) != 0) std::fprintf(stderr, "%s: not deleted\n", ns.c_str());
+      if (std::system(("ip netns del " + ns + " 2>/dev/null").c_str()) != 0)
+        std::fprintf(stderr, "%s: not deleted\n", ns.c_str());
     }
   } cleanup{ns};
   if (std::system(up.c_str()) != 0) return 77;
-  const int here = open("/proc/self/ns/net", O_RDONLY), there = open(("/run/netns/" + ns).c_str(), O_RDONLY);
+  const int here = open("/proc/self/ns/net", O_RDONLY),
+            there = open(("/run/netns/" + ns).c_str(), O_RDONLY);
   if (here < 0 || there < 0) return 2;
   Config server_cfg = make_config("server", nullptr), client_cfg = make_config("client", nullptr);
-  if (!server_cfg.set("io_timeout_ms", "1000").ok() || !client_cfg.set("io_timeout_ms", "1000").ok()) return 2;
+  if (!server_cfg.set("io_timeout_ms", "1000").ok() ||
+      !client_cfg.set("io_timeout_ms", "1000").ok())
+    return 2;
   // Declared before the transports, so freed after them: the server's receive into dst never
   // completes (the path is cut) and its loop thread may still copy bytes into it until the
   // transport is destroyed (ThreadSanitizer saw the buffer freed under it).
@@ -489,7 +525,8 @@ int cut_path_child() {
   if (setns(there, CLONE_NEWNET) != 0) return 3;
   auto server = net::Transport::create(server_cfg);
   Acceptor acceptor;
-  auto port = server.ok() ? server.value()->listen("10.231.0.2:0", acceptor.callback()) : Result<int>(server.status());
+  auto port = server.ok() ? server.value()->listen("10.231.0.2:0", acceptor.callback())
+                          : Result<int>(server.status());
   if (setns(here, CLONE_NEWNET) != 0 || !port.ok()) return 3;
   auto client = net::Transport::create(client_cfg);
   if (!client.ok()) return 4;
@@ -508,14 +545,17 @@ int cut_path_child() {
   Status st = sent.wait(10s);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   std::fprintf(stderr, "after %lld ms: %s\n", static_cast<long long>(ms), st.to_string().c_str());
-  if (st.code() != WCCL_ERR_TIMEOUT || st.to_string().find("acknowledged nothing") == std::string::npos) return 8;
+  if (st.code() != WCCL_ERR_TIMEOUT ||
+      st.to_string().find("acknowledged nothing") == std::string::npos)
+    return 8;
   return ms >= 900 && ms < 2500 ? 0 : 9;
 }
 
 // The child: a fresh process (a fork of a process that has run threads could not start new ones
 // under ThreadSanitizer), this test binary again with only this case and the variable set.
 TEST(CutPathChild, RunByPeerFailure) {
-  if (std::getenv("WCCL_TEST_CUT_PATH_CHILD") == nullptr) GTEST_SKIP() << "PeerFailure.ACutPathWithDataInFlightTimesOut runs it";
+  if (std::getenv("WCCL_TEST_CUT_PATH_CHILD") == nullptr)
+    GTEST_SKIP() << "PeerFailure.ACutPathWithDataInFlightTimesOut runs it";
   std::exit(cut_path_child());
 }
 
@@ -528,14 +568,16 @@ TEST(PeerFailure, ACutPathWithDataInFlightTimesOut) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no network namespace or no ip (iproute2)";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's line above: 8 wrong error, 9 wrong time, else set-up";
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "see the child's line above: 8 wrong error, 9 wrong time, else set-up";
 }
 
 TEST(PeerFailure, KilledMidTransferGivesIoPlaintext) { peer_fault(false, Fault::kKill); }
 TEST(PeerFailure, KilledMidTransferGivesIoTls) { peer_fault(true, Fault::kKill); }
 TEST(PeerFailure, StoppedMidTransferGivesTimeout) { peer_fault(true, Fault::kStop); }
 
-// --- set-up failures --------------------------------------------------------------------------------
+// --- set-up failures
+// --------------------------------------------------------------------------------
 
 TEST(Connect, SilentListenerTimesOut) {
   // A socket that listens but never accepts: TCP connects through the backlog, then nothing.
@@ -551,7 +593,8 @@ TEST(Connect, SilentListenerTimesOut) {
     ASSERT_TRUE(t.ok());
     const auto t0 = Clock::now();
     auto link = t.value()->connect_sync("127.0.0.1:" + std::to_string(port));
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
     EXPECT_EQ(link.status().code(), WCCL_ERR_TIMEOUT) << link.status().to_string();
     EXPECT_NE(link.status().message().find("not established within 400 ms"), std::string::npos);
     EXPECT_GE(ms, 390);
@@ -579,7 +622,8 @@ TEST(Connect, RefusedIsIo) {
 TEST(Connect, BadAddressesAreInvalidArguments) {
   auto t = net::Transport::create(make_config("client", nullptr));
   ASSERT_TRUE(t.ok());
-  for (const char *bad : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", ":80", "::1:80", "[::1]80", "[::1:80", "h:p"}) {
+  for (const char *bad : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", ":80", "::1:80", "[::1]80",
+                          "[::1:80", "h:p"}) {
     auto link = t.value()->connect_sync(bad);
     EXPECT_EQ(link.status().code(), WCCL_ERR_INVALID_ARGUMENT) << bad;
     EXPECT_NE(link.status().message().find(bad), std::string::npos) << link.status().message();
@@ -614,7 +658,8 @@ TEST(Connect, Ipv6AndHostNames) {
 namespace wccl::test {
 namespace {
 
-// A hand-made plaintext peer: says hello as stream 0 of 1, then writes whatever frames a test gives.
+// A hand-made plaintext peer: says hello as stream 0 of 1, then writes whatever frames a test
+// gives.
 class RawPeer {
  public:
   explicit RawPeer(int port, uint16_t version = net::kProtocolVersion) {

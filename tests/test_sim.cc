@@ -55,8 +55,8 @@ TEST(SimEngine, ThreadsThatCanNeverRunAreReleasedNotHung) {
 }
 
 Topology pair(const std::string &rate = "1gbit", const std::string &one_way = "25ms") {
-  return parse_topology_text("host a up=" + rate + "\nhost b up=" + rate + "\ndelay a b " + one_way +
-                                 "\nmtu 9000\nqueue 4M\n",
+  return parse_topology_text("host a up=" + rate + "\nhost b up=" + rate + "\ndelay a b " +
+                                 one_way + "\nmtu 9000\nqueue 4M\n",
                              "pair");
 }
 
@@ -68,7 +68,8 @@ struct Timing {
 Timing send_one(Engine &e, Network &net, size_t len) {
   const Time t0 = e.now();
   Time sent = -1, arrived = -1;
-  net.send(0, 1, len, [&] { sent = e.now(); }, [&] { arrived = e.now(); });
+  net.send(
+      0, 1, len, [&] { sent = e.now(); }, [&] { arrived = e.now(); });
   e.run(t0 + 1000 * kSecond);
   return {static_cast<double>(sent - t0) * 1e-9, static_cast<double>(arrived - t0) * 1e-9};
 }
@@ -140,7 +141,8 @@ TEST(SimNetwork, ABandwidthLimitedLinkRunsAtItsGoodput) {
   (void)send_one(e, net, 64 << 20);
   const size_t len = 256 << 20;
   const Timing got = send_one(e, net, len);
-  EXPECT_NEAR(got.sent, len / kGoodput, 0.03 * len / kGoodput) << "losses " << net.losses() << " cwnd " << net.cwnd(0, 1, 0) << " " << net.cwnd(0, 1, 1);
+  EXPECT_NEAR(got.sent, len / kGoodput, 0.03 * len / kGoodput)
+      << "losses " << net.losses() << " cwnd " << net.cwnd(0, 1, 0) << " " << net.cwnd(0, 1, 1);
   EXPECT_EQ(net.link_bytes(0, 1), (64u << 20) + len);
 }
 
@@ -176,8 +178,9 @@ TEST(SimNetwork, StartingWindowsThatOverflowTheQueueLoseTheirTail) {
     Time idle;
     bool lost;
   };
-  for (const Case c : {Case{size_t{4} << 20, kSecond / 10, true}, Case{size_t{16} << 20, kSecond / 10, false},
-                       Case{size_t{4} << 20, kSecond / 100, false}}) {
+  for (const Case c :
+       {Case{size_t{4} << 20, kSecond / 10, true}, Case{size_t{16} << 20, kSecond / 10, false},
+        Case{size_t{4} << 20, kSecond / 100, false}}) {
     Topology t = pair("10gbit");
     t.queue_bytes = c.queue;
     Engine e(0);
@@ -195,7 +198,8 @@ TEST(SimNetwork, StartingWindowsThatOverflowTheQueueLoseTheirTail) {
             for (int k = 0; k < 4; ++k) EXPECT_NEAR(net.cwnd(0, 1, k), 2 << 20, 1);
             before = net.losses();
             start = e.now();
-            net.send(0, 1, 12 << 20, [&] { sent = e.now(); }, [] {});
+            net.send(
+                0, 1, 12 << 20, [&] { sent = e.now(); }, [] {});
           });
         },
         [] {});
@@ -228,14 +232,16 @@ Workload allreduce(size_t bytes, algo::Algo a, codec::Wire w, bool data) {
 }
 
 Topology four(const std::string &one_way) {
-  return parse_topology_text("host h region=x up=1gbit count=4\ndelay x x " + one_way + "\nmtu 9000\nqueue 4M\n", "four");
+  return parse_topology_text(
+      "host h region=x up=1gbit count=4\ndelay x x " + one_way + "\nmtu 9000\nqueue 4M\n", "four");
 }
 
 TEST(Simulate, TheAlgorithmsRunUnchangedAndAgree) {
   const Topology t = four("25ms");
   for (algo::Algo a : {algo::Algo::kRing, algo::Algo::kTree}) {
     for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
-      const Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), allreduce(1 << 20, a, w, true));
+      const Report r =
+          simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), allreduce(1 << 20, a, w, true));
       ASSERT_TRUE(r.status.ok()) << r.status.to_string();
       EXPECT_TRUE(r.checked) << algo::algo_name(a) << " " << codec::wire_name(w);
       EXPECT_GT(r.mean(), 0.15);  // at least the ring's or trees' path delays
@@ -246,8 +252,8 @@ TEST(Simulate, TheAlgorithmsRunUnchangedAndAgree) {
 TEST(Simulate, ARingSendsTwoNMinusOneOverNOfTheBuffer) {
   const Topology t = four("25ms");
   const size_t bytes = 64 << 20;
-  const Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), allreduce(bytes, algo::Algo::kRing,
-                                                                                  codec::Wire::kNative, false));
+  const Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(),
+                            allreduce(bytes, algo::Algo::kRing, codec::Wire::kNative, false));
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   for (const HostTraffic &h : r.traffic) EXPECT_EQ(h.sent, bytes / 4 * 2 * 3);
 }
@@ -256,11 +262,13 @@ TEST(Simulate, TheOtherKindsSendWhatTheirAlgorithmsMust) {
   const Topology t = four("25ms");
   const size_t count = 1 << 20;  // floats: per peer for all-gather and reduce-scatter
   Workload work = allreduce(count * 4, algo::Algo::kRing, codec::Wire::kNative, false);
-  work.op.kind = algo::Kind::kBroadcast;  // a chain from rank 0: every host but the last forwards it
+  work.op.kind =
+      algo::Kind::kBroadcast;  // a chain from rank 0: every host but the last forwards it
   Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), work);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   for (size_t h = 0; h < 4; ++h) EXPECT_EQ(r.traffic[h].sent, h < 3 ? count * 4 : 0) << h;
-  for (algo::Kind k : {algo::Kind::kAllgather, algo::Kind::kReduceScatter}) {  // rings: n - 1 parts each
+  for (algo::Kind k :
+       {algo::Kind::kAllgather, algo::Kind::kReduceScatter}) {  // rings: n - 1 parts each
     work.op.kind = k;
     r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), work);
     ASSERT_TRUE(r.status.ok()) << r.status.to_string();
@@ -362,10 +370,13 @@ TEST(SimFaults, WithoutAFaultNoTimerRuns) {
 TEST(SimFaults, BadFaultsAreRefused) {
   Workload work = allreduce(1 << 20, algo::Algo::kRing, codec::Wire::kNative, false);
   work.faults = {{Fault::Kind::kKill, 4, 0}};
-  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work).status.code(),
+            WCCL_ERR_INVALID_ARGUMENT)
       << "no rank 4";
-  work.faults = {{Fault::Kind::kKill, 1, 0}, {Fault::Kind::kFreeze, 2, 0}, {Fault::Kind::kKill, 3, 0}};
-  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+  work.faults = {
+      {Fault::Kind::kKill, 1, 0}, {Fault::Kind::kFreeze, 2, 0}, {Fault::Kind::kKill, 3, 0}};
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work).status.code(),
+            WCCL_ERR_INVALID_ARGUMENT)
       << "a single survivor";
 }
 
@@ -386,7 +397,8 @@ TEST(SimJoins, AJoinerIsAdmittedAtTheNextBoundaryAndReceivesTheState) {
   const Report r = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), with_joiner());
   ASSERT_TRUE(before.status.ok() && r.status.ok()) << r.status.to_string();
   EXPECT_EQ(r.survivors, 4);
-  EXPECT_TRUE(r.checked) << "the joiner holds the others' state, and every member the exact sum of all four";
+  EXPECT_TRUE(r.checked)
+      << "the joiner holds the others' state, and every member the exact sum of all four";
   ASSERT_EQ(r.admissions.size(), 1u);
   const Admission &a = r.admissions[0];
   // The members heard that it waits during the first operation and update at its end: the epoch
@@ -407,14 +419,16 @@ TEST(SimJoins, AKillDuringTheStateSyncIsRecoveredFromTheSurvivors) {
   const Report calm = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work);
   ASSERT_TRUE(calm.status.ok()) << calm.status.to_string();
   const Time kill_at = 8 * kSecond / 10;
-  ASSERT_LT(calm.admissions[0].links + 0.3, seconds(kill_at)) << "past the descriptions' all-gathers";
+  ASSERT_LT(calm.admissions[0].links + 0.3, seconds(kill_at))
+      << "past the descriptions' all-gathers";
   ASSERT_GT(calm.admissions[0].synced, seconds(kill_at)) << "before the state sync's commit";
   work.faults = {{Fault::Kind::kKill, 1, kill_at}};
   const Report r = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   EXPECT_EQ(r.survivors, 3);
   EXPECT_TRUE(r.checked) << "the joiner got the state from ranks 0 and 2, then summed with them";
-  EXPECT_GT(r.admissions[0].synced, r.recoveries[0].links) << "the sync ran again in the next epoch";
+  EXPECT_GT(r.admissions[0].synced, r.recoveries[0].links)
+      << "the sync ran again in the next epoch";
 }
 
 TEST(SimJoins, ElidedStateIsHashedOnceByEachSideAndAKillDuringTheHashIsRecoveredFrom) {
@@ -441,8 +455,10 @@ TEST(SimJoins, ElidedStateIsHashedOnceByEachSideAndAKillDuringTheHashIsRecovered
   const Report r = simulate(four("25ms"), {0, 1, 2}, TcpOptions(), cpu, work);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   EXPECT_EQ(r.survivors, 3);
-  EXPECT_GT(r.recoveries[0].epoch, hashed.admissions[0].links + hash_s) << "re-formed once the hash was done";
-  EXPECT_LT(r.admissions[0].synced, r.recoveries[0].links + hash_s + 0.8) << "no second description hash";
+  EXPECT_GT(r.recoveries[0].epoch, hashed.admissions[0].links + hash_s)
+      << "re-formed once the hash was done";
+  EXPECT_LT(r.admissions[0].synced, r.recoveries[0].links + hash_s + 0.8)
+      << "no second description hash";
   EXPECT_GT(r.admissions[0].synced, r.recoveries[0].links + hash_s) << "the joiner's check";
 }
 
@@ -452,7 +468,8 @@ TEST(SimJoins, AJoinerWaitingWhileADonorIsLostInAStateSyncIsAdmittedAfterIt) {
   Workload work = with_joiner();
   work.joins.push_back({4, 7 * kSecond / 10});
   work.faults = {{Fault::Kind::kKill, 1, 8 * kSecond / 10}};
-  const Topology six = parse_topology_text("host h region=x up=1gbit count=6\ndelay x x 25ms\nmtu 9000\nqueue 4M\n", "six");
+  const Topology six = parse_topology_text(
+      "host h region=x up=1gbit count=6\ndelay x x 25ms\nmtu 9000\nqueue 4M\n", "six");
   const Report r = simulate(six, {0, 1, 2}, TcpOptions(), CpuModel(), work);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   ASSERT_EQ(r.recoveries.size(), 1u);
@@ -472,7 +489,8 @@ TEST(SimJoins, AJoinerKilledInItsStateSyncIsDroppedAndTheOthersGoOn) {
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   EXPECT_EQ(r.survivors, 3);
   EXPECT_TRUE(r.checked) << "the first three end with their exact sum";
-  EXPECT_NEAR(r.recoveries[0].revoked, 0.825, 1e-6) << "its control link closes: a path delay to the coordinator";
+  EXPECT_NEAR(r.recoveries[0].revoked, 0.825, 1e-6)
+      << "its control link closes: a path delay to the coordinator";
   EXPECT_LT(r.admissions[0].synced, 0) << "it never held the state";
 }
 
@@ -521,15 +539,18 @@ TEST(SimJoins, AJoinerAfterTheLastOperationIsNeverAdmitted) {
 TEST(SimJoins, BadJoinsAreRefused) {
   Workload work = with_joiner();
   work.joins[0].host = 4;
-  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(),
+            WCCL_ERR_INVALID_ARGUMENT)
       << "no host 4";
   work = with_joiner();
   work.joins[0].host = 2;
-  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(),
+            WCCL_ERR_INVALID_ARGUMENT)
       << "host 2 has a peer";
   work = with_joiner();
   work.state_bytes = 0;
-  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(), WCCL_ERR_INVALID_ARGUMENT)
+  EXPECT_EQ(simulate(four("25ms"), {0, 1, 2}, TcpOptions(), CpuModel(), work).status.code(),
+            WCCL_ERR_INVALID_ARGUMENT)
       << "no state to receive";
 }
 

@@ -14,13 +14,15 @@ namespace {
 
 const char kUsage[] =
     "usage: wccl-coord [options]\n"
-    "  --listen HOST:PORT      address to listen on (default 0.0.0.0:48148, the wccl port; 0 picks one)\n"
+    "  --listen HOST:PORT      address to listen on (default 0.0.0.0:48148, the wccl port; 0 picks "
+    "one)\n"
     "  --tls on|off            TLS 1.3 with mutual certificates (default on)\n"
     "  --tls-cert FILE         this node's PEM certificate\n"
     "  --tls-key FILE          its PEM private key\n"
     "  --tls-ca FILE           the job's CA certificate (see docs/tls.md)\n"
     "  --min-peers N           peers to wait for before the first epoch (default 1)\n"
-    "  --settle-ms N           the first epoch forms once no peer joined for this long (default 200)\n"
+    "  --settle-ms N           the first epoch forms once no peer joined for this long (default "
+    "200)\n"
     "  --heartbeat-ms N        peers' heartbeat period, also the probe deadline (default 1000)\n"
     "  --peer-timeout-ms N     silence after which a peer is lost (default 5000)\n"
     "  --log-level LEVEL       error, warn, info, debug or trace (default warn)\n"

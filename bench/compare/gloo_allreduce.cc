@@ -1,7 +1,8 @@
 // gloo-allreduce: fp32 SUM all-reduce with Gloo over TCP on 127.0.0.1, for comparison with wccl.
 //
 //   gloo-allreduce --local N [--algo ring_chunked|halving_doubling] [--timeout-s S] [sweep flags]
-//   gloo-allreduce --rank R --size N --store DIR [--host IP] [--algo A] [--timeout-s S] [sweep flags]
+//   gloo-allreduce --rank R --size N --store DIR [--host IP] [--algo A] [--timeout-s S] [sweep
+//   flags]
 //
 // With --local, the program forks N ranks itself. They meet through a gloo::rendezvous::FileStore
 // in a fresh temporary directory and connect a full mesh of TCP pairs (gloo::transport::tcp)
@@ -56,7 +57,8 @@ void Usage(FILE *out) {
                "usage: %s --local N [options]\n"
                "  --local N     fork N ranks on this machine\n"
                "  --rank R --size N --store DIR [--host IP]\n"
-               "                or be rank R of N, meeting the others in DIR, bound to IP (default 127.0.0.1)\n"
+               "                or be rank R of N, meeting the others in DIR, bound to IP (default "
+               "127.0.0.1)\n"
                "  --algo A      ring_chunked (default) or halving_doubling\n"
                "  --timeout-s S kill the ranks and fail after S seconds (default 600)\n"
                "%s",
@@ -74,8 +76,9 @@ int ParseFlags(int argc, char **argv, Flags *flags) {
       Usage(stdout);
       return 1;
     }
-    if (common == 0 && (flag == "--local" || flag == "--algo" || flag == "--timeout-s" || flag == "--rank" ||
-                        flag == "--size" || flag == "--store" || flag == "--host")) {
+    if (common == 0 &&
+        (flag == "--local" || flag == "--algo" || flag == "--timeout-s" || flag == "--rank" ||
+         flag == "--size" || flag == "--store" || flag == "--host")) {
       if (i + 1 >= argc) {
         error = flag + " needs a value";
       } else {
@@ -109,7 +112,8 @@ int ParseFlags(int argc, char **argv, Flags *flags) {
   }
   std::string error = sweep::ValidateOptions(flags->opt, INT_MAX);
   const bool one_rank = flags->rank >= 0 && flags->rank < flags->size && !flags->store.empty();
-  if ((flags->local >= 1) == one_rank) error = "give --local N, or --rank R --size N --store DIR (R < N)";
+  if ((flags->local >= 1) == one_rank)
+    error = "give --local N, or --rank R --size N --store DIR (R < N)";
   if (flags->algo != "ring_chunked" && flags->algo != "halving_doubling") {
     error = "--algo must be ring_chunked or halving_doubling";
   }

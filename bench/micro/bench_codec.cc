@@ -46,7 +46,8 @@ void BM_memcpy(benchmark::State &state) {
   set_rate(state, n);
 }
 
-// State sync's tensor hash (the description of a member's state, and the check of what it received).
+// State sync's tensor hash (the description of a member's state, and the check of what it
+// received).
 void BM_tensor_hash(benchmark::State &state) {
   const auto n = static_cast<size_t>(state.range(0));
   const std::vector<float> src = random_floats(n);
@@ -151,17 +152,21 @@ void gpu_run(benchmark::State &state, size_t n, Launch launch) {
     }
     if (!wccl::gpu::synchronize(nullptr).ok()) state.SkipWithError("synchronize failed");
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kGpuLaunches * n * sizeof(float)));
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations() * kGpuLaunches * n * sizeof(float)));
 }
 
 struct DeviceFloats {
   DeviceFloats(size_t count, Wire w) : n(count) {
-    static std::vector<float> host;  // drawn once: Google Benchmark builds this for every run of a row
+    static std::vector<float>
+        host;  // drawn once: Google Benchmark builds this for every run of a row
     if (host.size() != n) host = random_floats(n);
-    ok = wccl::gpu::alloc(&x, n * 4).ok() && wccl::gpu::copy(x, host.data(), n * 4).ok() &&
-         wccl::gpu::alloc(&acc, n * 4).ok() && wccl::gpu::copy(acc, host.data(), n * 4).ok() &&
-         wccl::gpu::alloc(&enc, wccl::codec::wire_size(w, n)).ok() &&
-         wccl::gpu::block_encode(w, static_cast<float *>(x), n, static_cast<uint8_t *>(enc), nullptr).ok();
+    ok =
+        wccl::gpu::alloc(&x, n * 4).ok() && wccl::gpu::copy(x, host.data(), n * 4).ok() &&
+        wccl::gpu::alloc(&acc, n * 4).ok() && wccl::gpu::copy(acc, host.data(), n * 4).ok() &&
+        wccl::gpu::alloc(&enc, wccl::codec::wire_size(w, n)).ok() &&
+        wccl::gpu::block_encode(w, static_cast<float *>(x), n, static_cast<uint8_t *>(enc), nullptr)
+            .ok();
   }
   ~DeviceFloats() {
     wccl::gpu::free(x);
@@ -176,14 +181,18 @@ struct DeviceFloats {
 void BM_gpu_block_encode(benchmark::State &state, Wire w) {
   DeviceFloats d(static_cast<size_t>(state.range(0)), w);
   if (!d.ok) return state.SkipWithError("device setup failed");
-  gpu_run(state, d.n, [&] { return wccl::gpu::block_encode(w, static_cast<float *>(d.x), d.n, static_cast<uint8_t *>(d.enc), nullptr); });
+  gpu_run(state, d.n, [&] {
+    return wccl::gpu::block_encode(w, static_cast<float *>(d.x), d.n, static_cast<uint8_t *>(d.enc),
+                                   nullptr);
+  });
 }
 
 void BM_gpu_block_decode_add(benchmark::State &state, Wire w) {
   DeviceFloats d(static_cast<size_t>(state.range(0)), w);
   if (!d.ok) return state.SkipWithError("device setup failed");
   gpu_run(state, d.n, [&] {
-    return wccl::gpu::block_decode_add(w, static_cast<uint8_t *>(d.enc), d.n, static_cast<float *>(d.acc), static_cast<float *>(d.acc),
+    return wccl::gpu::block_decode_add(w, static_cast<uint8_t *>(d.enc), d.n,
+                                       static_cast<float *>(d.acc), static_cast<float *>(d.acc),
                                        nullptr);
   });
 }
@@ -206,9 +215,13 @@ int register_all() {
     for (int n : kSizes) {
       for (Wire w : kBlockWires) {
         const std::string wire = wccl::codec::wire_name(w);
-        benchmark::RegisterBenchmark((wire + "_encode/" + tier).c_str(), BM_block_encode, k, w)->Arg(n);
-        benchmark::RegisterBenchmark((wire + "_decode_add/" + tier).c_str(), BM_block_decode_add, k, w)->Arg(n);
-        benchmark::RegisterBenchmark((wire + "_decode/" + tier).c_str(), BM_block_decode, k, w)->Arg(n);
+        benchmark::RegisterBenchmark((wire + "_encode/" + tier).c_str(), BM_block_encode, k, w)
+            ->Arg(n);
+        benchmark::RegisterBenchmark((wire + "_decode_add/" + tier).c_str(), BM_block_decode_add, k,
+                                     w)
+            ->Arg(n);
+        benchmark::RegisterBenchmark((wire + "_decode/" + tier).c_str(), BM_block_decode, k, w)
+            ->Arg(n);
       }
       benchmark::RegisterBenchmark(("f16_encode/" + tier).c_str(), BM_f16_encode, k)->Arg(n);
       benchmark::RegisterBenchmark(("bf16_encode/" + tier).c_str(), BM_bf16_encode, k)->Arg(n);
@@ -221,8 +234,13 @@ int register_all() {
     benchmark::RegisterBenchmark("gpu_copy", BM_gpu_copy)->Arg(n)->UseRealTime();
     for (Wire w : kBlockWires) {
       const std::string wire = wccl::codec::wire_name(w);
-      benchmark::RegisterBenchmark(("gpu_" + wire + "_encode").c_str(), BM_gpu_block_encode, w)->Arg(n)->UseRealTime();
-      benchmark::RegisterBenchmark(("gpu_" + wire + "_decode_add").c_str(), BM_gpu_block_decode_add, w)->Arg(n)->UseRealTime();
+      benchmark::RegisterBenchmark(("gpu_" + wire + "_encode").c_str(), BM_gpu_block_encode, w)
+          ->Arg(n)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("gpu_" + wire + "_decode_add").c_str(), BM_gpu_block_decode_add,
+                                   w)
+          ->Arg(n)
+          ->UseRealTime();
     }
   }
   return 0;

@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "devkit/certgen.h"
 #include "core/config.h"
+#include "devkit/certgen.h"
 #include "net/transport.h"
 
 namespace {
@@ -127,9 +127,11 @@ void BM_Link(benchmark::State &state) {
     ++tag;
     Status recv_status;
     std::thread receiver([&] {
-      recv_status = net::recv_sync(*accepted, {0, 0, tag}, sink().data(), kMessage, std::chrono::minutes(1));
+      recv_status =
+          net::recv_sync(*accepted, {0, 0, tag}, sink().data(), kMessage, std::chrono::minutes(1));
     });
-    Status st = net::send_sync(*link.value(), {0, 0, tag}, source().data(), kMessage, std::chrono::minutes(1));
+    Status st = net::send_sync(*link.value(), {0, 0, tag}, source().data(), kMessage,
+                               std::chrono::minutes(1));
     receiver.join();
     if (!st.ok() || !recv_status.ok()) {
       state.SkipWithError((st.ok() ? recv_status : st).to_string().c_str());

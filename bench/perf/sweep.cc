@@ -39,9 +39,9 @@ uint16_t ToHalf(float f) {
   std::memcpy(&x, &f, 4);
   const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   x &= 0x7fffffffu;
-  if (x > 0x7f800000u) return sign | 0x7e00u;      // NaN
-  if (x >= 0x477ff000u) return sign | 0x7c00u;     // 65520 and above round to infinity
-  if (x < 0x38800000u) {                           // below 2^-14: a subnormal half (or zero)
+  if (x > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (x >= 0x477ff000u) return sign | 0x7c00u;  // 65520 and above round to infinity
+  if (x < 0x38800000u) {                        // below 2^-14: a subnormal half (or zero)
     float a;
     std::memcpy(&a, &x, 4);
     return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));  // units of 2^-24
@@ -75,27 +75,51 @@ double FromBf16(uint16_t b) {
 
 void Store(Type type, void *buf, size_t i, int64_t v) {
   switch (type) {
-    case Type::kF32: static_cast<float *>(buf)[i] = static_cast<float>(v); break;
-    case Type::kF64: static_cast<double *>(buf)[i] = static_cast<double>(v); break;
-    case Type::kF16: static_cast<uint16_t *>(buf)[i] = ToHalf(static_cast<float>(v)); break;
-    case Type::kBF16: static_cast<uint16_t *>(buf)[i] = ToBf16(static_cast<float>(v)); break;
-    case Type::kI8: static_cast<int8_t *>(buf)[i] = static_cast<int8_t>(v); break;
-    case Type::kU8: static_cast<uint8_t *>(buf)[i] = static_cast<uint8_t>(v); break;
-    case Type::kI32: static_cast<int32_t *>(buf)[i] = static_cast<int32_t>(v); break;
-    case Type::kI64: static_cast<int64_t *>(buf)[i] = v; break;
+    case Type::kF32:
+      static_cast<float *>(buf)[i] = static_cast<float>(v);
+      break;
+    case Type::kF64:
+      static_cast<double *>(buf)[i] = static_cast<double>(v);
+      break;
+    case Type::kF16:
+      static_cast<uint16_t *>(buf)[i] = ToHalf(static_cast<float>(v));
+      break;
+    case Type::kBF16:
+      static_cast<uint16_t *>(buf)[i] = ToBf16(static_cast<float>(v));
+      break;
+    case Type::kI8:
+      static_cast<int8_t *>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case Type::kU8:
+      static_cast<uint8_t *>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case Type::kI32:
+      static_cast<int32_t *>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case Type::kI64:
+      static_cast<int64_t *>(buf)[i] = v;
+      break;
   }
 }
 
 double Load(Type type, const void *buf, size_t i) {
   switch (type) {
-    case Type::kF32: return static_cast<const float *>(buf)[i];
-    case Type::kF64: return static_cast<const double *>(buf)[i];
-    case Type::kF16: return FromHalf(static_cast<const uint16_t *>(buf)[i]);
-    case Type::kBF16: return FromBf16(static_cast<const uint16_t *>(buf)[i]);
-    case Type::kI8: return static_cast<const int8_t *>(buf)[i];
-    case Type::kU8: return static_cast<const uint8_t *>(buf)[i];
-    case Type::kI32: return static_cast<const int32_t *>(buf)[i];
-    case Type::kI64: return static_cast<double>(static_cast<const int64_t *>(buf)[i]);
+    case Type::kF32:
+      return static_cast<const float *>(buf)[i];
+    case Type::kF64:
+      return static_cast<const double *>(buf)[i];
+    case Type::kF16:
+      return FromHalf(static_cast<const uint16_t *>(buf)[i]);
+    case Type::kBF16:
+      return FromBf16(static_cast<const uint16_t *>(buf)[i]);
+    case Type::kI8:
+      return static_cast<const int8_t *>(buf)[i];
+    case Type::kU8:
+      return static_cast<const uint8_t *>(buf)[i];
+    case Type::kI32:
+      return static_cast<const int32_t *>(buf)[i];
+    case Type::kI64:
+      return static_cast<double>(static_cast<const int64_t *>(buf)[i]);
   }
   return NAN;
 }
@@ -103,7 +127,8 @@ double Load(Type type, const void *buf, size_t i) {
 // The pattern's period: prime, so that it does not align with chunk sizes; 7 where larger sums
 // would not be exact (16-bit floats) or would overflow (8-bit integers).
 int64_t Period(Type type) {
-  return type == Type::kF16 || type == Type::kBF16 || type == Type::kI8 || type == Type::kU8 ? 7 : 251;
+  return type == Type::kF16 || type == Type::kBF16 || type == Type::kI8 || type == Type::kU8 ? 7
+                                                                                             : 251;
 }
 
 void Fill(const Case &c, void *buf, size_t count, int rank) {
@@ -116,7 +141,8 @@ void Fill(const Case &c, void *buf, size_t count, int rank) {
       return static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
     };
     for (size_t i = 0; i < count; ++i) {
-      static_cast<float *>(buf)[i] = (uniform() + uniform() + uniform() + uniform() - 2.0f) * 0.0346f;
+      static_cast<float *>(buf)[i] =
+          (uniform() + uniform() + uniform() + uniform() - 2.0f) * 0.0346f;
     }
     return;
   }
@@ -139,7 +165,8 @@ int64_t CountWrong(const Case &c, const void *buf, size_t count, int n) {
   int64_t k = 0;
   for (size_t i = 0; i < count; ++i) {
     if (c.tolerance > 0) {
-      wrong += !(std::fabs(Load(c.type, buf, i) - static_cast<double>(ranks * (k + 1))) <= c.tolerance);
+      wrong +=
+          !(std::fabs(Load(c.type, buf, i) - static_cast<double>(ranks * (k + 1))) <= c.tolerance);
     } else {
       Store(c.type, &want, 0, ranks * (k + 1));
       wrong += std::memcmp(static_cast<const uint8_t *>(buf) + i * es, &want, es) != 0;
@@ -182,9 +209,11 @@ Result MeasureOne(const Options &opt, const Case &c, size_t count, Collective *c
   for (int i = 0; i < opt.iters; ++i) coll->AllReduce();
   const auto stop = std::chrono::steady_clock::now();
   const CpuTime cpu_stop = ProcessCpu();
-  r.cpu_user_s = static_cast<double>(coll->SumOverRanks(cpu_stop.user_us - cpu_start.user_us)) / 1e6;
+  r.cpu_user_s =
+      static_cast<double>(coll->SumOverRanks(cpu_stop.user_us - cpu_start.user_us)) / 1e6;
   r.cpu_sys_s = static_cast<double>(coll->SumOverRanks(cpu_stop.sys_us - cpu_start.sys_us)) / 1e6;
-  const double local_us = std::chrono::duration<double, std::micro>(stop - start).count() / opt.iters;
+  const double local_us =
+      std::chrono::duration<double, std::micro>(stop - start).count() / opt.iters;
   r.algo = coll->Algorithm();
   r.wire_bytes = coll->WireBytes();
 
@@ -204,33 +233,38 @@ std::string CountOr(int64_t count, const char *unknown) {
 }
 
 void PrintHeader(const Options &opt, const Run &run, int nranks) {
-  std::printf("# %s: allreduce, %d peers, tls %s, iters %d, warmup %d, check %s\n", run.tool.c_str(), nranks,
-              run.tls ? "on" : "off", opt.iters, opt.warmup, opt.check ? "on" : "off");
-  std::printf("# %10s %12s %5s %5s %6s %4s %16s %12s %11s %11s %12s %7s\n", "size", "count", "type", "redop",
-              "wire", "zstd", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wire(B)", "#wrong");
+  std::printf("# %s: allreduce, %d peers, tls %s, iters %d, warmup %d, check %s\n",
+              run.tool.c_str(), nranks, run.tls ? "on" : "off", opt.iters, opt.warmup,
+              opt.check ? "on" : "off");
+  std::printf("# %10s %12s %5s %5s %6s %4s %16s %12s %11s %11s %12s %7s\n", "size", "count", "type",
+              "redop", "wire", "zstd", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "wire(B)",
+              "#wrong");
   std::fflush(stdout);
 }
 
 void PrintRow(const Result &r) {
-  std::printf("  %10zu %12zu %5s %5s %6s %4s %16s %12.1f %11.3f %11.3f %12s %7s\n", r.bytes, r.count,
-              kTypeNames[static_cast<int>(r.c.type)], r.c.redop.c_str(), r.c.wire.c_str(), r.c.compress.c_str(),
-              r.algo.c_str(), r.time_us, r.algbw, r.busbw, CountOr(r.wire_bytes, "N/A").c_str(),
-              CountOr(r.wrong, "N/A").c_str());
+  std::printf("  %10zu %12zu %5s %5s %6s %4s %16s %12.1f %11.3f %11.3f %12s %7s\n", r.bytes,
+              r.count, kTypeNames[static_cast<int>(r.c.type)], r.c.redop.c_str(), r.c.wire.c_str(),
+              r.c.compress.c_str(), r.algo.c_str(), r.time_us, r.algbw, r.busbw,
+              CountOr(r.wire_bytes, "N/A").c_str(), CountOr(r.wrong, "N/A").c_str());
   std::fflush(stdout);
 }
 
 void PrintJson(const Run &run, int peers, int iters, const std::vector<Result> &results) {
-  std::printf("{\"tool\": \"%s\", \"peers\": %d, \"tls\": %s, \"results\": [", run.tool.c_str(), peers,
-              run.tls ? "true" : "false");
+  std::printf("{\"tool\": \"%s\", \"peers\": %d, \"tls\": %s, \"results\": [", run.tool.c_str(),
+              peers, run.tls ? "true" : "false");
   for (size_t i = 0; i < results.size(); ++i) {
     const Result &r = results[i];
     std::printf(
         "%s{\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"wire\": \"%s\", "
-        "\"compress\": \"%s\", \"algo\": \"%s\", \"time_us\": %.3f, \"algbw\": %.6g, \"busbw\": %.6g, "
-        "\"wire_bytes\": %s, \"wrong\": %s, \"iters\": %d, \"cpu_user_s\": %.6f, \"cpu_sys_s\": %.6f}",
-        i == 0 ? "" : ", ", r.bytes, r.count, kTypeNames[static_cast<int>(r.c.type)], r.c.redop.c_str(),
-        r.c.wire.c_str(), r.c.compress.c_str(), r.algo.c_str(), r.time_us, r.algbw, r.busbw,
-        CountOr(r.wire_bytes, "null").c_str(), CountOr(r.wrong, "null").c_str(), iters, r.cpu_user_s, r.cpu_sys_s);
+        "\"compress\": \"%s\", \"algo\": \"%s\", \"time_us\": %.3f, \"algbw\": %.6g, \"busbw\": "
+        "%.6g, "
+        "\"wire_bytes\": %s, \"wrong\": %s, \"iters\": %d, \"cpu_user_s\": %.6f, \"cpu_sys_s\": "
+        "%.6f}",
+        i == 0 ? "" : ", ", r.bytes, r.count, kTypeNames[static_cast<int>(r.c.type)],
+        r.c.redop.c_str(), r.c.wire.c_str(), r.c.compress.c_str(), r.algo.c_str(), r.time_us,
+        r.algbw, r.busbw, CountOr(r.wire_bytes, "null").c_str(), CountOr(r.wrong, "null").c_str(),
+        iters, r.cpu_user_s, r.cpu_sys_s);
   }
   std::printf("]}\n");
   std::fflush(stdout);
@@ -335,7 +369,8 @@ int ParseCommonFlag(int argc, char **argv, int *i, Options *opt, std::string *er
 std::string ValidateOptions(const Options &opt, size_t max_f32_count) {
   if (opt.min_bytes < 1) return "-b must be at least 1 byte";
   if (opt.min_bytes > opt.max_bytes) return "-b is larger than -e";
-  if (opt.max_bytes / sizeof(float) > max_f32_count) return "-e is too large: the element count must fit in an int";
+  if (opt.max_bytes / sizeof(float) > max_f32_count)
+    return "-e is too large: the element count must fit in an int";
   if (opt.factor < 2) return "-f must be at least 2";
   if (opt.iters < 1) return "-n must be at least 1";
   return "";

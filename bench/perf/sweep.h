@@ -57,7 +57,8 @@ bool ParseInt(const std::string &text, int *out);
 int ParseCommonFlag(int argc, char **argv, int *i, Options *opt, std::string *error);
 
 // Checks the options once all flags are read; max_f32_count bounds the f32 element count of the
-// largest size (Gloo and MPI take it as an int). Returns an empty string or the reason they are bad.
+// largest size (Gloo and MPI take it as an int). Returns an empty string or the reason they are
+// bad.
 std::string ValidateOptions(const Options &opt, size_t max_f32_count);
 
 // Usage lines for the common flags, for each program's --help.

@@ -19,8 +19,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cinttypes>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -45,7 +45,7 @@ struct Options {
   std::string coordinator;
   bool tls = true;
   int dtype = WCCL_F32, op = WCCL_SUM, algo = WCCL_ALGO_AUTO;
-  std::vector<int> wires = {WCCL_WIRE_NATIVE};      // --wire: each size is measured with each, in turn
+  std::vector<int> wires = {WCCL_WIRE_NATIVE};  // --wire: each size is measured with each, in turn
   std::vector<int> compress = {WCCL_COMPRESS_OFF};  // --compress: likewise, within each wire
   bool weights = false;  // --data weights: weight-like F32 values instead of the checked pattern
   int timeout_s = 900;
@@ -53,15 +53,20 @@ struct Options {
 
 const char kUsage[] =
     "usage: wccl-perf (--local N | --coordinator HOST:PORT) [options]\n"
-    "  --local N          start a coordinator and N peers on 127.0.0.1 (TLS with throwaway certificates)\n"
-    "  --coordinator H:P  be one peer of a job whose coordinator is at H:P (settings from WCCL_* variables)\n"
+    "  --local N          start a coordinator and N peers on 127.0.0.1 (TLS with throwaway "
+    "certificates)\n"
+    "  --coordinator H:P  be one peer of a job whose coordinator is at H:P (settings from WCCL_* "
+    "variables)\n"
     "  -d TYPE            f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)\n"
     "  -o OP              sum avg min max prod (default sum; results are checked for sum only)\n"
     "  -a ALGO            auto ring tree allgather (default auto)\n"
-    "  --wire W[,W...]    native fp16 bf16 int8 int4 fp8 int2 topk (default native); several: each size with each in turn\n"
+    "  --wire W[,W...]    native fp16 bf16 int8 int4 fp8 int2 topk (default native); several: each "
+    "size with each in turn\n"
     "  --compress C[,C..] off zstd auto (default off); several: each wire with each in turn\n"
-    "  --data D           pattern (default: exact sums, checked; compresses extremely well) or weights\n"
-    "                     (f32 only, unchecked: about normal, deviation 0.02, as model weights; for --compress)\n"
+    "  --data D           pattern (default: exact sums, checked; compresses extremely well) or "
+    "weights\n"
+    "                     (f32 only, unchecked: about normal, deviation 0.02, as model weights; "
+    "for --compress)\n"
     "  --tls on|off       with --local: TLS (default on) or plaintext\n"
     "  --timeout-s S      with --local: give up on the peers after S seconds (default 900)\n";
 
@@ -106,7 +111,8 @@ bool parse(int argc, char **argv, Options *o) {
       std::exit(0);
     }
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "wccl-perf: unknown flag or missing value: %s\n%s%s", f.c_str(), kUsage, sweep::kCommonUsage);
+      std::fprintf(stderr, "wccl-perf: unknown flag or missing value: %s\n%s%s", f.c_str(), kUsage,
+                   sweep::kCommonUsage);
       return false;
     }
     const std::string v = argv[++i];
@@ -137,7 +143,8 @@ bool parse(int argc, char **argv, Options *o) {
     } else if (f == "--timeout-s") {
       ok = sweep::ParseInt(v, &o->timeout_s) && o->timeout_s >= 1;
     } else {
-      std::fprintf(stderr, "wccl-perf: unknown flag %s\n%s%s", f.c_str(), kUsage, sweep::kCommonUsage);
+      std::fprintf(stderr, "wccl-perf: unknown flag %s\n%s%s", f.c_str(), kUsage,
+                   sweep::kCommonUsage);
       return false;
     }
     if (!ok) {
@@ -146,7 +153,8 @@ bool parse(int argc, char **argv, Options *o) {
     }
   }
   if ((o->local > 0) == !o->coordinator.empty()) {
-    std::fprintf(stderr, "wccl-perf: give exactly one of --local and --coordinator\n%s%s", kUsage, sweep::kCommonUsage);
+    std::fprintf(stderr, "wccl-perf: give exactly one of --local and --coordinator\n%s%s", kUsage,
+                 sweep::kCommonUsage);
     return false;
   }
   if (o->weights && o->dtype != WCCL_F32) {
@@ -184,14 +192,22 @@ double tolerance(int wire, int size) {
   const double m = 251, ranks = static_cast<double>(size) * (size + 1) / 2;
   const double range = ranks * (m - 1), mag = ranks * m;  // sums over the peers' inputs
   switch (wire) {
-    case WCCL_WIRE_INT8: return size * (range / 510 + mag * std::ldexp(1.0, -20));
-    case WCCL_WIRE_INT4: return size * (range / 30 + mag * std::ldexp(1.0, -20));
-    case WCCL_WIRE_INT2: return size * (range / 6 + mag * std::ldexp(1.0, -20));  // the ring's; ALLGATHER's is below
-    case WCCL_WIRE_TOPK: return mag;  // a dropped element is off by its own magnitude, each input encoded once
-    case WCCL_WIRE_FP8: return size * (mag / 16 + mag / 229376);
-    case WCCL_WIRE_FP16: return size * mag * std::ldexp(1.0, -11);
-    case WCCL_WIRE_BF16: return size * mag * std::ldexp(1.0, -8);
-    default: return 0;
+    case WCCL_WIRE_INT8:
+      return size * (range / 510 + mag * std::ldexp(1.0, -20));
+    case WCCL_WIRE_INT4:
+      return size * (range / 30 + mag * std::ldexp(1.0, -20));
+    case WCCL_WIRE_INT2:
+      return size * (range / 6 + mag * std::ldexp(1.0, -20));  // the ring's; ALLGATHER's is below
+    case WCCL_WIRE_TOPK:
+      return mag;  // a dropped element is off by its own magnitude, each input encoded once
+    case WCCL_WIRE_FP8:
+      return size * (mag / 16 + mag / 229376);
+    case WCCL_WIRE_FP16:
+      return size * mag * std::ldexp(1.0, -11);
+    case WCCL_WIRE_BF16:
+      return size * mag * std::ldexp(1.0, -8);
+    default:
+      return 0;
   }
 }
 
@@ -264,7 +280,8 @@ int run_peer(const Options &o) {
     std::vector<float> warm(std::max<size_t>(o.sweep.max_bytes / sizeof(float), 1), 1.0f);
     wccl_opts_t ring = wccl_opts_default();
     ring.algo = WCCL_ALGO_RING;
-    must("allreduce (links)", wccl_allreduce(warm.data(), warm.data(), warm.size(), WCCL_F32, WCCL_SUM, comm, &ring));
+    must("allreduce (links)",
+         wccl_allreduce(warm.data(), warm.data(), warm.size(), WCCL_F32, WCCL_SUM, comm, &ring));
   }
   must("update", wccl_comm_update(comm));
 
@@ -301,7 +318,8 @@ int run_local(const Options &o, int argc, char **argv) {
   if (o.tls) {
     devkit::Authority ca(dir.path(), "wccl-perf CA");
     coord_files = ca.issue("coordinator");
-    for (int k = 0; k < o.local; ++k) peer_files[static_cast<size_t>(k)] = ca.issue("peer" + std::to_string(k));
+    for (int k = 0; k < o.local; ++k)
+      peer_files[static_cast<size_t>(k)] = ca.issue("peer" + std::to_string(k));
   }
   wccl_config_t *cfg = nullptr;
   must("config", wccl_config_create(&cfg));
@@ -334,7 +352,8 @@ int run_local(const Options &o, int argc, char **argv) {
   for (int k = 0; k < o.local; ++k) {
     std::vector<std::string> env;
     for (char **e = environ; *e != nullptr; ++e) {
-      if (std::strncmp(*e, "WCCL_", 5) != 0 || std::strncmp(*e, "WCCL_LOG_LEVEL=", 15) == 0) env.emplace_back(*e);
+      if (std::strncmp(*e, "WCCL_", 5) != 0 || std::strncmp(*e, "WCCL_LOG_LEVEL=", 15) == 0)
+        env.emplace_back(*e);
     }
     env.push_back("WCCL_NAME=peer" + std::to_string(k));
     env.push_back("WCCL_LISTEN=127.0.0.1:0");
@@ -375,9 +394,11 @@ int run_local(const Options &o, int argc, char **argv) {
   }
   {
     std::unique_lock<std::mutex> lock(mu);
-    const bool done = cv.wait_for(lock, std::chrono::seconds(o.timeout_s), [&] { return exited == static_cast<int>(pids.size()); });
+    const bool done = cv.wait_for(lock, std::chrono::seconds(o.timeout_s),
+                                  [&] { return exited == static_cast<int>(pids.size()); });
     if (!done) {
-      std::fprintf(stderr, "wccl-perf: the peers did not finish within %d s; stopping them\n", o.timeout_s);
+      std::fprintf(stderr, "wccl-perf: the peers did not finish within %d s; stopping them\n",
+                   o.timeout_s);
       for (pid_t p : pids) kill(p, SIGKILL);
       ++failed;
     }

@@ -23,7 +23,8 @@
 namespace {
 
 [[noreturn]] void die(const char *what, wccl_result_t r) {
-  std::fprintf(stderr, "wccl-sync-peer: %s: %s (%s)\n", what, wccl_result_name(r), wccl_last_error());
+  std::fprintf(stderr, "wccl-sync-peer: %s: %s (%s)\n", what, wccl_result_name(r),
+               wccl_last_error());
   std::exit(1);
 }
 
@@ -36,7 +37,8 @@ void weights(size_t t, float *out, size_t n) {
     x ^= x << 17;
     return static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
   };
-  for (size_t i = 0; i < n; ++i) out[i] = (uniform() + uniform() + uniform() + uniform() - 2.0f) * 0.0346f;
+  for (size_t i = 0; i < n; ++i)
+    out[i] = (uniform() + uniform() + uniform() + uniform() - 2.0f) * 0.0346f;
 }
 
 }  // namespace
@@ -61,7 +63,8 @@ int main(int argc, char **argv) {
     if (donor) weights(t, data[t].data(), per);
     names.push_back("layer" + std::to_string(t) + ".weight");
   }
-  for (size_t t = 0; t < ntensors; ++t) tensors.push_back({names[t].c_str(), data[t].data(), per, WCCL_F32, WCCL_DEVICE_HOST});
+  for (size_t t = 0; t < ntensors; ++t)
+    tensors.push_back({names[t].c_str(), data[t].data(), per, WCCL_F32, WCCL_DEVICE_HOST});
 
   wccl_config_t *cfg = nullptr;
   wccl_result_t r = wccl_config_create(&cfg);
@@ -85,9 +88,11 @@ int main(int argc, char **argv) {
       wrong += std::memcmp(want.data(), data[t].data(), per * sizeof(float)) != 0;
     }
     const double tensor_bytes = static_cast<double>(per * ntensors * sizeof(float));
-    std::printf("{\"bytes\": %.0f, \"wire_bytes\": %" PRIu64 ", \"seconds\": %.3f, \"GBps\": %.4f, \"donors\": %u, "
+    std::printf("{\"bytes\": %.0f, \"wire_bytes\": %" PRIu64
+                ", \"seconds\": %.3f, \"GBps\": %.4f, \"donors\": %u, "
                 "\"revision\": %" PRIu64 ", \"wrong_tensors\": %zu}\n",
-                tensor_bytes, stats.bytes_received, s, tensor_bytes / s / 1e9, stats.sources, revision, wrong);
+                tensor_bytes, stats.bytes_received, s, tensor_bytes / s / 1e9, stats.sources,
+                revision, wrong);
     status = wrong == 0 && revision == 1 ? 0 : 3;
   }
   if ((r = wccl_comm_leave(comm)) != WCCL_OK) die("leave", r);

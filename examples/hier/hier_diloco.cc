@@ -56,7 +56,8 @@ uint64_t mix(uint64_t x) {  // splitmix64: the rank's "data"
 
 uint64_t hash_bytes(const void *p, size_t n) {
   uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char *>(p)[i]) * 1099511628211ULL;
+  for (size_t i = 0; i < n; ++i)
+    h = (h ^ static_cast<const unsigned char *>(p)[i]) * 1099511628211ULL;
   return h;
 }
 
@@ -112,7 +113,8 @@ class Buffer {
 };
 
 int fail(const Options &o, int rank, const char *what, wccl_result_t r) {
-  std::fprintf(stderr, "%s rank %d: %s: %s (%s)\n", o.node.c_str(), rank, what, wccl_result_name(r), wccl_last_error());
+  std::fprintf(stderr, "%s rank %d: %s: %s (%s)\n", o.node.c_str(), rank, what, wccl_result_name(r),
+               wccl_last_error());
   return 1;
 }
 
@@ -131,10 +133,13 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
   wccl_config_t *cfg = nullptr;
   wccl_result_t r = wccl_config_create(&cfg);
   if (r != WCCL_OK) return fail(o, rank, "config", r);
-  const std::string group = "local" + std::to_string(rank), name = o.node + "-" + std::to_string(rank);
+  const std::string group = "local" + std::to_string(rank),
+                    name = o.node + "-" + std::to_string(rank);
   wccl_comm_t *comm = nullptr;
-  if ((r = wccl_config_set(cfg, "group", group.c_str())) != WCCL_OK || (r = wccl_config_set(cfg, "node", o.node.c_str())) != WCCL_OK ||
-      (r = wccl_config_set(cfg, "name", name.c_str())) != WCCL_OK || (r = wccl_comm_join(&comm, cfg)) != WCCL_OK) {
+  if ((r = wccl_config_set(cfg, "group", group.c_str())) != WCCL_OK ||
+      (r = wccl_config_set(cfg, "node", o.node.c_str())) != WCCL_OK ||
+      (r = wccl_config_set(cfg, "name", name.c_str())) != WCCL_OK ||
+      (r = wccl_comm_join(&comm, cfg)) != WCCL_OK) {
     wccl_config_destroy(cfg);
     return fail(o, rank, "join", r);
   }
@@ -142,7 +147,8 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
 
   const uint64_t seed = hash_bytes(o.node.data(), o.node.size()) ^ mix(static_cast<uint64_t>(rank));
   std::vector<float> x(o.count), momentum(o.count, 0.0f), local_x(o.count), delta(o.count);
-  for (size_t i = 0; i < o.count; ++i) x[i] = std::sin(static_cast<float>(i));  // the same on every rank
+  for (size_t i = 0; i < o.count; ++i)
+    x[i] = std::sin(static_cast<float>(i));  // the same on every rank
   Buffer shared(o.count, o.cuda, rank);
   if (!shared.ok()) return fail(o, rank, "cudaMalloc", WCCL_ERR_CUDA);
   wccl_opts_t opts = wccl_opts_default();
@@ -153,9 +159,12 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
     local_x = x;
     double loss = 0;
     for (int h = 0; h < o.inner_steps; ++h) {
-      const uint64_t batch = mix(seed ^ mix(static_cast<uint64_t>(step) * static_cast<uint64_t>(o.inner_steps) + static_cast<uint64_t>(h)));
+      const uint64_t batch =
+          mix(seed ^ mix(static_cast<uint64_t>(step) * static_cast<uint64_t>(o.inner_steps) +
+                         static_cast<uint64_t>(h)));
       for (size_t i = 0; i < o.count; ++i) {
-        const float noise = static_cast<float>(static_cast<int64_t>(mix(batch + i) % 2001) - 1000) * 1e-4f;
+        const float noise =
+            static_cast<float>(static_cast<int64_t>(mix(batch + i) % 2001) - 1000) * 1e-4f;
         const float g = local_x[i] - (1.0f + noise);
         if (h == 0) loss += 0.5 * static_cast<double>(g) * g;
         local_x[i] -= lr * g;
@@ -166,8 +175,8 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
     // The outer step: the pseudo-gradient averaged over every rank of every node. On PEER_LOST
     // every rank of every node failed alike and the buffer is as it was: update, retry.
     shared.put(delta);
-    while ((r = wccl_hier_allreduce(shared.data(), shared.data(), o.count, WCCL_F32, WCCL_AVG, local, comm, &opts)) ==
-           WCCL_ERR_PEER_LOST) {
+    while ((r = wccl_hier_allreduce(shared.data(), shared.data(), o.count, WCCL_F32, WCCL_AVG,
+                                    local, comm, &opts)) == WCCL_ERR_PEER_LOST) {
       if ((r = update(comm)) != WCCL_OK) return fail(o, rank, "update", r);
     }
     if (r != WCCL_OK) return fail(o, rank, "hier_allreduce", r);
@@ -177,12 +186,13 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
       x[i] -= outer_lr * (delta[i] + mu * momentum[i]);
     }
     if (rank == 0) {
-      std::printf("%s step %d loss %.6f nodes %d epoch %" PRIu64 "\n", o.node.c_str(), step, loss / static_cast<double>(o.count),
-                  wccl_comm_size(comm), wccl_comm_epoch(comm));
+      std::printf("%s step %d loss %.6f nodes %d epoch %" PRIu64 "\n", o.node.c_str(), step,
+                  loss / static_cast<double>(o.count), wccl_comm_size(comm), wccl_comm_epoch(comm));
       std::fflush(stdout);
     }
   }
-  std::printf("%s rank %d done hash %016" PRIx64 "\n", o.node.c_str(), rank, hash_bytes(x.data(), x.size() * sizeof(float)));
+  std::printf("%s rank %d done hash %016" PRIx64 "\n", o.node.c_str(), rank,
+              hash_bytes(x.data(), x.size() * sizeof(float)));
   std::fflush(stdout);
   r = wccl_comm_leave(comm);
   wccl_comm_destroy(comm);
@@ -192,17 +202,27 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
 bool parse(int argc, char **argv, Options *o) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--node") o->node = value;
-    else if (flag == "--local-size") o->local_size = std::atoi(value.c_str());
-    else if (flag == "--outer-steps") o->outer_steps = std::atoi(value.c_str());
-    else if (flag == "--inner-steps") o->inner_steps = std::atoi(value.c_str());
-    else if (flag == "--count") o->count = std::strtoull(value.c_str(), nullptr, 10);
-    else if (flag == "--step-ms") o->step_ms = std::atoi(value.c_str());
-    else if (flag == "--wire" && (value == "native" || value == "int8")) o->wire = value == "int8" ? WCCL_WIRE_INT8 : WCCL_WIRE_NATIVE;
-    else if (flag == "--device" && (value == "cpu" || value == "cuda")) o->cuda = value == "cuda";
-    else return false;
+    if (flag == "--node")
+      o->node = value;
+    else if (flag == "--local-size")
+      o->local_size = std::atoi(value.c_str());
+    else if (flag == "--outer-steps")
+      o->outer_steps = std::atoi(value.c_str());
+    else if (flag == "--inner-steps")
+      o->inner_steps = std::atoi(value.c_str());
+    else if (flag == "--count")
+      o->count = std::strtoull(value.c_str(), nullptr, 10);
+    else if (flag == "--step-ms")
+      o->step_ms = std::atoi(value.c_str());
+    else if (flag == "--wire" && (value == "native" || value == "int8"))
+      o->wire = value == "int8" ? WCCL_WIRE_INT8 : WCCL_WIRE_NATIVE;
+    else if (flag == "--device" && (value == "cpu" || value == "cuda"))
+      o->cuda = value == "cuda";
+    else
+      return false;
   }
-  return argc % 2 == 1 && !o->node.empty() && o->local_size >= 1 && o->outer_steps >= 0 && o->inner_steps >= 1 && o->count > 0;
+  return argc % 2 == 1 && !o->node.empty() && o->local_size >= 1 && o->outer_steps >= 0 &&
+         o->inner_steps >= 1 && o->count > 0;
 }
 
 }  // namespace
@@ -210,8 +230,11 @@ bool parse(int argc, char **argv, Options *o) {
 int main(int argc, char **argv) {
   Options o;
   if (!parse(argc, argv, &o)) {
-    std::fprintf(stderr, "usage: %s --node NAME [--local-size L] [--outer-steps S] [--inner-steps H] [--count N] "
-                 "[--wire native|int8] [--device cpu|cuda] [--step-ms MS]\n", argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s --node NAME [--local-size L] [--outer-steps S] [--inner-steps H] [--count N] "
+        "[--wire native|int8] [--device cpu|cuda] [--step-ms MS]\n",
+        argv[0]);
     return 2;
   }
 #if !WCCL_EXAMPLE_CUDA
@@ -233,24 +256,28 @@ int main(int argc, char **argv) {
     if (made == ncclSuccess) made = ncclGroupStart();
     for (int i = 0; i < o.local_size && made == ncclSuccess; ++i) {
       if (cudaSetDevice(i) != cudaSuccess) made = ncclUnhandledCudaError;
-      if (made == ncclSuccess) made = ncclCommInitRank(&comms[static_cast<size_t>(i)], o.local_size, id, i);
+      if (made == ncclSuccess)
+        made = ncclCommInitRank(&comms[static_cast<size_t>(i)], o.local_size, id, i);
     }
     if (ncclGroupEnd() != ncclSuccess || made != ncclSuccess) {
       std::fprintf(stderr, "%s: NCCL: %s\n", o.node.c_str(), ncclGetErrorString(made));
       return 1;
     }
     for (size_t i = 0; i < local.size(); ++i) {
-      if ((r = wccl_local_group_nccl(&local[i], comms[i])) != WCCL_OK) return fail(o, static_cast<int>(i), "local group", r);
+      if ((r = wccl_local_group_nccl(&local[i], comms[i])) != WCCL_OK)
+        return fail(o, static_cast<int>(i), "local group", r);
     }
     std::printf("%s local group: NCCL over %d GPUs\n", o.node.c_str(), o.local_size);
   }
 #endif
-  if (r != WCCL_OK && (r = wccl_local_group_threads(o.local_size, local.data())) != WCCL_OK) return fail(o, -1, "local group", r);
+  if (r != WCCL_OK && (r = wccl_local_group_threads(o.local_size, local.data())) != WCCL_OK)
+    return fail(o, -1, "local group", r);
   std::vector<int> codes(local.size(), 1);
   std::vector<std::thread> ranks;
   ranks.reserve(local.size());
   for (int i = 0; i < o.local_size; ++i) {
-    ranks.emplace_back([&, i] { codes[static_cast<size_t>(i)] = run_rank(o, i, local[static_cast<size_t>(i)]); });
+    ranks.emplace_back(
+        [&, i] { codes[static_cast<size_t>(i)] = run_rank(o, i, local[static_cast<size_t>(i)]); });
   }
   for (auto &t : ranks) t.join();
   for (wccl_local_group_t *g : local) wccl_local_group_destroy(g);

@@ -1,8 +1,8 @@
 /*
  * wccl: the WAN Collective Communications Library. Public C API.
  *
- * Plain C99, no C++ or CUDA types. Every function that can fail returns a wccl_result_t; WCCL_OK (0)
- * means it did everything it says, any other value means it did nothing else: no handle is
+ * Plain C99, no C++ or CUDA types. Every function that can fail returns a wccl_result_t; WCCL_OK
+ * (0) means it did everything it says, any other value means it did nothing else: no handle is
  * created, no argument is modified except where the contract says so. The detail of the calling
  * thread's most recent failure is in wccl_last_error().
  *
@@ -37,7 +37,7 @@ extern "C" {
 #define WCCL_RESULT_TABLE(X)                                                                      \
   X(WCCL_OK, 0, "success")                                                                        \
   X(WCCL_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                             \
-  X(WCCL_ERR_INVALID_USAGE, 2, "invalid usage: the call is not allowed in this state")           \
+  X(WCCL_ERR_INVALID_USAGE, 2, "invalid usage: the call is not allowed in this state")            \
   X(WCCL_ERR_NO_MEMORY, 3, "out of memory")                                                       \
   X(WCCL_ERR_IO, 4, "I/O error: a connection failed or was closed by the peer")                   \
   X(WCCL_ERR_TIMEOUT, 5, "timed out")                                                             \
@@ -45,7 +45,7 @@ extern "C" {
   X(WCCL_ERR_TOO_FEW_PEERS, 7, "too few peers")                                                   \
   X(WCCL_ERR_COORDINATOR_UNREACHABLE, 8, "the coordinator cannot be reached")                     \
   X(WCCL_ERR_AUTH, 9, "authentication failed")                                                    \
-  X(WCCL_ERR_PROTOCOL, 10, "protocol error: the peer sent something this library rejects")       \
+  X(WCCL_ERR_PROTOCOL, 10, "protocol error: the peer sent something this library rejects")        \
   X(WCCL_ERR_ABORTED, 11, "aborted")                                                              \
   X(WCCL_ERR_UNSUPPORTED, 12, "unsupported: the feature is not compiled into this library")       \
   X(WCCL_ERR_CUDA, 13, "CUDA error")                                                              \
@@ -127,10 +127,11 @@ WCCL_API const char *wccl_config_keys(void);
 typedef struct wccl_coord wccl_coord_t;
 
 /* Starts a coordinator listening on the config key `listen` (default 0.0.0.0:0, a free port;
- * wccl-coord defaults to 0.0.0.0:48148), with TLS unless tls=off, and returns once it accepts connections. Also reads
- * min_peers, settle_ms, heartbeat_ms, peer_timeout_ms, straggler_timeout_ms and the transport keys. Returns
- * INVALID_ARGUMENT for a bad address or missing TLS files (naming them), IO if the address cannot
- * be bound. The configuration is copied. On error *coord is set to NULL. */
+ * wccl-coord defaults to 0.0.0.0:48148), with TLS unless tls=off, and returns once it accepts
+ * connections. Also reads min_peers, settle_ms, heartbeat_ms, peer_timeout_ms, straggler_timeout_ms
+ * and the transport keys. Returns INVALID_ARGUMENT for a bad address or missing TLS files (naming
+ * them), IO if the address cannot be bound. The configuration is copied. On error *coord is set to
+ * NULL. */
 WCCL_API wccl_result_t wccl_coord_start(wccl_coord_t **coord, const wccl_config_t *config);
 
 /* The TCP port the coordinator listens on, or 0 for NULL. Thread-safe. */
@@ -185,10 +186,12 @@ WCCL_API uint64_t wccl_comm_epoch(const wccl_comm_t *comm);
  * what the earlier ones held, and a trainer must not take their state for the job's (a node whose
  * state was lost with the others would train the job from its first step again). */
 typedef enum {
-  WCCL_EPOCH_CONTINUES = 0,    /* formed from the members of the one before */
-  WCCL_EPOCH_FIRST = 1,        /* the group's first epoch: joiners alone, the group never had a member */
-  WCCL_EPOCH_AFTER_LOSS = 2,   /* formed by joiners alone after the last member of the group was lost */
-  WCCL_EPOCH_AFTER_LEAVE = 3,  /* formed by joiners alone after the last member of the group left (its job ended?) */
+  WCCL_EPOCH_CONTINUES = 0, /* formed from the members of the one before */
+  WCCL_EPOCH_FIRST = 1, /* the group's first epoch: joiners alone, the group never had a member */
+  WCCL_EPOCH_AFTER_LOSS =
+      2, /* formed by joiners alone after the last member of the group was lost */
+  WCCL_EPOCH_AFTER_LEAVE =
+      3, /* formed by joiners alone after the last member of the group left (its job ended?) */
 } wccl_epoch_origin_t;
 
 /* The current epoch's origin as the EPOCH that made this peer a member of it said (CONTINUES for
@@ -214,7 +217,8 @@ WCCL_API int wccl_comm_update_due(const wccl_comm_t *comm);
 
 /* Closes the communicator (the coordinator sees its link close; call wccl_comm_leave first for a
  * graceful exit) and frees it. What it already sent the coordinator (an operation's failure) goes
- * out first: it waits up to 1 s for that. Must not be called from a wccl callback. NULL is ignored. */
+ * out first: it waits up to 1 s for that. Must not be called from a wccl callback. NULL is ignored.
+ */
 WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
 
 /* ---------------------------------------------------------------------------------------------
@@ -240,11 +244,12 @@ WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
  * encodes and decodes, and only message bytes cross PCIe (docs/algorithms.md, "Device buffers").
  * In place is allowed: allreduce and broadcast with sendbuf == recvbuf; allgather with sendbuf ==
  * recvbuf + rank * count elements; reduce_scatter with recvbuf == sendbuf + rank * recvcount
- * elements (rank: this member's rank in the epoch). Any other overlap is INVALID_ARGUMENT. The input
- * must not change and the output must not be read until the operation has completed. The library
- * writes the output during the operation; just before it first writes a range of it, it saves
- * that range's old bytes to a buffer of the output's size in the same memory (kept for reuse, up to
- * two per communicator), and copies them back before an operation that was not committed returns.
+ * elements (rank: this member's rank in the epoch). Any other overlap is INVALID_ARGUMENT. The
+ * input must not change and the output must not be read until the operation has completed. The
+ * library writes the output during the operation; just before it first writes a range of it, it
+ * saves that range's old bytes to a buffer of the output's size in the same memory (kept for reuse,
+ * up to two per communicator), and copies them back before an operation that was not committed
+ * returns.
  */
 typedef enum wccl_dtype {
   WCCL_F32 = 0,
@@ -272,12 +277,13 @@ typedef enum wccl_redop {
  * would: each member widens its input to F32 (exactly, into scratch of 4 bytes per input and per
  * output element), and the committed F32 result is rounded once into its output (F16: beyond
  * +-65504, +-Inf), which is not written before the commit. Every hop decodes, combines in F32
- * and encodes again, and each final value is encoded once by the member that produced it, which keeps what
- * decodes from its own bytes: results are still bit-identical on every member. Error bounds and
- * formats: docs/algorithms.md. With INT8, INT4, INT2, FP8 and TOPK, a NaN or Inf (in the input, or a partial
- * result that overflows) cannot be sent: the member that finds it returns INVALID_ARGUMENT naming
- * the element, and the others PEER_LOST (the epoch is revoked; buffers are untouched everywhere).
- * A world of one member copies without encoding. Barrier ignores the wire. */
+ * and encodes again, and each final value is encoded once by the member that produced it, which
+ * keeps what decodes from its own bytes: results are still bit-identical on every member. Error
+ * bounds and formats: docs/algorithms.md. With INT8, INT4, INT2, FP8 and TOPK, a NaN or Inf (in the
+ * input, or a partial result that overflows) cannot be sent: the member that finds it returns
+ * INVALID_ARGUMENT naming the element, and the others PEER_LOST (the epoch is revoked; buffers are
+ * untouched everywhere). A world of one member copies without encoding. Barrier ignores the wire.
+ */
 typedef enum wccl_wire {
   WCCL_WIRE_NATIVE = 0, /* the dtype's own bytes */
   WCCL_WIRE_FP16 = 1,   /* IEEE binary16, rounded to nearest-even: half the bytes */
@@ -299,10 +305,10 @@ typedef enum wccl_wire {
 } wccl_wire_t;
 
 typedef enum wccl_algo {
-  WCCL_ALGO_AUTO = 0,     /* all-reduce: ALLGATHER on the INT2 and TOPK wires; else TREE up to the
-                             measured crossover (config key tree_max_bytes), RING above */
-  WCCL_ALGO_RING = 1,     /* pipelined ring (bandwidth-optimal) */
-  WCCL_ALGO_TREE = 2,     /* two binary trees (latency-optimal); all-reduce only, ignored elsewhere */
+  WCCL_ALGO_AUTO = 0, /* all-reduce: ALLGATHER on the INT2 and TOPK wires; else TREE up to the
+                         measured crossover (config key tree_max_bytes), RING above */
+  WCCL_ALGO_RING = 1, /* pipelined ring (bandwidth-optimal) */
+  WCCL_ALGO_TREE = 2, /* two binary trees (latency-optimal); all-reduce only, ignored elsewhere */
   WCCL_ALGO_ALLGATHER = 3 /* all-reduce as an all-gather of every member's contribution, each
                              encoded once, summed by every member in rank order: the result is
                              the sum of the contributions' wccl_wire_roundtrip; n/2 times the
@@ -328,7 +334,8 @@ typedef enum wccl_compress {
  * the CPU would, on the default CUDA stream after the work queued there, and the call returns once
  * out is written (work on another stream must be synchronized first). INVALID_ARGUMENT for a NaN
  * or Inf on INT8, INT4, INT2, FP8 and TOPK, naming the element, with out left as it was. */
-WCCL_API wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire);
+WCCL_API wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count,
+                                           wccl_wire_t wire);
 
 /* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later
  * releases add fields without breaking callers built against this one. */
@@ -356,40 +363,49 @@ typedef struct wccl_op_stats {
   double time_us;          /* from the call to the outcome */
   uint64_t epoch;
   int32_t world_size;
-  int32_t algo;            /* the wccl_algo_t that ran (AUTO resolved) */
+  int32_t algo; /* the wccl_algo_t that ran (AUTO resolved) */
 } wccl_op_stats_t;
 
 /* A non-blocking operation in flight. */
 typedef struct wccl_request wccl_request_t;
 
 /* recvbuf[i] = op over all members of sendbuf[i], i < count. opts may be NULL (defaults). */
-WCCL_API wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
-                                      wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                      wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm,
+                                      const wccl_opts_t *opts);
 /* recvbuf on every member = sendbuf of member `root` (sendbuf is read on the root only). */
-WCCL_API wccl_result_t wccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, int root,
-                                      wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                      wccl_dtype_t dtype, int root, wccl_comm_t *comm,
+                                      const wccl_opts_t *opts);
 /* recvbuf (size * sendcount elements) = every member's sendbuf, in rank order. */
-WCCL_API wccl_result_t wccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, wccl_dtype_t dtype,
-                                      wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                      wccl_dtype_t dtype, wccl_comm_t *comm,
+                                      const wccl_opts_t *opts);
 /* sendbuf holds size * recvcount elements; member r receives block r of their reduction. */
-WCCL_API wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, wccl_dtype_t dtype,
-                                           wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                           wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm,
+                                           const wccl_opts_t *opts);
 /* Returns on a member once every member has called it (one round trip to the coordinator). */
 WCCL_API wccl_result_t wccl_barrier(wccl_comm_t *comm, const wccl_opts_t *opts);
 
 /* Non-blocking forms: queue the operation and return at once with *req set (NULL on error, when
  * nothing was queued). Several may be in flight on one communicator and may be waited for in any
  * order; they run in the order they were called. */
-WCCL_API wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
-                                       wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts);
-WCCL_API wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
-                                       wccl_dtype_t dtype, int root, wccl_comm_t *comm, const wccl_opts_t *opts);
-WCCL_API wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t sendcount,
-                                       wccl_dtype_t dtype, wccl_comm_t *comm, const wccl_opts_t *opts);
-WCCL_API wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t recvcount,
-                                            wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm,
+WCCL_API wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                                       size_t count, wccl_dtype_t dtype, wccl_redop_t op,
+                                       wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                                       size_t count, wccl_dtype_t dtype, int root,
+                                       wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                                       size_t sendcount, wccl_dtype_t dtype, wccl_comm_t *comm,
+                                       const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf,
+                                            void *recvbuf, size_t recvcount, wccl_dtype_t dtype,
+                                            wccl_redop_t op, wccl_comm_t *comm,
                                             const wccl_opts_t *opts);
-WCCL_API wccl_result_t wccl_ibarrier(wccl_request_t **req, wccl_comm_t *comm, const wccl_opts_t *opts);
+WCCL_API wccl_result_t wccl_ibarrier(wccl_request_t **req, wccl_comm_t *comm,
+                                     const wccl_opts_t *opts);
 
 /* Blocks until the operation's outcome (at most its timeout) and returns it, as the blocking form
  * would; on OK the output buffer holds the result. stats may be NULL. Calling it again returns the
@@ -445,15 +461,17 @@ WCCL_API void wccl_local_group_destroy(wccl_local_group_t *group);
  * opts as for wccl_allreduce: wire, algo and compress apply to the all-reduce across nodes;
  * cuda_stream orders device buffers; timeout_ms bounds the whole operation (0: the
  * communicator's op_timeout_ms). */
-WCCL_API wccl_result_t wccl_hier_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
-                                           wccl_redop_t op, wccl_local_group_t *local, wccl_comm_t *comm,
+WCCL_API wccl_result_t wccl_hier_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                           wccl_dtype_t dtype, wccl_redop_t op,
+                                           wccl_local_group_t *local, wccl_comm_t *comm,
                                            const wccl_opts_t *opts);
 /* The non-blocking form: a request for wccl_wait, wccl_test and wccl_request_free; a rank's
  * hierarchical all-reduces run in the order they were called. wccl_wait's stats are those of the
  * rank's all-reduce across nodes (its WAN bytes, epoch; world_size: the nodes), its time from the
  * call to the outcome. */
-WCCL_API wccl_result_t wccl_ihier_allreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count,
-                                            wccl_dtype_t dtype, wccl_redop_t op, wccl_local_group_t *local,
+WCCL_API wccl_result_t wccl_ihier_allreduce(wccl_request_t **req, const void *sendbuf,
+                                            void *recvbuf, size_t count, wccl_dtype_t dtype,
+                                            wccl_redop_t op, wccl_local_group_t *local,
                                             wccl_comm_t *comm, const wccl_opts_t *opts);
 
 /* ---------------------------------------------------------------------------------------------
@@ -469,7 +487,8 @@ typedef enum wccl_sync_mode {
 
 typedef enum wccl_device {
   WCCL_DEVICE_HOST = 0,
-  WCCL_DEVICE_CUDA = 1 /* CUDA device memory, hashed and sent by its GPU (UNSUPPORTED without CUDA) */
+  WCCL_DEVICE_CUDA =
+      1 /* CUDA device memory, hashed and sent by its GPU (UNSUPPORTED without CUDA) */
 } wccl_device_t;
 
 /* One named tensor of the shared state. */
@@ -513,8 +532,9 @@ typedef struct wccl_sync_stats {
  * elected before the loss from the remaining donors, so rank, size and epoch may change inside
  * the call. PEER_LOST (tensors and *revision as they were: update and call again) only if no
  * remaining member holds a tensor that some member lacks. stats may be NULL. */
-WCCL_API wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, size_t n, uint64_t *revision,
-                                       wccl_sync_mode_t mode, wccl_sync_stats_t *stats);
+WCCL_API wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, size_t n,
+                                       uint64_t *revision, wccl_sync_mode_t mode,
+                                       wccl_sync_stats_t *stats);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -38,12 +38,14 @@ class Channel {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual Status send(int peer, uint32_t tag, const void *data, size_t len, Completion done) = 0;
-  virtual Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, Completion done) = 0;
+  virtual Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got,
+                      Completion done) = 0;
   virtual void abort(const Status &why) = 0;
   // Blocks the calling thread, which holds `lock`, until ready() (evaluated under it) or the
   // deadline; false at the deadline. Completions notify `cv` under the lock's mutex.
   virtual bool wait_until(std::unique_lock<std::mutex> &lock, std::condition_variable &cv,
-                          std::chrono::steady_clock::time_point deadline, const std::function<bool()> &ready) {
+                          std::chrono::steady_clock::time_point deadline,
+                          const std::function<bool()> &ready) {
     return cv.wait_until(lock, deadline, ready);
   }
 };

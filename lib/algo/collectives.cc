@@ -32,30 +32,41 @@ Span split(size_t total, size_t parts, size_t i) {
 // 1 for the block-quantized ones (whose codes are bytes or nibbles).
 size_t wire_elem_bytes(const Collective &c) {
   switch (c.wire) {
-    case codec::Wire::kNative: return dtype_size(c.dtype);
+    case codec::Wire::kNative:
+      return dtype_size(c.dtype);
     case codec::Wire::kF16:
-    case codec::Wire::kBF16: return 2;
-    case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8: case codec::Wire::kTopk: return 1;
+    case codec::Wire::kBF16:
+      return 2;
+    case codec::Wire::kInt8:
+    case codec::Wire::kInt4:
+    case codec::Wire::kInt2:
+    case codec::Wire::kFp8:
+    case codec::Wire::kTopk:
+      return 1;
   }
   return 1;
 }
 
 // How many segments of at most about chunk_bytes on the wire `max_elems` elements take.
 size_t segments(const Collective &c, size_t max_elems) {
-  const size_t bytes = c.wire == codec::Wire::kNative ? max_elems * dtype_size(c.dtype) : codec::wire_size(c.wire, max_elems);
+  const size_t bytes = c.wire == codec::Wire::kNative ? max_elems * dtype_size(c.dtype)
+                                                      : codec::wire_size(c.wire, max_elems);
   return std::max<size_t>(1, (bytes + c.chunk_bytes - 1) / c.chunk_bytes);
 }
 
-// --- Topologies ------------------------------------------------------------------------------------
-// Each is written once, over a Payload (algo/payload.h) and a Pipeline (algo/pipeline.h). A buffer
-// is cut into blocks (n for a ring, two halves for the trees) and each block into segments of at
-// most chunk_bytes on the wire, which move independently (pipelining). Send slots are message
-// tags, for the receives that must wait until a send no longer reads their memory.
+// --- Topologies
+// ------------------------------------------------------------------------------------ Each is
+// written once, over a Payload (algo/payload.h) and a Pipeline (algo/pipeline.h). A buffer is cut
+// into blocks (n for a ring, two halves for the trees) and each block into segments of at most
+// chunk_bytes on the wire, which move independently (pipelining). Send slots are message tags, for
+// the receives that must wait until a send no longer reads their memory.
 
 struct Ring {
   int n, r, next, prev;
   size_t nseg;
-  uint32_t tag(int step, size_t j) const { return static_cast<uint32_t>(static_cast<size_t>(step) * nseg + j); }
+  uint32_t tag(int step, size_t j) const {
+    return static_cast<uint32_t>(static_cast<size_t>(step) * nseg + j);
+  }
 };
 
 Ring ring_of(const Exchange &ex, size_t nseg) {
@@ -79,20 +90,24 @@ struct Piece {
 // is complete here and `complete` takes it. piece(b, j, s): segment j of block b at step s (-1:
 // the first send).
 template <typename PieceOf, typename Complete>
-Status ring_reduce_scatter_steps(Pipeline &pipe, Payload &pl, const Ring &ring, PieceOf piece, Complete complete) {
+Status ring_reduce_scatter_steps(Pipeline &pipe, Payload &pl, const Ring &ring, PieceOf piece,
+                                 Complete complete) {
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Piece p = piece(ring.r - 1, j, -1);
-    WCCL_RETURN_IF_ERROR(pl.send_partial(ring.tag(0, j), ring.next, ring.tag(0, j), p.mine, p.count, p.first, p.region));
+    WCCL_RETURN_IF_ERROR(pl.send_partial(ring.tag(0, j), ring.next, ring.tag(0, j), p.mine, p.count,
+                                         p.first, p.region));
   }
   for (int step = 0; step < ring.n - 1; ++step) {
     for (size_t j = 0; j < ring.nseg; ++j) {
       const Piece p = piece(ring.r - step - 2, j, step);
-      pipe.receive(ring.prev, ring.tag(step, j), pl.wire_len(p.count), [=, &pipe, &pl](const uint8_t *got) {
-        if (p.reuse != kNoSlot) WCCL_RETURN_IF_ERROR(pipe.out().wait(p.reuse));
-        WCCL_RETURN_IF_ERROR(pl.combine(p.acc, p.mine, got, p.count));
-        if (step == ring.n - 2) return complete(p, j);
-        return pl.send_partial(ring.tag(step + 1, j), ring.next, ring.tag(step + 1, j), p.acc, p.count, p.first, p.region);
-      });
+      pipe.receive(ring.prev, ring.tag(step, j), pl.wire_len(p.count),
+                   [=, &pipe, &pl](const uint8_t *got) {
+                     if (p.reuse != kNoSlot) WCCL_RETURN_IF_ERROR(pipe.out().wait(p.reuse));
+                     WCCL_RETURN_IF_ERROR(pl.combine(p.acc, p.mine, got, p.count));
+                     if (step == ring.n - 2) return complete(p, j);
+                     return pl.send_partial(ring.tag(step + 1, j), ring.next, ring.tag(step + 1, j),
+                                            p.acc, p.count, p.first, p.region);
+                   });
     }
   }
   return Status();
@@ -103,15 +118,18 @@ Status ring_reduce_scatter_steps(Pipeline &pipe, Payload &pl, const Ring &ring, 
 // the predecessor and is forwarded at the next step. gate(s, j): the send slot whose send must
 // complete before step s's segment j may land.
 template <typename PieceOf, typename Gate>
-void ring_allgather_steps(Pipeline &pipe, Payload &pl, const Ring &ring, int base, PieceOf piece, Gate gate) {
+void ring_allgather_steps(Pipeline &pipe, Payload &pl, const Ring &ring, int base, PieceOf piece,
+                          Gate gate) {
   for (int step = 0; step < ring.n - 1; ++step) {
     for (size_t j = 0; j < ring.nseg; ++j) {
       const Piece p = piece(ring.r - step - 1, j);
       const uint32_t fwd = ring.tag(base + step + 1, j);
       const bool last = step == ring.n - 2;
-      pl.land_final(ring.prev, ring.tag(base + step, j), p.acc, p.count, p.region, gate(step, j), [=, &pl]() {
-        return last ? Status() : pl.send_final(kNoSlot, ring.next, fwd, p.acc, p.count, p.region);
-      });
+      pl.land_final(
+          ring.prev, ring.tag(base + step, j), p.acc, p.count, p.region, gate(step, j), [=, &pl]() {
+            return last ? Status()
+                        : pl.send_final(kNoSlot, ring.next, fwd, p.acc, p.count, p.region);
+          });
     }
   }
 }
@@ -135,14 +153,19 @@ Status ring_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   };
   Pipeline pipe(ex, c, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return piece(static_cast<long>(i / ring.nseg), i % ring.nseg).count; }, Payload::Carry::kBoth));
+  WCCL_RETURN_IF_ERROR(pl.plan(
+      static_cast<size_t>(n) * ring.nseg,
+      [&](size_t i) { return piece(static_cast<long>(i / ring.nseg), i % ring.nseg).count; },
+      Payload::Carry::kBoth));
   auto complete = [&](const Piece &p, size_t j) {
-    if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, p.acc, p.count, n));
+    if (c.op == codec::RedOp::kAvg)
+      WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, p.acc, p.count, n));
     WCCL_RETURN_IF_ERROR(pl.make_final(p.acc, p.acc, p.count, p.first, p.region));
     return pl.send_final(kNoSlot, ring.next, ring.tag(n - 1, j), p.acc, p.count, p.region);
   };
   WCCL_RETURN_IF_ERROR(ring_reduce_scatter_steps(pipe, pl, ring, piece, complete));
-  ring_allgather_steps(pipe, pl, ring, n - 1, piece, [&](int step, size_t j) { return static_cast<size_t>(ring.tag(step, j)); });
+  ring_allgather_steps(pipe, pl, ring, n - 1, piece,
+                       [&](int step, size_t j) { return static_cast<size_t>(ring.tag(step, j)); });
   return pipe.run();
 }
 
@@ -163,16 +186,22 @@ Status ring_reduce_scatter(Exchange &ex, const Collective &c, Undo *undo) {
     const Span s = split(c.count, ring.nseg, j);
     const size_t first = static_cast<size_t>(mod(block, n)) * c.count + s.begin;
     const bool last = step == n - 2;
-    uint8_t *acc = last ? out + s.begin * es : step >= 0 ? partial[step % 2].get() + s.begin * es : nullptr;
+    uint8_t *acc = last        ? out + s.begin * es
+                   : step >= 0 ? partial[step % 2].get() + s.begin * es
+                               : nullptr;
     const size_t reuse = !last && step >= 2 ? ring.tag(step - 1, j) : kNoSlot;
     return Piece{s.count, first, in + first * es, acc, mod(block, n) * ring.nseg + j, reuse};
   };
   Pipeline pipe(ex, c, undo, static_cast<size_t>(n) * ring.nseg, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, Payload::Carry::kPartials));
-  WCCL_RETURN_IF_ERROR(ring_reduce_scatter_steps(pipe, pl, ring, piece, [&](const Piece &p, size_t) {
-    return c.op == codec::RedOp::kAvg ? mem.finish_avg(c.dtype, p.acc, p.count, n) : Status();
-  }));
+  WCCL_RETURN_IF_ERROR(pl.plan(
+      static_cast<size_t>(n) * ring.nseg,
+      [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; },
+      Payload::Carry::kPartials));
+  WCCL_RETURN_IF_ERROR(
+      ring_reduce_scatter_steps(pipe, pl, ring, piece, [&](const Piece &p, size_t) {
+        return c.op == codec::RedOp::kAvg ? mem.finish_avg(c.dtype, p.acc, p.count, n) : Status();
+      }));
   return pipe.run();
 }
 
@@ -186,15 +215,20 @@ Status ring_allgather(Exchange &ex, const Collective &c, Undo *undo) {
   auto piece = [&](long block, size_t j) {
     const Span s = split(c.count, ring.nseg, j);
     const size_t b = static_cast<size_t>(mod(block, ring.n));
-    return Piece{s.count, s.begin, in + s.begin * es, out + (b * c.count + s.begin) * es, b * ring.nseg + j};
+    return Piece{s.count, s.begin, in + s.begin * es, out + (b * c.count + s.begin) * es,
+                 b * ring.nseg + j};
   };
   Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(static_cast<size_t>(ring.n) * ring.nseg, [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; }, Payload::Carry::kFinals));
+  WCCL_RETURN_IF_ERROR(pl.plan(
+      static_cast<size_t>(ring.n) * ring.nseg,
+      [&](size_t i) { return split(c.count, ring.nseg, i % ring.nseg).count; },
+      Payload::Carry::kFinals));
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Piece p = piece(ring.r, j);
     WCCL_RETURN_IF_ERROR(pl.make_final(p.acc, p.mine, p.count, p.first, p.region));
-    WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, ring.next, ring.tag(0, j), p.acc, p.count, p.region));
+    WCCL_RETURN_IF_ERROR(
+        pl.send_final(kNoSlot, ring.next, ring.tag(0, j), p.acc, p.count, p.region));
   }
   ring_allgather_steps(pipe, pl, ring, 0, piece, [](int, size_t) { return kNoSlot; });
   return pipe.run();
@@ -225,10 +259,13 @@ Status gather_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
     const size_t begin = u.begin * align;
     return Span{begin, std::min(c.count, (u.begin + u.count) * align) - std::min(c.count, begin)};
   };
-  auto region = [n, nseg](long member, size_t j) { return static_cast<size_t>(mod(member, n)) * nseg + j; };
+  auto region = [n, nseg](long member, size_t j) {
+    return static_cast<size_t>(mod(member, n)) * nseg + j;
+  };
   Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan_kept(static_cast<size_t>(n) * nseg, [&](size_t i) { return seg(i % nseg).count; }));
+  WCCL_RETURN_IF_ERROR(
+      pl.plan_kept(static_cast<size_t>(n) * nseg, [&](size_t i) { return seg(i % nseg).count; }));
   for (size_t j = 0; j < nseg; ++j) {  // all of `in` is read here, before `out` is written
     const Span s = seg(j);
     WCCL_RETURN_IF_ERROR(pl.keep(in + s.begin * es, s.count, s.begin, region(ring.r, j)));
@@ -241,7 +278,8 @@ Status gather_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
         if (step < n - 2) return pl.send_kept(kNoSlot, ring.next, ring.tag(step + 1, j), from);
         const Span s = seg(j);
         uint8_t *acc = out + s.begin * es;
-        for (int m = 0; m < n; ++m) WCCL_RETURN_IF_ERROR(pl.combine_kept(acc, s.count, region(m, j), m == 0));
+        for (int m = 0; m < n; ++m)
+          WCCL_RETURN_IF_ERROR(pl.combine_kept(acc, s.count, region(m, j), m == 0));
         return c.op == codec::RedOp::kAvg ? mem.finish_avg(c.dtype, acc, s.count, n) : Status();
       });
     }
@@ -283,10 +321,13 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
   const int finals_first = node[1].depth < node[0].depth ? 1 : 0;
   Pipeline pipe(ex, c, undo, 4 * nseg, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(2 * nseg, [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; }, Payload::Carry::kBoth));
+  WCCL_RETURN_IF_ERROR(pl.plan(
+      2 * nseg, [&](size_t i) { return seg(static_cast<int>(i / nseg), i % nseg).count; },
+      Payload::Carry::kBoth));
   auto send_down = [&pl, &node, down, region](int t, size_t j, const uint8_t *value, size_t count) {
     for (int child : node[t].child) {
-      if (child >= 0) WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, child, down(t, j), value, count, region(t, j)));
+      if (child >= 0)
+        WCCL_RETURN_IF_ERROR(pl.send_final(kNoSlot, child, down(t, j), value, count, region(t, j)));
     }
     return Status();
   };
@@ -294,7 +335,8 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
     for (int t = 0; t < 2; ++t) {
       const Span s = seg(t, j);
       if (leaf(t)) {
-        WCCL_RETURN_IF_ERROR(pl.send_partial(up(t, j), node[t].parent, up(t, j), in + s.begin * es, s.count, s.begin, region(t, j)));
+        WCCL_RETURN_IF_ERROR(pl.send_partial(up(t, j), node[t].parent, up(t, j), in + s.begin * es,
+                                             s.count, s.begin, region(t, j)));
       }
     }
   }
@@ -306,14 +348,19 @@ Status tree_allreduce(Exchange &ex, const Collective &c, Undo *undo) {
       const TreeNode nd = node[t];
       const int last = nd.child[1] >= 0 ? 1 : 0;
       for (int ci = 0; ci <= last; ++ci) {
-        pipe.receive(nd.child[ci], up(t, j), pl.wire_len(s.count), [=, &pl, &mem, &c](const uint8_t *got) {
-          WCCL_RETURN_IF_ERROR(pl.combine(acc, ci == 0 ? in + s.begin * es : acc, got, s.count));
-          if (ci < last) return Status();
-          if (nd.parent >= 0) return pl.send_partial(up(t, j), nd.parent, up(t, j), acc, s.count, s.begin, region(t, j));
-          if (c.op == codec::RedOp::kAvg) WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, acc, s.count, n));
-          WCCL_RETURN_IF_ERROR(pl.make_final(acc, acc, s.count, s.begin, region(t, j)));
-          return send_down(t, j, acc, s.count);
-        });
+        pipe.receive(
+            nd.child[ci], up(t, j), pl.wire_len(s.count), [=, &pl, &mem, &c](const uint8_t *got) {
+              WCCL_RETURN_IF_ERROR(
+                  pl.combine(acc, ci == 0 ? in + s.begin * es : acc, got, s.count));
+              if (ci < last) return Status();
+              if (nd.parent >= 0)
+                return pl.send_partial(up(t, j), nd.parent, up(t, j), acc, s.count, s.begin,
+                                       region(t, j));
+              if (c.op == codec::RedOp::kAvg)
+                WCCL_RETURN_IF_ERROR(mem.finish_avg(c.dtype, acc, s.count, n));
+              WCCL_RETURN_IF_ERROR(pl.make_final(acc, acc, s.count, s.begin, region(t, j)));
+              return send_down(t, j, acc, s.count);
+            });
       }
     }
   }
@@ -340,7 +387,9 @@ Status chain_broadcast(Exchange &ex, const Collective &c, Undo *undo) {
   const int distance = mod(ring.r - c.root, ring.n);
   Pipeline pipe(ex, c, undo, 0, wire_elem_bytes(c));
   Payload &pl = pipe.payload();
-  WCCL_RETURN_IF_ERROR(pl.plan(ring.nseg, [&](size_t j) { return split(c.count, ring.nseg, j).count; }, Payload::Carry::kFinals));
+  WCCL_RETURN_IF_ERROR(pl.plan(
+      ring.nseg, [&](size_t j) { return split(c.count, ring.nseg, j).count; },
+      Payload::Carry::kFinals));
   for (size_t j = 0; j < ring.nseg; ++j) {
     const Span s = split(c.count, ring.nseg, j);
     uint8_t *value = out + s.begin * es;
@@ -351,7 +400,8 @@ Status chain_broadcast(Exchange &ex, const Collective &c, Undo *undo) {
       continue;
     }
     pl.land_final(ring.prev, tag, value, s.count, j, kNoSlot, [=, &pl]() {
-      return distance < ring.n - 1 ? pl.send_final(kNoSlot, ring.next, tag, value, s.count, j) : Status();
+      return distance < ring.n - 1 ? pl.send_final(kNoSlot, ring.next, tag, value, s.count, j)
+                                   : Status();
     });
   }
   return pipe.run();
@@ -370,16 +420,24 @@ Status dispatch(Exchange &ex, const Collective &c, Undo *undo) {
   switch (c.kind) {
     case Kind::kAllreduce:
       switch (c.algo) {
-        case Algo::kTree: return tree_allreduce(ex, c, undo);
-        case Algo::kAllgather: return gather_allreduce(ex, c, undo);
-        case Algo::kAuto: case Algo::kRing: break;
+        case Algo::kTree:
+          return tree_allreduce(ex, c, undo);
+        case Algo::kAllgather:
+          return gather_allreduce(ex, c, undo);
+        case Algo::kAuto:
+        case Algo::kRing:
+          break;
       }
       return ring_allreduce(ex, c, undo);
-    case Kind::kBroadcast: return chain_broadcast(ex, c, undo);
-    case Kind::kAllgather: return ring_allgather(ex, c, undo);
-    case Kind::kReduceScatter: return ring_reduce_scatter(ex, c, undo);
+    case Kind::kBroadcast:
+      return chain_broadcast(ex, c, undo);
+    case Kind::kAllgather:
+      return ring_allgather(ex, c, undo);
+    case Kind::kReduceScatter:
+      return ring_reduce_scatter(ex, c, undo);
     case Kind::kBarrier:
-    case Kind::kStateSync: break;
+    case Kind::kStateSync:
+      break;
   }
   return Status();
 }
@@ -391,7 +449,8 @@ Status overlap(const Collective &c, int n, int rank) {
   const size_t es = dtype_size(c.dtype);
   const auto in = reinterpret_cast<uintptr_t>(c.in), out = reinterpret_cast<uintptr_t>(c.out);
   const size_t in_bytes = in_count(c, n) * es, out_bytes = out_count(c, n) * es;
-  if (in_bytes == 0 || out_bytes == 0 || in + in_bytes <= out || out + out_bytes <= in) return Status();
+  if (in_bytes == 0 || out_bytes == 0 || in + in_bytes <= out || out + out_bytes <= in)
+    return Status();
   const size_t r = static_cast<size_t>(rank);
   switch (c.kind) {
     case Kind::kAllreduce:
@@ -405,53 +464,72 @@ Status overlap(const Collective &c, int n, int rank) {
       if (out == in + r * out_bytes) return Status();
       break;
     case Kind::kBarrier:
-    case Kind::kStateSync: break;
+    case Kind::kStateSync:
+      break;
   }
-  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
-                    "%s: sendbuf and recvbuf overlap, but not in place (in place: the same buffer%s)", kind_name(c.kind),
-                    c.kind == Kind::kAllgather       ? "; for all-gather, sendbuf = recvbuf + rank * count"
-                    : c.kind == Kind::kReduceScatter ? "; for reduce-scatter, recvbuf = sendbuf + rank * count"
-                                                     : "");
+  return WCCL_ERROR(
+      WCCL_ERR_INVALID_ARGUMENT,
+      "%s: sendbuf and recvbuf overlap, but not in place (in place: the same buffer%s)",
+      kind_name(c.kind),
+      c.kind == Kind::kAllgather       ? "; for all-gather, sendbuf = recvbuf + rank * count"
+      : c.kind == Kind::kReduceScatter ? "; for reduce-scatter, recvbuf = sendbuf + rank * count"
+                                       : "");
 }
 
 }  // namespace
 
 const char *kind_name(Kind k) {
   switch (k) {
-    case Kind::kAllreduce: return "allreduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kAllgather: return "allgather";
-    case Kind::kReduceScatter: return "reduce_scatter";
-    case Kind::kBarrier: return "barrier";
-    case Kind::kStateSync: return "state_sync";
+    case Kind::kAllreduce:
+      return "allreduce";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kAllgather:
+      return "allgather";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
+    case Kind::kBarrier:
+      return "barrier";
+    case Kind::kStateSync:
+      return "state_sync";
   }
   return "?";
 }
 
 const char *algo_name(Algo a) {
   switch (a) {
-    case Algo::kAuto: return "auto";
-    case Algo::kRing: return "ring";
-    case Algo::kTree: return "tree";
-    case Algo::kAllgather: return "allgather";
+    case Algo::kAuto:
+      return "auto";
+    case Algo::kRing:
+      return "ring";
+    case Algo::kTree:
+      return "tree";
+    case Algo::kAllgather:
+      return "allgather";
   }
   return "?";
 }
 
 size_t in_count(const Collective &c, int n) {
   switch (c.kind) {
-    case Kind::kReduceScatter: return c.count * static_cast<size_t>(n);
+    case Kind::kReduceScatter:
+      return c.count * static_cast<size_t>(n);
     case Kind::kBarrier:
-    case Kind::kStateSync: return 0;
-    default: return c.count;
+    case Kind::kStateSync:
+      return 0;
+    default:
+      return c.count;
   }
 }
 
 size_t out_count(const Collective &c, int n) {
   switch (c.kind) {
-    case Kind::kAllgather: return c.count * static_cast<size_t>(n);
-    case Kind::kBarrier: return 0;
-    default: return c.count;
+    case Kind::kAllgather:
+      return c.count * static_cast<size_t>(n);
+    case Kind::kBarrier:
+      return 0;
+    default:
+      return c.count;
   }
 }
 
@@ -464,28 +542,38 @@ Status check(const Collective &c, int n, int rank) {
   if (c.kind == Kind::kStateSync) {
     return c.sync != nullptr && c.dtype == codec::Dtype::kU8 && c.count == c.sync->stage_bytes
                ? Status()
-               : WCCL_ERROR(WCCL_ERR_INTERNAL, "state_sync: the collective does not describe its job");
+               : WCCL_ERROR(WCCL_ERR_INTERNAL,
+                            "state_sync: the collective does not describe its job");
   }
-  if (c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.dtype != codec::Dtype::kF32 && !widened(c)) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s wire carries f32, f16 and bf16 elements, not %s",
+  if (c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.dtype != codec::Dtype::kF32 &&
+      !widened(c)) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "the %s wire carries f32, f16 and bf16 elements, not %s",
                       codec::wire_name(c.wire), codec::dtype_name(c.dtype));
   }
-  if (c.wire == codec::Wire::kTopk && (c.kind == Kind::kReduceScatter ||
-                                       (c.kind == Kind::kAllreduce && c.algo != Algo::kAuto && c.algo != Algo::kAllgather))) {
+  if (c.wire == codec::Wire::kTopk &&
+      (c.kind == Kind::kReduceScatter ||
+       (c.kind == Kind::kAllreduce && c.algo != Algo::kAuto && c.algo != Algo::kAllgather))) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
-                      "the topk wire is never re-encoded: all-reduce takes it by algo allgather (or auto), broadcast and "
+                      "the topk wire is never re-encoded: all-reduce takes it by algo allgather "
+                      "(or auto), broadcast and "
                       "all-gather as they are; not %s",
                       c.kind == Kind::kAllreduce ? algo_name(c.algo) : kind_name(c.kind));
   }
   const size_t es = wire_elem_bytes(c);
-  if (c.chunk_bytes < es) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element", c.chunk_bytes);
-  const size_t per_step = c.kind != Kind::kAllreduce     ? c.count
-                          : c.algo == Algo::kAllgather ? c.count
-                                                       : split(c.count, c.algo == Algo::kTree ? 2 : n, 0).count;
+  if (c.chunk_bytes < es)
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element",
+                      c.chunk_bytes);
+  const size_t per_step = c.kind != Kind::kAllreduce ? c.count
+                          : c.algo == Algo::kAllgather
+                              ? c.count
+                              : split(c.count, c.algo == Algo::kTree ? 2 : n, 0).count;
   const size_t messages = segments(c, per_step) * 2 * static_cast<size_t>(n);
   if (messages > std::numeric_limits<uint32_t>::max()) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%zu elements in chunks of %zu bytes need more than 2^32 messages; raise chunk_bytes",
-                      c.count, c.chunk_bytes);
+    return WCCL_ERROR(
+        WCCL_ERR_INVALID_ARGUMENT,
+        "%zu elements in chunks of %zu bytes need more than 2^32 messages; raise chunk_bytes",
+        c.count, c.chunk_bytes);
   }
   return overlap(c, n, rank);
 }
@@ -517,7 +605,8 @@ TreeNode tree_node(int t, int rank, int n) {
     if (c < n) node.child[k] = to_rank(c);
   }
   for (int p = pos; p > 0; p = (p - 1) / 2) ++node.depth;
-  for (int c = 2 * pos + 1; c < n; c = 2 * c + 1) ++node.height;  // a heap's deepest leaves are leftmost
+  for (int c = 2 * pos + 1; c < n; c = 2 * c + 1)
+    ++node.height;  // a heap's deepest leaves are leftmost
   return node;
 }
 

@@ -83,9 +83,9 @@ Status check(const Collective &c, int n, int rank);
 // range, which passes the inputs' own range at n = 6 (TOPK would drop all but 3% at each); the
 // all-gather encodes each contribution once (its bound does not grow with n) and its result is
 // exactly the sum of the contributions' decodings, which error feedback can then correct in
-// full. (check() refuses TOPK on the ring and the tree.) Otherwise the tree up to tree_max_bytes, where
-// latency dominates (2 log2 n message delays instead of the ring's 2(n-1)), the ring above, where
-// bytes do. Every member must decide alike, so it depends only on the operation and the
+// full. (check() refuses TOPK on the ring and the tree.) Otherwise the tree up to tree_max_bytes,
+// where latency dominates (2 log2 n message delays instead of the ring's 2(n-1)), the ring above,
+// where bytes do. Every member must decide alike, so it depends only on the operation and the
 // configuration. Other kinds: kRing.
 Algo choose(const Collective &c, int n, size_t tree_max_bytes);
 

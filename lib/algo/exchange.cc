@@ -25,7 +25,8 @@ Exchange::Exchange(Channel &channel, Clock::time_point deadline)
 
 Exchange::~Exchange() { finish(); }
 
-Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len, bool any_length) {
+Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len,
+                                bool any_length) {
   Ticket t;
   size_t *got = nullptr;
   {
@@ -50,7 +51,8 @@ Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data
     if (wake) shared->cv.notify_all();
   };
   // Not under mu: a channel may complete inline.
-  Status st = is_send ? ch_.send(peer, tag, data, len, std::move(done)) : ch_.recv(peer, tag, data, len, got, std::move(done));
+  Status st = is_send ? ch_.send(peer, tag, data, len, std::move(done))
+                      : ch_.recv(peer, tag, data, len, got, std::move(done));
   if (!st.ok()) {
     std::lock_guard<std::mutex> lock(s_->mu);
     s_->states[t] = State::kFailed;
@@ -83,12 +85,15 @@ uint64_t Exchange::bytes_received() const {
 Status Exchange::wait(Ticket t) {
   std::unique_lock<std::mutex> lock(s_->mu);
   s_->awaited = t;
-  const bool ended =
-      ch_.wait_until(lock, s_->cv, deadline_, [&] { return s_->states[t] != State::kPending || !s_->failure.ok(); });
+  const bool ended = ch_.wait_until(lock, s_->cv, deadline_, [&] {
+    return s_->states[t] != State::kPending || !s_->failure.ok();
+  });
   s_->awaited = Shared::kNobody;
   if (!s_->failure.ok()) return s_->failure;
   if (!ended) {
-    s_->failure = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
+    s_->failure =
+        WCCL_ERROR(WCCL_ERR_TIMEOUT,
+                   "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
     return s_->failure;
   }
   return Status();
@@ -102,11 +107,14 @@ bool Exchange::done(Ticket t) const {
 Status Exchange::wait_all() {
   std::unique_lock<std::mutex> lock(s_->mu);
   s_->awaiting_all = true;
-  const bool ended = ch_.wait_until(lock, s_->cv, deadline_, [&] { return s_->outstanding == 0 || !s_->failure.ok(); });
+  const bool ended = ch_.wait_until(lock, s_->cv, deadline_,
+                                    [&] { return s_->outstanding == 0 || !s_->failure.ok(); });
   s_->awaiting_all = false;
   if (!s_->failure.ok()) return s_->failure;
   if (!ended) {
-    s_->failure = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
+    s_->failure =
+        WCCL_ERROR(WCCL_ERR_TIMEOUT,
+                   "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
     return s_->failure;
   }
   return Status();
@@ -132,14 +140,17 @@ void Exchange::finish() {
   {
     std::lock_guard<std::mutex> lock(s_->mu);
     if (s_->outstanding == 0) return;
-    why = s_->failure.ok() ? WCCL_ERROR(WCCL_ERR_ABORTED, "the operation ended with messages in flight") : s_->failure;
+    why = s_->failure.ok()
+              ? WCCL_ERROR(WCCL_ERR_ABORTED, "the operation ended with messages in flight")
+              : s_->failure;
   }
   ch_.abort(why);
   // abort() completes every pending operation promptly; the bound only guards against a bug.
   std::unique_lock<std::mutex> lock(s_->mu);
   s_->awaiting_all = true;
   if (!s_->cv.wait_for(lock, std::chrono::seconds(30), [&] { return s_->outstanding == 0; })) {
-    std::fprintf(stderr, "wccl: BUG: %zu transfers still pending 30 s after abort\n", s_->outstanding);
+    std::fprintf(stderr, "wccl: BUG: %zu transfers still pending 30 s after abort\n",
+                 s_->outstanding);
     std::abort();
   }
 }

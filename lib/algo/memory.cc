@@ -31,8 +31,8 @@ void copy_streaming(uint8_t *dst, const uint8_t *src, size_t n) {
   for (; n >= 64; n -= 64, dst += 64, src += 64) {
     const auto *from = reinterpret_cast<const __m128i *>(src);
     auto *to = reinterpret_cast<__m128i *>(dst);
-    const __m128i a = _mm_loadu_si128(from), b = _mm_loadu_si128(from + 1), c = _mm_loadu_si128(from + 2),
-                  d = _mm_loadu_si128(from + 3);
+    const __m128i a = _mm_loadu_si128(from), b = _mm_loadu_si128(from + 1),
+                  c = _mm_loadu_si128(from + 2), d = _mm_loadu_si128(from + 3);
     _mm_stream_si128(to, a);
     _mm_stream_si128(to + 1, b);
     _mm_stream_si128(to + 2, c);
@@ -52,7 +52,8 @@ class HostMemory final : public Memory {
     out->reset();
     if (n == 0) return Status();
     auto *p = new (std::nothrow) uint8_t[n];
-    if (p == nullptr) return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "no memory for %zu bytes of host scratch", n);
+    if (p == nullptr)
+      return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "no memory for %zu bytes of host scratch", n);
     *out = Bytes(p, ReturnBytes{this, false});
     return Status();
   }
@@ -66,8 +67,8 @@ class HostMemory final : public Memory {
     copy_streaming(static_cast<uint8_t *>(dst), static_cast<const uint8_t *>(src), n);
     return Status();
   }
-  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
-                     size_t count) override {
+  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine,
+                     const uint8_t *got, size_t count) override {
     codec::reduce_into(t, op, dst, mine, got, count);
     return Status();
   }
@@ -75,18 +76,20 @@ class HostMemory final : public Memory {
     codec::finish_avg(t, dst, count, by);
     return Status();
   }
-  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire, size_t first) override {
+  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire,
+                size_t first) override {
     return codec::encode(w, src, count, wire, first);
   }
   Status decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) override {
     return codec::decode(w, wire, len, count, dst);
   }
-  Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
-                       const float *mine) override {
+  Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len,
+                       size_t count, float *dst, const float *mine) override {
     return codec::decode_reduce(w, op, wire, len, count, dst, mine);
   }
   Status widen(codec::Dtype t, const void *src, size_t count, float *dst) override {
-    return codec::decode(codec::half_wire(t), static_cast<const uint8_t *>(src), count * 2, count, dst);
+    return codec::decode(codec::half_wire(t), static_cast<const uint8_t *>(src), count * 2, count,
+                         dst);
   }
 
  protected:
@@ -103,14 +106,16 @@ Memory &host_memory() {
 Status GrowingBytes::reserve(Memory &memory, Kind kind, size_t n, uint8_t **at) {
   if (size_ < n) {
     reset();
-    WCCL_RETURN_IF_ERROR(kind == Kind::kHost ? memory.host_bytes(n, &bytes_) : memory.scratch(n, &bytes_));
+    WCCL_RETURN_IF_ERROR(kind == Kind::kHost ? memory.host_bytes(n, &bytes_)
+                                             : memory.scratch(n, &bytes_));
     size_ = n;
   }
   *at = bytes_.get();
   return Status();
 }
 
-// --- DeviceMemory ---------------------------------------------------------------------------------
+// --- DeviceMemory
+// ---------------------------------------------------------------------------------
 
 std::unique_ptr<DeviceMemory> DeviceMemory::create(gpu::Device &device, Status *st) {
   gpu::Stream work = nullptr, commit = nullptr;
@@ -145,7 +150,8 @@ Status DeviceMemory::host_bytes(size_t n, Bytes *out) {
     auto best = spare_pinned_.end();
     for (auto it = spare_pinned_.begin(); it != spare_pinned_.end(); ++it) {
       const size_t size = pinned_size_[*it];
-      if (size >= n && size / 2 <= n && (best == spare_pinned_.end() || size < pinned_size_[*best])) best = it;
+      if (size >= n && size / 2 <= n && (best == spare_pinned_.end() || size < pinned_size_[*best]))
+        best = it;
     }
     if (best != spare_pinned_.end()) {
       *out = Bytes(*best, ReturnBytes{this, false});
@@ -156,8 +162,8 @@ Status DeviceMemory::host_bytes(size_t n, Bytes *out) {
   void *p = nullptr;
   const Status st = dev_.alloc_pinned(&p, n);
   if (!st.ok()) {
-    return WCCL_ERROR(st.code() == WCCL_ERR_CUDA ? WCCL_ERR_NO_MEMORY : st.code(), "%s: %zu bytes of page-locked memory: %s",
-                      name(), n, st.message().c_str());
+    return WCCL_ERROR(st.code() == WCCL_ERR_CUDA ? WCCL_ERR_NO_MEMORY : st.code(),
+                      "%s: %zu bytes of page-locked memory: %s", name(), n, st.message().c_str());
   }
   std::lock_guard<std::mutex> lock(mu_);
   pinned_size_[static_cast<uint8_t *>(p)] = n;
@@ -171,8 +177,8 @@ Status DeviceMemory::scratch(size_t n, Bytes *out) {
   void *p = nullptr;
   const Status st = dev_.alloc(&p, n);
   if (!st.ok()) {
-    return WCCL_ERROR(st.code() == WCCL_ERR_CUDA ? WCCL_ERR_NO_MEMORY : st.code(), "%s: %zu bytes of device memory: %s",
-                      name(), n, st.message().c_str());
+    return WCCL_ERROR(st.code() == WCCL_ERR_CUDA ? WCCL_ERR_NO_MEMORY : st.code(),
+                      "%s: %zu bytes of device memory: %s", name(), n, st.message().c_str());
   }
   *out = Bytes(static_cast<uint8_t *>(p), ReturnBytes{this, true});
   return Status();
@@ -207,10 +213,12 @@ Status DeviceMemory::copy(void *dst, const void *src, size_t n) {
 
 Status DeviceMemory::to_host(uint8_t *dst, const void *src, size_t n) { return copy(dst, src, n); }
 
-Status DeviceMemory::from_host(void *dst, const uint8_t *src, size_t n) { return copy(dst, src, n); }
+Status DeviceMemory::from_host(void *dst, const uint8_t *src, size_t n) {
+  return copy(dst, src, n);
+}
 
-Status DeviceMemory::reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
-                                 size_t count) {
+Status DeviceMemory::reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine,
+                                 const uint8_t *got, size_t count) {
   if (count == 0) return Status();
   const size_t bytes = count * codec::dtype_size(t);
   uint8_t *ws = nullptr;
@@ -226,7 +234,8 @@ Status DeviceMemory::finish_avg(codec::Dtype t, void *dst, size_t count, int by)
   return dev_.synchronize(work_);
 }
 
-Status DeviceMemory::encode(codec::Wire w, const float *src, size_t count, uint8_t *wire, size_t first) {
+Status DeviceMemory::encode(codec::Wire w, const float *src, size_t count, uint8_t *wire,
+                            size_t first) {
   if (w == codec::Wire::kNative) return to_host(wire, src, count * 4);
   if (count == 0) return Status();
   const size_t len = codec::wire_size(w, count);
@@ -237,7 +246,8 @@ Status DeviceMemory::encode(codec::Wire w, const float *src, size_t count, uint8
   return dev_.synchronize(work_);
 }
 
-Status DeviceMemory::decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) {
+Status DeviceMemory::decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count,
+                            float *dst) {
   WCCL_RETURN_IF_ERROR(codec::validate(w, wire, len, count));
   if (w == codec::Wire::kNative) return from_host(dst, wire, len);
   if (count == 0) return Status();
@@ -248,8 +258,8 @@ Status DeviceMemory::decode(codec::Wire w, const uint8_t *wire, size_t len, size
   return dev_.synchronize(work_);
 }
 
-Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count,
-                                   float *dst, const float *mine) {
+Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len,
+                                   size_t count, float *dst, const float *mine) {
   WCCL_RETURN_IF_ERROR(codec::validate(w, wire, len, count));
   if (count == 0) return Status();
   uint8_t *ws = nullptr;
@@ -258,14 +268,17 @@ Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t
   if (codec::block_format(w) != nullptr && (op == codec::RedOp::kSum || op == codec::RedOp::kAvg)) {
     WCCL_RETURN_IF_ERROR(dev_.decode_add(w, ws, count, dst, mine, work_));  // fused, as on the CPU
   } else {
-    const float *decoded = reinterpret_cast<const float *>(ws);  // the native wire's bytes are floats
+    const float *decoded =
+        reinterpret_cast<const float *>(ws);  // the native wire's bytes are floats
     if (w != codec::Wire::kNative) {
       uint8_t *floats = nullptr;
-      WCCL_RETURN_IF_ERROR(decoded_.reserve(*this, GrowingBytes::Kind::kScratch, count * sizeof(float), &floats));
+      WCCL_RETURN_IF_ERROR(
+          decoded_.reserve(*this, GrowingBytes::Kind::kScratch, count * sizeof(float), &floats));
       WCCL_RETURN_IF_ERROR(dev_.decode(w, ws, count, reinterpret_cast<float *>(floats), work_));
       decoded = reinterpret_cast<const float *>(floats);
     }
-    WCCL_RETURN_IF_ERROR(dev_.reduce_into(codec::Dtype::kF32, op, dst, mine, decoded, count, work_));
+    WCCL_RETURN_IF_ERROR(
+        dev_.reduce_into(codec::Dtype::kF32, op, dst, mine, decoded, count, work_));
   }
   return dev_.synchronize(work_);
 }
@@ -294,14 +307,16 @@ Status DeviceMemory::hash(const void *data, size_t len, uint64_t *out) {
 
 Status DeviceMemory::widen(codec::Dtype t, const void *src, size_t count, float *dst) {
   if (count == 0) return Status();
-  WCCL_RETURN_IF_ERROR(dev_.decode(codec::half_wire(t), static_cast<const uint8_t *>(src), count, dst, work_));
+  WCCL_RETURN_IF_ERROR(
+      dev_.decode(codec::half_wire(t), static_cast<const uint8_t *>(src), count, dst, work_));
   return dev_.synchronize(work_);
 }
 
 Status DeviceMemory::narrow_out(codec::Dtype t, const float *src, size_t count, void *dst) {
   if (count == 0) return Status();
   std::lock_guard<std::mutex> lock(commit_mu_);
-  WCCL_RETURN_IF_ERROR(dev_.encode(codec::half_wire(t), src, count, static_cast<uint8_t *>(dst), 0, commit_));
+  WCCL_RETURN_IF_ERROR(
+      dev_.encode(codec::half_wire(t), src, count, static_cast<uint8_t *>(dst), 0, commit_));
   return dev_.synchronize(commit_);
 }
 

@@ -60,14 +60,16 @@ class Memory {
   virtual Status save(void *dst, const void *src, size_t n) { return copy(dst, src, n); }
 
   // codec::reduce_into with `got` (count elements) in host memory; dst may equal mine.
-  virtual Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
-                             size_t count) = 0;
+  virtual Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine,
+                             const uint8_t *got, size_t count) = 0;
   virtual Status finish_avg(codec::Dtype t, void *dst, size_t count, int by) = 0;
   // codec::encode, decode and decode_reduce, with the wire bytes in host memory.
-  virtual Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire, size_t first) = 0;
-  virtual Status decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) = 0;
-  virtual Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
-                               const float *mine) = 0;
+  virtual Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire,
+                        size_t first) = 0;
+  virtual Status decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count,
+                        float *dst) = 0;
+  virtual Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len,
+                               size_t count, float *dst, const float *mine) = 0;
   // dst = the count F16 or BF16 (t) elements at src as F32, exactly; both in this memory.
   virtual Status widen(codec::Dtype t, const void *src, size_t count, float *dst) = 0;
 
@@ -113,13 +115,14 @@ class DeviceMemory final : public Memory {
   Status copy(void *dst, const void *src, size_t n) override;
   Status to_host(uint8_t *dst, const void *src, size_t n) override;
   Status from_host(void *dst, const uint8_t *src, size_t n) override;
-  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
-                     size_t count) override;
+  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine,
+                     const uint8_t *got, size_t count) override;
   Status finish_avg(codec::Dtype t, void *dst, size_t count, int by) override;
-  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire, size_t first) override;
+  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire,
+                size_t first) override;
   Status decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count, float *dst) override;
-  Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
-                       const float *mine) override;
+  Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len,
+                       size_t count, float *dst, const float *mine) override;
   Status widen(codec::Dtype t, const void *src, size_t count, float *dst) override;
 
   // codec::tensor_hash of len bytes of this device's memory, hashed by the GPU, on the caller's
@@ -145,7 +148,7 @@ class DeviceMemory final : public Memory {
   // Device memory of the data phase (the worker thread's).
   GrowingBytes workspace_;  // where host bytes land before a kernel reads them
   GrowingBytes decoded_;    // decode_reduce's floats when it cannot fuse
-  std::mutex mu_;  // the pinned blocks
+  std::mutex mu_;           // the pinned blocks
   std::map<uint8_t *, size_t> pinned_size_;
   std::vector<uint8_t *> spare_pinned_;  // oldest first
   std::mutex commit_mu_;

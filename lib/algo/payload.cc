@@ -39,7 +39,8 @@ class NativePayload final : public Payload {
   Status plan(size_t, const std::function<size_t(size_t)> &, Carry) override { return Status(); }
   size_t wire_len(size_t count) const override { return count * es_; }
 
-  Status send_partial(size_t slot, int peer, uint32_t tag, const void *src, size_t count, size_t, size_t) override {
+  Status send_partial(size_t slot, int peer, uint32_t tag, const void *src, size_t count, size_t,
+                      size_t) override {
     return pipe_.out().send(slot, peer, tag, src, count * es_, /*from_buffer=*/true);
   }
   Status combine(void *acc, const void *mine, const uint8_t *got, size_t count) override {
@@ -51,7 +52,8 @@ class NativePayload final : public Payload {
     WCCL_RETURN_IF_ERROR(will_write(value, count));
     return mem_.copy(value, src, count * es_);
   }
-  Status send_final(size_t slot, int peer, uint32_t tag, const void *value, size_t count, size_t) override {
+  Status send_final(size_t slot, int peer, uint32_t tag, const void *value, size_t count,
+                    size_t) override {
     return pipe_.out().send(slot, peer, tag, value, count * es_, /*from_buffer=*/true);
   }
   void land_final(int peer, uint32_t tag, void *value, size_t count, size_t, size_t gate,
@@ -91,19 +93,24 @@ class NativePayload final : public Payload {
 
 class CodedPayload final : public Payload {
  public:
-  CodedPayload(Pipeline &pipe, codec::Wire w, codec::RedOp op) : pipe_(pipe), mem_(pipe.memory()), w_(w), op_(op) {}
+  CodedPayload(Pipeline &pipe, codec::Wire w, codec::RedOp op)
+      : pipe_(pipe), mem_(pipe.memory()), w_(w), op_(op) {}
 
   Status plan(size_t regions, const std::function<size_t(size_t)> &count_of, Carry carry) override {
-    if (carry != Carry::kFinals) WCCL_RETURN_IF_ERROR(partials_.allocate(mem_, regions, count_of, wire_bytes()));
-    if (carry != Carry::kPartials) WCCL_RETURN_IF_ERROR(finals_.allocate(mem_, regions, count_of, wire_bytes()));
+    if (carry != Carry::kFinals)
+      WCCL_RETURN_IF_ERROR(partials_.allocate(mem_, regions, count_of, wire_bytes()));
+    if (carry != Carry::kPartials)
+      WCCL_RETURN_IF_ERROR(finals_.allocate(mem_, regions, count_of, wire_bytes()));
     return Status();
   }
   size_t wire_len(size_t count) const override { return codec::wire_size(w_, count); }
 
-  Status send_partial(size_t slot, int peer, uint32_t tag, const void *src, size_t count, size_t first,
-                      size_t region) override {
-    WCCL_RETURN_IF_ERROR(mem_.encode(w_, static_cast<const float *>(src), count, partials_.at(region), first));
-    return pipe_.out().send(slot, peer, tag, partials_.at(region), partials_.len(region), /*from_buffer=*/false);
+  Status send_partial(size_t slot, int peer, uint32_t tag, const void *src, size_t count,
+                      size_t first, size_t region) override {
+    WCCL_RETURN_IF_ERROR(
+        mem_.encode(w_, static_cast<const float *>(src), count, partials_.at(region), first));
+    return pipe_.out().send(slot, peer, tag, partials_.at(region), partials_.len(region),
+                            /*from_buffer=*/false);
   }
   Status combine(void *acc, const void *mine, const uint8_t *got, size_t count) override {
     WCCL_RETURN_IF_ERROR(will_write(acc, count));
@@ -111,13 +118,18 @@ class CodedPayload final : public Payload {
                               static_cast<const float *>(mine));
   }
   // Encoded once; this peer keeps what decodes from its own bytes, as every receiver will.
-  Status make_final(void *value, const void *src, size_t count, size_t first, size_t region) override {
-    WCCL_RETURN_IF_ERROR(mem_.encode(w_, static_cast<const float *>(src), count, finals_.at(region), first));
+  Status make_final(void *value, const void *src, size_t count, size_t first,
+                    size_t region) override {
+    WCCL_RETURN_IF_ERROR(
+        mem_.encode(w_, static_cast<const float *>(src), count, finals_.at(region), first));
     WCCL_RETURN_IF_ERROR(will_write(value, count));
-    return mem_.decode(w_, finals_.at(region), finals_.len(region), count, static_cast<float *>(value));
+    return mem_.decode(w_, finals_.at(region), finals_.len(region), count,
+                       static_cast<float *>(value));
   }
-  Status send_final(size_t slot, int peer, uint32_t tag, const void *, size_t, size_t region) override {
-    return pipe_.out().send(slot, peer, tag, finals_.at(region), finals_.len(region), /*from_buffer=*/false);
+  Status send_final(size_t slot, int peer, uint32_t tag, const void *, size_t,
+                    size_t region) override {
+    return pipe_.out().send(slot, peer, tag, finals_.at(region), finals_.len(region),
+                            /*from_buffer=*/false);
   }
   void land_final(int peer, uint32_t tag, void *value, size_t count, size_t region, size_t,
                   std::function<Status()> then) override {
@@ -125,7 +137,8 @@ class CodedPayload final : public Payload {
     pipe_.land(peer, tag, finals_.at(region), finals_.len(region), /*in_buffer=*/false, kNoSlot,
                [this, value, count, region, then = std::move(then)](const uint8_t *) {
                  WCCL_RETURN_IF_ERROR(will_write(value, count));
-                 WCCL_RETURN_IF_ERROR(mem_.decode(w_, finals_.at(region), finals_.len(region), count, static_cast<float *>(value)));
+                 WCCL_RETURN_IF_ERROR(mem_.decode(w_, finals_.at(region), finals_.len(region),
+                                                  count, static_cast<float *>(value)));
                  return then();
                });
   }
@@ -165,7 +178,8 @@ class CodedPayload final : public Payload {
 
 }  // namespace
 
-std::unique_ptr<Payload> make_payload(Pipeline &pipe, codec::Wire w, codec::Dtype t, codec::RedOp op) {
+std::unique_ptr<Payload> make_payload(Pipeline &pipe, codec::Wire w, codec::Dtype t,
+                                      codec::RedOp op) {
   if (w == codec::Wire::kNative) return std::make_unique<NativePayload>(pipe, t, op);
   return std::make_unique<CodedPayload>(pipe, w, op);
 }

@@ -36,23 +36,26 @@ class Payload {
   enum class Carry { kPartials, kFinals, kBoth };
   // The topology's regions, before any other call: `regions` of them, region i holding
   // count_of(i) elements, with room for what they carry.
-  virtual Status plan(size_t regions, const std::function<size_t(size_t)> &count_of, Carry carry) = 0;
+  virtual Status plan(size_t regions, const std::function<size_t(size_t)> &count_of,
+                      Carry carry) = 0;
   // Bytes of a message of `count` elements.
   virtual size_t wire_len(size_t count) const = 0;
 
   // Sends `count` elements at src (this peer's input, or a partial).
-  virtual Status send_partial(size_t slot, int peer, uint32_t tag, const void *src, size_t count, size_t first,
-                              size_t region) = 0;
+  virtual Status send_partial(size_t slot, int peer, uint32_t tag, const void *src, size_t count,
+                              size_t first, size_t region) = 0;
   // acc = mine (op) the partial `got`; acc may equal mine.
   virtual Status combine(void *acc, const void *mine, const uint8_t *got, size_t count) = 0;
   // value = the final value of src's elements, as every receiver will hold it; src may equal value.
-  virtual Status make_final(void *value, const void *src, size_t count, size_t first, size_t region) = 0;
+  virtual Status make_final(void *value, const void *src, size_t count, size_t first,
+                            size_t region) = 0;
   // Sends the final value made (make_final) or received (land_final) here.
-  virtual Status send_final(size_t slot, int peer, uint32_t tag, const void *value, size_t count, size_t region) = 0;
+  virtual Status send_final(size_t slot, int peer, uint32_t tag, const void *value, size_t count,
+                            size_t region) = 0;
   // A pipeline step: a final value from `peer` lands in `value` (posted once the send in `gate`
   // completed, where it lands in the buffers), then `then` runs.
-  virtual void land_final(int peer, uint32_t tag, void *value, size_t count, size_t region, size_t gate,
-                          std::function<Status()> then) = 0;
+  virtual void land_final(int peer, uint32_t tag, void *value, size_t count, size_t region,
+                          size_t gate, std::function<Status()> then) = 0;
 
   // Kept contributions, for the all-gather all-reduce: each member's elements travel as a final
   // value does (encoded once on a codec), and every member keeps them, as they came, in regions
@@ -69,6 +72,7 @@ class Payload {
 
 // The payload for elements of dtype t combined with op, travelling as w (kNative, or an F32 codec),
 // sending and receiving through `pipe` (which makes its own: Pipeline::payload()).
-std::unique_ptr<Payload> make_payload(Pipeline &pipe, codec::Wire w, codec::Dtype t, codec::RedOp op);
+std::unique_ptr<Payload> make_payload(Pipeline &pipe, codec::Wire w, codec::Dtype t,
+                                      codec::RedOp op);
 
 }  // namespace wccl::algo

@@ -28,7 +28,8 @@ size_t take(Pool &pool, std::vector<size_t> &free) {
 Outbox::Outbox(Exchange &ex, Memory &mem, size_t slots, size_t es, Compress compress)
     : ex_(ex), mem_(mem), slots_(slots, kNotIssued), es_(es), codec_(compress, 1) {}
 
-Status Outbox::send(size_t slot, int peer, uint32_t tag, const void *data, size_t len, bool from_buffer) {
+Status Outbox::send(size_t slot, int peer, uint32_t tag, const void *data, size_t len,
+                    bool from_buffer) {
   Ticket t = kNothingSent;
   if (len != 0) {
     reap();
@@ -46,7 +47,8 @@ Status Outbox::send(size_t slot, int peer, uint32_t tag, const void *data, size_
     }
     const size_t frame = take(frames_, free_frames_);
     size_t wire = len;
-    const uint8_t *bytes = codec_.encode(0, static_cast<const uint8_t *>(data), len, es_, &frames_[frame], &wire);
+    const uint8_t *bytes =
+        codec_.encode(0, static_cast<const uint8_t *>(data), len, es_, &frames_[frame], &wire);
     const bool raw = wire == len;
     if (raw) free_frames_.push_back(frame);
     if (!raw && copy != kNone) {  // the frame holds the bytes now
@@ -62,7 +64,8 @@ Status Outbox::send(size_t slot, int peer, uint32_t tag, const void *data, size_
 
 Status Outbox::wait(size_t slot) {
   const Ticket t = slots_[slot];
-  if (t == kNotIssued) return WCCL_ERROR(WCCL_ERR_INTERNAL, "a step waits for send slot %zu, never issued", slot);
+  if (t == kNotIssued)
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "a step waits for send slot %zu, never issued", slot);
   return t == kNothingSent ? Status() : ex_.wait(t);
 }
 
@@ -97,7 +100,8 @@ void Pipeline::receive(int peer, uint32_t tag, size_t len, Action then) {
   steps_.push_back({peer, tag, nullptr, len, false, kNoSlot, std::move(then)});
 }
 
-void Pipeline::land(int peer, uint32_t tag, uint8_t *dst, size_t len, bool in_buffer, size_t gate, Action then) {
+void Pipeline::land(int peer, uint32_t tag, uint8_t *dst, size_t len, bool in_buffer, size_t gate,
+                    Action then) {
   steps_.push_back({peer, tag, dst, len, in_buffer, gate, std::move(then)});
 }
 
@@ -109,7 +113,9 @@ Status Pipeline::run() {
     if (staged(s)) slot_bytes = std::max(slot_bytes, s.len);
   }
   WCCL_RETURN_IF_ERROR(mem_.host_bytes(slot_bytes * kWindow, &staging_));
-  auto landing = [&](size_t k) { return staged(steps_[k]) ? staging_.get() + (k % kWindow) * slot_bytes : steps_[k].dst; };
+  auto landing = [&](size_t k) {
+    return staged(steps_[k]) ? staging_.get() + (k % kWindow) * slot_bytes : steps_[k].dst;
+  };
   std::vector<Ticket> recvs(steps_.size(), kNotIssued);
   size_t posted = 0;
   auto post = [&](size_t k) -> Status {

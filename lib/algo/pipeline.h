@@ -93,7 +93,9 @@ class Pipeline {
   // What travels (c.wire), sending and receiving through this pipeline.
   Payload &payload() { return *payload_; }
   // [at, at + len) of the operation's buffers is about to be written: the Undo (if any) saves it.
-  Status will_write(const void *at, size_t len) { return undo_ != nullptr ? undo_->will_write(at, len) : Status(); }
+  Status will_write(const void *at, size_t len) {
+    return undo_ != nullptr ? undo_->will_write(at, len) : Status();
+  }
 
   // Steps, run in the order added.
   // A message of len bytes from `peer` lands in a staging slot of host memory; `then` gets it.
@@ -101,7 +103,8 @@ class Pipeline {
   // A message lands at dst: the operation's buffers (in_buffer; on a device through a staging
   // slot; the Undo saves dst first) or host memory. It is posted only once the send in `gate`
   // completed. `then` gets the bytes where they landed (the staging slot or dst).
-  void land(int peer, uint32_t tag, uint8_t *dst, size_t len, bool in_buffer, size_t gate, Action then);
+  void land(int peer, uint32_t tag, uint8_t *dst, size_t len, bool in_buffer, size_t gate,
+            Action then);
 
   // Runs the steps, then waits for every send.
   Status run();

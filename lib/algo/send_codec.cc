@@ -2,12 +2,13 @@
 
 namespace wccl::algo {
 
-const uint8_t *SendCodec::encode(size_t key, const uint8_t *src, size_t len, size_t es, std::vector<uint8_t> *slot,
-                                 size_t *wire_len) {
+const uint8_t *SendCodec::encode(size_t key, const uint8_t *src, size_t len, size_t es,
+                                 std::vector<uint8_t> *slot, size_t *wire_len) {
   *wire_len = len;
   int &decided = decided_[key];
   const bool always = mode_ == Compress::kAlways;
-  if (mode_ == Compress::kOff || len < kMinCompressBytes || decided == kRaw || (!always && link_bytes_per_ns_ <= 0)) {
+  if (mode_ == Compress::kOff || len < kMinCompressBytes || decided == kRaw ||
+      (!always && link_bytes_per_ns_ <= 0)) {
     return src;
   }
   slot->resize(len);

@@ -37,8 +37,8 @@ class SendCodec {
 
   // The bytes to send for len bytes at src (elements of es bytes) of stream `key`: src itself, or
   // a zstd frame in *slot, which must stay unchanged until the send completes. Sets *wire_len.
-  const uint8_t *encode(size_t key, const uint8_t *src, size_t len, size_t es, std::vector<uint8_t> *slot,
-                        size_t *wire_len);
+  const uint8_t *encode(size_t key, const uint8_t *src, size_t len, size_t es,
+                        std::vector<uint8_t> *slot, size_t *wire_len);
   // A send of wire_len bytes completed; `raw` if it carried its bytes as they are.
   void sent(size_t wire_len, bool raw);
 

@@ -46,7 +46,9 @@ class Reader {
     p_ += n;
     return true;
   }
-  bool only_padding_left() const { return std::all_of(p_, end_, [](uint8_t b) { return b == 0; }); }
+  bool only_padding_left() const {
+    return std::all_of(p_, end_, [](uint8_t b) { return b == 0; });
+  }
 
  private:
   const uint8_t *p_;
@@ -80,12 +82,14 @@ Status check_lists(const std::vector<MemberState> &members) {
   for (size_t r = 1; r < members.size(); ++r) {
     const std::vector<TensorInfo> &m = members[r].tensors;
     if (m.size() != ref.size()) {
-      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "state sync: rank %zu passes %zu tensors, rank 0 passes %zu", r,
-                        m.size(), ref.size());
+      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
+                        "state sync: rank %zu passes %zu tensors, rank 0 passes %zu", r, m.size(),
+                        ref.size());
     }
     for (size_t i = 0; i < m.size(); ++i) {
       if (m[i].name != ref[i].name || m[i].dtype != ref[i].dtype || m[i].count != ref[i].count) {
-        return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "state sync: tensor %zu is %s on rank %zu but %s on rank 0", i,
+        return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
+                          "state sync: tensor %zu is %s on rank %zu but %s on rank 0", i,
                           describe(m[i]).c_str(), r, describe(ref[i]).c_str());
       }
     }
@@ -102,11 +106,12 @@ Result<int> elect(const std::vector<MemberState> &members) {
     if (send_only < 0) {
       send_only = r;
     } else if (!same_state(members[send_only], members[r])) {
-      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
-                        "state sync: send-only members rank %d (revision %llu) and rank %d (revision %llu) hold "
-                        "different states",
-                        send_only, static_cast<unsigned long long>(members[send_only].revision), r,
-                        static_cast<unsigned long long>(members[r].revision));
+      return WCCL_ERROR(
+          WCCL_ERR_INVALID_USAGE,
+          "state sync: send-only members rank %d (revision %llu) and rank %d (revision %llu) hold "
+          "different states",
+          send_only, static_cast<unsigned long long>(members[send_only].revision), r,
+          static_cast<unsigned long long>(members[r].revision));
     }
   }
   if (send_only >= 0) return send_only;
@@ -114,15 +119,18 @@ Result<int> elect(const std::vector<MemberState> &members) {
   for (int r = 0; r < n; ++r) {
     if (members[r].mode != SyncMode::kPopular) continue;
     int votes = 0;
-    for (int q = 0; q < n; ++q) votes += members[q].mode == SyncMode::kPopular && same_state(members[r], members[q]);
+    for (int q = 0; q < n; ++q)
+      votes += members[q].mode == SyncMode::kPopular && same_state(members[r], members[q]);
     // Ranks are visited in order, so among equals the lowest rank's state wins.
-    if (best < 0 || votes > best_votes || (votes == best_votes && members[r].revision > members[best].revision)) {
+    if (best < 0 || votes > best_votes ||
+        (votes == best_votes && members[r].revision > members[best].revision)) {
       best = r;
       best_votes = votes;
     }
   }
   if (best < 0) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "state sync: every member is receive-only, so none offers its state");
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
+                      "state sync: every member is receive-only, so none offers its state");
   }
   return best;
 }
@@ -154,27 +162,34 @@ Result<MemberState> decode_state(const uint8_t *data, size_t len) {
   uint16_t version = 0;
   uint8_t mode = 0, reserved = 0;
   MemberState s;
-  if (!r.get(&magic) || !r.get(&version) || !r.get(&mode) || !r.get(&reserved) || !r.get(&s.revision) || !r.get(&n)) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: %zu bytes are too few for its header", len);
+  if (!r.get(&magic) || !r.get(&version) || !r.get(&mode) || !r.get(&reserved) ||
+      !r.get(&s.revision) || !r.get(&n)) {
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: %zu bytes are too few for its header",
+                      len);
   }
   if (magic != kMagic || version != kVersion) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: magic %08x version %u, expected %08x version %u", magic,
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                      "state description: magic %08x version %u, expected %08x version %u", magic,
                       version, kMagic, kVersion);
   }
   if (mode >= kSyncModeCount || reserved != 0) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: mode %u (reserved %u) is not a sync mode", mode, reserved);
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                      "state description: mode %u (reserved %u) is not a sync mode", mode,
+                      reserved);
   }
   s.mode = static_cast<SyncMode>(mode);
   // Each tensor takes at least 19 bytes: a count that could not fit is refused before reserving.
-  if (n > len / 19) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: %u tensors in %zu bytes", n, len);
+  if (n > len / 19)
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: %u tensors in %zu bytes", n, len);
   s.tensors.resize(n);
   for (uint32_t i = 0; i < n; ++i) {
     TensorInfo &t = s.tensors[i];
     uint16_t name_len = 0;
     uint8_t dtype = 0;
-    if (!r.get(&name_len) || name_len > kMaxNameBytes || !r.bytes(name_len, &t.name) || !r.get(&dtype) ||
-        !r.get(&t.count) || !r.get(&t.hash)) {
-      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: tensor %u is truncated or its name too long", i);
+    if (!r.get(&name_len) || name_len > kMaxNameBytes || !r.bytes(name_len, &t.name) ||
+        !r.get(&dtype) || !r.get(&t.count) || !r.get(&t.hash)) {
+      return WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                        "state description: tensor %u is truncated or its name too long", i);
     }
     if (dtype >= codec::kDtypeCount) {
       return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: tensor %u has dtype %u", i, dtype);
@@ -185,18 +200,22 @@ Result<MemberState> decode_state(const uint8_t *data, size_t len) {
                         static_cast<unsigned long long>(t.count));
     }
   }
-  if (!r.only_padding_left()) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: bytes after its last tensor");
+  if (!r.only_padding_left())
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state description: bytes after its last tensor");
   return s;
 }
 
-Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece_bytes, const SyncTarget *keep) {
-  if (members.empty() || piece_bytes == 0) return WCCL_ERROR(WCCL_ERR_INTERNAL, "plan_sync: no members or pieces");
+Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece_bytes,
+                           const SyncTarget *keep) {
+  if (members.empty() || piece_bytes == 0)
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "plan_sync: no members or pieces");
   WCCL_RETURN_IF_ERROR(check_lists(members));
   const int n = static_cast<int>(members.size());
   SyncPlan plan;
   if (keep != nullptr) {
     if (keep->hashes.size() != members[0].tensors.size()) {
-      return WCCL_ERROR(WCCL_ERR_INTERNAL, "plan_sync: the kept target has %zu tensors, the members %zu",
+      return WCCL_ERROR(WCCL_ERR_INTERNAL,
+                        "plan_sync: the kept target has %zu tensors, the members %zu",
                         keep->hashes.size(), members[0].tensors.size());
     }
     plan.target = *keep;
@@ -224,7 +243,8 @@ Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece
     const uint64_t bytes = list[t].count * codec::dtype_size(list[t].dtype);
     if (receivers.empty() || bytes == 0) continue;
     if (donors.empty()) {
-      return WCCL_ERROR(WCCL_ERR_PEER_LOST, "state sync: no remaining member holds tensor \"%s\" of the elected state",
+      return WCCL_ERROR(WCCL_ERR_PEER_LOST,
+                        "state sync: no remaining member holds tensor \"%s\" of the elected state",
                         list[t].name.c_str());
     }
     // Piece k of receiver j comes from donor (k + j) mod |donors|: each receiver draws on every
@@ -242,7 +262,8 @@ Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece
       }
     }
     if (plan.transfers.size() > UINT32_MAX) {
-      return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "state sync: more than 2^32 messages; raise chunk_bytes");
+      return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                        "state sync: more than 2^32 messages; raise chunk_bytes");
     }
   }
   return plan;
@@ -281,7 +302,9 @@ Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, SendSlots *slo
   const std::vector<Transfer> &transfers = job.plan->transfers;
   SendCodec donor(job.compress, job.tensors.size());
   codec::Compressor receiver;
-  auto elem_bytes = [&](uint32_t t) { return t < job.elem_bytes.size() ? job.elem_bytes[t] : size_t{1}; };
+  auto elem_bytes = [&](uint32_t t) {
+    return t < job.elem_bytes.size() ? job.elem_bytes[t] : size_t{1};
+  };
   size_t sends = 0;
   std::deque<Posted> window;
   // Waits for the oldest message; a compressed piece received is expanded in place.
@@ -292,8 +315,10 @@ Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, SendSlots *slo
       donor.sent(p.len, p.len == p.tr->bytes);
     } else if (const size_t got = ex.length(p.ticket); got != p.tr->bytes) {
       uint8_t *piece = stage + job.stage_offset[p.tr->tensor] + p.tr->offset;
-      const Status st = receiver.decompress(piece, got, elem_bytes(p.tr->tensor), piece, p.tr->bytes);
-      if (!st.ok()) return st.with_context("state sync: a piece from rank " + std::to_string(p.tr->donor));
+      const Status st =
+          receiver.decompress(piece, got, elem_bytes(p.tr->tensor), piece, p.tr->bytes);
+      if (!st.ok())
+        return st.with_context("state sync: a piece from rank " + std::to_string(p.tr->donor));
     }
     window.pop_front();
     return Status();
@@ -309,15 +334,18 @@ Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, SendSlots *slo
       const uint8_t *raw = static_cast<const uint8_t *>(job.tensors[tr.tensor]) + tr.offset;
       if (DeviceMemory *device = tr.tensor < job.device.size() ? job.device[tr.tensor] : nullptr) {
         uint8_t *copy = nullptr;
-        WCCL_RETURN_IF_ERROR(slots->copies[slot].reserve(*device, GrowingBytes::Kind::kHost, tr.bytes, &copy));
+        WCCL_RETURN_IF_ERROR(
+            slots->copies[slot].reserve(*device, GrowingBytes::Kind::kHost, tr.bytes, &copy));
         WCCL_RETURN_IF_ERROR(device->to_host(copy, raw, tr.bytes));
         raw = copy;
       }
-      const uint8_t *bytes = donor.encode(tr.tensor, raw, tr.bytes, elem_bytes(tr.tensor), &slots->frames[slot], &len);
+      const uint8_t *bytes =
+          donor.encode(tr.tensor, raw, tr.bytes, elem_bytes(tr.tensor), &slots->frames[slot], &len);
       window.push_back({ex.send(tr.receiver, tag, bytes, len), &tr, true, len});
     } else if (tr.receiver == me) {
-      window.push_back({ex.recv(tr.donor, tag, stage + job.stage_offset[tr.tensor] + tr.offset, tr.bytes, true), &tr,
-                        false, tr.bytes});
+      window.push_back(
+          {ex.recv(tr.donor, tag, stage + job.stage_offset[tr.tensor] + tr.offset, tr.bytes, true),
+           &tr, false, tr.bytes});
     } else {
       continue;
     }
@@ -338,16 +366,19 @@ Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
   WCCL_RETURN_IF_ERROR(st);
   for (size_t t = 0; t < job.stage_offset.size(); ++t) {
     if (job.stage_offset[t] == SyncJob::kNotReceived) continue;
-    if (codec::tensor_hash(stage + job.stage_offset[t], job.tensor_bytes[t]) != job.plan->target.hashes[t]) {
-      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state sync: tensor %zu as received does not hash to the elected state's",
+    if (codec::tensor_hash(stage + job.stage_offset[t], job.tensor_bytes[t]) !=
+        job.plan->target.hashes[t]) {
+      return WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                        "state sync: tensor %zu as received does not hash to the elected state's",
                         t);
     }
   }
   return Status();
 }
 
-Status deliver_received(const SyncJob &job, const uint8_t *stage,
-                        const std::function<Status(void *, const uint8_t *, size_t, DeviceMemory *)> &copy) {
+Status deliver_received(
+    const SyncJob &job, const uint8_t *stage,
+    const std::function<Status(void *, const uint8_t *, size_t, DeviceMemory *)> &copy) {
   for (size_t t = 0; t < job.stage_offset.size(); ++t) {
     if (job.stage_offset[t] == SyncJob::kNotReceived) continue;
     WCCL_RETURN_IF_ERROR(copy(job.tensors[t], stage + job.stage_offset[t], job.tensor_bytes[t],

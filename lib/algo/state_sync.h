@@ -2,8 +2,8 @@
 // inputs, and the data phase. Each member describes its named tensors (dtype, count, a hash of the
 // bytes) with its revision and mode; the descriptions are all-gathered (comm/state_sync.cc); then
 // every member elects the same state and derives the same transfer plan, so no member needs to be
-// told what to send or receive. docs/algorithms.md describes the rules; tests/test_algo_state_sync.cc
-// checks them.
+// told what to send or receive. docs/algorithms.md describes the rules;
+// tests/test_algo_state_sync.cc checks them.
 #pragma once
 
 #include <cstddef>
@@ -71,7 +71,6 @@ struct SyncPlan {
   std::vector<Transfer> transfers;  // in the one order every member posts them in
 };
 
-
 // Elects the state every member ends with and plans the transfers, from the members' states in
 // rank order. With `keep`, the election is skipped and keep is the target (state sync finishing
 // a transfer after a donor's loss): PEER_LOST if a tensor that some member lacks is held by no
@@ -87,8 +86,8 @@ Result<SyncPlan> plan_sync(const std::vector<MemberState> &members, size_t piece
                            const SyncTarget *keep = nullptr);
 
 // What one member runs the data phase with: its tensors (sent from, and written after the commit),
-// and for each tensor where it lands in the staging buffer (kNotReceived if it does not receive it).
-// The staging buffer is host memory; a tensor may be a GPU's (device).
+// and for each tensor where it lands in the staging buffer (kNotReceived if it does not receive
+// it). The staging buffer is host memory; a tensor may be a GPU's (device).
 struct SyncJob {
   static constexpr size_t kNotReceived = SIZE_MAX;
   std::shared_ptr<const SyncPlan> plan;
@@ -118,8 +117,9 @@ Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage);
 
 // The commit of a sync: each received tensor's bytes copied out of `stage` into the tensor, in
 // order, by copy(to, from, bytes, the tensor's GPU or null); the first error stops it.
-Status deliver_received(const SyncJob &job, const uint8_t *stage,
-                        const std::function<Status(void *, const uint8_t *, size_t, DeviceMemory *)> &copy);
+Status deliver_received(
+    const SyncJob &job, const uint8_t *stage,
+    const std::function<Status(void *, const uint8_t *, size_t, DeviceMemory *)> &copy);
 inline constexpr size_t kSyncWindow = 16;
 
 }  // namespace wccl::algo

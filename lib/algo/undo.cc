@@ -20,7 +20,8 @@ Status Undo::will_write(const void *at, size_t len) {
   size_t from = begin, merged_end = end;
   std::vector<std::map<size_t, size_t>::iterator> covered;
   for (; it != ranges_.end() && it->first <= end; ++it) {
-    if (from < it->first) WCCL_RETURN_IF_ERROR(mem_.save(saved_ + from, out_ + from, it->first - from));
+    if (from < it->first)
+      WCCL_RETURN_IF_ERROR(mem_.save(saved_ + from, out_ + from, it->first - from));
     from = std::max(from, it->second);
     merged_end = std::max(merged_end, it->second);
     covered.push_back(it);
@@ -32,7 +33,8 @@ Status Undo::will_write(const void *at, size_t len) {
 }
 
 Status Undo::restore(const std::function<Status(void *dst, const void *src, size_t n)> &copy) {
-  for (const auto &[begin, end] : ranges_) WCCL_RETURN_IF_ERROR(copy(out_ + begin, saved_ + begin, end - begin));
+  for (const auto &[begin, end] : ranges_)
+    WCCL_RETURN_IF_ERROR(copy(out_ + begin, saved_ + begin, end - begin));
   ranges_.clear();
   return Status();
 }

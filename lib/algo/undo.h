@@ -21,7 +21,10 @@ namespace wccl::algo {
 class Undo {
  public:
   Undo(Memory &mem, void *out, size_t bytes, void *saved)
-      : mem_(mem), out_(static_cast<uint8_t *>(out)), bytes_(bytes), saved_(static_cast<uint8_t *>(saved)) {}
+      : mem_(mem),
+        out_(static_cast<uint8_t *>(out)),
+        bytes_(bytes),
+        saved_(static_cast<uint8_t *>(saved)) {}
 
   // [at, at + len) is about to be written: saves the part of it in the output buffer that was not
   // saved before. Addresses outside the output buffer (the algorithm's own scratch) are ignored.

@@ -32,7 +32,8 @@ void copy_stats(const comm::OpStats &in, wccl_op_stats_t *out) {
 
 // wccl_wire_roundtrip on one GPU's memory: encoded into device scratch and decoded into out by the
 // GPU, on the legacy default stream (after the work queued there), waited for.
-Status device_roundtrip(gpu::Device &dev, codec::Wire w, const float *in, float *out, size_t count) {
+Status device_roundtrip(gpu::Device &dev, codec::Wire w, const float *in, float *out,
+                        size_t count) {
   if (w == codec::Wire::kNative) {
     if (in != out) WCCL_RETURN_IF_ERROR(dev.copy(out, in, count * sizeof(float), nullptr));
     return dev.synchronize(nullptr);
@@ -131,7 +132,9 @@ wccl_result_t wccl_coord_start(wccl_coord_t **coord, const wccl_config_t *config
   });
 }
 
-int wccl_coord_port(const wccl_coord_t *coord) { return coord != nullptr ? coord->impl->port() : 0; }
+int wccl_coord_port(const wccl_coord_t *coord) {
+  return coord != nullptr ? coord->impl->port() : 0;
+}
 
 void wccl_coord_stop(wccl_coord_t *coord) { delete coord; }
 
@@ -166,11 +169,18 @@ void wccl_comm_abort(wccl_comm_t *comm) {
 
 int wccl_comm_rank(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->rank() : -1; }
 int wccl_comm_size(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->size() : 0; }
-uint64_t wccl_comm_epoch(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->epoch() : 0; }
-int wccl_comm_pending(const wccl_comm_t *comm) { return comm != nullptr ? comm->impl->pending() : 0; }
-int wccl_comm_update_due(const wccl_comm_t *comm) { return comm != nullptr && comm->impl->update_due() ? 1 : 0; }
+uint64_t wccl_comm_epoch(const wccl_comm_t *comm) {
+  return comm != nullptr ? comm->impl->epoch() : 0;
+}
+int wccl_comm_pending(const wccl_comm_t *comm) {
+  return comm != nullptr ? comm->impl->pending() : 0;
+}
+int wccl_comm_update_due(const wccl_comm_t *comm) {
+  return comm != nullptr && comm->impl->update_due() ? 1 : 0;
+}
 wccl_epoch_origin_t wccl_comm_epoch_origin(const wccl_comm_t *comm) {
-  return comm != nullptr ? static_cast<wccl_epoch_origin_t>(comm->impl->epoch_origin()) : WCCL_EPOCH_CONTINUES;
+  return comm != nullptr ? static_cast<wccl_epoch_origin_t>(comm->impl->epoch_origin())
+                         : WCCL_EPOCH_CONTINUES;
 }
 
 void wccl_comm_destroy(wccl_comm_t *comm) { delete comm; }
@@ -178,13 +188,17 @@ void wccl_comm_destroy(wccl_comm_t *comm) { delete comm; }
 wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire) {
   return wccl::api_call([&]() -> wccl::Status {
     const int w = wccl::enum_value(&wire);
-    WCCL_CHECK_ARG(w >= 0 && w < wccl::codec::kWireCount, "wccl_wire_roundtrip: wire %d is not a wccl_wire_t", w);
-    WCCL_CHECK_ARG(count == 0 || (in != nullptr && out != nullptr), "wccl_wire_roundtrip: in or out is NULL");
+    WCCL_CHECK_ARG(w >= 0 && w < wccl::codec::kWireCount,
+                   "wccl_wire_roundtrip: wire %d is not a wccl_wire_t", w);
+    WCCL_CHECK_ARG(count == 0 || (in != nullptr && out != nullptr),
+                   "wccl_wire_roundtrip: in or out is NULL");
     if (count == 0) return wccl::Status();
     const auto codec_wire = static_cast<wccl::codec::Wire>(w);
     wccl::gpu::Device *in_dev = wccl::gpu::device_of(in), *out_dev = wccl::gpu::device_of(out);
-    WCCL_CHECK_ARG(in_dev == out_dev, "wccl_wire_roundtrip: in is in %s and out in %s; both must be on one device "
-                   "or both in host memory", in_dev != nullptr ? in_dev->name().c_str() : "host memory",
+    WCCL_CHECK_ARG(in_dev == out_dev,
+                   "wccl_wire_roundtrip: in is in %s and out in %s; both must be on one device "
+                   "or both in host memory",
+                   in_dev != nullptr ? in_dev->name().c_str() : "host memory",
                    out_dev != nullptr ? out_dev->name().c_str() : "host memory");
     if (in_dev != nullptr) return wccl::device_roundtrip(*in_dev, codec_wire, in, out, count);
     std::vector<uint8_t> bytes(wccl::codec::wire_size(codec_wire, count));
@@ -197,8 +211,8 @@ wccl_result_t wccl_wait(wccl_request_t *req, wccl_op_stats_t *stats) {
   return wccl::api_call([&]() -> wccl::Status {
     WCCL_CHECK_ARG(req != nullptr, "wccl_wait: req is NULL");
     WCCL_CHECK_ARG(stats == nullptr || stats->size == sizeof(wccl_op_stats_t),
-                   "wccl_wait: stats->size is %zu, not sizeof(wccl_op_stats_t) = %zu", stats ? stats->size : 0,
-                   sizeof(wccl_op_stats_t));
+                   "wccl_wait: stats->size is %zu, not sizeof(wccl_op_stats_t) = %zu",
+                   stats ? stats->size : 0, sizeof(wccl_op_stats_t));
     wccl::comm::OpStats s;
     wccl::Status st = req->wait(&s);
     wccl::copy_stats(s, stats);
@@ -224,18 +238,19 @@ void wccl_request_free(wccl_request_t *req) {
   delete req;
 }
 
-wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, size_t n, uint64_t *revision,
-                              wccl_sync_mode_t mode, wccl_sync_stats_t *stats) {
+wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, size_t n,
+                              uint64_t *revision, wccl_sync_mode_t mode, wccl_sync_stats_t *stats) {
   return wccl::api_call([&]() -> wccl::Status {
     const char *fn = "wccl_state_sync";
     WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
     WCCL_CHECK_ARG(revision != nullptr, "%s: revision is NULL", fn);
     WCCL_CHECK_ARG(n == 0 || tensors != nullptr, "%s: tensors is NULL", fn);
     const int m = wccl::enum_value(&mode);
-    WCCL_CHECK_ARG(m >= 0 && m < wccl::algo::kSyncModeCount, "%s: mode %d is not a wccl_sync_mode_t", fn, m);
+    WCCL_CHECK_ARG(m >= 0 && m < wccl::algo::kSyncModeCount,
+                   "%s: mode %d is not a wccl_sync_mode_t", fn, m);
     WCCL_CHECK_ARG(stats == nullptr || stats->size == sizeof(wccl_sync_stats_t),
-                   "%s: stats->size is %zu, not sizeof(wccl_sync_stats_t) = %zu", fn, stats ? stats->size : 0,
-                   sizeof(wccl_sync_stats_t));
+                   "%s: stats->size is %zu, not sizeof(wccl_sync_stats_t) = %zu", fn,
+                   stats ? stats->size : 0, sizeof(wccl_sync_stats_t));
     std::vector<wccl::comm::SyncTensor> list;
     std::set<std::string> names;
     for (size_t i = 0; i < n; ++i) {
@@ -243,33 +258,39 @@ wccl_result_t wccl_state_sync(wccl_comm_t *comm, const wccl_tensor_t *tensors, s
       WCCL_CHECK_ARG(t.name != nullptr, "%s: tensors[%zu].name is NULL", fn, i);
       const size_t name_len = std::strlen(t.name);
       WCCL_CHECK_ARG(name_len >= 1 && name_len <= wccl::algo::kMaxNameBytes,
-                     "%s: tensors[%zu].name is %zu bytes long, not 1 to %zu", fn, i, name_len, wccl::algo::kMaxNameBytes);
-      WCCL_CHECK_ARG(names.insert(t.name).second, "%s: tensor name \"%s\" appears twice", fn, t.name);
-      WCCL_CHECK_ARG(t.dtype >= 0 && t.dtype < wccl::codec::kDtypeCount, "%s: tensor \"%s\": dtype %d is not a wccl_dtype_t",
-                     fn, t.name, t.dtype);
+                     "%s: tensors[%zu].name is %zu bytes long, not 1 to %zu", fn, i, name_len,
+                     wccl::algo::kMaxNameBytes);
+      WCCL_CHECK_ARG(names.insert(t.name).second, "%s: tensor name \"%s\" appears twice", fn,
+                     t.name);
+      WCCL_CHECK_ARG(t.dtype >= 0 && t.dtype < wccl::codec::kDtypeCount,
+                     "%s: tensor \"%s\": dtype %d is not a wccl_dtype_t", fn, t.name, t.dtype);
       WCCL_CHECK_ARG(t.device == WCCL_DEVICE_HOST || t.device == WCCL_DEVICE_CUDA,
                      "%s: tensor \"%s\": device %d is not a wccl_device_t", fn, t.name, t.device);
       wccl::gpu::Device *device = wccl::gpu::device_of(t.data);
       if (t.device == WCCL_DEVICE_CUDA && device == nullptr && t.count != 0) {
         if (!wccl::gpu::available()) {
-          return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: tensor \"%s\" is WCCL_DEVICE_CUDA, and this library has no CUDA", fn,
-                            t.name);
+          return WCCL_ERROR(WCCL_ERR_UNSUPPORTED,
+                            "%s: tensor \"%s\" is WCCL_DEVICE_CUDA, and this library has no CUDA",
+                            fn, t.name);
         }
-        return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: tensor \"%s\" is WCCL_DEVICE_CUDA, but its data is not device memory",
-                          fn, t.name);
+        return WCCL_ERROR(
+            WCCL_ERR_INVALID_ARGUMENT,
+            "%s: tensor \"%s\" is WCCL_DEVICE_CUDA, but its data is not device memory", fn, t.name);
       }
       WCCL_CHECK_ARG(t.device == WCCL_DEVICE_CUDA || device == nullptr,
-                     "%s: tensor \"%s\" is WCCL_DEVICE_HOST, but its data is device memory of %s", fn, t.name,
-                     device != nullptr ? device->name().c_str() : "");
+                     "%s: tensor \"%s\" is WCCL_DEVICE_HOST, but its data is device memory of %s",
+                     fn, t.name, device != nullptr ? device->name().c_str() : "");
       const auto dtype = static_cast<wccl::codec::Dtype>(t.dtype);
-      WCCL_CHECK_ARG(t.count <= SIZE_MAX / wccl::codec::dtype_size(dtype), "%s: tensor \"%s\": count %zu is too large", fn,
-                     t.name, t.count);
-      WCCL_CHECK_ARG(t.count == 0 || t.data != nullptr, "%s: tensor \"%s\": data is NULL", fn, t.name);
+      WCCL_CHECK_ARG(t.count <= SIZE_MAX / wccl::codec::dtype_size(dtype),
+                     "%s: tensor \"%s\": count %zu is too large", fn, t.name, t.count);
+      WCCL_CHECK_ARG(t.count == 0 || t.data != nullptr, "%s: tensor \"%s\": data is NULL", fn,
+                     t.name);
       list.push_back({t.name, t.data, dtype, t.count, device});
     }
     wccl::comm::SyncStats s;
     uint64_t rev = *revision;
-    WCCL_RETURN_IF_ERROR(wccl::comm::state_sync(*comm->impl, list, &rev, static_cast<wccl::algo::SyncMode>(m), &s));
+    WCCL_RETURN_IF_ERROR(
+        wccl::comm::state_sync(*comm->impl, list, &rev, static_cast<wccl::algo::SyncMode>(m), &s));
     *revision = rev;
     if (stats != nullptr) {
       wccl_sync_stats_t out{};

@@ -19,26 +19,32 @@ namespace {
 constexpr int kNoOp = -1000;  // prepare(): the collective takes no reduction operator
 
 // Validates what every collective shares and fills c's type, op and options.
-// dtype and op are the raw ints the caller passed (see enum_value); op is kNoOp where there is none.
+// dtype and op are the raw ints the caller passed (see enum_value); op is kNoOp where there is
+// none.
 Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wccl_opts_t *opts,
                std::chrono::milliseconds *timeout) {
-  WCCL_CHECK_ARG(dtype >= 0 && dtype < codec::kDtypeCount, "%s: dtype %d is not a wccl_dtype_t", fn, dtype);
+  WCCL_CHECK_ARG(dtype >= 0 && dtype < codec::kDtypeCount, "%s: dtype %d is not a wccl_dtype_t", fn,
+                 dtype);
   c->dtype = static_cast<codec::Dtype>(dtype);
   if (op != kNoOp) {
     WCCL_CHECK_ARG(op >= 0 && op < codec::kRedOpCount, "%s: op %d is not a wccl_redop_t", fn, op);
     c->op = static_cast<codec::RedOp>(op);
   }
   wccl_opts_t o = opts != nullptr ? *opts : wccl_opts_default();
-  WCCL_CHECK_ARG(o.size == sizeof(wccl_opts_t), "%s: opts->size is %zu, not sizeof(wccl_opts_t) = %zu (use wccl_opts_default)",
-                 fn, o.size, sizeof(wccl_opts_t));
-  WCCL_CHECK_ARG(o.algo >= WCCL_ALGO_AUTO && o.algo <= WCCL_ALGO_ALLGATHER, "%s: opts->algo %d is not a wccl_algo_t", fn, o.algo);
-  WCCL_CHECK_ARG(o.wire >= 0 && o.wire < codec::kWireCount, "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
+  WCCL_CHECK_ARG(o.size == sizeof(wccl_opts_t),
+                 "%s: opts->size is %zu, not sizeof(wccl_opts_t) = %zu (use wccl_opts_default)", fn,
+                 o.size, sizeof(wccl_opts_t));
+  WCCL_CHECK_ARG(o.algo >= WCCL_ALGO_AUTO && o.algo <= WCCL_ALGO_ALLGATHER,
+                 "%s: opts->algo %d is not a wccl_algo_t", fn, o.algo);
+  WCCL_CHECK_ARG(o.wire >= 0 && o.wire < codec::kWireCount,
+                 "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
   WCCL_CHECK_ARG(o.compress >= WCCL_COMPRESS_OFF && o.compress <= WCCL_COMPRESS_AUTO,
                  "%s: opts->compress %d is not a wccl_compress_t", fn, o.compress);
   WCCL_CHECK_ARG(o.timeout_ms >= 0, "%s: opts->timeout_ms is negative", fn);
   WCCL_CHECK_ARG(o.reserved == 0, "%s: opts->reserved must be 0", fn);
   if (o.compress != WCCL_COMPRESS_OFF && !codec::compression_available()) {
-    return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: compression needs zstd, which this library was built without", fn);
+    return WCCL_ERROR(WCCL_ERR_UNSUPPORTED,
+                      "%s: compression needs zstd, which this library was built without", fn);
   }
   c->after = o.cuda_stream;
   c->algo = static_cast<algo::Algo>(o.algo);
@@ -55,29 +61,38 @@ Status check_buffers(const char *fn, algo::Collective &c, wccl_comm_t *comm, boo
   const size_t n = static_cast<size_t>(std::max(1, comm->impl->size()));
   const size_t es = codec::dtype_size(c.dtype);
   WCCL_CHECK_ARG(c.count <= (SIZE_MAX / es) / n, "%s: count %zu is too large", fn, c.count);
-  if (algo::in_count(c, static_cast<int>(n)) != 0 && needs_in) WCCL_CHECK_ARG(c.in != nullptr, "%s: sendbuf is NULL", fn);
-  if (algo::out_count(c, static_cast<int>(n)) != 0) WCCL_CHECK_ARG(c.out != nullptr, "%s: recvbuf is NULL", fn);
+  if (algo::in_count(c, static_cast<int>(n)) != 0 && needs_in)
+    WCCL_CHECK_ARG(c.in != nullptr, "%s: sendbuf is NULL", fn);
+  if (algo::out_count(c, static_cast<int>(n)) != 0)
+    WCCL_CHECK_ARG(c.out != nullptr, "%s: recvbuf is NULL", fn);
   // Both buffers on one GPU, or both in host memory (a buffer the call does not use is not asked).
   const bool uses_in = algo::in_count(c, static_cast<int>(n)) != 0 && needs_in;
   const bool uses_out = algo::out_count(c, static_cast<int>(n)) != 0;
   gpu::Device *in_dev = uses_in ? gpu::device_of(c.in) : nullptr;
   gpu::Device *out_dev = uses_out ? gpu::device_of(c.out) : nullptr;
   if (uses_in && uses_out && in_dev != out_dev) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "%s: sendbuf is in %s and recvbuf in %s; both must be on one device or both in host memory",
-                      fn, in_dev != nullptr ? in_dev->name().c_str() : "host memory",
-                      out_dev != nullptr ? out_dev->name().c_str() : "host memory");
+    return WCCL_ERROR(
+        WCCL_ERR_INVALID_ARGUMENT,
+        "%s: sendbuf is in %s and recvbuf in %s; both must be on one device or both in host memory",
+        fn, in_dev != nullptr ? in_dev->name().c_str() : "host memory",
+        out_dev != nullptr ? out_dev->name().c_str() : "host memory");
   }
   c.device = in_dev != nullptr ? in_dev : out_dev;
   if (c.after != nullptr && c.device == nullptr) {
-    if (!gpu::available()) return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "%s: opts->cuda_stream is set, but this library has no CUDA", fn);
+    if (!gpu::available())
+      return WCCL_ERROR(WCCL_ERR_UNSUPPORTED,
+                        "%s: opts->cuda_stream is set, but this library has no CUDA", fn);
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
-                      "%s: opts->cuda_stream orders device buffers, and these are host memory (synchronize the stream first)", fn);
+                      "%s: opts->cuda_stream orders device buffers, and these are host memory "
+                      "(synchronize the stream first)",
+                      fn);
   }
   return Status();
 }
 
 // Queues c; on success *req owns the operation.
-Status start(const algo::Collective &c, wccl_comm_t *comm, std::chrono::milliseconds timeout, wccl_request_t **req) {
+Status start(const algo::Collective &c, wccl_comm_t *comm, std::chrono::milliseconds timeout,
+             wccl_request_t **req) {
   WCCL_ASSIGN_OR_RETURN(auto op, comm->impl->submit(c, timeout));
   *req = new wccl_request;
   (*req)->comm = comm->impl.get();
@@ -86,7 +101,8 @@ Status start(const algo::Collective &c, wccl_comm_t *comm, std::chrono::millisec
 }
 
 // A blocking collective: queue, then wait.
-Status run_blocking(const algo::Collective &c, wccl_comm_t *comm, std::chrono::milliseconds timeout) {
+Status run_blocking(const algo::Collective &c, wccl_comm_t *comm,
+                    std::chrono::milliseconds timeout) {
   WCCL_ASSIGN_OR_RETURN(auto op, comm->impl->submit(c, timeout));
   return comm->impl->wait(op, nullptr);
 }
@@ -94,7 +110,8 @@ Status run_blocking(const algo::Collective &c, wccl_comm_t *comm, std::chrono::m
 // Checks req (non-blocking forms) and comm, lets build fill in and check the collective, then
 // queues it (*req) or runs it to its outcome.
 template <typename Build>
-wccl_result_t collective(const char *fn, wccl_request_t **req, bool nonblocking, wccl_comm_t *comm, Build build) {
+wccl_result_t collective(const char *fn, wccl_request_t **req, bool nonblocking, wccl_comm_t *comm,
+                         Build build) {
   if (req != nullptr) *req = nullptr;
   return api_call([&]() -> Status {
     WCCL_CHECK_ARG(!nonblocking || req != nullptr, "%s: req (the out-handle) is NULL", fn);
@@ -122,104 +139,130 @@ wccl_opts_t wccl_opts_default(void) {
 }
 
 // The helpers below take dtype and op as the ints the caller passed (wccl::enum_value).
-static wccl_result_t allreduce(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf, size_t count,
-                               int dtype, int op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
-    c->kind = wccl::algo::Kind::kAllreduce;
-    c->count = count;
-    c->in = sendbuf;
-    c->out = recvbuf;
-    return wccl::check_buffers(fn, *c, comm, true);
-  });
+static wccl_result_t allreduce(const char *fn, wccl_request_t **req, bool nonblocking,
+                               const void *sendbuf, void *recvbuf, size_t count, int dtype, int op,
+                               wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(fn, req, nonblocking, comm,
+                          [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+                            WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
+                            c->kind = wccl::algo::Kind::kAllreduce;
+                            c->count = count;
+                            c->in = sendbuf;
+                            c->out = recvbuf;
+                            return wccl::check_buffers(fn, *c, comm, true);
+                          });
 }
 
-wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, wccl_redop_t op,
+wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
+                             wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return allreduce("wccl_allreduce", nullptr, false, sendbuf, recvbuf, count,
+                   wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
+}
+
+wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                              size_t count, wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm,
+                              const wccl_opts_t *opts) {
+  return allreduce("wccl_iallreduce", req, true, sendbuf, recvbuf, count, wccl::enum_value(&dtype),
+                   wccl::enum_value(&op), comm, opts);
+}
+
+static wccl_result_t broadcast(const char *fn, wccl_request_t **req, bool nonblocking,
+                               const void *sendbuf, void *recvbuf, size_t count, int dtype,
+                               int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(
+      fn, req, nonblocking, comm,
+      [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
+        const int size = comm->impl->size();
+        WCCL_CHECK_ARG(root >= 0 && root < size,
+                       "%s: root %d is not a rank of this epoch (size %d)", fn, root, size);
+        c->kind = wccl::algo::Kind::kBroadcast;
+        c->count = count;
+        c->root = root;
+        c->in = sendbuf;
+        c->out = recvbuf;
+        return wccl::check_buffers(fn, *c, comm, comm->impl->rank() == root);
+      });
+}
+
+wccl_result_t wccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
+                             int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return broadcast("wccl_broadcast", nullptr, false, sendbuf, recvbuf, count,
+                   wccl::enum_value(&dtype), root, comm, opts);
+}
+
+wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                              size_t count, wccl_dtype_t dtype, int root, wccl_comm_t *comm,
+                              const wccl_opts_t *opts) {
+  return broadcast("wccl_ibroadcast", req, true, sendbuf, recvbuf, count, wccl::enum_value(&dtype),
+                   root, comm, opts);
+}
+
+static wccl_result_t allgather(const char *fn, wccl_request_t **req, bool nonblocking,
+                               const void *sendbuf, void *recvbuf, size_t count, int dtype,
+                               wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(
+      fn, req, nonblocking, comm,
+      [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
+        c->kind = wccl::algo::Kind::kAllgather;
+        c->count = count;
+        c->in = sendbuf;
+        c->out = recvbuf;
+        return wccl::check_buffers(fn, *c, comm, true);
+      });
+}
+
+wccl_result_t wccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                             wccl_dtype_t dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return allgather("wccl_allgather", nullptr, false, sendbuf, recvbuf, sendcount,
+                   wccl::enum_value(&dtype), comm, opts);
+}
+
+wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                              size_t sendcount, wccl_dtype_t dtype, wccl_comm_t *comm,
+                              const wccl_opts_t *opts) {
+  return allgather("wccl_iallgather", req, true, sendbuf, recvbuf, sendcount,
+                   wccl::enum_value(&dtype), comm, opts);
+}
+
+static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, bool nonblocking,
+                                    const void *sendbuf, void *recvbuf, size_t count, int dtype,
+                                    int op, wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return wccl::collective(fn, req, nonblocking, comm,
+                          [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+                            WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
+                            c->kind = wccl::algo::Kind::kReduceScatter;
+                            c->count = count;
+                            c->in = sendbuf;
+                            c->out = recvbuf;
+                            return wccl::check_buffers(fn, *c, comm, true);
+                          });
+}
+
+wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                  wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm,
+                                  const wccl_opts_t *opts) {
+  return reduce_scatter("wccl_reduce_scatter", nullptr, false, sendbuf, recvbuf, recvcount,
+                        wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
+}
+
+wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, wccl_dtype_t dtype, wccl_redop_t op,
+                                   wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return reduce_scatter("wccl_ireduce_scatter", req, true, sendbuf, recvbuf, recvcount,
+                        wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
+}
+
+static wccl_result_t barrier(const char *fn, wccl_request_t **req, bool nonblocking,
                              wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return allreduce("wccl_allreduce", nullptr, false, sendbuf, recvbuf, count, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
-}
-
-wccl_result_t wccl_iallreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
-                              wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return allreduce("wccl_iallreduce", req, true, sendbuf, recvbuf, count, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
-}
-
-static wccl_result_t broadcast(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf, size_t count,
-                               int dtype, int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
-    const int size = comm->impl->size();
-    WCCL_CHECK_ARG(root >= 0 && root < size, "%s: root %d is not a rank of this epoch (size %d)", fn, root, size);
-    c->kind = wccl::algo::Kind::kBroadcast;
-    c->count = count;
-    c->root = root;
-    c->in = sendbuf;
-    c->out = recvbuf;
-    return wccl::check_buffers(fn, *c, comm, comm->impl->rank() == root);
-  });
-}
-
-wccl_result_t wccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, int root,
-                             wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return broadcast("wccl_broadcast", nullptr, false, sendbuf, recvbuf, count, wccl::enum_value(&dtype), root, comm, opts);
-}
-
-wccl_result_t wccl_ibroadcast(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
-                              int root, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return broadcast("wccl_ibroadcast", req, true, sendbuf, recvbuf, count, wccl::enum_value(&dtype), root, comm, opts);
-}
-
-static wccl_result_t allgather(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf, size_t count,
-                               int dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
-    c->kind = wccl::algo::Kind::kAllgather;
-    c->count = count;
-    c->in = sendbuf;
-    c->out = recvbuf;
-    return wccl::check_buffers(fn, *c, comm, true);
-  });
-}
-
-wccl_result_t wccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, wccl_dtype_t dtype, wccl_comm_t *comm,
-                             const wccl_opts_t *opts) {
-  return allgather("wccl_allgather", nullptr, false, sendbuf, recvbuf, sendcount, wccl::enum_value(&dtype), comm, opts);
-}
-
-wccl_result_t wccl_iallgather(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t sendcount,
-                              wccl_dtype_t dtype, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return allgather("wccl_iallgather", req, true, sendbuf, recvbuf, sendcount, wccl::enum_value(&dtype), comm, opts);
-}
-
-static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf,
-                                    size_t count, int dtype, int op, wccl_comm_t *comm,
-                                    const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
-    c->kind = wccl::algo::Kind::kReduceScatter;
-    c->count = count;
-    c->in = sendbuf;
-    c->out = recvbuf;
-    return wccl::check_buffers(fn, *c, comm, true);
-  });
-}
-
-wccl_result_t wccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, wccl_dtype_t dtype,
-                                  wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return reduce_scatter("wccl_reduce_scatter", nullptr, false, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
-}
-
-wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t recvcount,
-                                   wccl_dtype_t dtype, wccl_redop_t op, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return reduce_scatter("wccl_ireduce_scatter", req, true, sendbuf, recvbuf, recvcount, wccl::enum_value(&dtype), wccl::enum_value(&op), comm, opts);
-}
-
-static wccl_result_t barrier(const char *fn, wccl_request_t **req, bool nonblocking, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, nonblocking, comm, [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, wccl::kNoOp, opts, timeout));
-    c->kind = wccl::algo::Kind::kBarrier;
-    return wccl::Status();
-  });
+  return wccl::collective(
+      fn, req, nonblocking, comm,
+      [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, wccl::kNoOp, opts, timeout));
+        c->kind = wccl::algo::Kind::kBarrier;
+        return wccl::Status();
+      });
 }
 
 wccl_result_t wccl_barrier(wccl_comm_t *comm, const wccl_opts_t *opts) {
@@ -232,11 +275,14 @@ wccl_result_t wccl_ibarrier(wccl_request_t **req, wccl_comm_t *comm, const wccl_
 
 wccl_result_t wccl_local_group_threads(int size, wccl_local_group_t **groups) {
   return wccl::api_call([&]() -> wccl::Status {
-    WCCL_CHECK_ARG(groups != nullptr, "wccl_local_group_threads: groups (the array of out-handles) is NULL");
-    WCCL_CHECK_ARG(size >= 1 && size <= 1024, "wccl_local_group_threads: size %d is not in 1..1024", size);
+    WCCL_CHECK_ARG(groups != nullptr,
+                   "wccl_local_group_threads: groups (the array of out-handles) is NULL");
+    WCCL_CHECK_ARG(size >= 1 && size <= 1024, "wccl_local_group_threads: size %d is not in 1..1024",
+                   size);
     auto members = wccl::hier::ThreadGroup::create(size);
     for (int r = 0; r < size; ++r) {
-      groups[r] = new wccl_local_group{std::make_unique<wccl::hier::Runner>(std::move(members[static_cast<size_t>(r)]))};
+      groups[r] = new wccl_local_group{
+          std::make_unique<wccl::hier::Runner>(std::move(members[static_cast<size_t>(r)]))};
     }
     return wccl::Status();
   });
@@ -253,12 +299,17 @@ wccl_result_t wccl_local_group_nccl(wccl_local_group_t **group, void *nccl_comm)
   });
 }
 
-int wccl_local_group_rank(const wccl_local_group_t *group) { return group != nullptr ? group->runner->local().rank() : -1; }
-int wccl_local_group_size(const wccl_local_group_t *group) { return group != nullptr ? group->runner->local().size() : 0; }
+int wccl_local_group_rank(const wccl_local_group_t *group) {
+  return group != nullptr ? group->runner->local().rank() : -1;
+}
+int wccl_local_group_size(const wccl_local_group_t *group) {
+  return group != nullptr ? group->runner->local().size() : 0;
+}
 void wccl_local_group_destroy(wccl_local_group_t *group) { delete group; }
 
-static wccl_result_t hier_allreduce(const char *fn, wccl_request_t **req, bool nonblocking, const void *sendbuf, void *recvbuf,
-                                    size_t count, int dtype, int op, wccl_local_group_t *local, wccl_comm_t *comm,
+static wccl_result_t hier_allreduce(const char *fn, wccl_request_t **req, bool nonblocking,
+                                    const void *sendbuf, void *recvbuf, size_t count, int dtype,
+                                    int op, wccl_local_group_t *local, wccl_comm_t *comm,
                                     const wccl_opts_t *opts) {
   if (req != nullptr) *req = nullptr;
   return wccl::api_call([&]() -> wccl::Status {
@@ -279,13 +330,16 @@ static wccl_result_t hier_allreduce(const char *fn, wccl_request_t **req, bool n
     call.op = call.global.op;
     call.device = call.global.device;
     wccl::hier::Runner &runner = *local->runner;
-    const size_t ranks = static_cast<size_t>(runner.local().size());  // the input is padded to a multiple of it
-    WCCL_CHECK_ARG(count <= SIZE_MAX / wccl::codec::dtype_size(call.dtype) - ranks, "%s: count %zu is too large", fn, count);
+    const size_t ranks =
+        static_cast<size_t>(runner.local().size());  // the input is padded to a multiple of it
+    WCCL_CHECK_ARG(count <= SIZE_MAX / wccl::codec::dtype_size(call.dtype) - ranks,
+                   "%s: count %zu is too large", fn, count);
     if (count != 0) {
       const wccl::Status takes = runner.local().takes(call.device);
       if (!takes.ok()) return WCCL_ERROR(takes.code(), "%s: %s", fn, takes.message().c_str());
     }
-    if (call.device != nullptr) WCCL_RETURN_IF_ERROR(call.device->record(call.global.after, &call.ready));
+    if (call.device != nullptr)
+      WCCL_RETURN_IF_ERROR(call.device->record(call.global.after, &call.ready));
     auto queued = runner.submit(comm->impl.get(), call);
     if (!queued.ok()) {
       if (call.ready != nullptr) call.device->destroy_event(call.ready);
@@ -302,16 +356,19 @@ static wccl_result_t hier_allreduce(const char *fn, wccl_request_t **req, bool n
   });
 }
 
-wccl_result_t wccl_hier_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype, wccl_redop_t op,
-                                  wccl_local_group_t *local, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return hier_allreduce("wccl_hier_allreduce", nullptr, false, sendbuf, recvbuf, count, wccl::enum_value(&dtype),
-                        wccl::enum_value(&op), local, comm, opts);
+wccl_result_t wccl_hier_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                  wccl_dtype_t dtype, wccl_redop_t op, wccl_local_group_t *local,
+                                  wccl_comm_t *comm, const wccl_opts_t *opts) {
+  return hier_allreduce("wccl_hier_allreduce", nullptr, false, sendbuf, recvbuf, count,
+                        wccl::enum_value(&dtype), wccl::enum_value(&op), local, comm, opts);
 }
 
-wccl_result_t wccl_ihier_allreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
-                                   wccl_redop_t op, wccl_local_group_t *local, wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return hier_allreduce("wccl_ihier_allreduce", req, true, sendbuf, recvbuf, count, wccl::enum_value(&dtype),
-                        wccl::enum_value(&op), local, comm, opts);
+wccl_result_t wccl_ihier_allreduce(wccl_request_t **req, const void *sendbuf, void *recvbuf,
+                                   size_t count, wccl_dtype_t dtype, wccl_redop_t op,
+                                   wccl_local_group_t *local, wccl_comm_t *comm,
+                                   const wccl_opts_t *opts) {
+  return hier_allreduce("wccl_ihier_allreduce", req, true, sendbuf, recvbuf, count,
+                        wccl::enum_value(&dtype), wccl::enum_value(&op), local, comm, opts);
 }
 
 }  // extern "C"

@@ -29,7 +29,7 @@ wccl_result_t api_call(Fn &&fn) noexcept {
 
 }  // namespace wccl
 
-#define WCCL_CHECK_ARG(cond, ...) \
-  do {                            \
+#define WCCL_CHECK_ARG(cond, ...)                                           \
+  do {                                                                      \
     if (!(cond)) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, __VA_ARGS__); \
   } while (0)

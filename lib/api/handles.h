@@ -34,8 +34,12 @@ struct wccl_request {
   wccl::hier::Runner *runner = nullptr;
   std::shared_ptr<wccl::hier::Op> hier;
 
-  wccl::Status wait(wccl::comm::OpStats *stats) { return runner != nullptr ? runner->wait(hier, stats) : comm->wait(op, stats); }
-  wccl::Status test() { return runner != nullptr ? runner->test(hier, nullptr) : comm->test(op, nullptr); }
+  wccl::Status wait(wccl::comm::OpStats *stats) {
+    return runner != nullptr ? runner->wait(hier, stats) : comm->wait(op, stats);
+  }
+  wccl::Status test() {
+    return runner != nullptr ? runner->test(hier, nullptr) : comm->test(op, nullptr);
+  }
 };
 
 namespace wccl {

@@ -66,13 +66,14 @@ Status Compressor::decompress(const void *src, size_t n, size_t es, void *dst, s
                       len);
   }
   if (ZSTD_findFrameCompressedSize(src, n) != n) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "a compressed piece of %zu bytes is not exactly one zstd frame", n);
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                      "a compressed piece of %zu bytes is not exactly one zstd frame", n);
   }
   shuffled_.resize(len);
   const size_t got = ZSTD_decompressDCtx(z_->d, shuffled_.data(), len, src, n);
   if (ZSTD_isError(got) || got != len) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "a compressed piece does not decompress to %zu bytes: %s", len,
-                      ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "a compressed piece does not decompress to %zu bytes: %s",
+                      len, ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
   }
   unshuffle(shuffled_.data(), len, es, static_cast<uint8_t *>(dst));
   return Status();
@@ -87,7 +88,8 @@ Compressor::~Compressor() = default;
 size_t Compressor::compress(const void *, size_t, size_t, void *, size_t) { return 0; }
 
 Status Compressor::decompress(const void *, size_t n, size_t, void *, size_t) {
-  return WCCL_ERROR(WCCL_ERR_UNSUPPORTED, "a compressed piece of %zu bytes arrived, and zstd is not built in", n);
+  return WCCL_ERROR(WCCL_ERR_UNSUPPORTED,
+                    "a compressed piece of %zu bytes arrived, and zstd is not built in", n);
 }
 
 #endif

@@ -43,7 +43,8 @@ static inline WCCL_HOST_DEVICE uint16_t float_to_half(float f) {
   const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   uint32_t mag = x & 0x7fffffffu;
   if (mag >= 0x7f800000u) {  // Inf, or NaN kept quiet with its top payload bits
-    return static_cast<uint16_t>(sign | 0x7c00u | (mag > 0x7f800000u ? 0x200u | ((mag >> 13) & 0x3ffu) : 0u));
+    return static_cast<uint16_t>(sign | 0x7c00u |
+                                 (mag > 0x7f800000u ? 0x200u | ((mag >> 13) & 0x3ffu) : 0u));
   }
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to Inf
   if (mag < 0x38800000u) {
@@ -71,7 +72,8 @@ static inline WCCL_HOST_DEVICE float bf16_to_float(uint16_t b) {
 static inline WCCL_HOST_DEVICE uint16_t float_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
   x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
 }

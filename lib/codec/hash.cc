@@ -5,7 +5,8 @@
 namespace wccl::codec {
 
 uint64_t combine_block_hashes(const uint64_t *hashes, size_t blocks) {
-  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "block hashes are combined as little-endian bytes");
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "block hashes are combined as little-endian bytes");
   return hash64(hashes, blocks * sizeof(uint64_t));
 }
 

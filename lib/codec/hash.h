@@ -4,9 +4,9 @@
 // every bit of the input reaches every bit of the result, so accidental differences (a joiner's
 // zeroed tensors, one changed element) are caught with probability 1 - 2^-64.
 //
-// hash64 is plain integer arithmetic in this header so that the CUDA kernels (lib/gpu/kernels.cu) hash device
-// tensors with the same function: a tensor's hash is a hash of the hashes of its kHashBlock-byte
-// blocks, which a GPU computes one block per thread.
+// hash64 is plain integer arithmetic in this header so that the CUDA kernels (lib/gpu/kernels.cu)
+// hash device tensors with the same function: a tensor's hash is a hash of the hashes of its
+// kHashBlock-byte blocks, which a GPU computes one block per thread.
 #pragma once
 
 #include <cstddef>
@@ -40,8 +40,12 @@ inline WCCL_HASH_HOST_DEVICE uint32_t load32(const uint8_t *p) {
   memcpy(&v, p, sizeof(v));
   return v;
 }
-inline WCCL_HASH_HOST_DEVICE uint64_t round(uint64_t acc, uint64_t word) { return rotl(acc + word * K2, 31) * K1; }
-inline WCCL_HASH_HOST_DEVICE uint64_t merge(uint64_t h, uint64_t acc) { return (h ^ round(0, acc)) * K1 + K4; }
+inline WCCL_HASH_HOST_DEVICE uint64_t round(uint64_t acc, uint64_t word) {
+  return rotl(acc + word * K2, 31) * K1;
+}
+inline WCCL_HASH_HOST_DEVICE uint64_t merge(uint64_t h, uint64_t acc) {
+  return (h ^ round(0, acc)) * K1 + K4;
+}
 
 }  // namespace hash_detail
 

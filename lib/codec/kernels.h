@@ -59,7 +59,7 @@ inline constexpr BlockFormat kInt2Format{128, 8, 2};
 inline constexpr BlockFormat kFp8Format{1024, 4, 8};
 inline constexpr BlockFormat kTopkFormat{256, 4, 4, 8};
 inline constexpr unsigned kTopkLevels = 7;  // TOPK's magnitude codes: 0..7 steps of its scale
-inline constexpr size_t kMaxBlock = 1024;  // the largest block of any format
+inline constexpr size_t kMaxBlock = 1024;   // the largest block of any format
 
 // FP8 and TOPK blocks hold magnitudes below 2^127: above, FP8's power-of-two scale that fits the
 // block into E4M3's range (448) would let the largest codes decode beyond the float range (and
@@ -69,8 +69,8 @@ inline constexpr float kFp8Limit = 1.70141183e38f;  // 2^127
 // One block-quantized wire's kernels. encode writes format.encoded_size(n) bytes and returns n, or
 // the index of the first element that cannot be encoded: a NaN or Inf, or the first element of a
 // block that does not fit (INT8, INT4 and INT2: its range exceeds the float range; FP8 and TOPK:
-// it holds a magnitude of 2^127 or more). decode writes dst[i] = element i; decode_add dst[i] = mine[i] +
-// element i, rounded once (dst may equal mine).
+// it holds a magnitude of 2^127 or more). decode writes dst[i] = element i; decode_add dst[i] =
+// mine[i] + element i, rounded once (dst may equal mine).
 struct BlockCodec {
   size_t (*encode)(const float *src, size_t n, uint8_t *dst);
   void (*decode)(const uint8_t *src, size_t n, float *dst);
@@ -99,6 +99,5 @@ inline constexpr Tier kTiers[] = {Tier::kScalar, Tier::kGeneric, Tier::kAvx2, Ti
 const Kernels *kernels_for(Tier t);
 // The fastest tier this CPU runs (decided on first use).
 const Kernels &kernels();
-
 
 }  // namespace wccl::codec

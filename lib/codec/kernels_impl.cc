@@ -2,8 +2,9 @@
 // with -DWCCL_CODEC_TIER=<tier>, that tier's target flags, -O3 and -ffp-contract=off (a fused
 // multiply-add would round differently from the other tiers and from the CUDA kernels). The loops
 // are written for the vectoriser: restrict pointers, integer reductions (never float ones, which
-// it would only reorder under fast-math), and no calls. Everything here has internal linkage or lives in the tier's own
-// namespace, so no function compiled for one tier can be picked up by another at link time.
+// it would only reorder under fast-math), and no calls. Everything here has internal linkage or
+// lives in the tier's own namespace, so no function compiled for one tier can be picked up by
+// another at link time.
 #include <cfloat>
 #include <cstdint>
 #include <cstring>
@@ -38,9 +39,11 @@ struct Prod {
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
       // unsigned int, not the narrow unsigned type: uint8 * uint8 would promote to signed int.
-      using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-      return static_cast<T>(static_cast<U>(static_cast<U>(static_cast<std::make_unsigned_t<T>>(a)) *
-                                           static_cast<U>(static_cast<std::make_unsigned_t<T>>(b))));
+      using U =
+          std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+      return static_cast<T>(
+          static_cast<U>(static_cast<U>(static_cast<std::make_unsigned_t<T>>(a)) *
+                         static_cast<U>(static_cast<std::make_unsigned_t<T>>(b))));
     } else {
       return a * b;
     }
@@ -83,27 +86,40 @@ void dispatch(Dtype t, void *dst, const void *a, const void *b, size_t n) {
     }
   };
   switch (t) {
-    case Dtype::kF32: return run(static_cast<float *>(dst));
-    case Dtype::kF64: return run(static_cast<double *>(dst));
-    case Dtype::kI8: return run(static_cast<int8_t *>(dst));
-    case Dtype::kU8: return run(static_cast<uint8_t *>(dst));
-    case Dtype::kI32: return run(static_cast<int32_t *>(dst));
-    case Dtype::kI64: return run(static_cast<int64_t *>(dst));
+    case Dtype::kF32:
+      return run(static_cast<float *>(dst));
+    case Dtype::kF64:
+      return run(static_cast<double *>(dst));
+    case Dtype::kI8:
+      return run(static_cast<int8_t *>(dst));
+    case Dtype::kU8:
+      return run(static_cast<uint8_t *>(dst));
+    case Dtype::kI32:
+      return run(static_cast<int32_t *>(dst));
+    case Dtype::kI64:
+      return run(static_cast<int64_t *>(dst));
     case Dtype::kF16:
-      return loop16<half_to_float, float_to_half, Op>(static_cast<uint16_t *>(dst), static_cast<const uint16_t *>(a),
+      return loop16<half_to_float, float_to_half, Op>(static_cast<uint16_t *>(dst),
+                                                      static_cast<const uint16_t *>(a),
                                                       static_cast<const uint16_t *>(b), n);
     case Dtype::kBF16:
-      return loop16<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t *>(dst), static_cast<const uint16_t *>(a),
+      return loop16<bf16_to_float, float_to_bf16, Op>(static_cast<uint16_t *>(dst),
+                                                      static_cast<const uint16_t *>(a),
                                                       static_cast<const uint16_t *>(b), n);
   }
 }
 
 void reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, size_t n) {
   switch (op) {
-    case RedOp::kSum: case RedOp::kAvg: return dispatch<Sum>(t, dst, a, b, n);
-    case RedOp::kMin: return dispatch<Min>(t, dst, a, b, n);
-    case RedOp::kMax: return dispatch<Max>(t, dst, a, b, n);
-    case RedOp::kProd: return dispatch<Prod>(t, dst, a, b, n);
+    case RedOp::kSum:
+    case RedOp::kAvg:
+      return dispatch<Sum>(t, dst, a, b, n);
+    case RedOp::kMin:
+      return dispatch<Min>(t, dst, a, b, n);
+    case RedOp::kMax:
+      return dispatch<Max>(t, dst, a, b, n);
+    case RedOp::kProd:
+      return dispatch<Prod>(t, dst, a, b, n);
   }
 }
 
@@ -111,7 +127,8 @@ void reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, siz
 template <typename T>
 void divide(T *__restrict d, size_t n, int by) {
   using Wide = std::conditional_t<std::is_integral_v<T>, int64_t, T>;
-  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<Wide>(d[i]) / static_cast<Wide>(by));
+  for (size_t i = 0; i < n; ++i)
+    d[i] = static_cast<T>(static_cast<Wide>(d[i]) / static_cast<Wide>(by));
 }
 template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
 void divide16(uint16_t *__restrict d, size_t n, int by) {
@@ -120,18 +137,27 @@ void divide16(uint16_t *__restrict d, size_t n, int by) {
 
 void finish_avg(Dtype t, void *dst, size_t n, int by) {
   switch (t) {
-    case Dtype::kF32: return divide(static_cast<float *>(dst), n, by);
-    case Dtype::kF64: return divide(static_cast<double *>(dst), n, by);
-    case Dtype::kI8: return divide(static_cast<int8_t *>(dst), n, by);
-    case Dtype::kU8: return divide(static_cast<uint8_t *>(dst), n, by);
-    case Dtype::kI32: return divide(static_cast<int32_t *>(dst), n, by);
-    case Dtype::kI64: return divide(static_cast<int64_t *>(dst), n, by);
-    case Dtype::kF16: return divide16<half_to_float, float_to_half>(static_cast<uint16_t *>(dst), n, by);
-    case Dtype::kBF16: return divide16<bf16_to_float, float_to_bf16>(static_cast<uint16_t *>(dst), n, by);
+    case Dtype::kF32:
+      return divide(static_cast<float *>(dst), n, by);
+    case Dtype::kF64:
+      return divide(static_cast<double *>(dst), n, by);
+    case Dtype::kI8:
+      return divide(static_cast<int8_t *>(dst), n, by);
+    case Dtype::kU8:
+      return divide(static_cast<uint8_t *>(dst), n, by);
+    case Dtype::kI32:
+      return divide(static_cast<int32_t *>(dst), n, by);
+    case Dtype::kI64:
+      return divide(static_cast<int64_t *>(dst), n, by);
+    case Dtype::kF16:
+      return divide16<half_to_float, float_to_half>(static_cast<uint16_t *>(dst), n, by);
+    case Dtype::kBF16:
+      return divide16<bf16_to_float, float_to_bf16>(static_cast<uint16_t *>(dst), n, by);
   }
 }
 
-// --- Block-quantized wires: INT8, INT4, INT2, FP8, TOPK ---------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, INT2, FP8, TOPK
+// ---------------------------------------------------
 
 // Floats as integers that order the same way (-0 just below +0), so the min/max scan is an
 // integer reduction: it vectorises without fast-math and gives the same answer in any order, on
@@ -222,12 +248,16 @@ size_t uniform_block(const float *__restrict x, size_t k, uint8_t *__restrict ou
     const size_t full = k / kPer;
     for (size_t p = 0; p < full; ++p) {
       unsigned byte = 0;
-      for (size_t e = 0; e < kPer; ++e) byte |= static_cast<unsigned>(uniform_code<Levels>(x[kPer * p + e], offset, inv)) << (kBits * e);
+      for (size_t e = 0; e < kPer; ++e)
+        byte |= static_cast<unsigned>(uniform_code<Levels>(x[kPer * p + e], offset, inv))
+                << (kBits * e);
       codes[p] = static_cast<uint8_t>(byte);
     }
     if (k % kPer != 0) {
       unsigned byte = 0;
-      for (size_t e = 0; e < k % kPer; ++e) byte |= static_cast<unsigned>(uniform_code<Levels>(x[kPer * full + e], offset, inv)) << (kBits * e);
+      for (size_t e = 0; e < k % kPer; ++e)
+        byte |= static_cast<unsigned>(uniform_code<Levels>(x[kPer * full + e], offset, inv))
+                << (kBits * e);
       codes[full] = static_cast<uint8_t>(byte);
     }
   }
@@ -293,7 +323,8 @@ size_t topk_block(const float *__restrict x, size_t k, uint8_t *__restrict out) 
   float top;
   std::memcpy(&top, &amax, 4);
   float scale = top / static_cast<float>(kTopkLevels);
-  if (!(scale >= FLT_MIN)) scale = 0.0f;  // every kept element decodes to 0: each is below 7 * FLT_MIN
+  if (!(scale >= FLT_MIN))
+    scale = 0.0f;  // every kept element decodes to 0: each is below 7 * FLT_MIN
   const float inv = scale == 0.0f ? 0.0f : 1.0f / scale;
   std::memcpy(out, &scale, 4);
   uint8_t *__restrict index = out + kTopkFormat.header;
@@ -333,11 +364,14 @@ struct Int8Elements {
   }
 };
 struct Fp8Elements {
-  static float at(const uint8_t *__restrict codes, size_t j, float scale, float /*offset*/) { return fp8_to_float(codes[j]) * scale; }
+  static float at(const uint8_t *__restrict codes, size_t j, float scale, float /*offset*/) {
+    return fp8_to_float(codes[j]) * scale;
+  }
 };
 
 template <typename E>
-void per_element(const uint8_t *__restrict codes, size_t k, float scale, float offset, const float *mine, float *dst) {
+void per_element(const uint8_t *__restrict codes, size_t k, float scale, float offset,
+                 const float *mine, float *dst) {
   float *__restrict d = dst;
   if (mine == nullptr) {
     for (size_t j = 0; j < k; ++j) d[j] = E::at(codes, j, scale, offset);
@@ -351,12 +385,15 @@ void per_element(const uint8_t *__restrict codes, size_t k, float scale, float o
 
 // INT4 and INT2: 8 / Bits codes per byte, each step of the loop one byte, so that it vectorises.
 template <unsigned Bits>
-void packed(const uint8_t *__restrict codes, size_t k, float scale, float offset, const float *mine, float *dst) {
+void packed(const uint8_t *__restrict codes, size_t k, float scale, float offset, const float *mine,
+            float *dst) {
   constexpr size_t kPer = 8 / Bits;
   constexpr unsigned kMask = (1u << Bits) - 1;
   float *__restrict d = dst;
   const size_t full = k / kPer;
-  auto at = [&](size_t p, size_t e) { return offset + static_cast<float>((codes[p] >> (Bits * e)) & kMask) * scale; };
+  auto at = [&](size_t p, size_t e) {
+    return offset + static_cast<float>((codes[p] >> (Bits * e)) & kMask) * scale;
+  };
   if (mine == nullptr) {
     for (size_t p = 0; p < full; ++p) {
       for (size_t e = 0; e < kPer; ++e) d[kPer * p + e] = at(p, e);
@@ -379,7 +416,8 @@ void packed(const uint8_t *__restrict codes, size_t k, float scale, float offset
 
 // TOPK: every element is mine[j] + 0 (or 0), then each kept one mine[j] + its value, mine[j] read
 // before the first pass may overwrite it (dst == mine).
-void topk_sparse(const uint8_t *__restrict index, size_t k, float scale, float /*offset*/, const float *mine, float *dst) {
+void topk_sparse(const uint8_t *__restrict index, size_t k, float scale, float /*offset*/,
+                 const float *mine, float *dst) {
   const size_t e = kTopkFormat.coded(k);
   const uint8_t *__restrict codes = index + e;
   float base[kTopkFormat.keep];
@@ -419,7 +457,8 @@ void decode_only(const uint8_t *src, size_t n, float *dst) {
   decode_blocks<Decode, F>(src, n, dst, nullptr);
 }
 
-// --- FP16 / BF16 ----------------------------------------------------------------------------------
+// --- FP16 / BF16
+// ----------------------------------------------------------------------------------
 
 // The 16-bit wire data may sit at any address (a message inside a receive buffer): it is read
 // and written through memcpy, which compiles to plain unaligned loads and stores.
@@ -449,13 +488,17 @@ const Kernels kKernels = {
     WCCL_STRINGIFY(WCCL_CODEC_TIER),
     reduce_into,
     finish_avg,
-    {encode_blocks<uniform_block<255>, kInt8Format>, decode_only<per_element<Int8Elements>, kInt8Format>,
+    {encode_blocks<uniform_block<255>, kInt8Format>,
+     decode_only<per_element<Int8Elements>, kInt8Format>,
      decode_blocks<per_element<Int8Elements>, kInt8Format>},
-    {encode_blocks<uniform_block<15>, kInt4Format>, decode_only<packed<4>, kInt4Format>, decode_blocks<packed<4>, kInt4Format>},
-    {encode_blocks<uniform_block<3>, kInt2Format>, decode_only<packed<2>, kInt2Format>, decode_blocks<packed<2>, kInt2Format>},
+    {encode_blocks<uniform_block<15>, kInt4Format>, decode_only<packed<4>, kInt4Format>,
+     decode_blocks<packed<4>, kInt4Format>},
+    {encode_blocks<uniform_block<3>, kInt2Format>, decode_only<packed<2>, kInt2Format>,
+     decode_blocks<packed<2>, kInt2Format>},
     {encode_blocks<fp8_block, kFp8Format>, decode_only<per_element<Fp8Elements>, kFp8Format>,
      decode_blocks<per_element<Fp8Elements>, kFp8Format>},
-    {encode_blocks<topk_block, kTopkFormat>, decode_only<topk_sparse, kTopkFormat>, decode_blocks<topk_sparse, kTopkFormat>},
+    {encode_blocks<topk_block, kTopkFormat>, decode_only<topk_sparse, kTopkFormat>,
+     decode_blocks<topk_sparse, kTopkFormat>},
     encode16<float_to_half>,
     decode16<half_to_float>,
     encode16<float_to_bf16>,

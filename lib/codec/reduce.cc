@@ -6,10 +6,18 @@ namespace wccl::codec {
 
 size_t dtype_size(Dtype t) {
   switch (t) {
-    case Dtype::kF32: case Dtype::kI32: return 4;
-    case Dtype::kF64: case Dtype::kI64: return 8;
-    case Dtype::kF16: case Dtype::kBF16: return 2;
-    case Dtype::kI8: case Dtype::kU8: return 1;
+    case Dtype::kF32:
+    case Dtype::kI32:
+      return 4;
+    case Dtype::kF64:
+    case Dtype::kI64:
+      return 8;
+    case Dtype::kF16:
+    case Dtype::kBF16:
+      return 2;
+    case Dtype::kI8:
+    case Dtype::kU8:
+      return 1;
   }
   return 0;
 }
@@ -30,7 +38,9 @@ void reduce_into(Dtype t, RedOp op, void *dst, const void *a, const void *b, siz
   kernels().reduce_into(t, op, dst, a, b, count);
 }
 
-void reduce(Dtype t, RedOp op, void *dst, const void *src, size_t count) { reduce_into(t, op, dst, dst, src, count); }
+void reduce(Dtype t, RedOp op, void *dst, const void *src, size_t count) {
+  reduce_into(t, op, dst, dst, src, count);
+}
 
 void finish_avg(Dtype t, void *dst, size_t count, int n) { kernels().finish_avg(t, dst, count, n); }
 

@@ -12,13 +12,22 @@
 namespace wccl::codec {
 
 // The values match wccl_dtype_t and wccl_redop_t.
-enum class Dtype : int { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3, kI8 = 4, kU8 = 5, kI32 = 6, kI64 = 7 };
+enum class Dtype : int {
+  kF32 = 0,
+  kF64 = 1,
+  kF16 = 2,
+  kBF16 = 3,
+  kI8 = 4,
+  kU8 = 5,
+  kI32 = 6,
+  kI64 = 7
+};
 enum class RedOp : int { kSum = 0, kAvg = 1, kMin = 2, kMax = 3, kProd = 4 };
 inline constexpr int kDtypeCount = 8;
 inline constexpr int kRedOpCount = 5;
 
 size_t dtype_size(Dtype t);
-const char *dtype_name(Dtype t);  // "f32", "bf16", ...
+const char *dtype_name(Dtype t);   // "f32", "bf16", ...
 const char *redop_name(RedOp op);  // "sum", "avg", ...
 
 // dst[i] = dst[i] (op) src[i] for i < count. AVG combines as SUM; finish_avg divides afterwards.

@@ -19,31 +19,43 @@ Status validate_blocks(Wire w, const BlockFormat &f, const uint8_t *src, size_t 
       std::memcpy(&bits, &scale, 4);
       // Zero (accepted though never sent) or 2^-126..2^119: 448 * scale is finite.
       if (bits != 0 && ((bits & 0x807fffffu) != 0 || bits < 0x00800000u || bits > 0x7b000000u)) {
-        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "fp8 block at element %zu has scale %g, not a power of two from 2^-126 to 2^119", b,
-                          static_cast<double>(scale));
+        return WCCL_ERROR(
+            WCCL_ERR_PROTOCOL,
+            "fp8 block at element %zu has scale %g, not a power of two from 2^-126 to 2^119", b,
+            static_cast<double>(scale));
       }
       const uint8_t *codes = src + f.header;
       unsigned nan = 0;
       for (size_t j = 0; j < k; ++j) nan |= static_cast<unsigned>((codes[j] & 0x7fu) == 0x7fu);
-      if (nan != 0) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "fp8 block at element %zu holds a NaN code", b);
+      if (nan != 0)
+        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "fp8 block at element %zu holds a NaN code", b);
     } else if (w == Wire::kTopk) {
-      if (!(scale == 0.0f || (scale >= FLT_MIN && scale <= kFp8Limit / static_cast<float>(kTopkLevels))) || std::signbit(scale)) {
-        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "topk block at element %zu has scale %g, not 0 or a normal float up to 2^127/7", b,
-                          static_cast<double>(scale));
+      if (!(scale == 0.0f ||
+            (scale >= FLT_MIN && scale <= kFp8Limit / static_cast<float>(kTopkLevels))) ||
+          std::signbit(scale)) {
+        return WCCL_ERROR(
+            WCCL_ERR_PROTOCOL,
+            "topk block at element %zu has scale %g, not 0 or a normal float up to 2^127/7", b,
+            static_cast<double>(scale));
       }
       const uint8_t *index = src + f.header;
       for (size_t i = 0; i < f.coded(k); ++i) {
         if (index[i] >= k || (i > 0 && index[i] <= index[i - 1])) {
-          return WCCL_ERROR(WCCL_ERR_PROTOCOL, "topk block at element %zu: kept index %u is out of order or past its %zu elements",
-                            b, static_cast<unsigned>(index[i]), k);
+          return WCCL_ERROR(
+              WCCL_ERR_PROTOCOL,
+              "topk block at element %zu: kept index %u is out of order or past its %zu elements",
+              b, static_cast<unsigned>(index[i]), k);
         }
       }
     } else {
       float offset;
       std::memcpy(&offset, src + 4, 4);
       const float top = static_cast<float>((1u << f.bits) - 1);
-      if (!(scale >= 0.0f && scale <= FLT_MAX) || !std::isfinite(offset) || !(offset + top * scale <= FLT_MAX)) {
-        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s block at element %zu has scale %g and offset %g, which do not decode to finite values",
+      if (!(scale >= 0.0f && scale <= FLT_MAX) || !std::isfinite(offset) ||
+          !(offset + top * scale <= FLT_MAX)) {
+        return WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                          "%s block at element %zu has scale %g and offset %g, which do not decode "
+                          "to finite values",
                           wire_name(w), b, static_cast<double>(scale), static_cast<double>(offset));
       }
     }
@@ -56,24 +68,40 @@ Status validate_blocks(Wire w, const BlockFormat &f, const uint8_t *src, size_t 
 
 const BlockFormat *block_format(Wire w) {
   switch (w) {
-    case Wire::kInt8: return &kInt8Format;
-    case Wire::kInt4: return &kInt4Format;
-    case Wire::kInt2: return &kInt2Format;
-    case Wire::kFp8: return &kFp8Format;
-    case Wire::kTopk: return &kTopkFormat;
-    case Wire::kNative: case Wire::kF16: case Wire::kBF16: break;
+    case Wire::kInt8:
+      return &kInt8Format;
+    case Wire::kInt4:
+      return &kInt4Format;
+    case Wire::kInt2:
+      return &kInt2Format;
+    case Wire::kFp8:
+      return &kFp8Format;
+    case Wire::kTopk:
+      return &kTopkFormat;
+    case Wire::kNative:
+    case Wire::kF16:
+    case Wire::kBF16:
+      break;
   }
   return nullptr;
 }
 
 const BlockCodec *block_codec(const Kernels &k, Wire w) {
   switch (w) {
-    case Wire::kInt8: return &k.int8;
-    case Wire::kInt4: return &k.int4;
-    case Wire::kInt2: return &k.int2;
-    case Wire::kFp8: return &k.fp8;
-    case Wire::kTopk: return &k.topk;
-    case Wire::kNative: case Wire::kF16: case Wire::kBF16: break;
+    case Wire::kInt8:
+      return &k.int8;
+    case Wire::kInt4:
+      return &k.int4;
+    case Wire::kInt2:
+      return &k.int2;
+    case Wire::kFp8:
+      return &k.fp8;
+    case Wire::kTopk:
+      return &k.topk;
+    case Wire::kNative:
+    case Wire::kF16:
+    case Wire::kBF16:
+      break;
   }
   return nullptr;
 }
@@ -81,23 +109,33 @@ const BlockCodec *block_codec(const Kernels &k, Wire w) {
 Status validate(Wire w, const uint8_t *src, size_t len, size_t count) {
   const size_t want = wire_size(w, count);
   if (len != want) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s data for %zu elements is %zu bytes, not %zu", wire_name(w), count, len, want);
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s data for %zu elements is %zu bytes, not %zu",
+                      wire_name(w), count, len, want);
   }
   const BlockFormat *f = block_format(w);
   return f != nullptr ? validate_blocks(w, *f, src, count) : Status();
 }
 
 const char *wire_name(Wire w) {
-  static const char *const kNames[] = {"native", "fp16", "bf16", "int8", "int4", "fp8", "int2", "topk"};
+  static const char *const kNames[] = {"native", "fp16", "bf16", "int8",
+                                       "int4",   "fp8",  "int2", "topk"};
   const int i = static_cast<int>(w);
   return i >= 0 && i < kWireCount ? kNames[i] : "?";
 }
 
 size_t wire_size(Wire w, size_t count) {
   switch (w) {
-    case Wire::kNative: return count * 4;
-    case Wire::kF16: case Wire::kBF16: return count * 2;
-    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: case Wire::kTopk: return block_format(w)->encoded_size(count);
+    case Wire::kNative:
+      return count * 4;
+    case Wire::kF16:
+    case Wire::kBF16:
+      return count * 2;
+    case Wire::kInt8:
+    case Wire::kInt4:
+    case Wire::kInt2:
+    case Wire::kFp8:
+    case Wire::kTopk:
+      return block_format(w)->encoded_size(count);
   }
   return 0;
 }
@@ -108,9 +146,17 @@ Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first
     case Wire::kNative:
       if (count != 0) std::memcpy(dst, src, count * 4);
       return Status();
-    case Wire::kF16: k.f16_encode(src, count, dst); return Status();
-    case Wire::kBF16: k.bf16_encode(src, count, dst); return Status();
-    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: case Wire::kTopk: {
+    case Wire::kF16:
+      k.f16_encode(src, count, dst);
+      return Status();
+    case Wire::kBF16:
+      k.bf16_encode(src, count, dst);
+      return Status();
+    case Wire::kInt8:
+    case Wire::kInt4:
+    case Wire::kInt2:
+    case Wire::kFp8:
+    case Wire::kTopk: {
       const size_t bad = block_codec(k, w)->encode(src, count, dst);
       return bad == count ? Status() : unencodable(w, src[bad], first + bad, count - bad);
     }
@@ -120,32 +166,50 @@ Status encode(Wire w, const float *src, size_t count, uint8_t *dst, size_t first
 
 Status unencodable(Wire w, float value, size_t index, size_t left) {
   if (!std::isfinite(value)) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element %zu is %s, which the %s wire cannot carry", index,
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "element %zu is %s, which the %s wire cannot carry", index,
                       std::isnan(value) ? "NaN" : "Inf", wire_name(w));
   }
   const size_t block = block_format(w)->block;
   const size_t last = index + (left < block ? left : block) - 1;
   if (w == Wire::kFp8 || w == Wire::kTopk) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
-                      "the %s block of elements %zu..%zu holds a magnitude of 2^127 or more; use another wire", wire_name(w), index, last);
+    return WCCL_ERROR(
+        WCCL_ERR_INVALID_ARGUMENT,
+        "the %s block of elements %zu..%zu holds a magnitude of 2^127 or more; use another wire",
+        wire_name(w), index, last);
   }
-  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "the %s block of elements %zu..%zu spans more than the float range; use another wire",
-                    wire_name(w), index, last);
+  return WCCL_ERROR(
+      WCCL_ERR_INVALID_ARGUMENT,
+      "the %s block of elements %zu..%zu spans more than the float range; use another wire",
+      wire_name(w), index, last);
 }
 
 Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst) {
   WCCL_RETURN_IF_ERROR(validate(w, src, len, count));
   const Kernels &k = kernels();
   switch (w) {
-    case Wire::kNative: if (count != 0) std::memcpy(dst, src, count * 4); break;
-    case Wire::kF16: k.f16_decode(src, count, dst); break;
-    case Wire::kBF16: k.bf16_decode(src, count, dst); break;
-    case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: case Wire::kTopk: block_codec(k, w)->decode(src, count, dst); break;
+    case Wire::kNative:
+      if (count != 0) std::memcpy(dst, src, count * 4);
+      break;
+    case Wire::kF16:
+      k.f16_decode(src, count, dst);
+      break;
+    case Wire::kBF16:
+      k.bf16_decode(src, count, dst);
+      break;
+    case Wire::kInt8:
+    case Wire::kInt4:
+    case Wire::kInt2:
+    case Wire::kFp8:
+    case Wire::kTopk:
+      block_codec(k, w)->decode(src, count, dst);
+      break;
   }
   return Status();
 }
 
-Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t count, float *dst, const float *mine) {
+Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t count, float *dst,
+                     const float *mine) {
   WCCL_RETURN_IF_ERROR(validate(w, src, len, count));
   const Kernels &k = kernels();
   const BlockCodec *blocks = block_codec(k, w);
@@ -161,10 +225,20 @@ Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t co
   for (size_t i = 0; i < count; i += piece) {
     const size_t n = count - i < piece ? count - i : piece;
     switch (w) {
-      case Wire::kNative: std::memcpy(tmp, src + i * 4, n * 4); break;
-      case Wire::kF16: k.f16_decode(src + 2 * i, n, tmp); break;
-      case Wire::kBF16: k.bf16_decode(src + 2 * i, n, tmp); break;
-      case Wire::kInt8: case Wire::kInt4: case Wire::kInt2: case Wire::kFp8: case Wire::kTopk:
+      case Wire::kNative:
+        std::memcpy(tmp, src + i * 4, n * 4);
+        break;
+      case Wire::kF16:
+        k.f16_decode(src + 2 * i, n, tmp);
+        break;
+      case Wire::kBF16:
+        k.bf16_decode(src + 2 * i, n, tmp);
+        break;
+      case Wire::kInt8:
+      case Wire::kInt4:
+      case Wire::kInt2:
+      case Wire::kFp8:
+      case Wire::kTopk:
         blocks->decode(src + i / piece * f->block_bytes(piece), n, tmp);
         break;
     }

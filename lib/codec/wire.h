@@ -17,7 +17,8 @@
 //                40 bytes per 128 elements: 12.8 times fewer than F32. Re-encoding partial sums
 //                at every hop compounds that coarse error, which is why all-reduce's AUTO sends
 //                it by the all-gather schedule (algo/collectives.h).
-//   kTopk        sparse: blocks of 256 elements of which the 8 largest in magnitude are kept, each as
+//   kTopk        sparse: blocks of 256 elements of which the 8 largest in magnitude are kept, each
+//   as
 //                an index byte, a sign and a 3-bit magnitude in steps of a seventh of the block's
 //                largest; the rest decode to 0. A kept x decodes to within amax / 14 of x (amax the
 //                block's largest magnitude, plus float rounding); a dropped x is at most the 8th
@@ -49,13 +50,23 @@
 namespace wccl::codec {
 
 // The values match wccl_wire_t.
-enum class Wire : int { kNative = 0, kF16 = 1, kBF16 = 2, kInt8 = 3, kInt4 = 4, kFp8 = 5, kInt2 = 6, kTopk = 7 };
+enum class Wire : int {
+  kNative = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kInt8 = 3,
+  kInt4 = 4,
+  kFp8 = 5,
+  kInt2 = 6,
+  kTopk = 7
+};
 inline constexpr int kWireCount = 8;
 static_assert(kWireCount == WCCL_WIRE_TOPK + 1, "codec::Wire and wccl_wire_t list the same wires");
 
 const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp8", "int2", "topk"
 
-// The block format of a block-quantized wire (INT8, INT4, INT2, FP8, TOPK), or null; its kernels in table k.
+// The block format of a block-quantized wire (INT8, INT4, INT2, FP8, TOPK), or null; its kernels in
+// table k.
 const BlockFormat *block_format(Wire w);
 const BlockCodec *block_codec(const Kernels &k, Wire w);
 
@@ -82,6 +93,7 @@ Status validate(Wire w, const uint8_t *src, size_t len, size_t count);
 Status decode(Wire w, const uint8_t *src, size_t len, size_t count, float *dst);
 
 // dst[i] = mine[i] (op) decoded element i, combined in F32 (AVG as SUM); dst may equal mine.
-Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t count, float *dst, const float *mine);
+Status decode_reduce(Wire w, RedOp op, const uint8_t *src, size_t len, size_t count, float *dst,
+                     const float *mine);
 
 }  // namespace wccl::codec

@@ -25,9 +25,13 @@ coord::PeerId random_id() {
 }  // namespace
 
 Communicator::Communicator(const Config &cfg)
-    : log_(cfg.logger()), id_(random_id()), group_(cfg.str("group")),
-      listen_(cfg.str("listen")), heartbeat_(cfg.integer("heartbeat_ms")),
-      join_timeout_(cfg.integer("join_timeout_ms")), op_timeout_(cfg.integer("op_timeout_ms")),
+    : log_(cfg.logger()),
+      id_(random_id()),
+      group_(cfg.str("group")),
+      listen_(cfg.str("listen")),
+      heartbeat_(cfg.integer("heartbeat_ms")),
+      join_timeout_(cfg.integer("join_timeout_ms")),
+      op_timeout_(cfg.integer("op_timeout_ms")),
       chunk_bytes_(static_cast<size_t>(cfg.integer("chunk_bytes"))),
       sync_compress_(cfg.flag("sync_compress")),
       tree_max_bytes_(static_cast<size_t>(cfg.integer("tree_max_bytes"))) {
@@ -38,26 +42,33 @@ Communicator::Communicator(const Config &cfg)
 
 Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   if (cfg.str("coordinator").empty()) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "config key coordinator (the coordinator's host:port) is not set");
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "config key coordinator (the coordinator's host:port) is not set");
   }
   std::unique_ptr<Communicator> c(new Communicator(cfg));
-  if (!cfg.flag("tls")) WCCL_LOG(c->log_, kWarn, "tls=off: links are neither encrypted nor authenticated");
+  if (!cfg.flag("tls"))
+    WCCL_LOG(c->log_, kWarn, "tls=off: links are neither encrypted nor authenticated");
   WCCL_ASSIGN_OR_RETURN(c->transport_, net::Transport::create(cfg));
   Communicator *self = c.get();
   c->links_ = std::make_unique<EpochLinks>(
       *c->transport_, c->id_, c->log_,
-      EpochLinks::Events{[self] { self->wake(); },
-                         [self](uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting) {
-                           self->on_link_broken(epoch, peer, why, connecting);
-                         }});
-  WCCL_ASSIGN_OR_RETURN(const int port,
-                        c->transport_->listen(c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->links_->accepted(l); }));
+      EpochLinks::Events{
+          [self] { self->wake(); },
+          [self](uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting) {
+            self->on_link_broken(epoch, peer, why, connecting);
+          }});
   WCCL_ASSIGN_OR_RETURN(
-      c->control_, ControlSession::open(cfg, Clock::now() + c->join_timeout_, c->log_,
-                                        ControlSession::Events{[self](const ControlMessage &m) { self->on_control(m); },
-                                                               [self](const Status &why) { self->on_control_lost(why); },
-                                                               [self] { return self->on_reconnected(); },
-                                                               [self] { self->on_heartbeat_tick(); }}));
+      const int port,
+      c->transport_->listen(
+          c->listen_, [self](const std::shared_ptr<net::Link> &l) { self->links_->accepted(l); }));
+  WCCL_ASSIGN_OR_RETURN(
+      c->control_,
+      ControlSession::open(
+          cfg, Clock::now() + c->join_timeout_, c->log_,
+          ControlSession::Events{[self](const ControlMessage &m) { self->on_control(m); },
+                                 [self](const Status &why) { self->on_control_lost(why); },
+                                 [self] { return self->on_reconnected(); },
+                                 [self] { self->on_heartbeat_tick(); }}));
   if (c->info_.address.empty()) {
     const std::string &host = c->control_->local_host();
     c->info_.address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
@@ -76,8 +87,9 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   // does not end the wait: the heartbeat timer reconnects and REJOINs naming that epoch, so that a
   // restarted coordinator waits for the job's members rather than form an epoch of joiners alone.
   // Before that, a lost coordinator (or one that refused this peer) ends the join at once.
-  WCCL_RETURN_IF_ERROR(c->wait(lock, c->join_timeout_, "admission", [&] { return c->view_->call_answered(); },
-                               [&] { return c->view_->awaited_epoch() != 0; }));
+  WCCL_RETURN_IF_ERROR(c->wait(
+      lock, c->join_timeout_, "admission", [&] { return c->view_->call_answered(); },
+      [&] { return c->view_->awaited_epoch() != 0; }));
   WCCL_RETURN_IF_ERROR(c->view_->call_status());
   WCCL_LOG(c->log_, kInfo, "joined group \"%s\": epoch %llu, rank %d of %d", c->group_.c_str(),
            static_cast<unsigned long long>(c->view_->epoch()), c->view_->rank(), c->view_->size());
@@ -92,7 +104,8 @@ Communicator::~Communicator() {
     closing_ = true;
     stop_ = true;
     if (links_) links_->stop();
-    if (view_) (void)apply(view_->abort(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was destroyed")));
+    if (view_)
+      (void)apply(view_->abort(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was destroyed")));
   }
   cv_.notify_all();
   // The worker's data phase, cancelled above, closes its links and drains on the data thread,
@@ -101,7 +114,8 @@ Communicator::~Communicator() {
   // What this member last told the coordinator (an operation's failure, its DONE) goes out before
   // the link closes, or the coordinator would hear only the close and blame this member.
   if (control_ && !control_->flush(kCloseFlush)) {
-    WCCL_LOG(log_, kWarn, "closing with control messages unsent after %lld ms", static_cast<long long>(kCloseFlush.count()));
+    WCCL_LOG(log_, kWarn, "closing with control messages unsent after %lld ms",
+             static_cast<long long>(kCloseFlush.count()));
   }
   // A transport's destructor runs this communicator's last callbacks on its loop thread, and
   // they may still call either transport (whose calls then return ABORTED). unique_ptr::reset
@@ -117,19 +131,21 @@ Communicator::~Communicator() {
 Status Communicator::send(const ControlMessage &m) { return control_->send(m); }
 
 template <typename Pred, typename Through>
-Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what,
-                          Pred done, Through through_loss) {
+Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout,
+                          const char *what, Pred done, Through through_loss) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const bool woke = cv_.wait_until(
-        lock, deadline, [&] { return view_->aborted() || done() || (!control_->connected() && !through_loss()); });
-    if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
+    const bool woke = cv_.wait_until(lock, deadline, [&] {
+      return view_->aborted() || done() || (!control_->connected() && !through_loss());
+    });
+    if (view_->aborted())
+      return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
     if (done()) return Status();
     const Status down = control_->down();  // one reading: a reconnection may land at any time
     if (!down.ok()) return down.with_context(what);
     if (!woke) {
-      return WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s: no decision from the coordinator within %lld ms", what,
-                        static_cast<long long>(timeout.count()));
+      return WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s: no decision from the coordinator within %lld ms",
+                        what, static_cast<long long>(timeout.count()));
     }
     // Woken by a lost coordinator that the heartbeat timer has reconnected to already: wait on.
   }
@@ -139,7 +155,8 @@ Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milli
 // (MemberView::call has the rules).
 Status Communicator::membership_call(MessageType type, const char *what) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
+  if (view_->aborted())
+    return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", what);
   const Status down = control_->down();
   if (!down.ok()) return down.with_context(what);
   Actions actions;
@@ -154,9 +171,13 @@ Status Communicator::membership_call(MessageType type, const char *what) {
     report.epoch = view_->epoch();
     for (const auto &[rank, link] : links_->current()) {
       const uint32_t rtt = link->min_rtt_us();
-      if (rtt != 0) report.links.push_back({view_->ring()[static_cast<size_t>(rank)].id, rtt, link->delivery_rate()});
+      if (rtt != 0)
+        report.links.push_back(
+            {view_->ring()[static_cast<size_t>(rank)].id, rtt, link->delivery_rate()});
     }
-    if (!report.links.empty()) actions.insert(actions.begin(), Action{Action::Kind::kSend, std::move(report), 0, 0, Status()});
+    if (!report.links.empty())
+      actions.insert(actions.begin(),
+                     Action{Action::Kind::kSend, std::move(report), 0, 0, Status()});
   }
   Effects effects = apply(std::move(actions));
   lock.unlock();
@@ -234,13 +255,16 @@ bool Communicator::wait_revoked(std::chrono::milliseconds timeout) const {
   return cv_.wait_for(lock, timeout, [&] { return view_->revoked(); });
 }
 
-Status Communicator::links(std::chrono::milliseconds timeout, std::map<int, std::shared_ptr<net::Link>> *out) {
+Status Communicator::links(std::chrono::milliseconds timeout,
+                           std::map<int, std::shared_ptr<net::Link>> *out) {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool open = cv_.wait_for(lock, timeout, [&] { return view_->aborted() || links_->complete(out); });
+  const bool open =
+      cv_.wait_for(lock, timeout, [&] { return view_->aborted() || links_->complete(out); });
   if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "links: the communicator was aborted");
   if (!open) {
     return WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu are not open after %lld ms",
-                      static_cast<unsigned long long>(view_->epoch()), static_cast<long long>(timeout.count()));
+                      static_cast<unsigned long long>(view_->epoch()),
+                      static_cast<long long>(timeout.count()));
   }
   return Status();
 }
@@ -304,7 +328,8 @@ void Communicator::on_control_lost(const Status &why) {
     std::lock_guard<std::mutex> lock(mu_);  // as wake(): a waiter sees the loss or is woken
     closing = closing_;
   }
-  if (!closing) WCCL_LOG(log_, kWarn, "lost the coordinator: %s; reconnecting", why.to_string().c_str());
+  if (!closing)
+    WCCL_LOG(log_, kWarn, "lost the coordinator: %s; reconnecting", why.to_string().c_str());
   cv_.notify_all();
 }
 
@@ -335,22 +360,27 @@ std::vector<ControlMessage> Communicator::on_reconnected() {
 }
 
 void Communicator::wake() {
-  { std::lock_guard<std::mutex> lock(mu_); }  // a waiter checks its condition under mu_, then sleeps
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+  }  // a waiter checks its condition under mu_, then sleeps
   cv_.notify_all();
 }
 
 // A link of this member's epoch broke, or could not be opened: the coordinator probes that peer.
-void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting) {
+void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Status &why,
+                                  bool connecting) {
   ControlMessage report;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (epoch != view_->epoch()) return;
-    if (!connecting && (view_->revoked() || view_->aborted() || view_->left() || why.code() == WCCL_ERR_ABORTED)) return;
+    if (!connecting &&
+        (view_->revoked() || view_->aborted() || view_->left() || why.code() == WCCL_ERR_ABORTED))
+      return;
     report = view_->link_broken(peer);
   }
   if (connecting) {
-    WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s", static_cast<unsigned long long>(peer),
-             why.to_string().c_str());
+    WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s",
+             static_cast<unsigned long long>(peer), why.to_string().c_str());
   } else {
     // Not a warning: a peer that leaves or dies closes its links, and what that does to the group
     // (a revocation, logged as a warning) is the coordinator's to decide after its probe.

@@ -82,15 +82,16 @@ class Communicator {
   int rank() const;
   int size() const;
   uint64_t epoch() const;
-  bool revoked() const;  // the current epoch lost a peer; update() to continue
-  int pending() const;   // peers waiting to be admitted at the next update
+  bool revoked() const;     // the current epoch lost a peer; update() to continue
+  int pending() const;      // peers waiting to be admitted at the next update
   bool update_due() const;  // the group waits for this member's update (MemberView::update_due)
-  uint32_t epoch_origin() const;  // a wccl_epoch_origin_t: how the coordinator formed the current epoch
+  uint32_t epoch_origin()
+      const;  // a wccl_epoch_origin_t: how the coordinator formed the current epoch
   std::vector<coord::PeerId> ring() const;  // the current epoch's members, in ring order
   coord::PeerId id() const { return id_; }
   size_t chunk_bytes() const { return chunk_bytes_; }  // the configured pipelining unit
   std::chrono::milliseconds op_timeout() const { return op_timeout_; }  // config key op_timeout_ms
-  bool sync_compress() const { return sync_compress_; }  // config key sync_compress
+  bool sync_compress() const { return sync_compress_; }                 // config key sync_compress
   // This communicator's memory on `device` (made on first use; it lives as long as the
   // communicator), for state sync's device tensors. Collectives find theirs in submit().
   Result<algo::DeviceMemory *> device_memory(gpu::Device *device);
@@ -137,10 +138,12 @@ class Communicator {
   Status send(const coord::ControlMessage &m);
   Status membership_call(coord::MessageType type, const char *what);  // update, reform, leave
   // Any thread, under mu_: waits for `done`, or abort / coordinator loss / timeout. While
-  // `through_loss` holds, a lost coordinator does not end the wait (the heartbeat timer reconnects).
+  // `through_loss` holds, a lost coordinator does not end the wait (the heartbeat timer
+  // reconnects).
   template <typename Pred, typename Through = bool (*)()>
-  Status wait(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what, Pred done,
-              Through through_loss = [] { return false; });
+  Status wait(
+      std::unique_lock<std::mutex> &lock, std::chrono::milliseconds timeout, const char *what,
+      Pred done, Through through_loss = [] { return false; });
   // Under mu_: op has its outcome.
   void decide(const std::shared_ptr<Op> &op, Status outcome);
   // Worker thread:
@@ -160,7 +163,8 @@ class Communicator {
   // loop threads those run completions inline, and completions take it.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::unique_ptr<MemberView> view_;  // the protocol's rules: epoch, ring, operations' numbering and outcomes
+  std::unique_ptr<MemberView>
+      view_;              // the protocol's rules: epoch, ring, operations' numbering and outcomes
   bool closing_ = false;  // the destructor has begun: the transport may be gone
   std::unique_ptr<EpochLinks> links_;  // the current epoch's links to the other members
 

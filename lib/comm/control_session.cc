@@ -10,9 +10,11 @@ Status unreachable(const Status &why) {
   return WCCL_ERROR(WCCL_ERR_COORDINATOR_UNREACHABLE, "%s", why.message().c_str());
 }
 
-Result<std::unique_ptr<ControlSession>> ControlSession::open(const Config &cfg, Clock::time_point deadline, Logger log,
+Result<std::unique_ptr<ControlSession>> ControlSession::open(const Config &cfg,
+                                                             Clock::time_point deadline, Logger log,
                                                              Events events) {
-  std::unique_ptr<ControlSession> s(new ControlSession(cfg.str("coordinator"), std::move(log), std::move(events)));
+  std::unique_ptr<ControlSession> s(
+      new ControlSession(cfg.str("coordinator"), std::move(log), std::move(events)));
   Config control_cfg = cfg;  // control messages are small: one connection carries them
   WCCL_RETURN_IF_ERROR(control_cfg.set("streams", "1"));
   WCCL_ASSIGN_OR_RETURN(s->transport_, net::Transport::create(control_cfg));
@@ -22,7 +24,8 @@ Result<std::unique_ptr<ControlSession>> ControlSession::open(const Config &cfg, 
   auto backoff = std::chrono::milliseconds(50);
   int attempts = 1;
   auto link = s->transport_->connect_sync(s->coordinator_);
-  while (!link.ok() && (link.status().code() == WCCL_ERR_IO || link.status().code() == WCCL_ERR_TIMEOUT) &&
+  while (!link.ok() &&
+         (link.status().code() == WCCL_ERR_IO || link.status().code() == WCCL_ERR_TIMEOUT) &&
          Clock::now() + backoff < deadline) {
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
@@ -30,8 +33,9 @@ Result<std::unique_ptr<ControlSession>> ControlSession::open(const Config &cfg, 
     link = s->transport_->connect_sync(s->coordinator_);
   }
   if (!link.ok()) {
-    return unreachable(link.status().with_context(
-        format("coordinator %s (%d attempt%s)", s->coordinator_.c_str(), attempts, attempts == 1 ? "" : "s")));
+    return unreachable(
+        link.status().with_context(format("coordinator %s (%d attempt%s)", s->coordinator_.c_str(),
+                                          attempts, attempts == 1 ? "" : "s")));
   }
   s->local_host_ = link.value()->local_host();
   if (!s->publish(s->adopt(link.value()))) return s->down();
@@ -40,7 +44,8 @@ Result<std::unique_ptr<ControlSession>> ControlSession::open(const Config &cfg, 
 
 ControlSession::~ControlSession() { stop(); }
 
-std::shared_ptr<ControlSession::Connection> ControlSession::adopt(const std::shared_ptr<net::Link> &link) {
+std::shared_ptr<ControlSession::Connection> ControlSession::adopt(
+    const std::shared_ptr<net::Link> &link) {
   auto conn = std::make_shared<Connection>();
   auto channel = coord::ControlChannel::open(
       link, [this](const coord::ControlMessage &m) { events_.message(m); },

@@ -37,8 +37,8 @@ class ControlSession {
   // backoff (50 ms doubling to 2 s) while it is not listening or refuses connections for load,
   // until `deadline`. COORDINATOR_UNREACHABLE naming the attempts and the last cause; AUTH or
   // INVALID_ARGUMENT at once.
-  static Result<std::unique_ptr<ControlSession>> open(const Config &cfg, Clock::time_point deadline, Logger log,
-                                                      Events events);
+  static Result<std::unique_ptr<ControlSession>> open(const Config &cfg, Clock::time_point deadline,
+                                                      Logger log, Events events);
   ~ControlSession();
   ControlSession(const ControlSession &) = delete;
   ControlSession &operator=(const ControlSession &) = delete;
@@ -84,8 +84,9 @@ class ControlSession {
   std::chrono::milliseconds period_{1000};
   mutable std::mutex mu_;
   bool stopped_ = false;
-  std::shared_ptr<Connection> current_;  // the published connection; null while the coordinator is away
-  Status down_;                          // why current_ is null
+  std::shared_ptr<Connection>
+      current_;  // the published connection; null while the coordinator is away
+  Status down_;  // why current_ is null
   bool reconnecting_ = false;
   std::chrono::milliseconds backoff_{0};
   Clock::time_point next_attempt_{};

@@ -8,13 +8,14 @@ namespace wccl::comm {
 
 void EpochLinks::accepted(const std::shared_ptr<net::Link> &link) {
   auto hello = std::make_shared<std::array<uint8_t, coord::kLinkHelloBytes>>();
-  Status st = link->recv(kLinkHello, hello->data(), hello->size(), [this, link, hello](const Status &got) {
-    if (!got.ok()) return;
-    coord::LinkHello h;
-    const Status valid = coord::decode(hello->data(), hello->size(), &h);
-    if (!valid.ok()) return link->close(valid);
-    adopt(h.epoch, h.from, link);
-  });
+  Status st =
+      link->recv(kLinkHello, hello->data(), hello->size(), [this, link, hello](const Status &got) {
+        if (!got.ok()) return;
+        coord::LinkHello h;
+        const Status valid = coord::decode(hello->data(), hello->size(), &h);
+        if (!valid.ok()) return link->close(valid);
+        adopt(h.epoch, h.from, link);
+      });
   if (!st.ok()) link->close(st);
 }
 
@@ -26,7 +27,8 @@ EpochLinks::Links EpochLinks::begin_epoch(const MemberView &view) {
   ring_ = view.ring();
   neighbours_ = view.neighbours();
   unwatched_.clear();
-  for (auto r = neighbours_.begin(); r != neighbours_.end() && *r < rank_; ++r) {  // they connect to us
+  for (auto r = neighbours_.begin(); r != neighbours_.end() && *r < rank_;
+       ++r) {  // they connect to us
     auto early = early_.find({epoch_, ring_[static_cast<size_t>(*r)].id});
     if (early == early_.end()) continue;
     links_[*r] = early->second;
@@ -45,7 +47,8 @@ void EpochLinks::open() {
     if (closed_) return;
     epoch = epoch_;
     adopted = std::exchange(unwatched_, {});
-    for (auto r = neighbours_.upper_bound(rank_); r != neighbours_.end(); ++r) {  // we connect to them
+    for (auto r = neighbours_.upper_bound(rank_); r != neighbours_.end();
+         ++r) {  // we connect to them
       to_open.emplace_back(*r, ring_[static_cast<size_t>(*r)]);
     }
   }
@@ -56,27 +59,30 @@ void EpochLinks::open() {
   for (auto &[r, member] : to_open) {
     const coord::PeerId peer = member.id;
     const int rank = r;
-    Status st = transport_.connect(member.info.address, [this, epoch, peer, rank](Result<std::shared_ptr<net::Link>> link) {
-      if (!link.ok()) {
-        if (events_.broken) events_.broken(epoch, peer, link.status(), /*connecting=*/true);
-        return;
-      }
-      // The hello goes out before the link is handed to anyone, so it is the first message.
-      auto hello = std::make_shared<std::vector<uint8_t>>(coord::encode(coord::LinkHello{epoch, self_}));
-      (void)link.value()->send(kLinkHello, hello->data(), hello->size(), [hello](const Status &) {});
-      bool stale;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        stale = epoch != epoch_ || closed_;  // checked with the assignment, under one lock
-        if (!stale) links_[rank] = link.value();
-      }
-      if (stale) {
-        link.value()->close(WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));
-        return;
-      }
-      watch(link.value(), peer, epoch);
-      changed();
-    });
+    Status st = transport_.connect(
+        member.info.address, [this, epoch, peer, rank](Result<std::shared_ptr<net::Link>> link) {
+          if (!link.ok()) {
+            if (events_.broken) events_.broken(epoch, peer, link.status(), /*connecting=*/true);
+            return;
+          }
+          // The hello goes out before the link is handed to anyone, so it is the first message.
+          auto hello =
+              std::make_shared<std::vector<uint8_t>>(coord::encode(coord::LinkHello{epoch, self_}));
+          (void)link.value()->send(kLinkHello, hello->data(), hello->size(),
+                                   [hello](const Status &) {});
+          bool stale;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            stale = epoch != epoch_ || closed_;  // checked with the assignment, under one lock
+            if (!stale) links_[rank] = link.value();
+          }
+          if (stale) {
+            link.value()->close(WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));
+            return;
+          }
+          watch(link.value(), peer, epoch);
+          changed();
+        });
     if (!st.ok()) WCCL_LOG(log_, kWarn, "cannot open a link: %s", st.to_string().c_str());
   }
 }
@@ -101,7 +107,8 @@ void EpochLinks::adopt(uint64_t epoch, coord::PeerId from, const std::shared_ptr
   if (!adopted) {
     // A link for an epoch that is over (or from a peer that is not our neighbour): its frames
     // are never applied.
-    link->close(WCCL_ERROR(WCCL_ERR_ABORTED, "link for epoch %llu, not the current one, or not from a neighbour",
+    link->close(WCCL_ERROR(WCCL_ERR_ABORTED,
+                           "link for epoch %llu, not the current one, or not from a neighbour",
                            static_cast<unsigned long long>(epoch)));
     return;
   }

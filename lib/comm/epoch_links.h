@@ -37,7 +37,8 @@ class EpochLinks {
   struct Events {
     std::function<void()> changed;  // a link of the current epoch opened
     // The link to `peer` of `epoch` failed with `why` (`connecting`: it could not be opened).
-    std::function<void(uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting)> broken;
+    std::function<void(uint64_t epoch, coord::PeerId peer, const Status &why, bool connecting)>
+        broken;
   };
   EpochLinks(net::Transport &transport, coord::PeerId self, Logger log, Events events)
       : transport_(transport), self_(self), log_(std::move(log)), events_(std::move(events)) {}
@@ -76,10 +77,11 @@ class EpochLinks {
   int rank_ = -1;
   std::vector<coord::Member> ring_;
   std::set<int> neighbours_;  // ranks this member links to in epoch_
-  Links links_;  // the current epoch's open links
+  Links links_;               // the current epoch's open links
   // Links opened to us for epochs not announced to us yet, by (epoch, opener).
   std::map<std::pair<uint64_t, coord::PeerId>, std::shared_ptr<net::Link>> early_;
-  std::vector<std::pair<coord::PeerId, std::shared_ptr<net::Link>>> unwatched_;  // taken from early_ by begin_epoch
+  std::vector<std::pair<coord::PeerId, std::shared_ptr<net::Link>>>
+      unwatched_;  // taken from early_ by begin_epoch
 };
 
 }  // namespace wccl::comm

@@ -11,13 +11,15 @@ Result<net::Link *> LinkChannel::link(int peer) {
   return it->second.get();
 }
 
-Status LinkChannel::send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) {
-  WCCL_ASSIGN_OR_RETURN(net::Link *l, link(peer));
+Status LinkChannel::send(int peer, uint32_t tag, const void *data, size_t len,
+                         algo::Completion done) {
+  WCCL_ASSIGN_OR_RETURN(net::Link * l, link(peer));
   return l->send(net::MessageKey{epoch_, seq_, tag}, data, len, std::move(done));
 }
 
-Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) {
-  WCCL_ASSIGN_OR_RETURN(net::Link *l, link(peer));
+Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, size_t *got,
+                         algo::Completion done) {
+  WCCL_ASSIGN_OR_RETURN(net::Link * l, link(peer));
   return l->recv(net::MessageKey{epoch_, seq_, tag}, data, len, got, std::move(done));
 }
 

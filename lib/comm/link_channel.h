@@ -13,12 +13,14 @@ namespace wccl::comm {
 
 class LinkChannel : public algo::Channel {
  public:
-  LinkChannel(uint64_t epoch, uint64_t seq, int rank, int size, std::map<int, std::shared_ptr<net::Link>> links)
+  LinkChannel(uint64_t epoch, uint64_t seq, int rank, int size,
+              std::map<int, std::shared_ptr<net::Link>> links)
       : epoch_(epoch), seq_(seq), rank_(rank), size_(size), links_(std::move(links)) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override;
-  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) override;
+  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got,
+              algo::Completion done) override;
   void abort(const Status &why) override;
 
  private:

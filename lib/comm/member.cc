@@ -88,9 +88,11 @@ void MemberView::revoke_past_barrier(uint64_t seq, Actions *out) {
   report.message = revoke_here(
       seq,
       WCCL_ERROR(WCCL_ERR_PEER_LOST,
-                 "members are in different operations of epoch %llu: another member waits at the update barrier "
+                 "members are in different operations of epoch %llu: another member waits at the "
+                 "update barrier "
                  "after %llu operations, and this peer is at operation %llu; update and retry",
-                 static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(barrier_ops_),
+                 static_cast<unsigned long long>(epoch_),
+                 static_cast<unsigned long long>(barrier_ops_),
                  static_cast<unsigned long long>(seq)),
       out);
   out->push_back(std::move(report));
@@ -115,11 +117,13 @@ Actions MemberView::on_message(const ControlMessage &m) {
         report.message = message(MessageType::kOpFailed);
         report.message.epoch = epoch_;
         report.message.seq = next_seq_ + 1;
-        report.message.text = "epoch " + std::to_string(epoch_) + " was revoked before the coordinator restarted";
+        report.message.text =
+            "epoch " + std::to_string(epoch_) + " was revoked before the coordinator restarted";
         out.push_back(std::move(report));
         if (call_ == Call::kUpdate || call_ == Call::kReform) {
           Action again;
-          again.message = message(call_ == Call::kUpdate ? MessageType::kUpdate : MessageType::kReform);
+          again.message =
+              message(call_ == Call::kUpdate ? MessageType::kUpdate : MessageType::kReform);
           again.message.epoch = epoch_;
           again.message.seq = next_seq_;
           again.message.count = call_id_;
@@ -132,15 +136,18 @@ Actions MemberView::on_message(const ControlMessage &m) {
         // adopted it): its links and its operation numbering carry on. Only the answer to this
         // member's call ends it: an announcement (a restarted coordinator's) or a late answer to
         // an earlier call leaves it waiting, registered at the barrier.
-        if (m.count == 0 || m.count != call_id_ || (call_ != Call::kUpdate && call_ != Call::kReform)) break;
+        if (m.count == 0 || m.count != call_id_ ||
+            (call_ != Call::kUpdate && call_ != Call::kReform))
+          break;
         pending_ = 0;
         barrier_ops_ = kNoBarrier;
         tree_max_bytes_ = m.tree_max_bytes;  // fixed anew at the barrier, the same for every member
       } else {
         // Operations of the previous epoch that are still undecided can no longer commit.
-        fail_undecided(WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu ended before the operation was committed",
-                                  static_cast<unsigned long long>(epoch_)),
-                       &out);
+        fail_undecided(
+            WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu ended before the operation was committed",
+                       static_cast<unsigned long long>(epoch_)),
+            &out);
         epoch_ = m.epoch;
         ring_ = m.ring;
         tree_max_bytes_ = m.tree_max_bytes;
@@ -158,7 +165,8 @@ Actions MemberView::on_message(const ControlMessage &m) {
         a.epoch = epoch_;
         out.push_back(std::move(a));
       }
-      if (call_ == Call::kJoin || call_ == Call::kUpdate || call_ == Call::kReform) answer(Status());
+      if (call_ == Call::kJoin || call_ == Call::kUpdate || call_ == Call::kReform)
+        answer(Status());
       break;
     case MessageType::kRevoked: {
       if (m.epoch != epoch_) break;
@@ -196,7 +204,9 @@ Actions MemberView::on_message(const ControlMessage &m) {
         a.message.count = call_id_;
         out.push_back(std::move(a));
       } else if (call_ == Call::kReform) {
-        answer(WCCL_ERROR(WCCL_ERR_PEER_LOST, "reform: this peer was declared lost while it waited; update to join again"));
+        answer(WCCL_ERROR(
+            WCCL_ERR_PEER_LOST,
+            "reform: this peer was declared lost while it waited; update to join again"));
       } else if (call_ == Call::kLeave) {
         left_ = true;  // nothing left to leave
         answer(Status());
@@ -220,14 +230,16 @@ Actions MemberView::on_message(const ControlMessage &m) {
     }
     case MessageType::kPending:
       if (rank_ < 0 || removed_) {
-        awaited_epoch_ = std::max(awaited_epoch_, m.epoch);  // it was registered to enter that epoch
+        awaited_epoch_ =
+            std::max(awaited_epoch_, m.epoch);  // it was registered to enter that epoch
       } else if (m.epoch == epoch_) {
         pending_ = static_cast<int>(m.count);
       }
       break;
     case MessageType::kError: {
       const auto code = static_cast<wccl_result_t>(m.code);
-      answer(WCCL_ERROR(code == WCCL_OK ? WCCL_ERR_PROTOCOL : code, "the coordinator refused: %s", m.text.c_str()));
+      answer(WCCL_ERROR(code == WCCL_OK ? WCCL_ERR_PROTOCOL : code, "the coordinator refused: %s",
+                        m.text.c_str()));
       break;
     }
     default:
@@ -237,14 +249,16 @@ Actions MemberView::on_message(const ControlMessage &m) {
 }
 
 Status MemberView::submit(uint64_t *seq, Actions *out) {
-  if (left_ || rank_ < 0) return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "this peer is not a member (it left)");
+  if (left_ || rank_ < 0)
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "this peer is not a member (it left)");
   if (revoked_) {
     return WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu is revoked%s%s; call update and retry",
                       static_cast<unsigned long long>(epoch_), epoch_failure_.ok() ? "" : ": ",
                       epoch_failure_.message().c_str());
   }
   if (ops_.size() >= kMaxOpsInFlight) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%zu operations are already in flight (the most a communicator takes)",
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
+                      "%zu operations are already in flight (the most a communicator takes)",
                       ops_.size());
   }
   if (next_seq_ >= barrier_ops_) {
@@ -273,7 +287,10 @@ Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, boo
     decide(key, WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"), &out);
   } else if (!data_error && (!epoch_failure_.ok() || epoch != epoch_)) {
     // Revoked while it ran (or it failed because of that): the revocation decides it.
-    decide(key, epoch_failure_.ok() || epoch != epoch_ ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended") : epoch_failure_,
+    decide(key,
+           epoch_failure_.ok() || epoch != epoch_
+               ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended")
+               : epoch_failure_,
            &out);
   } else if (st.ok()) {
     ops_[key] = OpState::kAwaiting;
@@ -302,8 +319,9 @@ Actions MemberView::give_up(uint64_t epoch, uint64_t seq, const Status &why) {
 
 ControlMessage MemberView::fail_here(OpKey key, const Status &why, Actions *out) {
   ops_.erase(key);  // decided here, not by the revocation
-  const Status lost = WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
-                                 static_cast<unsigned long long>(key.second), why.message().c_str());
+  const Status lost =
+      WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
+                 static_cast<unsigned long long>(key.second), why.message().c_str());
   ControlMessage report = message(MessageType::kOpFailed);
   if (key.first == epoch_) report = revoke_here(key.second, lost, out);
   report.epoch = key.first;
@@ -337,12 +355,17 @@ ControlMessage MemberView::begin_join() {
 }
 
 Status MemberView::call(MessageType type, Actions *out) {
-  const char *what = type == MessageType::kUpdate ? "update" : type == MessageType::kReform ? "reform" : "leave";
+  const char *what = type == MessageType::kUpdate   ? "update"
+                     : type == MessageType::kReform ? "reform"
+                                                    : "leave";
   if (type != MessageType::kLeave && !ops_.empty()) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: %zu operations of this peer are not decided yet; wait for them first",
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
+                      "%s: %zu operations of this peer are not decided yet; wait for them first",
                       what, ops_.size());
   }
-  call_ = type == MessageType::kUpdate ? Call::kUpdate : type == MessageType::kReform ? Call::kReform : Call::kLeave;
+  call_ = type == MessageType::kUpdate   ? Call::kUpdate
+          : type == MessageType::kReform ? Call::kReform
+                                         : Call::kLeave;
   call_status_ = Status();
   if (++call_id_ == 0) call_id_ = 1;  // 0 names no call
   Action a;

@@ -3,8 +3,9 @@
 // outcome of its operations, and its membership calls (join, update, reform, leave). Events come in
 // as calls (a coordinator message, a submitted operation, the end of a data phase, a membership
 // call); what the shell must do comes out as Actions, in order. It has no clock, thread, lock or
-// socket: the Communicator runs it under its mutex over real links, and tests/test_coord_control_sim.cc
-// runs it beside the coordinator's Membership in a deterministic simulation.
+// socket: the Communicator runs it under its mutex over real links, and
+// tests/test_coord_control_sim.cc runs it beside the coordinator's Membership in a deterministic
+// simulation.
 //
 // Operations are numbered 1, 2, ... within an epoch; every member must submit the same
 // operations in the same order. An operation is queued, then running (its data phase), then
@@ -160,10 +161,11 @@ class MemberView {
   int pending_ = 0;
   uint64_t awaited_epoch_ = 0;
   Status epoch_failure_;
-  uint64_t next_seq_ = 0;        // the last number given in this epoch
-  uint64_t committed_seq_ = 0;   // the last COMMIT heard in this epoch
+  uint64_t next_seq_ = 0;       // the last number given in this epoch
+  uint64_t committed_seq_ = 0;  // the last COMMIT heard in this epoch
   static constexpr uint64_t kNoBarrier = ~0ULL;
-  uint64_t barrier_ops_ = kNoBarrier;  // a member waits at the update barrier after this many operations
+  uint64_t barrier_ops_ =
+      kNoBarrier;  // a member waits at the update barrier after this many operations
   // Undecided operations: the current epoch's, and a running one of an earlier epoch until its
   // data phase stops.
   std::map<OpKey, OpState> ops_;

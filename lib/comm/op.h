@@ -36,12 +36,14 @@ class Op {
   Op(const Op &) = delete;
   Op &operator=(const Op &) = delete;
 
-  algo::Collective c;  // the caller's buffers (state sync: c.out is the staging scratch while it runs)
+  algo::Collective
+      c;  // the caller's buffers (state sync: c.out is the staging scratch while it runs)
   // Device buffers: the communicator's memory on their GPU (c.memory), and an event of the
   // caller's stream recorded at the call, which the data phase waits for (null once it has).
   algo::DeviceMemory *device = nullptr;
   gpu::Event ready = nullptr;
-  size_t result_bytes = 0;  // the scratch buffer the data phase needs (a collective: the output's size)
+  size_t result_bytes =
+      0;  // the scratch buffer the data phase needs (a collective: the output's size)
   uint64_t epoch = 0;
   uint64_t seq = 0;  // 1, 2, ... within the epoch, the same on every member
   int rank = 0;
@@ -58,7 +60,7 @@ class Op {
   algo::Bytes scratch;  // in c.memory: the Undo's saved bytes, or state sync's staging
   size_t scratch_bytes = 0;
   std::unique_ptr<algo::Undo> undo;  // a collective's, once its data phase ended
-  bool in_data_phase = false;         // the worker runs its data phase (it may write the output)
+  bool in_data_phase = false;        // the worker runs its data phase (it may write the output)
   OpStats stats;
   Clock::time_point decided_at;
 

@@ -8,10 +8,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
-Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c, std::chrono::milliseconds timeout) {
+Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c,
+                                                 std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   const char *kind = algo::kind_name(c.kind);
-  if (view_->aborted()) return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", kind);
+  if (view_->aborted())
+    return WCCL_ERROR(WCCL_ERR_ABORTED, "%s: the communicator was aborted", kind);
   if (view_->left() || view_->rank() < 0) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%s: this peer is not a member (it left)", kind);
   }
@@ -120,15 +122,19 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto ready = [&] {
-      return view_->aborted() || view_->revoked() || view_->epoch() != op->epoch || links_->complete(&links);
+      return view_->aborted() || view_->revoked() || view_->epoch() != op->epoch ||
+             links_->complete(&links);
     };
     if (!cv_.wait_until(lock, op->deadline, ready)) {
-      return end(lock, WCCL_ERROR(WCCL_ERR_TIMEOUT, "the links of epoch %llu did not open before the operation's deadline",
-                                  static_cast<unsigned long long>(op->epoch)),
+      return end(lock,
+                 WCCL_ERROR(WCCL_ERR_TIMEOUT,
+                            "the links of epoch %llu did not open before the operation's deadline",
+                            static_cast<unsigned long long>(op->epoch)),
                  false);
     }
     if (view_->aborted() || view_->revoked() || view_->epoch() != op->epoch) {
-      return end(lock, WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended"), false);  // the view knows why
+      return end(lock, WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended"),
+                 false);  // the view knows why
     }
     // A scratch buffer in the operation's memory from the spares, or a new one.
     scratch_bytes = op->result_bytes;
@@ -136,8 +142,9 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   }
   Status ready = scratch || scratch_bytes == 0 ? Status() : memory.scratch(scratch_bytes, &scratch);
   if (!ready.ok()) {
-    ready = WCCL_ERROR(ready.code(), "the %zu-byte result buffer of operation %llu: %s", scratch_bytes,
-                       static_cast<unsigned long long>(op->seq), ready.message().c_str());
+    ready =
+        WCCL_ERROR(ready.code(), "the %zu-byte result buffer of operation %llu: %s", scratch_bytes,
+                   static_cast<unsigned long long>(op->seq), ready.message().c_str());
   }
   if (ready.ok() && op->ready != nullptr) {  // the caller's stream has reached the call
     ready = op->device->wait_for(op->ready);
@@ -155,15 +162,18 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   }
   if (!ready.ok()) {
     std::unique_lock<std::mutex> lock(mu_);
-    return end(lock, ready, /*data_error=*/true);  // this member's own failure, whatever else happened
+    return end(lock, ready,
+               /*data_error=*/true);  // this member's own failure, whatever else happened
   }
   LinkChannel channel(op->epoch, op->seq, op->rank, op->size, std::move(links));
   algo::Exchange ex(channel, op->deadline);
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_exchange_ = &ex;
-    if (view_->aborted()) ex.cancel(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
-    else if (!view_->epoch_failure().ok()) ex.cancel(view_->epoch_failure());
+    if (view_->aborted())
+      ex.cancel(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
+    else if (!view_->epoch_failure().ok())
+      ex.cancel(view_->epoch_failure());
   }
   std::unique_ptr<algo::Undo> undo;
   if (c.kind == algo::Kind::kStateSync) {
@@ -185,14 +195,18 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   end(lock, st, st.code() == WCCL_ERR_INVALID_ARGUMENT || st.code() == WCCL_ERR_CUDA);
 }
 
-Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats, std::unique_lock<std::mutex> &lock) {
+Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats,
+                            std::unique_lock<std::mutex> &lock) {
   if (op->decided && !op->collected && op->in_data_phase) {
     // Decided while its data phase still runs (this peer gave up on it): the phase was cancelled
     // and ends at its next wait; its writes into the output must end before the restore.
     if (running_exchange_ != nullptr && !op->outcome.ok()) running_exchange_->cancel(op->outcome);
     if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return !op->in_data_phase; })) {
-      op->outcome = WCCL_ERROR(op->outcome.code(), "%s; its data phase did not end within 60 s of being cancelled, so the "
-                               "output buffer may hold partial results", op->outcome.message().c_str());
+      op->outcome =
+          WCCL_ERROR(op->outcome.code(),
+                     "%s; its data phase did not end within 60 s of being cancelled, so the "
+                     "output buffer may hold partial results",
+                     op->outcome.message().c_str());
       op->collected = true;
       if (stats) *stats = op->stats;
       return op->outcome;
@@ -218,7 +232,8 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
     if (view_->op_state(op->epoch, op->seq) == MemberView::OpState::kRunning) {
       // Its data phase ends at the same deadline: the worker decides it in a moment.
       if (running_exchange_ != nullptr) {
-        running_exchange_->cancel(WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time"));
+        running_exchange_->cancel(
+            WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time"));
       }
       cv_.wait_for(lock, std::chrono::seconds(60), decided);
     }
@@ -226,11 +241,12 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
       // Queued behind a slow operation, or its data phase done but no decision from the
       // coordinator: this peer gives up, which revokes the epoch (OP_FAILED). If the coordinator
       // did commit it meanwhile, the others succeeded: docs/fault-tolerance.md names this window.
-      const Status timeout = WCCL_ERROR(WCCL_ERR_TIMEOUT, "operation %llu: no outcome within its timeout%s",
-                                        static_cast<unsigned long long>(op->seq),
-                                        view_->op_state(op->epoch, op->seq) == MemberView::OpState::kAwaiting
-                                            ? " (the coordinator did not decide)"
-                                            : "");
+      const Status timeout =
+          WCCL_ERROR(WCCL_ERR_TIMEOUT, "operation %llu: no outcome within its timeout%s",
+                     static_cast<unsigned long long>(op->seq),
+                     view_->op_state(op->epoch, op->seq) == MemberView::OpState::kAwaiting
+                         ? " (the coordinator did not decide)"
+                         : "");
       Effects effects = apply(view_->give_up(op->epoch, op->seq, timeout));
       lock.unlock();
       cv_.notify_all();
@@ -244,7 +260,9 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
 Status Communicator::test(const std::shared_ptr<Op> &op, OpStats *stats) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!op->decided) {
-    if (Clock::now() < op->deadline) return WCCL_ERROR(WCCL_ERR_IN_PROGRESS, "operation %llu is in flight", static_cast<unsigned long long>(op->seq));
+    if (Clock::now() < op->deadline)
+      return WCCL_ERROR(WCCL_ERR_IN_PROGRESS, "operation %llu is in flight",
+                        static_cast<unsigned long long>(op->seq));
     lock.unlock();
     return wait(op, stats);  // past its deadline: settle it
   }

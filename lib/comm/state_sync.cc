@@ -30,7 +30,8 @@ class CommunicatorMember final : public SyncMember {
 };
 
 // Every member's description, in rank order.
-Result<std::vector<algo::MemberState>> gather_states(SyncMember &member, const algo::MemberState &mine) {
+Result<std::vector<algo::MemberState>> gather_states(SyncMember &member,
+                                                     const algo::MemberState &mine) {
   std::vector<uint8_t> blob = algo::encode_state(mine);
   const int n = member.size();
   int64_t len = static_cast<int64_t>(blob.size());
@@ -52,8 +53,11 @@ Result<std::vector<algo::MemberState>> gather_states(SyncMember &member, const a
   WCCL_RETURN_IF_ERROR(member.run(c, nullptr));
   std::vector<algo::MemberState> states;
   for (int r = 0; r < n; ++r) {
-    Result<algo::MemberState> s = algo::decode_state(all.data() + static_cast<size_t>(r) * longest, longest);
-    if (!s.ok()) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state sync: rank %d: %s", r, s.status().message().c_str());
+    Result<algo::MemberState> s =
+        algo::decode_state(all.data() + static_cast<size_t>(r) * longest, longest);
+    if (!s.ok())
+      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "state sync: rank %d: %s", r,
+                        s.status().message().c_str());
     states.push_back(std::move(s).value());
   }
   return states;
@@ -64,7 +68,8 @@ Result<std::vector<algo::MemberState>> gather_states(SyncMember &member, const a
 Status attempt(SyncMember &member, const algo::MemberState &mine, const algo::SyncTarget *elected,
                const std::shared_ptr<algo::SyncJob> &job, SyncStats *s) {
   WCCL_ASSIGN_OR_RETURN(const std::vector<algo::MemberState> states, gather_states(member, mine));
-  WCCL_ASSIGN_OR_RETURN(algo::SyncPlan plan, algo::plan_sync(states, member.chunk_bytes(), elected));
+  WCCL_ASSIGN_OR_RETURN(algo::SyncPlan plan,
+                        algo::plan_sync(states, member.chunk_bytes(), elected));
   job->plan = std::make_shared<const algo::SyncPlan>(std::move(plan));
   algo::place_received(job.get(), member.rank());
   if (job->plan->transfers.empty()) return Status();
@@ -82,8 +87,8 @@ Status attempt(SyncMember &member, const algo::MemberState &mine, const algo::Sy
 
 }  // namespace
 
-Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision, algo::SyncMode mode,
-                  SyncStats *stats) {
+Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision,
+                  algo::SyncMode mode, SyncStats *stats) {
   const auto start = std::chrono::steady_clock::now();
   algo::MemberState mine;
   mine.mode = mode;
@@ -98,7 +103,8 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
     uint64_t hash = 0;
     if (t.device != nullptr) {
       Result<algo::DeviceMemory *> memory = comm.device_memory(t.device);
-      if (!memory.ok()) return memory.status().with_context("state sync: tensor \"" + t.name + "\"");
+      if (!memory.ok())
+        return memory.status().with_context("state sync: tensor \"" + t.name + "\"");
       device.push_back(memory.value());
       const Status hashed = memory.value()->hash(t.data, bytes.back(), &hash);
       if (!hashed.ok()) return hashed.with_context("state sync: hashing tensor \"" + t.name + "\"");
@@ -117,7 +123,7 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
     job->tensor_bytes = bytes;
     job->elem_bytes = elem_bytes;
     job->compress = comm.sync_compress() && codec::compression_available() ? algo::Compress::kAuto
-                                                                            : algo::Compress::kOff;
+                                                                           : algo::Compress::kOff;
     return job;
   };
   CommunicatorMember member(comm);
@@ -127,12 +133,13 @@ Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, ui
     if (tr.receiver == comm.rank()) sources.insert(tr.donor);
   }
   s.sources = static_cast<uint32_t>(sources.size());
-  s.tensors_received = static_cast<uint32_t>(std::count_if(done->stage_offset.begin(), done->stage_offset.end(), [](size_t o) {
-    return o != algo::SyncJob::kNotReceived;
-  }));
+  s.tensors_received = static_cast<uint32_t>(
+      std::count_if(done->stage_offset.begin(), done->stage_offset.end(),
+                    [](size_t o) { return o != algo::SyncJob::kNotReceived; }));
   s.epoch = comm.epoch();
   s.world_size = comm.size();
-  s.time_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  s.time_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   *revision = done->plan->target.revision;
   if (stats != nullptr) *stats = s;
   return Status();
@@ -157,7 +164,8 @@ Status sync_rounds(SyncMember &member, const algo::MemberState &mine,
     const int before = member.size();
     if (st.code() != WCCL_ERR_PEER_LOST || !member.revoked()) return st;
     const Status reformed = member.reform();
-    if (!reformed.ok()) return reformed.with_context("state sync: re-forming the survivors after a loss");
+    if (!reformed.ok())
+      return reformed.with_context("state sync: re-forming the survivors after a loss");
     if (member.size() >= before) return st;
   }
 }

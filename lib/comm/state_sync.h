@@ -26,7 +26,7 @@ struct SyncStats {
   uint64_t bytes_received = 0;  // tensor bytes it received (every attempt)
   uint32_t sources = 0;         // donors it received from
   uint32_t tensors_received = 0;
-  double time_us = 0;           // the whole call
+  double time_us = 0;  // the whole call
   uint64_t epoch = 0;
   int world_size = 0;
 };
@@ -34,14 +34,15 @@ struct SyncStats {
 // Every member of the epoch calls it with the same tensor list (names, dtypes, counts, in one
 // order); each member's tensors may be host or device memory, independently. A device tensor is
 // hashed by its GPU, sent from it through page-locked memory, and written by a copy to it at the
-// commit; the received bytes are staged and checked in host memory. Three operations of the communicator, each committed like a collective: all-gathers of
-// the members' descriptions (length, then the padded descriptions), then, if any member differs
-// from the elected state, the data phase (algo::run_sync), whose received tensors are copied into
-// the member's tensors only once it is committed. On OK every member holds the elected tensors and
-// *revision is the elected revision. Errors: INVALID_USAGE naming the first mismatch of the tensor
-// lists, or a mode conflict (algo::plan_sync), on every member alike before any tensor data moves;
-// PROTOCOL for a malformed description; the collectives' errors (PEER_LOST when a member is lost:
-// update and call again). On any error the tensors and *revision are as they were.
+// commit; the received bytes are staged and checked in host memory. Three operations of the
+// communicator, each committed like a collective: all-gathers of the members' descriptions (length,
+// then the padded descriptions), then, if any member differs from the elected state, the data phase
+// (algo::run_sync), whose received tensors are copied into the member's tensors only once it is
+// committed. On OK every member holds the elected tensors and *revision is the elected revision.
+// Errors: INVALID_USAGE naming the first mismatch of the tensor lists, or a mode conflict
+// (algo::plan_sync), on every member alike before any tensor data moves; PROTOCOL for a malformed
+// description; the collectives' errors (PEER_LOST when a member is lost: update and call again). On
+// any error the tensors and *revision are as they were.
 //
 // A member lost during the call (a donor, say) revokes the epoch: every survivor then re-forms
 // the epoch without it (Communicator::reform: no joiner is admitted, so the members stay those
@@ -49,8 +50,8 @@ struct SyncStats {
 // descriptions had been gathered. So a receiver completes from the remaining donors; PEER_LOST
 // only when none holds a tensor it lacks, or the re-formed epoch is no smaller. The communicator's
 // epoch, rank and size may therefore change inside the call.
-Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision, algo::SyncMode mode,
-                  SyncStats *stats);
+Status state_sync(Communicator &comm, const std::vector<SyncTensor> &tensors, uint64_t *revision,
+                  algo::SyncMode mode, SyncStats *stats);
 
 // What state sync needs of the member that runs it: a Communicator, or one of wccl-sim's
 // simulated members (lib/sim/driver.cc), so that both run the rounds below.

@@ -18,14 +18,16 @@ uint64_t tree_crossover_bytes(const std::vector<Member> &ring, const LinkOf &lin
   std::vector<uint64_t> fastest(static_cast<size_t>(n), 0);
   for (int a = 0; a < n; ++a) {
     for (int b = a + 1; b < n; ++b) {
-      const uint64_t rate = link(ring[static_cast<size_t>(a)].id, ring[static_cast<size_t>(b)].id).bytes_per_s;
+      const uint64_t rate =
+          link(ring[static_cast<size_t>(a)].id, ring[static_cast<size_t>(b)].id).bytes_per_s;
       fastest[static_cast<size_t>(a)] = std::max(fastest[static_cast<size_t>(a)], rate);
       fastest[static_cast<size_t>(b)] = std::max(fastest[static_cast<size_t>(b)], rate);
     }
   }
   auto measured = [&](int a, int b) -> std::optional<LinkEstimate> {
     LinkEstimate l = link(ring[static_cast<size_t>(a)].id, ring[static_cast<size_t>(b)].id);
-    if (l.bytes_per_s == 0) l.bytes_per_s = std::min(fastest[static_cast<size_t>(a)], fastest[static_cast<size_t>(b)]);
+    if (l.bytes_per_s == 0)
+      l.bytes_per_s = std::min(fastest[static_cast<size_t>(a)], fastest[static_cast<size_t>(b)]);
     if (l.rtt_us == 0 || l.bytes_per_s == 0) return std::nullopt;
     return l;
   };
@@ -54,9 +56,9 @@ uint64_t tree_crossover_bytes(const std::vector<Member> &ring, const LinkOf &lin
       tree_rate = std::min(tree_rate, static_cast<double>(l->bytes_per_s));
     }
   }
-  const double saved_s = ring_latency_s - tree_latency_s;          // the tree's head start
+  const double saved_s = ring_latency_s - tree_latency_s;            // the tree's head start
   const double per_byte_s = 2 / tree_rate - ring_share / ring_rate;  // what it loses per byte
-  constexpr double kMax = static_cast<double>(uint64_t{1} << 40);   // tree_max_bytes' own limit
+  constexpr double kMax = static_cast<double>(uint64_t{1} << 40);    // tree_max_bytes' own limit
   if (saved_s <= 0) return 1;
   if (per_byte_s <= 0) return static_cast<uint64_t>(kMax);
   return static_cast<uint64_t>(std::clamp(std::floor(saved_s / per_byte_s), 1.0, kMax));

@@ -9,11 +9,12 @@
 //   tree(S) = 2 * the deeper tree's longest root-to-leaf sum of RTT/2  +  2 S / B_tree
 //
 // The ring's 2(n-1) steps go round the ring 2(n-1)/n times; a tree all-reduce goes up its deepest
-// path and down again; every ring member sends 2(n-1)/n of the buffer, while a tree's busiest member
-// (interior in one tree: half the buffer up, to two children down; a leaf in the other) sends 2S.
-// B_ring and B_tree are the slowest links each uses; a link with no rate of its own (it never
-// carried a large message) is taken at the slower of its two ends' fastest links. The tree wins
-// below the size where the two meet. docs/algorithms.md has the derivation and wan.md the crossovers it gave on the emulator.
+// path and down again; every ring member sends 2(n-1)/n of the buffer, while a tree's busiest
+// member (interior in one tree: half the buffer up, to two children down; a leaf in the other)
+// sends 2S. B_ring and B_tree are the slowest links each uses; a link with no rate of its own (it
+// never carried a large message) is taken at the slower of its two ends' fastest links. The tree
+// wins below the size where the two meet. docs/algorithms.md has the derivation and wan.md the
+// crossovers it gave on the emulator.
 #pragma once
 
 #include <cstdint>

@@ -8,9 +8,10 @@ constexpr uint32_t kBodyTag = 2;
 
 }  // namespace
 
-std::shared_ptr<ControlChannel> ControlChannel::open(std::shared_ptr<net::Link> link, OnMessage on_message,
-                                                     OnClose on_close) {
-  std::shared_ptr<ControlChannel> ch(new ControlChannel(std::move(link), std::move(on_message), std::move(on_close)));
+std::shared_ptr<ControlChannel> ControlChannel::open(std::shared_ptr<net::Link> link,
+                                                     OnMessage on_message, OnClose on_close) {
+  std::shared_ptr<ControlChannel> ch(
+      new ControlChannel(std::move(link), std::move(on_message), std::move(on_close)));
   ch->receive_next();
   return ch;
 }
@@ -23,8 +24,9 @@ Status ControlChannel::send(const ControlMessage &m) {
   auto out = std::make_shared<Outgoing>();
   out->body = encode(m);
   if (out->body.size() > kMaxControlBytes) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "control message of %zu bytes exceeds the limit of %zu",
-                      out->body.size(), kMaxControlBytes);
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "control message of %zu bytes exceeds the limit of %zu", out->body.size(),
+                      kMaxControlBytes);
   }
   const uint32_t n = static_cast<uint32_t>(out->body.size());
   for (int i = 0; i < 4; ++i) out->length[i] = static_cast<uint8_t>(n >> (8 * i));
@@ -39,7 +41,8 @@ Status ControlChannel::send(const ControlMessage &m) {
     const uint64_t seq = self->tx_seq_++;
     // Completions keep the buffers alive and count the message out (a failed send fails the link,
     // which on_close reports).
-    Status st = self->link_->send({kControlEpoch, seq, kLengthTag}, out->length, 4, [out](const Status &) {});
+    Status st = self->link_->send({kControlEpoch, seq, kLengthTag}, out->length, 4,
+                                  [out](const Status &) {});
     if (st.ok()) {
       st = self->link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(),
                              [self, out](const Status &) { self->written(); });
@@ -70,34 +73,40 @@ void ControlChannel::close(const Status &why) { link_->close(why); }
 
 void ControlChannel::receive_next() {
   auto self = shared_from_this();
-  Status st = link_->recv({kControlEpoch, rx_seq_, kLengthTag}, rx_len_, sizeof(rx_len_), [self](const Status &got) {
-    if (!got.ok()) return self->finish(got);
-    const uint32_t n = static_cast<uint32_t>(self->rx_len_[0]) | static_cast<uint32_t>(self->rx_len_[1]) << 8 |
-                       static_cast<uint32_t>(self->rx_len_[2]) << 16 | static_cast<uint32_t>(self->rx_len_[3]) << 24;
-    if (n > kMaxControlBytes) {
-      // No receive is pending now, so closing the link reports nothing back: finish here.
-      const Status too_long = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message of %u bytes exceeds the limit of %zu",
-                                         n, kMaxControlBytes);
-      self->close(too_long);
-      return self->finish(too_long);
-    }
-    self->rx_body_.resize(n);
-    Status posted = self->link_->recv({kControlEpoch, self->rx_seq_, kBodyTag}, self->rx_body_.data(), n,
-                                      [self](const Status &body) {
-      if (!body.ok()) return self->finish(body);
-      ControlMessage m;
-      Status decoded = decode(self->rx_body_.data(), self->rx_body_.size(), &m);
-      std::vector<uint8_t>().swap(self->rx_body_);  // hold no large buffer between messages
-      if (!decoded.ok()) {
-        self->close(decoded);
-        return self->finish(decoded);
-      }
-      ++self->rx_seq_;
-      self->receive_next();  // posted before delivery, so a handler that closes still ends it
-      if (!self->finished_) self->on_message_(std::move(m));
-    });
-    if (!posted.ok()) self->finish(posted);
-  });
+  Status st = link_->recv(
+      {kControlEpoch, rx_seq_, kLengthTag}, rx_len_, sizeof(rx_len_), [self](const Status &got) {
+        if (!got.ok()) return self->finish(got);
+        const uint32_t n = static_cast<uint32_t>(self->rx_len_[0]) |
+                           static_cast<uint32_t>(self->rx_len_[1]) << 8 |
+                           static_cast<uint32_t>(self->rx_len_[2]) << 16 |
+                           static_cast<uint32_t>(self->rx_len_[3]) << 24;
+        if (n > kMaxControlBytes) {
+          // No receive is pending now, so closing the link reports nothing back: finish here.
+          const Status too_long =
+              WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message of %u bytes exceeds the limit of %zu",
+                         n, kMaxControlBytes);
+          self->close(too_long);
+          return self->finish(too_long);
+        }
+        self->rx_body_.resize(n);
+        Status posted = self->link_->recv(
+            {kControlEpoch, self->rx_seq_, kBodyTag}, self->rx_body_.data(), n,
+            [self](const Status &body) {
+              if (!body.ok()) return self->finish(body);
+              ControlMessage m;
+              Status decoded = decode(self->rx_body_.data(), self->rx_body_.size(), &m);
+              std::vector<uint8_t>().swap(self->rx_body_);  // hold no large buffer between messages
+              if (!decoded.ok()) {
+                self->close(decoded);
+                return self->finish(decoded);
+              }
+              ++self->rx_seq_;
+              self->receive_next();  // posted before delivery, so a handler that closes still ends
+                                     // it
+              if (!self->finished_) self->on_message_(std::move(m));
+            });
+        if (!posted.ok()) self->finish(posted);
+      });
   if (!st.ok()) finish(st);
 }
 

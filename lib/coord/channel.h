@@ -44,7 +44,9 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
 
  private:
   ControlChannel(std::shared_ptr<net::Link> link, OnMessage on_message, OnClose on_close)
-      : link_(std::move(link)), on_message_(std::move(on_message)), on_close_(std::move(on_close)) {}
+      : link_(std::move(link)),
+        on_message_(std::move(on_message)),
+        on_close_(std::move(on_close)) {}
   void receive_next();
   void finish(const Status &why);
   void written();  // one message handed to the kernel, or given up on

@@ -14,8 +14,10 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
   options_.straggler_timeout = std::chrono::milliseconds(cfg.integer("straggler_timeout_ms"));
   // A probed peer answers at once; one heartbeat period is ample.
   options_.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
-  options_.epoch_base = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  options_.epoch_base =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
   options_.measured_order = cfg.flag("order_ring_by_rtt");
   options_.measured_crossover = cfg.flag("measured_crossover");
 }
@@ -23,15 +25,18 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
 Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
   std::unique_ptr<Coordinator> c(new Coordinator(cfg));
   if (!cfg.flag("tls")) {
-    WCCL_LOG(c->log_, kWarn, "tls=off: links to the coordinator are neither encrypted nor authenticated");
+    WCCL_LOG(c->log_, kWarn,
+             "tls=off: links to the coordinator are neither encrypted nor authenticated");
   }
   WCCL_ASSIGN_OR_RETURN(c->transport_, net::Transport::create(cfg));
   Coordinator *self = c.get();
-  WCCL_ASSIGN_OR_RETURN(c->port_, c->transport_->listen(cfg.str("listen"), [self](std::shared_ptr<net::Link> link) {
-    self->on_link(std::move(link));
-  }));
+  WCCL_ASSIGN_OR_RETURN(
+      c->port_, c->transport_->listen(cfg.str("listen"), [self](std::shared_ptr<net::Link> link) {
+        self->on_link(std::move(link));
+      }));
   // Timeouts are decided by tick(), run as often as the membership rules ask.
-  WCCL_RETURN_IF_ERROR(c->transport_->every(Membership::tick_period(c->options_), [self] { self->tick(); }));
+  WCCL_RETURN_IF_ERROR(
+      c->transport_->every(Membership::tick_period(c->options_), [self] { self->tick(); }));
   WCCL_LOG(c->log_, kInfo, "coordinator listening on port %d", c->port_);
   return c;
 }
@@ -67,12 +72,15 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
   const auto now = Clock::now();
   const bool first = s->peer == 0;
   if (first != (m.type == MessageType::kJoin || m.type == MessageType::kRejoin)) {
-    return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message type %u %s", static_cast<unsigned>(m.type),
+    return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message type %u %s",
+                                static_cast<unsigned>(m.type),
                                 first ? "before JOIN" : "after the link's JOIN"));
   }
   if (!first && m.peer != s->peer) {
-    return refuse(s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "message from peer %016llx on the link of peer %016llx",
-                                static_cast<unsigned long long>(m.peer), static_cast<unsigned long long>(s->peer)));
+    return refuse(
+        s, WCCL_ERROR(WCCL_ERR_PROTOCOL, "message from peer %016llx on the link of peer %016llx",
+                      static_cast<unsigned long long>(m.peer),
+                      static_cast<unsigned long long>(s->peer)));
   }
   if (first && by_peer_.count(m.peer) != 0) {
     return refuse(s, WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is already connected",
@@ -115,8 +123,9 @@ void Coordinator::on_close(Session *s, const Status &why) {
   // A malformed message is worth a warning naming the peer; a peer going away is the routine case.
   const LogLevel level = refused ? LogLevel::kWarn : LogLevel::kInfo;
   if (log_.enabled(level)) {
-    log_.log(level, "control link of peer %016llx (%s, %s) closed: %s", static_cast<unsigned long long>(s->peer),
-             s->channel->link().peer_name().c_str(), s->channel->link().peer_address().c_str(), why.to_string().c_str());
+    log_.log(level, "control link of peer %016llx (%s, %s) closed: %s",
+             static_cast<unsigned long long>(s->peer), s->channel->link().peer_name().c_str(),
+             s->channel->link().peer_address().c_str(), why.to_string().c_str());
   }
   group(s->group).disconnected(s->peer, Clock::now());
   deliver(s->group);
@@ -127,19 +136,26 @@ void Coordinator::deliver(const std::string &name) {
   uint64_t logged_epoch = 0;
   Membership &m = group(name);
   for (const Notice &n : m.take_notices()) {
-    if (n.kind == Notice::Kind::kEpoch && n.epoch != logged_epoch && log_.enabled(LogLevel::kInfo)) {
+    if (n.kind == Notice::Kind::kEpoch && n.epoch != logged_epoch &&
+        log_.enabled(LogLevel::kInfo)) {
       logged_epoch = n.epoch;  // once per announcement, not per member
       std::string ring;
       for (const Member &member : n.ring) ring += " " + member.info.name;
       const auto cost = ring_cost(n.ring, [&m](PeerId a, PeerId b) { return m.rtt(a, b); });
-      log_.log(LogLevel::kInfo, "group \"%s\" epoch %llu, ring:%s; round trips %s; algo=AUTO: tree up to %s", name.c_str(),
-               static_cast<unsigned long long>(n.epoch), ring.c_str(),
-               cost ? format("%.1f ms at most, %.1f ms in all", cost->max_us / 1e3, static_cast<double>(cost->sum_us) / 1e3).c_str()
+      log_.log(LogLevel::kInfo,
+               "group \"%s\" epoch %llu, ring:%s; round trips %s; algo=AUTO: tree up to %s",
+               name.c_str(), static_cast<unsigned long long>(n.epoch), ring.c_str(),
+               cost ? format("%.1f ms at most, %.1f ms in all", cost->max_us / 1e3,
+                             static_cast<double>(cost->sum_us) / 1e3)
+                          .c_str()
                     : "not all measured",
-               n.tree_max_bytes != 0 ? format("%llu bytes (measured)", static_cast<unsigned long long>(n.tree_max_bytes)).c_str()
+               n.tree_max_bytes != 0 ? format("%llu bytes (measured)",
+                                              static_cast<unsigned long long>(n.tree_max_bytes))
+                                           .c_str()
                                      : "each member's tree_max_bytes");
     }
-    if (n.kind == Notice::Kind::kRevoked && n.lost != logged_loss) {  // once per loss, not per member
+    if (n.kind == Notice::Kind::kRevoked &&
+        n.lost != logged_loss) {  // once per loss, not per member
       logged_loss = n.lost;
       WCCL_LOG(log_, kWarn, "group \"%s\" epoch %llu revoked: %s", name.c_str(),
                static_cast<unsigned long long>(n.epoch), n.reason.c_str());
@@ -147,14 +163,15 @@ void Coordinator::deliver(const std::string &name) {
     auto it = by_peer_.find(n.to);
     // Not connected (nothing to tell it with), or connected for another group.
     if (it == by_peer_.end() || it->second->group != name) continue;
-    std::shared_ptr<ControlChannel> channel = it->second->channel;  // a failed send can end the session
+    std::shared_ptr<ControlChannel> channel =
+        it->second->channel;  // a failed send can end the session
     (void)channel->send(to_message(n));
   }
   // A node's communicators are lost together: a loss here is one in the node's other groups too
   // (whose own losses, delivered in turn, find this group's peers of the node gone already).
   for (const PeerInfo &lost : m.take_lost()) {
-    const std::string reason = format("node %s lost its member %s of group \"%s\"", lost.node.c_str(),
-                                      lost.name.c_str(), name.c_str());
+    const std::string reason = format("node %s lost its member %s of group \"%s\"",
+                                      lost.node.c_str(), lost.name.c_str(), name.c_str());
     for (auto &[other, membership] : groups_) {
       if (other == name) continue;
       membership->lose_node(lost.node, reason, Clock::now());

@@ -35,7 +35,8 @@ void Membership::forget(PeerId id) {
   arrived_.erase(id);
   leaving_.erase(id);
   reforming_.erase(id);
-  auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
+  auto j =
+      std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &m) { return m.id == id; });
   if (j != joiners_.end()) joiners_.erase(j);
   if (unconfirmed) announce_revocation();
 }
@@ -56,8 +57,9 @@ Status Membership::on_message(const ControlMessage &m, Clock::time_point now, bo
   switch (m.type) {
     case MessageType::kJoin:
     case MessageType::kRejoin: {
-      Status st = m.type == MessageType::kJoin ? join(m.peer, m.info, now)
-                                               : rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
+      Status st = m.type == MessageType::kJoin
+                      ? join(m.peer, m.info, now)
+                      : rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
       *drop = !st.ok();
       return st;
     }
@@ -82,7 +84,8 @@ Status Membership::on_message(const ControlMessage &m, Clock::time_point now, bo
       return Status();
     default:
       *drop = true;
-      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "a peer sent coordinator message type %u", static_cast<unsigned>(m.type));
+      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "a peer sent coordinator message type %u",
+                        static_cast<unsigned>(m.type));
   }
 }
 
@@ -99,7 +102,8 @@ Status Membership::join(PeerId id, const PeerInfo &info, Clock::time_point now) 
                       static_cast<unsigned long long>(id), info.name.c_str());
   }
   if (live_.size() >= kMaxRingMembers) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "the group already holds %zu peers, the most one group can have",
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
+                      "the group already holds %zu peers, the most one group can have",
                       kMaxRingMembers);
   }
   forget_lost(id);
@@ -108,7 +112,8 @@ Status Membership::join(PeerId id, const PeerInfo &info, Clock::time_point now) 
   last_join_ = now;
   // It hears which epoch it waits to enter: if this coordinator restarts before the job's members
   // come back to it, the joiner's REJOIN with that epoch holds the new one for them (rejoin()).
-  if (any_member()) notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(joiners_.size());
+  if (any_member())
+    notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(joiners_.size());
   maybe_form_first(now);
   return Status();
 }
@@ -120,16 +125,19 @@ void Membership::heartbeat(PeerId id, Clock::time_point now) {
     probes_.erase(id);
     return;
   }
-  notify(Notice::Kind::kRemoved, id).reason = lost_.count(id) != 0
-                                                  ? "this peer was declared lost; update to join again"
-                                                  : "this peer is not registered";
+  notify(Notice::Kind::kRemoved, id).reason =
+      lost_.count(id) != 0 ? "this peer was declared lost; update to join again"
+                           : "this peer is not registered";
 }
 
-Status Membership::update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit, uint32_t call) {
+Status Membership::update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now,
+                          bool admit, uint32_t call) {
   if (is_joiner(id)) {
     // A lost peer that re-registered repeats its update when it hears it was removed: it waits
     // for admission either way.
-    if (!admit) return WCCL_ERROR(WCCL_ERR_PEER_LOST, "this peer waits for admission; it cannot re-form an epoch");
+    if (!admit)
+      return WCCL_ERROR(WCCL_ERR_PEER_LOST,
+                        "this peer waits for admission; it cannot re-form an epoch");
     live_[id].last_seen = now;
     return Status();
   }
@@ -145,8 +153,8 @@ Status Membership::update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
   return arrive(id, epoch, ops, now, /*leaving=*/false, admit, call);
 }
 
-Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving, bool admit,
-                          uint32_t call) {
+Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now,
+                          bool leaving, bool admit, uint32_t call) {
   if (!is_member(id)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "peer %016llx is not registered",
                       static_cast<unsigned long long>(id));
@@ -159,7 +167,8 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
     return Status();
   }
   if (epoch != epoch_) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "peer %016llx updates from epoch %llu, the current epoch is %llu",
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                      "peer %016llx updates from epoch %llu, the current epoch is %llu",
                       static_cast<unsigned long long>(id), static_cast<unsigned long long>(epoch),
                       static_cast<unsigned long long>(epoch_));
   }
@@ -168,7 +177,9 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
   const bool update_waiting = std::any_of(arrived_.begin(), arrived_.end(), [&](const auto &a) {
     return leaving_.count(a.first) == 0 && reforming_.count(a.first) == 0;
   });
-  const char *gives_way = "a member is at an update barrier, so state sync's re-forming gives way: update and call it again";
+  const char *gives_way =
+      "a member is at an update barrier, so state sync's re-forming gives way: update and call it "
+      "again";
   if (!admit && update_waiting) return WCCL_ERROR(WCCL_ERR_PEER_LOST, "%s", gives_way);
   if (updating) {
     for (PeerId r : reforming_) {
@@ -186,11 +197,13 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
   if (!revoked_) {
     const bool ahead = !done_.empty();  // someone completed an operation this member did not run
     if (ops != committed_ || ahead) {
-      revoke(id, format("members are in different operations: %s reached the update barrier after %llu "
-                        "operations of epoch %llu, %llu are committed%s",
-                        live_[id].info.name.c_str(), static_cast<unsigned long long>(ops),
-                        static_cast<unsigned long long>(epoch_), static_cast<unsigned long long>(committed_),
-                        ahead ? " and others completed a later one" : ""));
+      revoke(id,
+             format("members are in different operations: %s reached the update barrier after %llu "
+                    "operations of epoch %llu, %llu are committed%s",
+                    live_[id].info.name.c_str(), static_cast<unsigned long long>(ops),
+                    static_cast<unsigned long long>(epoch_),
+                    static_cast<unsigned long long>(committed_),
+                    ahead ? " and others completed a later one" : ""));
     } else if (first) {
       // Members still running operations learn where this one stopped: one past it is a mismatch.
       barrier_ops_ = ops;
@@ -203,7 +216,8 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
   return Status();
 }
 
-Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, uint32_t call) {
+Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now,
+                         uint32_t call) {
   if (is_joiner(id)) {
     forget(id);
     Notice &n = notify(Notice::Kind::kRemoved, id);
@@ -217,7 +231,8 @@ Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_po
   return arrive(id, epoch, ops, now, /*leaving=*/true, /*admit=*/true, call);
 }
 
-void Membership::report_links(PeerId id, uint64_t epoch, const std::vector<LinkMeasurement> &links) {
+void Membership::report_links(PeerId id, uint64_t epoch,
+                              const std::vector<LinkMeasurement> &links) {
   if (epoch != epoch_ || !is_member(id) || ring_.size() > kMaxMeasuredRing) return;
   for (const LinkMeasurement &l : links) {
     if (l.rtt_us == 0 || l.peer == id || !is_member(l.peer)) continue;
@@ -246,7 +261,8 @@ void Membership::disconnected(PeerId id, Clock::time_point now) {
   maybe_form_first(now);
 }
 
-void Membership::lose_node(const std::string &node, const std::string &reason, Clock::time_point now) {
+void Membership::lose_node(const std::string &node, const std::string &reason,
+                           Clock::time_point now) {
   if (node.empty()) return;
   std::vector<PeerId> of_node;
   for (const auto &[id, peer] : live_) {
@@ -278,15 +294,19 @@ void Membership::tick(Clock::time_point now) {
   }
   for (const auto &[id, deadline] : probes_) {
     if (now >= deadline) {
-      lost.emplace_back(id, format("no answer to a probe within %lld ms after a neighbour reported a broken link",
-                                   ms(opt_.probe_timeout)));
+      lost.emplace_back(
+          id, format("no answer to a probe within %lld ms after a neighbour reported a broken link",
+                     ms(opt_.probe_timeout)));
     }
   }
-  if (opt_.straggler_timeout.count() > 0 && barrier_open() && now - barrier_opened_ >= opt_.straggler_timeout) {
+  if (opt_.straggler_timeout.count() > 0 && barrier_open() &&
+      now - barrier_opened_ >= opt_.straggler_timeout) {
     for (const Member &m : ring_) {
       if (is_member(m.id) && arrived_.count(m.id) == 0) {
-        lost.emplace_back(m.id, format("a straggler: not at the update barrier %lld ms after the first member "
-                                       "(straggler_timeout_ms)", ms(opt_.straggler_timeout)));
+        lost.emplace_back(
+            m.id, format("a straggler: not at the update barrier %lld ms after the first member "
+                         "(straggler_timeout_ms)",
+                         ms(opt_.straggler_timeout)));
       }
     }
   }
@@ -355,7 +375,8 @@ void Membership::announce_revocation() {
 }
 
 Status Membership::done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now) {
-  if (!is_member(id)) return Status();  // lost or gone: its operations were decided by the revocation
+  if (!is_member(id))
+    return Status();  // lost or gone: its operations were decided by the revocation
   live_[id].last_seen = now;
   if (epoch != epoch_) return Status();
   if (seq <= committed_) {
@@ -365,7 +386,8 @@ Status Membership::done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_poi
   }
   if (revoked_) return Status();
   if (seq > committed_ + kMaxOpsAhead) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "peer %016llx reports operation %llu done; the last committed is %llu",
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                      "peer %016llx reports operation %llu done; the last committed is %llu",
                       static_cast<unsigned long long>(id), static_cast<unsigned long long>(seq),
                       static_cast<unsigned long long>(committed_));
   }
@@ -377,7 +399,8 @@ Status Membership::done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_poi
 void Membership::maybe_commit() {
   auto complete = [&](const std::set<PeerId> &done) {
     // (A member that is not live has revoked the epoch, so nothing gets here without it.)
-    return std::all_of(ring_.begin(), ring_.end(), [&](const Member &m) { return done.count(m.id) != 0; });
+    return std::all_of(ring_.begin(), ring_.end(),
+                       [&](const Member &m) { return done.count(m.id) != 0; });
   };
   const uint64_t before = committed_;
   for (auto next = done_.find(committed_ + 1); next != done_.end() && complete(next->second);
@@ -389,7 +412,8 @@ void Membership::maybe_commit() {
   for (const Member &m : ring_) notify(Notice::Kind::kCommit, m.id).seq = committed_;
 }
 
-void Membership::op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason, Clock::time_point now) {
+void Membership::op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason,
+                           Clock::time_point now) {
   if (!is_member(id)) return;
   live_[id].last_seen = now;
   // Even after seq was committed: the member's view of the epoch is broken (it may have given
@@ -403,7 +427,8 @@ void Membership::op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::s
 // newcomer has arrived for `settle`.
 void Membership::maybe_form_first(Clock::time_point now) {
   if (any_member() || joiners_.empty()) return;
-  if (joiners_.size() < static_cast<size_t>(opt_.min_peers) || now - last_join_ < opt_.settle) return;
+  if (joiners_.size() < static_cast<size_t>(opt_.min_peers) || now - last_join_ < opt_.settle)
+    return;
   // A peer reported an epoch this coordinator (restarted) never adopted: the job's members may be
   // on their way back with it. They get peer_timeout to return before joiners form a new one.
   if (epoch_floor_ > epoch_ && now - floor_heard_ < opt_.peer_timeout) return;
@@ -412,7 +437,9 @@ void Membership::maybe_form_first(Clock::time_point now) {
   const bool first = epoch_ == 0 && epoch_floor_ == 0;  // heard of no job yet
   if (first) gives_way_until_ = now + opt_.peer_timeout;
   // Joiners alone: after the group's earlier members are all gone, they hold none of their state.
-  origin_ = first ? EpochOrigin::kFirst : last_member_left_ ? EpochOrigin::kAfterLeave : EpochOrigin::kAfterLoss;
+  origin_ = first               ? EpochOrigin::kFirst
+            : last_member_left_ ? EpochOrigin::kAfterLeave
+                                : EpochOrigin::kAfterLoss;
   epoch_ = next_epoch_number();
   tree_max_bytes_ = 0;  // nothing measured yet
   revoked_ = false;
@@ -433,7 +460,8 @@ uint64_t Membership::next_epoch_number() {
 }
 
 bool Membership::barrier_open() const {
-  return std::any_of(arrived_.begin(), arrived_.end(), [&](const auto &a) { return leaving_.count(a.first) == 0; });
+  return std::any_of(arrived_.begin(), arrived_.end(),
+                     [&](const auto &a) { return leaving_.count(a.first) == 0; });
 }
 
 // When every live member has arrived at the barrier, decides the next epoch.
@@ -456,7 +484,7 @@ void Membership::maybe_complete_update() {
   if (!leavers.empty()) last_member_left_ = true;
   // No member goes on (they left, or were lost after arriving): the joiners admitted here are
   // alone, as if they formed the epoch with no member left.
-  const EpochOrigin origin = !next.empty()         ? EpochOrigin::kContinues
+  const EpochOrigin origin = !next.empty()       ? EpochOrigin::kContinues
                              : last_member_left_ ? EpochOrigin::kAfterLeave
                                                  : EpochOrigin::kAfterLoss;
   if (admit) {
@@ -468,11 +496,13 @@ void Membership::maybe_complete_update() {
     std::vector<Member> ordered = order_ring(next, rtt_of);
     const auto now_cost = ring_cost(next, rtt_of), best = ring_cost(ordered, rtt_of);
     auto gains = [](uint64_t now, uint64_t then) {
-      return then + kReorderMinGainUs <= now && static_cast<double>(then) < kReorderMargin * static_cast<double>(now);
+      return then + kReorderMinGainUs <= now &&
+             static_cast<double>(then) < kReorderMargin * static_cast<double>(now);
     };
-    const bool worth_an_epoch = now_cost && best &&
-                                (gains(now_cost->max_us, best->max_us) ||
-                                 (best->max_us <= now_cost->max_us && gains(now_cost->sum_us, best->sum_us)));
+    const bool worth_an_epoch =
+        now_cost && best &&
+        (gains(now_cost->max_us, best->max_us) ||
+         (best->max_us <= now_cost->max_us && gains(now_cost->sum_us, best->sum_us)));
     if (changed || worth_an_epoch) {
       changed = changed || next != ordered;
       next = std::move(ordered);
@@ -482,9 +512,10 @@ void Membership::maybe_complete_update() {
   reforming_.clear();
   // Every member is at the barrier, so all of them start their next operation with the crossover
   // the answer carries, and it stays fixed until the next barrier (re-sent answers carry it too).
-  tree_max_bytes_ = opt_.measured_crossover && next.size() <= kMaxMeasuredRing
-                        ? tree_crossover_bytes(next, [this](PeerId a, PeerId b) { return link(a, b); })
-                        : 0;
+  tree_max_bytes_ =
+      opt_.measured_crossover && next.size() <= kMaxMeasuredRing
+          ? tree_crossover_bytes(next, [this](PeerId a, PeerId b) { return link(a, b); })
+          : 0;
   if (changed) {
     epoch_ = next_epoch_number();
     origin_ = origin;
@@ -525,7 +556,8 @@ std::vector<Notice> Membership::take_notices() {
   if (joiners_.size() != pending_told_) {
     pending_told_ = joiners_.size();
     for (const Member &m : ring_) {
-      if (is_member(m.id)) notify(Notice::Kind::kPending, m.id).joiners = static_cast<uint32_t>(pending_told_);
+      if (is_member(m.id))
+        notify(Notice::Kind::kPending, m.id).joiners = static_cast<uint32_t>(pending_told_);
     }
   } else {
     // A member that reconnected may have missed the count (even a drop to 0) and hears it again.
@@ -537,7 +569,8 @@ std::vector<Notice> Membership::take_notices() {
       if (n.kind == Notice::Kind::kEpoch && pending_told_ > 0) told.insert(n.to);
     }
     for (PeerId id : told) {
-      if (is_member(id)) notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(pending_told_);
+      if (is_member(id))
+        notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(pending_told_);
     }
   }
   retell_pending_.clear();
@@ -550,10 +583,12 @@ Clock::time_point Membership::next_deadline() const {
   Clock::time_point next = Clock::time_point::max();
   for (const auto &[id, peer] : live_) next = std::min(next, peer.last_seen + opt_.peer_timeout);
   for (const auto &[id, deadline] : probes_) next = std::min(next, deadline);
-  if (opt_.straggler_timeout.count() > 0 && barrier_open()) next = std::min(next, barrier_opened_ + opt_.straggler_timeout);
+  if (opt_.straggler_timeout.count() > 0 && barrier_open())
+    next = std::min(next, barrier_opened_ + opt_.straggler_timeout);
   if (!any_member() && joiners_.size() >= static_cast<size_t>(std::max(1, opt_.min_peers))) {
-    next = std::min(next, std::max(last_join_ + opt_.settle,
-                                   epoch_floor_ > epoch_ ? floor_heard_ + opt_.peer_timeout : Clock::time_point()));
+    next = std::min(next, std::max(last_join_ + opt_.settle, epoch_floor_ > epoch_
+                                                                 ? floor_heard_ + opt_.peer_timeout
+                                                                 : Clock::time_point()));
   }
   return next;
 }

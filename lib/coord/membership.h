@@ -47,7 +47,7 @@ inline constexpr size_t kMaxRingMembers = 4096;  // members and joiners of one g
 struct PeerInfo {
   std::string name;     // for logs
   std::string address;  // where its peer links are accepted ("host:port")
-  std::string node;     // the `node` key: its node's communicators in other groups share it ("": none)
+  std::string node;  // the `node` key: its node's communicators in other groups share it ("": none)
 };
 
 // How the coordinator formed an epoch (the values of wccl_epoch_origin_t): from the members of the
@@ -65,8 +65,9 @@ struct Member {
 // A member's measurement of its link to another member of its epoch (LINK_REPORT).
 struct LinkMeasurement {
   PeerId peer = 0;
-  uint32_t rtt_us = 0;       // the link's smallest round trip (net::Link::min_rtt_us), > 0
-  uint64_t bytes_per_s = 0;  // the highest rate it delivered while busy (net::Link::delivery_rate); 0: never busy
+  uint32_t rtt_us = 0;  // the link's smallest round trip (net::Link::min_rtt_us), > 0
+  uint64_t bytes_per_s =
+      0;  // the highest rate it delivered while busy (net::Link::delivery_rate); 0: never busy
 };
 
 // What the coordinator knows of a link between two members (the latest LINK_REPORT about it).
@@ -99,13 +100,15 @@ struct Notice {
   PeerId to = 0;
   uint64_t epoch = 0;
   std::vector<Member> ring;  // kEpoch
-  uint32_t answers = 0;      // kEpoch: the recipient's call (UPDATE, REFORM) it answers; 0: an announcement
-  uint64_t tree_max_bytes = 0;  // kEpoch: algo=AUTO's ring/tree crossover (coord/algo_choice.h); 0: none
+  uint32_t answers =
+      0;  // kEpoch: the recipient's call (UPDATE, REFORM) it answers; 0: an announcement
+  uint64_t tree_max_bytes =
+      0;  // kEpoch: algo=AUTO's ring/tree crossover (coord/algo_choice.h); 0: none
   EpochOrigin origin = EpochOrigin::kContinues;  // kEpoch
-  PeerId lost = 0;           // kRevoked
-  std::string reason;        // kRevoked, kRemoved, kRefused
-  uint32_t joiners = 0;      // kPending
-  uint64_t seq = 0;          // kCommit, kBarrier; kRevoked: the last committed operation
+  PeerId lost = 0;                               // kRevoked
+  std::string reason;                            // kRevoked, kRemoved, kRefused
+  uint32_t joiners = 0;                          // kPending
+  uint64_t seq = 0;  // kCommit, kBarrier; kRevoked: the last committed operation
 };
 
 // Peers declared lost that the coordinator remembers, so that their next update re-registers
@@ -180,7 +183,8 @@ class Membership {
   // also disagree: the update wins, and every REFORM gets PEER_LOST (a kRefused notice, or the
   // returned status), so state sync returns and its caller updates too.
   // `call` numbers the member's calls: the EPOCH that answers it names it.
-  Status update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit = true, uint32_t call = 0);
+  Status update(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool admit = true,
+                uint32_t call = 0);
   // A member leaves gracefully: it counts as arrived at the barrier and is not in the next epoch.
   Status leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, uint32_t call = 0);
   // The peer's control connection closed: it is lost now.
@@ -197,19 +201,20 @@ class Membership {
   // current one is removed and re-registered as a joiner; one that reports an epoch and no ring (a
   // joiner naming the epoch it waited to enter, a peer declared lost) is registered as a joiner,
   // and if this coordinator has not adopted that epoch, joiners do not form one of their own for
-  // peer_timeout (the job's members may be on their way back with it). INVALID_ARGUMENT for a ring with
-  // duplicate ids or an epoch of 2^63 or more.
-  // `committed` is the last operation of `epoch` the peer saw committed, `tree_max_bytes` the
-  // crossover it holds for it (adopted with the epoch, so its members keep picking alike).
-  Status rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring, uint64_t committed,
-                Clock::time_point now, uint64_t tree_max_bytes = 0);
+  // peer_timeout (the job's members may be on their way back with it). INVALID_ARGUMENT for a ring
+  // with duplicate ids or an epoch of 2^63 or more. `committed` is the last operation of `epoch`
+  // the peer saw committed, `tree_max_bytes` the crossover it holds for it (adopted with the epoch,
+  // so its members keep picking alike).
+  Status rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
+                uint64_t committed, Clock::time_point now, uint64_t tree_max_bytes = 0);
   // A member's data phase of operation seq of `epoch` completed. Reports for another epoch or a
   // revoked one are ignored (the revocation already decided them); PROTOCOL for a seq more than
   // kMaxOpsAhead past the last committed operation.
   Status done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now);
   // Operation seq failed on a member (a broken link, a timeout): the epoch is revoked. Operations
   // already committed stay committed.
-  void op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason, Clock::time_point now);
+  void op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason,
+                 Clock::time_point now);
   // A member of `epoch` reports what its links measured (LINK_REPORT). Kept for pairs of members
   // of the current epoch (the latest report of either side wins; a delivery rate of 0, a link
   // that was never busy, keeps the last one) and used when the next epoch's ring is ordered and
@@ -226,8 +231,8 @@ class Membership {
   // that node, members or joiners, are lost too, for `reason`. A node's communicators go together.
   void lose_node(const std::string &node, const std::string &reason, Clock::time_point now);
   // The members declared lost since the last call (those with a node), for the coordinator to carry
-  // each one's loss to the other groups of its node. (A joiner that goes, such as one whose join timed out, is not a
-  // node's failure: its node's members elsewhere stay.)
+  // each one's loss to the other groups of its node. (A joiner that goes, such as one whose join
+  // timed out, is not a node's failure: its node's members elsewhere stay.)
   std::vector<PeerInfo> take_lost();
 
   // Decisions since the last call, in the order they were made, ending with a kPending notice to
@@ -256,22 +261,26 @@ class Membership {
   bool is_member(PeerId id) const;
   bool is_joiner(PeerId id) const;
   bool any_member() const;
-  Status arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving, bool admit, uint32_t call);
+  Status arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving,
+                bool admit, uint32_t call);
   // Removes a lost peer; the caller runs maybe_complete_update() once all losses are in.
   void lose(PeerId id, const std::string &reason);
   void forget(PeerId id);  // drops every trace of a live peer but lost_
   // rejoin() (rejoin.cc): the job's epoch a member reports supersedes this coordinator's; a member
   // of the current epoch comes back and hears what it missed.
-  void adopt(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring, uint64_t committed,
-             Clock::time_point now, uint64_t tree_max_bytes);
-  void member_returns(PeerId id, const PeerInfo &info, uint64_t epoch, uint64_t committed, Clock::time_point now);
+  void adopt(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
+             uint64_t committed, Clock::time_point now, uint64_t tree_max_bytes);
+  void member_returns(PeerId id, const PeerInfo &info, uint64_t epoch, uint64_t committed,
+                      Clock::time_point now);
   void remember_lost(PeerId id, const PeerInfo &info);
   void forget_lost(PeerId id);
   void maybe_form_first(Clock::time_point now);
   // The number of the next epoch this coordinator forms: past every number it formed, adopted or
   // heard of.
   uint64_t next_epoch_number();
-  bool formed_here(uint64_t epoch) const { return epoch > opt_.epoch_base && epoch <= last_formed_; }
+  bool formed_here(uint64_t epoch) const {
+    return epoch > opt_.epoch_base && epoch <= last_formed_;
+  }
   void maybe_complete_update();
   // A member waits at the update barrier with an update or a re-form (not only leavers): the
   // straggler timeout runs from barrier_opened_.
@@ -287,23 +296,24 @@ class Membership {
 
   Options opt_;
   uint64_t epoch_ = 0;
-  uint64_t epoch_floor_ = 0;  // the highest epoch any peer reported: new epochs are numbered past it
-  Clock::time_point floor_heard_{};  // when it was reported
+  uint64_t epoch_floor_ =
+      0;  // the highest epoch any peer reported: new epochs are numbered past it
+  Clock::time_point floor_heard_{};         // when it was reported
   uint64_t last_formed_ = opt_.epoch_base;  // the highest number this coordinator gave an epoch
   // A fresh coordinator that formed its first epoch from joiners before hearing of any other: until
   // this time (peer_timeout later), the epochs it formed give way to one a member of the job it
   // restarted under reports on coming back, whatever the numbers. Cleared when it adopts one.
   Clock::time_point gives_way_until_{};
   bool revoked_ = false;
-  std::vector<Member> ring_;                 // members of the current epoch, in ring order
-  std::map<PeerId, Peer> live_;              // members and joiners we hear from
-  std::vector<Member> joiners_;              // waiting for admission, in arrival order
+  std::vector<Member> ring_;     // members of the current epoch, in ring order
+  std::map<PeerId, Peer> live_;  // members and joiners we hear from
+  std::vector<Member> joiners_;  // waiting for admission, in arrival order
   Clock::time_point last_join_{};
-  std::map<PeerId, uint32_t> arrived_;       // members at the update barrier, with the call each made
-  std::set<PeerId> leaving_;                 // of those, the ones leaving
-  std::set<PeerId> reforming_;               // of those, the ones that admit no joiner (REFORM)
-  uint64_t barrier_ops_ = 0;                 // the operations the first of them had submitted
-  Clock::time_point barrier_opened_{};       // when the first of them not leaving arrived
+  std::map<PeerId, uint32_t> arrived_;  // members at the update barrier, with the call each made
+  std::set<PeerId> leaving_;            // of those, the ones leaving
+  std::set<PeerId> reforming_;          // of those, the ones that admit no joiner (REFORM)
+  uint64_t barrier_ops_ = 0;            // the operations the first of them had submitted
+  Clock::time_point barrier_opened_{};  // when the first of them not leaving arrived
   // After a restart: members of the adopted epoch not back yet. A revocation waits for them before
   // it is announced (revocation_pending_).
   std::set<PeerId> unconfirmed_;
@@ -319,12 +329,13 @@ class Membership {
   std::map<uint64_t, PeerId> lost_order_;  // the order they were lost in
   uint64_t lost_count_ = 0;
   std::vector<Notice> notices_;
-  std::vector<PeerInfo> lost_now_;  // for take_lost()
-  size_t pending_told_ = 0;  // the joiner count the members last heard
+  std::vector<PeerInfo> lost_now_;   // for take_lost()
+  size_t pending_told_ = 0;          // the joiner count the members last heard
   std::set<PeerId> retell_pending_;  // members that reconnected since the last take_notices()
-  uint64_t committed_ = 0;   // operations of this epoch committed
+  uint64_t committed_ = 0;           // operations of this epoch committed
   std::map<uint64_t, std::set<PeerId>> done_;  // operation -> members whose data phase completed
-  std::map<std::pair<PeerId, PeerId>, LinkEstimate> links_;  // (smaller id, larger id), live peers only
+  std::map<std::pair<PeerId, PeerId>, LinkEstimate>
+      links_;                    // (smaller id, larger id), live peers only
   uint64_t tree_max_bytes_ = 0;  // the current epoch's crossover, fixed at its update barrier
   EpochOrigin origin_ = EpochOrigin::kContinues;  // how the current epoch was formed
   bool last_member_left_ = false;  // the last member to go went by LEAVE (else it was lost)

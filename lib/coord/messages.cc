@@ -48,7 +48,8 @@ class Reader {
   uint8_t u8(const char *field) { return static_cast<uint8_t>(le(1, field)); }
   PeerId peer(const char *field) {
     const PeerId id = u64(field);
-    if (status_.ok() && id == 0) status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s is 0", field);
+    if (status_.ok() && id == 0)
+      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s is 0", field);
     return id;
   }
   // words: no spaces (names, groups, addresses); otherwise printable text with spaces.
@@ -62,8 +63,8 @@ class Reader {
     std::string s(reinterpret_cast<const char *>(p_), n);
     for (char c : s) {
       if (c < ' ' || c > '~' || (words && c == ' ')) {
-        status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s holds a forbidden byte 0x%02x", field,
-                             static_cast<unsigned>(static_cast<unsigned char>(c)));
+        status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s holds a forbidden byte 0x%02x",
+                             field, static_cast<unsigned>(static_cast<unsigned char>(c)));
         return "";
       }
     }
@@ -76,8 +77,9 @@ class Reader {
   uint32_t count(const char *field, const char *what, size_t min_bytes) {
     const uint32_t n = u32(field);
     if (status_.ok() && (n > kMaxRingMembers || n > left_ / min_bytes)) {
-      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %u %s (limit %zu, or more than the message holds)",
-                           n, what, kMaxRingMembers);
+      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                           "control message: %u %s (limit %zu, or more than the message holds)", n,
+                           what, kMaxRingMembers);
     }
     return status_.ok() ? n : 0;
   }
@@ -103,7 +105,8 @@ class Reader {
       l.peer = peer("link peer id");
       l.rtt_us = u32("link round trip");
       l.bytes_per_s = u64("link delivery rate");
-      if (status_.ok() && l.rtt_us == 0) status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: a link round trip is 0");
+      if (status_.ok() && l.rtt_us == 0)
+        status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: a link round trip is 0");
       out.push_back(l);
     }
     return out;
@@ -111,7 +114,8 @@ class Reader {
   const Status &status() const { return status_; }
   Status finish() {
     if (status_.ok() && left_ != 0) {
-      status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %zu bytes after the last field", left_);
+      status_ =
+          WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %zu bytes after the last field", left_);
     }
     return status_;
   }
@@ -222,8 +226,8 @@ std::vector<uint8_t> encode(const ControlMessage &m) {
 
 Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
   if (size > kMaxControlBytes) {
-    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message of %zu bytes exceeds the limit of %zu", size,
-                      kMaxControlBytes);
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message of %zu bytes exceeds the limit of %zu",
+                      size, kMaxControlBytes);
   }
   Reader r(data, size);
   ControlMessage m;

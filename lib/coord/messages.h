@@ -30,17 +30,18 @@ enum class MessageType : uint8_t {
   kDone = 7,        // peer, epoch, seq: this peer's data phase of operation seq completed
   kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
   kReform = 9,      // peer, epoch, seq, count: an update that admits no joiner (state sync's retry)
-  kLinkReport = 10, // peer, epoch, links: what this peer's links measured (ring order, algo=AUTO)
+  kLinkReport = 10,  // peer, epoch, links: what this peer's links measured (ring order, algo=AUTO)
   // coordinator -> peer
-  kEpoch = 16,      // epoch, count (the recipient's call it answers; 0: an announcement), ring, tree_max_bytes, origin
-  kRevoked = 17,    // epoch, seq (the last committed operation), other (the lost peer), text (reason)
-  kRemoved = 18,    // epoch, text (reason)
-  kProbe = 19,      // epoch
-  kError = 20,      // code, text: the coordinator refused the last request
-  kPending = 21,    // epoch, count: peers waiting to be admitted at the next update
-  kCommit = 22,     // epoch, seq: every member completed operations up to seq: they succeed
-  kBarrier = 23,    // epoch, seq: a member reached the update barrier after seq operations
-  kLeft = 24,       // epoch: this peer's LEAVE completed (the others' update went on without it)
+  kEpoch = 16,    // epoch, count (the recipient's call it answers; 0: an announcement), ring,
+                  // tree_max_bytes, origin
+  kRevoked = 17,  // epoch, seq (the last committed operation), other (the lost peer), text (reason)
+  kRemoved = 18,  // epoch, text (reason)
+  kProbe = 19,    // epoch
+  kError = 20,    // code, text: the coordinator refused the last request
+  kPending = 21,  // epoch, count: peers waiting to be admitted at the next update
+  kCommit = 22,   // epoch, seq: every member completed operations up to seq: they succeed
+  kBarrier = 23,  // epoch, seq: a member reached the update barrier after seq operations
+  kLeft = 24,     // epoch: this peer's LEAVE completed (the others' update went on without it)
 };
 
 struct ControlMessage {
@@ -48,17 +49,21 @@ struct ControlMessage {
   PeerId peer = 0;     // the sender (peer -> coordinator)
   std::string group;   // kJoin, kRejoin
   PeerInfo info;       // kJoin, kRejoin
-  uint64_t epoch = 0;  // kRejoin, kUpdate, kReform, kLeave, kDone, kOpFailed, and every coordinator message but kError
-  uint64_t seq = 0;    // kDone, kOpFailed, kCommit, kBarrier; kUpdate, kReform, kLeave: the operations
-                       // this peer submitted in the epoch; kRejoin: the last one it saw committed
+  uint64_t epoch = 0;  // kRejoin, kUpdate, kReform, kLeave, kDone, kOpFailed, and every coordinator
+                       // message but kError
+  uint64_t seq =
+      0;  // kDone, kOpFailed, kCommit, kBarrier; kUpdate, kReform, kLeave: the operations
+          // this peer submitted in the epoch; kRejoin: the last one it saw committed
   std::vector<Member> ring;  // kRejoin, kEpoch
-  PeerId other = 0;    // kLinkBroken (suspect), kRevoked (lost)
-  uint32_t code = 0;   // kError: a wccl_result_t
-  uint32_t count = 0;  // kPending; kUpdate, kReform, kLeave: the call's number; kEpoch: the call it answers
-  std::string text;    // kRevoked, kRemoved, kError, kOpFailed
+  PeerId other = 0;          // kLinkBroken (suspect), kRevoked (lost)
+  uint32_t code = 0;         // kError: a wccl_result_t
+  uint32_t count =
+      0;  // kPending; kUpdate, kReform, kLeave: the call's number; kEpoch: the call it answers
+  std::string text;                    // kRevoked, kRemoved, kError, kOpFailed
   std::vector<LinkMeasurement> links;  // kLinkReport
-  uint64_t tree_max_bytes = 0;         // kEpoch, kRejoin: algo=AUTO's crossover in the epoch; 0: each member's tree_max_bytes
-  uint32_t origin = 0;                 // kEpoch: how the coordinator formed the epoch (EpochOrigin)
+  uint64_t tree_max_bytes =
+      0;  // kEpoch, kRejoin: algo=AUTO's crossover in the epoch; 0: each member's tree_max_bytes
+  uint32_t origin = 0;  // kEpoch: how the coordinator formed the epoch (EpochOrigin)
 };
 
 // Text fields longer than kMaxTextBytes are cut to that length.

@@ -9,10 +9,12 @@
 
 namespace wccl::coord {
 
-Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
-                          uint64_t committed, Clock::time_point now, uint64_t tree_max_bytes) {
+Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch,
+                          const std::vector<Member> &ring, uint64_t committed,
+                          Clock::time_point now, uint64_t tree_max_bytes) {
   if (epoch >= (1ULL << 63)) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports epoch %llu", static_cast<unsigned long long>(epoch));
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports epoch %llu",
+                      static_cast<unsigned long long>(epoch));
   }
   std::set<PeerId> seen;
   for (const Member &m : ring) {
@@ -24,7 +26,8 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
   if (ring.size() > kMaxRingMembers) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports a ring of %zu peers", ring.size());
   }
-  if (seen.count(id) != 0 && !formed_here(epoch) && (epoch > epoch_ || (now < gives_way_until_ && epoch != epoch_))) {
+  if (seen.count(id) != 0 && !formed_here(epoch) &&
+      (epoch > epoch_ || (now < gives_way_until_ && epoch != epoch_))) {
     adopt(id, info, epoch, ring, committed, now, tree_max_bytes);
     return Status();
   }
@@ -43,7 +46,8 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
     // Its epoch is not the job's (or it was lost from it): it must not act as a member of it. A
     // peer that reports no ring knows it is not a member (a joiner naming the epoch it waits to
     // enter, or a peer declared lost): nothing to tell it.
-    notify(Notice::Kind::kRemoved, id).reason = "its epoch is not the job's current one; it joins again";
+    notify(Notice::Kind::kRemoved, id).reason =
+        "its epoch is not the job's current one; it joins again";
   }
   return join(id, info, now);
 }
@@ -52,8 +56,9 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const
 // coordinator formed from joiners before any member of the job came back. Its members are told
 // (some may have rejoined already under an older epoch); those not back yet get peer_timeout from
 // now. Anyone else this coordinator knew is not part of it: removed, to join again.
-void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
-                       uint64_t committed, Clock::time_point now, uint64_t tree_max_bytes) {
+void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
+                       const std::vector<Member> &ring, uint64_t committed, Clock::time_point now,
+                       uint64_t tree_max_bytes) {
   gives_way_until_ = Clock::time_point();
   epoch_ = epoch;
   origin_ = EpochOrigin::kContinues;  // its members keep the origin they were told
@@ -72,11 +77,13 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch, const st
   for (PeerId o : outside) {
     remember_lost(o, live_[o].info);
     forget(o);
-    notify(Notice::Kind::kRemoved, o).reason = "its epoch was superseded by the job's; update to join again";
+    notify(Notice::Kind::kRemoved, o).reason =
+        "its epoch was superseded by the job's; update to join again";
   }
   for (const Member &m : ring_) {
     forget_lost(m.id);
-    auto j = std::find_if(joiners_.begin(), joiners_.end(), [&](const Member &x) { return x.id == m.id; });
+    auto j = std::find_if(joiners_.begin(), joiners_.end(),
+                          [&](const Member &x) { return x.id == m.id; });
     if (j != joiners_.end()) joiners_.erase(j);
     if (live_.count(m.id) == 0 && m.id != id) {
       live_[m.id] = {m.info, now};

@@ -38,7 +38,8 @@ Links links_of(const std::vector<Member> &ring, const RttOf &rtt) {
 std::optional<RingCost> ring_cost(const std::vector<Member> &ring, const RttOf &rtt) {
   if (ring.size() < 2) return RingCost{};
   const Links l = links_of(ring, rtt);
-  if (std::any_of(l.rtt.begin(), l.rtt.end(), [](uint32_t v) { return v == 0; })) return std::nullopt;
+  if (std::any_of(l.rtt.begin(), l.rtt.end(), [](uint32_t v) { return v == 0; }))
+    return std::nullopt;
   return l.cost;
 }
 
@@ -70,7 +71,8 @@ std::vector<Member> order_ring(std::vector<Member> ring, const RttOf &rtt) {
           }
         }
         if (next < l.cost) {
-          std::reverse(ring.begin() + static_cast<std::ptrdiff_t>(i), ring.begin() + static_cast<std::ptrdiff_t>(j) + 1);
+          std::reverse(ring.begin() + static_cast<std::ptrdiff_t>(i),
+                       ring.begin() + static_cast<std::ptrdiff_t>(j) + 1);
           improved = true;
         }
       }

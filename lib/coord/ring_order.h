@@ -24,7 +24,9 @@ using RttOf = std::function<uint32_t(PeerId, PeerId)>;
 struct RingCost {
   uint32_t max_us = 0;  // the ring's slowest link
   uint64_t sum_us = 0;  // all its links
-  bool operator<(const RingCost &o) const { return max_us != o.max_us ? max_us < o.max_us : sum_us < o.sum_us; }
+  bool operator<(const RingCost &o) const {
+    return max_us != o.max_us ? max_us < o.max_us : sum_us < o.sum_us;
+  }
 };
 
 // The cost of `ring` in its order, or nullopt if a pair of neighbours has no measurement.

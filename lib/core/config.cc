@@ -29,39 +29,49 @@ constexpr KeySpec kKeys[] = {
      "TLS 1.3 with mutual certificate authentication on every connection; off sends plaintext"},
     {"tls_cert", "", Kind::kPath, 0, 0, "PEM certificate (chain) of this node"},
     {"tls_key", "", Kind::kPath, 0, 0, "PEM private key of tls_cert"},
-    {"tls_ca", "", Kind::kPath, 0, 0, "PEM CA certificate(s) that peers' certificates must chain to"},
-    {"streams", "4", Kind::kInteger, 1, 64, "TCP connections per link; messages are striped across them"},
+    {"tls_ca", "", Kind::kPath, 0, 0,
+     "PEM CA certificate(s) that peers' certificates must chain to"},
+    {"streams", "4", Kind::kInteger, 1, 64,
+     "TCP connections per link; messages are striped across them"},
     {"frame_bytes", "1M", Kind::kBytes, 4096, 16 << 20,
      "largest frame payload a sender cuts a message into"},
     {"chunk_bytes", "1M", Kind::kBytes, 4096, 1LL << 30,
      "pipelining unit of the collectives: a message carries at most this many bytes of a buffer"},
     {"sync_compress", "on", Kind::kOnOff, 0, 0,
-     "state sync sends pieces zstd-compressed (byte-shuffled) where that pays (docs/algorithms.md); off: never"},
+     "state sync sends pieces zstd-compressed (byte-shuffled) where that pays "
+     "(docs/algorithms.md); off: never"},
     {"tree_max_bytes", "256K", Kind::kBytes, 0, 1LL << 40,
      "algo=AUTO runs the tree all-reduce up to this many bytes and the ring above, in epochs whose "
      "crossover the coordinator has not measured (measured_crossover; docs/algorithms.md)"},
     {"measured_crossover", "on", Kind::kOnOff, 0, 0,
      "coordinator: on sends with each epoch formed at an update algo=AUTO's ring/tree crossover, "
-     "computed from the round trips and rates members measure on their links; off: members use tree_max_bytes"},
+     "computed from the round trips and rates members measure on their links; off: members use "
+     "tree_max_bytes"},
     {"sock_buf_bytes", "0", Kind::kBytes, 0, 1LL << 30,
      "SO_SNDBUF/SO_RCVBUF per connection; 0 leaves the kernel's autotuning (see docs/perf.md)"},
     {"listen", "0.0.0.0:0", Kind::kText, 1, 255,
-     "address to listen on: the coordinator's, or a peer's for its neighbours' links (port 0 picks one)"},
+     "address to listen on: the coordinator's, or a peer's for its neighbours' links (port 0 picks "
+     "one)"},
     {"coordinator", "", Kind::kText, 0, 255, "the coordinator's host:port (peers)"},
     {"group", "default", Kind::kText, 1, 64,
      "peers of one group form one communicator (e.g. one group per local GPU index)"},
     {"node", "", Kind::kText, 0, 64,
-     "the machine this communicator is one of, named alike by the node's communicators in its other "
-     "groups: the coordinator loses them together (docs/fault-tolerance.md); empty: a node of its own"},
+     "the machine this communicator is one of, named alike by the node's communicators in its "
+     "other "
+     "groups: the coordinator loses them together (docs/fault-tolerance.md); empty: a node of its "
+     "own"},
     {"advertise", "", Kind::kText, 0, 255,
-     "host:port peers reach this peer's links at; empty: the address it reaches the coordinator from"},
-    {"join_timeout_ms", "600000", Kind::kInteger, 1, 86400000, "how long wccl_comm_join waits for admission"},
+     "host:port peers reach this peer's links at; empty: the address it reaches the coordinator "
+     "from"},
+    {"join_timeout_ms", "600000", Kind::kInteger, 1, 86400000,
+     "how long wccl_comm_join waits for admission"},
     {"op_timeout_ms", "600000", Kind::kInteger, 1, 86400000,
      "how long a membership call (update, leave) waits for the coordinator's decision"},
     {"order_ring_by_rtt", "on", Kind::kOnOff, 0, 0,
      "on: the coordinator orders each epoch's ring from the round trips members measure on their "
      "links (docs/algorithms.md); off: the order of arrival"},
-    {"min_peers", "1", Kind::kInteger, 1, 4096, "peers the coordinator waits for before the first epoch"},
+    {"min_peers", "1", Kind::kInteger, 1, 4096,
+     "peers the coordinator waits for before the first epoch"},
     {"settle_ms", "200", Kind::kInteger, 0, 3600000,
      "with no epoch yet, the first one forms once no peer has joined for this long"},
     {"heartbeat_ms", "1000", Kind::kInteger, 10, 3600000,
@@ -69,7 +79,8 @@ constexpr KeySpec kKeys[] = {
     {"peer_timeout_ms", "5000", Kind::kInteger, 10, 3600000,
      "a peer silent this long is lost and its epoch revoked"},
     {"straggler_timeout_ms", "0", Kind::kInteger, 0, 3600000,
-     "the coordinator's straggler policy: a member that has not reached an update barrier this long "
+     "the coordinator's straggler policy: a member that has not reached an update barrier this "
+     "long "
      "after the first member did is declared lost (it joins again at its next update); 0: the "
      "barrier waits for every live member"},
     {"connect_timeout_ms", "10000", Kind::kInteger, 1, 3600000,
@@ -120,10 +131,20 @@ bool parse_integer(const std::string &text, bool allow_suffix, int64_t *out) {
   if (i < text.size()) {
     if (!allow_suffix || i + 1 != text.size()) return false;
     switch (text[i]) {
-      case 'k': case 'K': v <<= 10; break;
-      case 'm': case 'M': v <<= 20; break;
-      case 'g': case 'G': v <<= 30; break;
-      default: return false;
+      case 'k':
+      case 'K':
+        v <<= 10;
+        break;
+      case 'm':
+      case 'M':
+        v <<= 20;
+        break;
+      case 'g':
+      case 'G':
+        v <<= 30;
+        break;
+      default:
+        return false;
     }
   }
   *out = v;
@@ -164,7 +185,8 @@ Status check(const KeySpec &spec, const std::string &value, const char *origin) 
 const KeySpec &must_find(const std::string &key) {
   const KeySpec *spec = find_key(key);
   if (spec == nullptr) {
-    std::fprintf(stderr, "wccl: internal error: config key \"%s\" is not in the table\n", key.c_str());
+    std::fprintf(stderr, "wccl: internal error: config key \"%s\" is not in the table\n",
+                 key.c_str());
     std::abort();
   }
   return *spec;

@@ -32,12 +32,11 @@ void Logger::log(LogLevel level, const char *fmt, ...) const {
   clock_gettime(CLOCK_REALTIME, &now);
   tm utc{};
   gmtime_r(&now.tv_sec, &utc);
-  int n = std::snprintf(line, sizeof(line),
-                        "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] peer=%s %-5s ",
-                        utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min,
-                        utc.tm_sec, now.tv_nsec / 1000000, program_invocation_short_name,
-                        static_cast<int>(getpid()), peer_.empty() ? "-" : peer_.c_str(),
-                        log_level_name(level));
+  int n = std::snprintf(
+      line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] peer=%s %-5s ",
+      utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+      now.tv_nsec / 1000000, program_invocation_short_name, static_cast<int>(getpid()),
+      peer_.empty() ? "-" : peer_.c_str(), log_level_name(level));
   if (n < 0) return;
   va_list args;
   va_start(args, fmt);

@@ -30,7 +30,8 @@ class Logger {
 }  // namespace wccl
 
 // Formats the message only when the level is enabled.
-#define WCCL_LOG(logger, level, ...)                                                   \
-  do {                                                                                 \
-    if ((logger).enabled(::wccl::LogLevel::level)) (logger).log(::wccl::LogLevel::level, __VA_ARGS__); \
+#define WCCL_LOG(logger, level, ...)                      \
+  do {                                                    \
+    if ((logger).enabled(::wccl::LogLevel::level))        \
+      (logger).log(::wccl::LogLevel::level, __VA_ARGS__); \
   } while (0)

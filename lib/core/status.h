@@ -40,7 +40,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -62,21 +62,23 @@ std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 }  // namespace wccl
 
-#define WCCL_ERROR(code, ...) ::wccl::Status((code), ::wccl::format(__VA_ARGS__), __FILE__, __LINE__)
+#define WCCL_ERROR(code, ...) \
+  ::wccl::Status((code), ::wccl::format(__VA_ARGS__), __FILE__, __LINE__)
 
-#define WCCL_RETURN_IF_ERROR(expr)        \
-  do {                                    \
-    ::wccl::Status wccl_status_ = (expr); \
+#define WCCL_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::wccl::Status wccl_status_ = (expr);        \
     if (!wccl_status_.ok()) return wccl_status_; \
   } while (0)
 
 // `lhs` (a declaration or an lvalue) = the value of the Result `expr`, or its Status returned.
 // (lhs may be a declaration and `result` is a name: neither can be parenthesised.)
 // NOLINTBEGIN(bugprone-macro-parentheses)
-#define WCCL_ASSIGN_OR_RETURN(lhs, expr) WCCL_ASSIGN_OR_RETURN_(WCCL_CONCAT_(wccl_result_, __LINE__), lhs, expr)
+#define WCCL_ASSIGN_OR_RETURN(lhs, expr) \
+  WCCL_ASSIGN_OR_RETURN_(WCCL_CONCAT_(wccl_result_, __LINE__), lhs, expr)
 #define WCCL_ASSIGN_OR_RETURN_(result, lhs, expr) \
-  auto result = (expr);                            \
-  if (!result.ok()) return result.status();        \
+  auto result = (expr);                           \
+  if (!result.ok()) return result.status();       \
   lhs = std::move(result).value()
 // NOLINTEND(bugprone-macro-parentheses)
 #define WCCL_CONCAT_(a, b) WCCL_CONCAT_INNER_(a, b)

@@ -57,32 +57,52 @@ class CudaDevice final : public Device {
   }
   void destroy_event(Event e) override { event_destroy(e); }
 
-  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first, Stream s) override {
+  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first,
+                Stream s) override {
     WCCL_RETURN_IF_ERROR(set_device(ordinal_));
     switch (w) {
-      case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8: case codec::Wire::kTopk: return block_encode(w, src, count, dst, s, first);
-      case codec::Wire::kF16: return f16_encode(src, count, reinterpret_cast<uint16_t *>(dst), s);
-      case codec::Wire::kBF16: return bf16_encode(src, count, reinterpret_cast<uint16_t *>(dst), s);
-      case codec::Wire::kNative: break;
+      case codec::Wire::kInt8:
+      case codec::Wire::kInt4:
+      case codec::Wire::kInt2:
+      case codec::Wire::kFp8:
+      case codec::Wire::kTopk:
+        return block_encode(w, src, count, dst, s, first);
+      case codec::Wire::kF16:
+        return f16_encode(src, count, reinterpret_cast<uint16_t *>(dst), s);
+      case codec::Wire::kBF16:
+        return bf16_encode(src, count, reinterpret_cast<uint16_t *>(dst), s);
+      case codec::Wire::kNative:
+        break;
     }
-    return WCCL_ERROR(WCCL_ERR_INTERNAL, "%s: no kernel encodes the %s wire", name_.c_str(), codec::wire_name(w));
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "%s: no kernel encodes the %s wire", name_.c_str(),
+                      codec::wire_name(w));
   }
   Status decode(codec::Wire w, const uint8_t *src, size_t count, float *dst, Stream s) override {
     WCCL_RETURN_IF_ERROR(set_device(ordinal_));
     switch (w) {
-      case codec::Wire::kInt8: case codec::Wire::kInt4: case codec::Wire::kInt2: case codec::Wire::kFp8: case codec::Wire::kTopk: return block_decode(w, src, count, dst, s);
-      case codec::Wire::kF16: return f16_decode(reinterpret_cast<const uint16_t *>(src), count, dst, s);
-      case codec::Wire::kBF16: return bf16_decode(reinterpret_cast<const uint16_t *>(src), count, dst, s);
-      case codec::Wire::kNative: break;
+      case codec::Wire::kInt8:
+      case codec::Wire::kInt4:
+      case codec::Wire::kInt2:
+      case codec::Wire::kFp8:
+      case codec::Wire::kTopk:
+        return block_decode(w, src, count, dst, s);
+      case codec::Wire::kF16:
+        return f16_decode(reinterpret_cast<const uint16_t *>(src), count, dst, s);
+      case codec::Wire::kBF16:
+        return bf16_decode(reinterpret_cast<const uint16_t *>(src), count, dst, s);
+      case codec::Wire::kNative:
+        break;
     }
-    return WCCL_ERROR(WCCL_ERR_INTERNAL, "%s: no kernel decodes the %s wire", name_.c_str(), codec::wire_name(w));
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "%s: no kernel decodes the %s wire", name_.c_str(),
+                      codec::wire_name(w));
   }
-  Status decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine, Stream s) override {
+  Status decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine,
+                    Stream s) override {
     WCCL_RETURN_IF_ERROR(set_device(ordinal_));
     return gpu::block_decode_add(w, src, count, dst, mine, s);
   }
-  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t count,
-                     Stream s) override {
+  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b,
+                     size_t count, Stream s) override {
     WCCL_RETURN_IF_ERROR(set_device(ordinal_));
     return gpu::reduce_into(t, op, dst, a, b, count, s);
   }

@@ -47,14 +47,16 @@ class Device {
 
   // Wire codecs other than kNative: encode count floats into codec::wire_size bytes, decode them.
   // `first` is src[0]'s index in the caller's buffer, for the error message.
-  virtual Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first, Stream s) = 0;
+  virtual Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first,
+                        Stream s) = 0;
   virtual Status decode(codec::Wire w, const uint8_t *src, size_t count, float *dst, Stream s) = 0;
   // dst[i] = mine[i] + decoded element i of a block-quantized wire (INT8, INT4, FP8; dst may
   // equal mine).
-  virtual Status decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst, const float *mine, Stream s) = 0;
+  virtual Status decode_add(codec::Wire w, const uint8_t *src, size_t count, float *dst,
+                            const float *mine, Stream s) = 0;
   // codec::reduce_into and codec::finish_avg.
-  virtual Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a, const void *b, size_t count,
-                             Stream s) = 0;
+  virtual Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *a,
+                             const void *b, size_t count, Stream s) = 0;
   virtual Status finish_avg(codec::Dtype t, void *dst, size_t count, int by, Stream s) = 0;
   // out[i] = codec::hash64 of block i (codec::kHashBlock bytes, the last shorter) of the len
   // bytes at data: codec::hash_blocks(len) hashes into device memory.

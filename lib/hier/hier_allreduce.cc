@@ -15,8 +15,9 @@ std::chrono::milliseconds left(Clock::time_point deadline) {
 }
 
 // The all-reduce of this rank's block across nodes, to its outcome.
-Status global_allreduce(comm::Communicator &global, const Call &call, codec::RedOp combine, void *shard, size_t shard_count,
-                        Clock::time_point deadline, comm::OpStats *stats) {
+Status global_allreduce(comm::Communicator &global, const Call &call, codec::RedOp combine,
+                        void *shard, size_t shard_count, Clock::time_point deadline,
+                        comm::OpStats *stats) {
   algo::Collective c = call.global;
   c.kind = algo::Kind::kAllreduce;
   c.count = shard_count;
@@ -33,8 +34,8 @@ Status global_allreduce(comm::Communicator &global, const Call &call, codec::Red
 
 }  // namespace
 
-Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memory &m, const Call &call,
-                      Clock::time_point deadline, comm::OpStats *stats) {
+Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memory &m,
+                      const Call &call, Clock::time_point deadline, comm::OpStats *stats) {
   if (call.count == 0) return Status();
   const size_t ranks = static_cast<size_t>(local.size());
   const size_t es = codec::dtype_size(call.dtype);
@@ -62,37 +63,52 @@ Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memor
     if (Status st = m.scratch(padded_bytes, &padded); !st.ok()) return broken(st);
     if (Status st = m.copy(padded.get(), call.in, bytes); !st.ok()) return broken(st);
     const std::vector<uint8_t> zeros(padded_bytes - bytes, 0);
-    if (Status st = m.from_host(padded.get() + bytes, zeros.data(), zeros.size()); !st.ok()) return broken(st);
+    if (Status st = m.from_host(padded.get() + bytes, zeros.data(), zeros.size()); !st.ok())
+      return broken(st);
     in = padded.get();
   }
-  if (Status st = local.reduce_scatter(m, in, shard.get(), shard_count, call.dtype, combine, deadline); !st.ok()) return broken(st);
+  if (Status st =
+          local.reduce_scatter(m, in, shard.get(), shard_count, call.dtype, combine, deadline);
+      !st.ok())
+    return broken(st);
 
   Status mine = global_allreduce(global, call, combine, shard.get(), shard_count, deadline, stats);
   std::vector<int32_t> outcomes;
-  if (Status st = local.exchange(static_cast<int32_t>(mine.code()), &outcomes, deadline); !st.ok()) return broken(st);
+  if (Status st = local.exchange(static_cast<int32_t>(mine.code()), &outcomes, deadline); !st.ok())
+    return broken(st);
   if (!mine.ok()) return mine;
   for (size_t r = 0; r < outcomes.size(); ++r) {
     if (outcomes[r] != WCCL_OK) {
       return WCCL_ERROR(WCCL_ERR_PEER_LOST,
-                        "local rank %zu of this node failed its part of the all-reduce across nodes (%s): the whole node "
-                        "fails the operation; call wccl_comm_update on every local rank's communicator, then retry",
+                        "local rank %zu of this node failed its part of the all-reduce across "
+                        "nodes (%s): the whole node "
+                        "fails the operation; call wccl_comm_update on every local rank's "
+                        "communicator, then retry",
                         r, wccl_result_name(static_cast<wccl_result_t>(outcomes[r])));
     }
   }
 
   if (call.op == codec::RedOp::kAvg) {
-    if (Status st = m.finish_avg(call.dtype, shard.get(), shard_count, local.size() * stats->world_size); !st.ok()) return broken(st);
+    if (Status st =
+            m.finish_avg(call.dtype, shard.get(), shard_count, local.size() * stats->world_size);
+        !st.ok())
+      return broken(st);
   }
   if (padded_bytes == bytes) {
-    if (Status st = local.all_gather(m, shard.get(), call.out, shard_count, call.dtype, deadline); !st.ok()) return broken(st);
+    if (Status st = local.all_gather(m, shard.get(), call.out, shard_count, call.dtype, deadline);
+        !st.ok())
+      return broken(st);
     return Status();
   }
-  if (Status st = local.all_gather(m, shard.get(), padded.get(), shard_count, call.dtype, deadline); !st.ok()) return broken(st);
+  if (Status st = local.all_gather(m, shard.get(), padded.get(), shard_count, call.dtype, deadline);
+      !st.ok())
+    return broken(st);
   if (Status st = m.copy(call.out, padded.get(), bytes); !st.ok()) return broken(st);
   return Status();
 }
 
-Runner::Runner(std::unique_ptr<LocalGroup> local) : local_(std::move(local)), worker_([this] { work(); }) {}
+Runner::Runner(std::unique_ptr<LocalGroup> local)
+    : local_(std::move(local)), worker_([this] { work(); }) {}
 
 Runner::~Runner() {
   {
@@ -112,7 +128,8 @@ Result<std::shared_ptr<Op>> Runner::submit(comm::Communicator *global, const Cal
   op->deadline = op->start + (call.timeout.count() > 0 ? call.timeout : global->op_timeout());
   std::lock_guard<std::mutex> lock(mu_);
   if (in_flight_ >= kMaxInFlight) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "%zu hierarchical all-reduces of this local rank are in flight (at most %zu)",
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
+                      "%zu hierarchical all-reduces of this local rank are in flight (at most %zu)",
                       in_flight_, kMaxInFlight);
   }
   ++in_flight_;
@@ -130,7 +147,8 @@ Status Runner::wait(const std::shared_ptr<Op> &op, comm::OpStats *stats) {
 
 Status Runner::test(const std::shared_ptr<Op> &op, comm::OpStats *stats) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!op->done) return WCCL_ERROR(WCCL_ERR_IN_PROGRESS, "the hierarchical all-reduce is in flight");
+  if (!op->done)
+    return WCCL_ERROR(WCCL_ERR_IN_PROGRESS, "the hierarchical all-reduce is in flight");
   if (stats != nullptr) *stats = op->stats;
   return op->outcome;
 }

@@ -53,8 +53,8 @@ struct Call {
 
 // The schedule above, on one local rank, with the buffers in m; every step ends by `deadline`.
 // stats: the all-reduce across nodes (bytes, epoch, world size).
-Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memory &m, const Call &call,
-                      Clock::time_point deadline, comm::OpStats *stats);
+Status hier_allreduce(LocalGroup &local, comm::Communicator &global, algo::Memory &m,
+                      const Call &call, Clock::time_point deadline, comm::OpStats *stats);
 
 // A queued or running call.
 struct Op {

@@ -35,11 +35,11 @@ class LocalGroup {
   virtual Status takes(const gpu::Device *device) const = 0;
   // shard (shard_count elements in m) = block rank() of the reduction over the group's ranks of
   // `in` (size() * shard_count elements in m). AVG combines as SUM (the caller divides).
-  virtual Status reduce_scatter(algo::Memory &m, const void *in, void *shard, size_t shard_count, codec::Dtype t,
-                                codec::RedOp op, Clock::time_point deadline) = 0;
+  virtual Status reduce_scatter(algo::Memory &m, const void *in, void *shard, size_t shard_count,
+                                codec::Dtype t, codec::RedOp op, Clock::time_point deadline) = 0;
   // out (size() * shard_count elements in m) = every rank's shard, in rank order.
-  virtual Status all_gather(algo::Memory &m, const void *shard, void *out, size_t shard_count, codec::Dtype t,
-                            Clock::time_point deadline) = 0;
+  virtual Status all_gather(algo::Memory &m, const void *shard, void *out, size_t shard_count,
+                            codec::Dtype t, Clock::time_point deadline) = 0;
   // *all = every rank's `mine`, by rank.
   virtual Status exchange(int32_t mine, std::vector<int32_t> *all, Clock::time_point deadline) = 0;
   // Breaks the group (if not broken already): every rank's current and later calls fail with `why`.

@@ -7,7 +7,8 @@ std::vector<std::unique_ptr<ThreadGroup>> ThreadGroup::create(int size) {
   shared->slots.resize(static_cast<size_t>(size));
   std::vector<std::unique_ptr<ThreadGroup>> out;
   out.reserve(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) out.push_back(std::unique_ptr<ThreadGroup>(new ThreadGroup(shared, r)));
+  for (int r = 0; r < size; ++r)
+    out.push_back(std::unique_ptr<ThreadGroup>(new ThreadGroup(shared, r)));
   return out;
 }
 
@@ -15,11 +16,13 @@ int ThreadGroup::size() const { return static_cast<int>(shared_->slots.size()); 
 
 void ThreadGroup::abandon(const Status &why) {
   std::lock_guard<std::mutex> lock(shared_->mu);
-  if (shared_->broken.ok()) shared_->broken = why.ok() ? WCCL_ERROR(WCCL_ERR_INTERNAL, "local group abandoned") : why;
+  if (shared_->broken.ok())
+    shared_->broken = why.ok() ? WCCL_ERROR(WCCL_ERR_INTERNAL, "local group abandoned") : why;
   shared_->cv.notify_all();
 }
 
-Status ThreadGroup::publish(const Slot &slot, Clock::time_point deadline, std::vector<Slot> *slots) {
+Status ThreadGroup::publish(const Slot &slot, Clock::time_point deadline,
+                            std::vector<Slot> *slots) {
   Shared &s = *shared_;
   std::unique_lock<std::mutex> lock(s.mu);
   if (!s.broken.ok()) return s.broken;
@@ -29,9 +32,11 @@ Status ThreadGroup::publish(const Slot &slot, Clock::time_point deadline, std::v
     s.published = 0;
     ++s.publish_round;
     s.cv.notify_all();
-  } else if (!s.cv.wait_until(lock, deadline, [&] { return s.publish_round != round || !s.broken.ok(); })) {
-    s.broken = WCCL_ERROR(WCCL_ERR_TIMEOUT, "local rank %d waited past the operation's timeout for the other ranks of its node",
-                          rank_);
+  } else if (!s.cv.wait_until(lock, deadline,
+                              [&] { return s.publish_round != round || !s.broken.ok(); })) {
+    s.broken = WCCL_ERROR(
+        WCCL_ERR_TIMEOUT,
+        "local rank %d waited past the operation's timeout for the other ranks of its node", rank_);
     s.cv.notify_all();
     return s.broken;
   } else if (s.publish_round == round) {
@@ -41,11 +46,13 @@ Status ThreadGroup::publish(const Slot &slot, Clock::time_point deadline, std::v
   lock.unlock();
   for (size_t r = 0; r < slots->size(); ++r) {
     const Slot &o = (*slots)[r];
-    if (o.kind != slot.kind || o.count != slot.count || o.dtype != slot.dtype || o.host != slot.host) {
+    if (o.kind != slot.kind || o.count != slot.count || o.dtype != slot.dtype ||
+        o.host != slot.host) {
       drain();
       return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
-                        "local rank %zu called another collective, count, dtype or memory (%s) than local rank %d (%s)", r,
-                        o.host ? "host" : "device", rank_, slot.host ? "host" : "device");
+                        "local rank %zu called another collective, count, dtype or memory (%s) "
+                        "than local rank %d (%s)",
+                        r, o.host ? "host" : "device", rank_, slot.host ? "host" : "device");
     }
   }
   return Status();
@@ -61,11 +68,12 @@ void ThreadGroup::drain() {
     s.cv.notify_all();
     return;
   }
-  s.cv.wait(lock, [&] { return s.drain_round != round; });  // bounded: every rank that published comes
+  s.cv.wait(lock,
+            [&] { return s.drain_round != round; });  // bounded: every rank that published comes
 }
 
-Status ThreadGroup::reduce_scatter(algo::Memory &m, const void *in, void *shard, size_t shard_count, codec::Dtype t,
-                                   codec::RedOp op, Clock::time_point deadline) {
+Status ThreadGroup::reduce_scatter(algo::Memory &m, const void *in, void *shard, size_t shard_count,
+                                   codec::Dtype t, codec::RedOp op, Clock::time_point deadline) {
   std::vector<Slot> slots;
   WCCL_RETURN_IF_ERROR(publish({in, 0, 1, shard_count, t, m.host()}, deadline, &slots));
   const size_t bytes = shard_count * codec::dtype_size(t);
@@ -90,8 +98,8 @@ Status ThreadGroup::reduce_scatter(algo::Memory &m, const void *in, void *shard,
   return st;
 }
 
-Status ThreadGroup::all_gather(algo::Memory &m, const void *shard, void *out, size_t shard_count, codec::Dtype t,
-                               Clock::time_point deadline) {
+Status ThreadGroup::all_gather(algo::Memory &m, const void *shard, void *out, size_t shard_count,
+                               codec::Dtype t, Clock::time_point deadline) {
   std::vector<Slot> slots;
   WCCL_RETURN_IF_ERROR(publish({shard, 0, 2, shard_count, t, m.host()}, deadline, &slots));
   const size_t bytes = shard_count * codec::dtype_size(t);

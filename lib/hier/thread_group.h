@@ -28,10 +28,10 @@ class ThreadGroup final : public LocalGroup {
   int size() const override;
   const char *kind() const override { return "threads"; }
   Status takes(const gpu::Device *) const override { return Status(); }
-  Status reduce_scatter(algo::Memory &m, const void *in, void *shard, size_t shard_count, codec::Dtype t,
-                        codec::RedOp op, Clock::time_point deadline) override;
-  Status all_gather(algo::Memory &m, const void *shard, void *out, size_t shard_count, codec::Dtype t,
-                    Clock::time_point deadline) override;
+  Status reduce_scatter(algo::Memory &m, const void *in, void *shard, size_t shard_count,
+                        codec::Dtype t, codec::RedOp op, Clock::time_point deadline) override;
+  Status all_gather(algo::Memory &m, const void *shard, void *out, size_t shard_count,
+                    codec::Dtype t, Clock::time_point deadline) override;
   Status exchange(int32_t mine, std::vector<int32_t> *all, Clock::time_point deadline) override;
   void abandon(const Status &why) override;
 

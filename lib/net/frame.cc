@@ -8,7 +8,8 @@ namespace {
 
 template <typename T>
 void put(uint8_t *p, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
+  for (size_t i = 0; i < sizeof(T); ++i)
+    p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
 }
 
 template <typename T>
@@ -20,8 +21,16 @@ T get(const uint8_t *p) {
 
 // Header layout, byte offsets.
 enum : size_t {
-  kOffMagic = 0, kOffVersion = 4, kOffType = 6, kOffFlags = 7, kOffTag = 8, kOffLength = 12,
-  kOffEpoch = 16, kOffSeq = 24, kOffOffset = 32, kOffMsgLen = 40,
+  kOffMagic = 0,
+  kOffVersion = 4,
+  kOffType = 6,
+  kOffFlags = 7,
+  kOffTag = 8,
+  kOffLength = 12,
+  kOffEpoch = 16,
+  kOffSeq = 24,
+  kOffOffset = 32,
+  kOffMsgLen = 40,
 };
 
 }  // namespace
@@ -118,7 +127,8 @@ Status decode_header(const uint8_t in[kFrameHeaderBytes], uint32_t max_payload, 
 // Hello payload layout: link_id[16], stream_index u16, stream_count u16, name_len u16,
 // reserved u16 (0), name bytes.
 size_t encode_hello(const Hello &hello, uint8_t *out) {
-  const size_t name_len = hello.name.size() < kMaxPeerNameBytes ? hello.name.size() : kMaxPeerNameBytes;
+  const size_t name_len =
+      hello.name.size() < kMaxPeerNameBytes ? hello.name.size() : kMaxPeerNameBytes;
   std::memcpy(out, hello.link_id, 16);
   put<uint16_t>(out + 16, hello.stream_index);
   put<uint16_t>(out + 18, hello.stream_count);
@@ -144,7 +154,8 @@ Status decode_hello(const uint8_t *in, size_t length, bool from_connector, Hello
   }
   h.name.assign(reinterpret_cast<const char *>(in + kHelloFixedBytes), name_len);
   for (char c : h.name) {
-    if (c <= ' ' || c > '~') return WCCL_ERROR(WCCL_ERR_PROTOCOL, "hello name holds a non-printable byte");
+    if (c <= ' ' || c > '~')
+      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "hello name holds a non-printable byte");
   }
   if (from_connector) {
     if (h.stream_count < 1 || h.stream_count > 64 || h.stream_index >= h.stream_count) {

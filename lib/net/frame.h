@@ -14,8 +14,8 @@ namespace wccl::net {
 inline constexpr uint32_t kFrameMagic = 0x4C434357;  // bytes 'W' 'C' 'C' 'L'
 inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kFrameHeaderBytes = 48;
-inline constexpr uint32_t kMaxFramePayload = 16u << 20;      // receivers reject longer frames
-inline constexpr uint64_t kMaxMessageBytes = 1ULL << 40;     // 1 TiB
+inline constexpr uint32_t kMaxFramePayload = 16u << 20;   // receivers reject longer frames
+inline constexpr uint64_t kMaxMessageBytes = 1ULL << 40;  // 1 TiB
 inline constexpr size_t kMaxPeerNameBytes = 64;
 
 enum class FrameType : uint8_t {
@@ -41,11 +41,11 @@ struct MessageKey {
 
 struct FrameHeader {
   FrameType type = FrameType::kData;
-  uint8_t flags = 0;      // no flag is defined in version 1: must be 0
-  uint32_t length = 0;    // payload bytes in this frame
+  uint8_t flags = 0;    // no flag is defined in version 1: must be 0
+  uint32_t length = 0;  // payload bytes in this frame
   MessageKey key;
-  uint64_t offset = 0;    // of this payload within the message
-  uint64_t msg_len = 0;   // total bytes of the message
+  uint64_t offset = 0;   // of this payload within the message
+  uint64_t msg_len = 0;  // total bytes of the message
 };
 
 // The frame length a sender cuts a message of msg_len bytes into, on a link of `streams` streams:

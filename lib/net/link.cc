@@ -11,26 +11,37 @@
 
 namespace wccl::net {
 
-LinkState::LinkState(std::shared_ptr<Core> core, bool is_client, int stream_count, Clock::time_point deadline)
-    : core_(std::move(core)), is_client_(is_client), stream_count_(stream_count),
-      setup_deadline_(deadline), last_rx_(Clock::now()), streams_(stream_count, nullptr) {}
+LinkState::LinkState(std::shared_ptr<Core> core, bool is_client, int stream_count,
+                     Clock::time_point deadline)
+    : core_(std::move(core)),
+      is_client_(is_client),
+      stream_count_(stream_count),
+      setup_deadline_(deadline),
+      last_rx_(Clock::now()),
+      streams_(stream_count, nullptr) {}
 
 bool LinkState::on_loop_thread() const { return core_->loop->in_loop_thread(); }
 
 Status LinkState::send(const MessageKey &key, const void *data, size_t len, Completion done) {
   if (len > kMaxMessageBytes) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "message of %zu bytes exceeds the limit of %llu", len,
-                      static_cast<unsigned long long>(kMaxMessageBytes));
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "message of %zu bytes exceeds the limit of %llu",
+                      len, static_cast<unsigned long long>(kMaxMessageBytes));
   }
-  if (data == nullptr && len > 0) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "send: data is NULL");
+  if (data == nullptr && len > 0)
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "send: data is NULL");
   SendOp op{key, static_cast<const uint8_t *>(data), len, 0, false, 0, std::move(done), {}};
-  return core_->post([self = shared_from_this(), op = std::move(op)]() mutable { self->do_send(std::move(op)); });
+  return core_->post(
+      [self = shared_from_this(), op = std::move(op)]() mutable { self->do_send(std::move(op)); });
 }
 
-Status LinkState::recv(const MessageKey &key, void *data, size_t len, size_t *got, Completion done) {
-  if (data == nullptr && len > 0) return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "recv: data is NULL");
+Status LinkState::recv(const MessageKey &key, void *data, size_t len, size_t *got,
+                       Completion done) {
+  if (data == nullptr && len > 0)
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "recv: data is NULL");
   RecvOp op{static_cast<uint8_t *>(data), len, got, got == nullptr, 0, 0, std::move(done)};
-  return core_->post([self = shared_from_this(), key, op = std::move(op)]() mutable { self->do_recv(key, std::move(op)); });
+  return core_->post([self = shared_from_this(), key, op = std::move(op)]() mutable {
+    self->do_recv(key, std::move(op));
+  });
 }
 
 Status LinkState::run(std::function<void()> fn) { return core_->post(std::move(fn)); }
@@ -53,7 +64,9 @@ Status LinkState::on_close(Completion fn) {
 
 void LinkState::do_send(SendOp op) {
   if (state_ == State::kClosed || peer_closing_) {
-    defer([done = std::move(op.done), err = state_ == State::kClosed ? error_ : peer_closed_why_] { done(err); });
+    defer([done = std::move(op.done), err = state_ == State::kClosed ? error_ : peer_closed_why_] {
+      done(err);
+    });
     return;
   }
   sends_.push_back(std::move(op));
@@ -126,7 +139,9 @@ void LinkState::frame_sent(SendOp *op, uint32_t length) {
   bytes_sent_.fetch_add(length, std::memory_order_relaxed);
   const auto since = Clock::now() - tcp_sampled_;
   // Large enough that every stream carries a frame of it (stripe_frame_bytes).
-  const bool large = op->len >= std::max<uint64_t>(kRateMessageBytes, uint64_t{kMinStripeBytes} * static_cast<uint64_t>(stream_count_));
+  const bool large =
+      op->len >= std::max<uint64_t>(kRateMessageBytes, uint64_t{kMinStripeBytes} *
+                                                           static_cast<uint64_t>(stream_count_));
   if (since >= std::chrono::seconds(1) || (large && since >= kSampleInterval)) sample_tcp(large);
   if (--op->frames_in_flight == 0 && op->all_cut) {
     defer([done = std::move(op->done)] { done(Status()); });
@@ -157,7 +172,8 @@ void LinkState::sample_tcp(bool all_streams_busy) {
   }
 }
 
-Result<LinkState::RxBegin> LinkState::rx_begin(Stream *stream, const FrameHeader &h, uint8_t **dst) {
+Result<LinkState::RxBegin> LinkState::rx_begin(Stream *stream, const FrameHeader &h,
+                                               uint8_t **dst) {
   auto it = recvs_.find(h.key);
   if (it == recvs_.end()) {
     parked_[h.key].push_back(stream);
@@ -171,7 +187,8 @@ Result<LinkState::RxBegin> LinkState::rx_begin(Stream *stream, const FrameHeader
   if (h.msg_len != op.len) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "message %s is %llu bytes but its receive %s %llu",
                       h.key.to_string().c_str(), static_cast<unsigned long long>(h.msg_len),
-                      op.sized ? "expects" : "holds at most", static_cast<unsigned long long>(op.len));
+                      op.sized ? "expects" : "holds at most",
+                      static_cast<unsigned long long>(op.len));
   }
   // Counting bytes as frames begin (not as they finish) means that once a message is complete no
   // other stream can still be writing into its buffer, whatever a faulty peer repeats.
@@ -204,7 +221,8 @@ void LinkState::open_streams(const ::sockaddr *sa) {
     int rc = uv_tcp_init_ex(core_->loop->uv(), &s->tcp_, sa->sa_family);
     if (rc != 0) {
       delete s;
-      return fail(WCCL_ERROR(WCCL_ERR_IO, "socket for %s: %s", peer_address_.c_str(), uv_strerror(rc)));
+      return fail(
+          WCCL_ERROR(WCCL_ERR_IO, "socket for %s: %s", peer_address_.c_str(), uv_strerror(rc)));
     }
     s->link_ = this;
     s->index_ = i;
@@ -218,7 +236,8 @@ void LinkState::open_streams(const ::sockaddr *sa) {
       if (st->closing_) return;  // the link failed meanwhile
       std::shared_ptr<LinkState> keep = st->link_->shared_from_this();
       if (status < 0) {
-        st->fail(WCCL_ERROR(WCCL_ERR_IO, "connect to %s: %s", st->peer_.c_str(), uv_strerror(status)));
+        st->fail(
+            WCCL_ERROR(WCCL_ERR_IO, "connect to %s: %s", st->peer_.c_str(), uv_strerror(status)));
       } else {
         st->start_after_connect();
       }
@@ -226,7 +245,8 @@ void LinkState::open_streams(const ::sockaddr *sa) {
     });
     if (rc != 0) {
       delete req;
-      return fail(WCCL_ERROR(WCCL_ERR_IO, "connect to %s: %s", peer_address_.c_str(), uv_strerror(rc)));
+      return fail(
+          WCCL_ERROR(WCCL_ERR_IO, "connect to %s: %s", peer_address_.c_str(), uv_strerror(rc)));
     }
   }
 }
@@ -264,8 +284,8 @@ void LinkState::fail(const Status &cause) {
   error_ = why;
   const LogLevel level = was_setup ? LogLevel::kWarn : LogLevel::kInfo;
   if (core_->log.enabled(level)) {
-    core_->log.log(level, "link %s %s%s failed: %s", is_client_ ? "to" : "from", peer_address_.c_str(),
-                   was_setup ? " (set-up)" : "", why.to_string().c_str());
+    core_->log.log(level, "link %s %s%s failed: %s", is_client_ ? "to" : "from",
+                   peer_address_.c_str(), was_setup ? " (set-up)" : "", why.to_string().c_str());
   }
   for (Stream *s : streams_) {
     if (s == nullptr) continue;
@@ -284,7 +304,8 @@ void LinkState::fail(const Status &cause) {
   }
   on_accepted_ = nullptr;
   if (!is_client_) {
-    auto it = core_->accepting.find(std::string(reinterpret_cast<const char *>(link_id_), sizeof(link_id_)));
+    auto it = core_->accepting.find(
+        std::string(reinterpret_cast<const char *>(link_id_), sizeof(link_id_)));
     if (it != core_->accepting.end() && it->second.get() == this) core_->accepting.erase(it);
   }
   core_->links.erase(keep);
@@ -341,13 +362,15 @@ void LinkState::check_timeouts(Clock::time_point now) {
     return;
   }
   if (state_ == State::kOpen && peer_closing_ && now - peer_closed_at_ >= core_->opt.io_timeout) {
-    return fail(peer_closed_why_.with_context(format("not drained %lld ms after the peer began closing",
-                                                     static_cast<long long>(core_->opt.io_timeout.count()))));
+    return fail(peer_closed_why_.with_context(
+        format("not drained %lld ms after the peer began closing",
+               static_cast<long long>(core_->opt.io_timeout.count()))));
   }
   if (state_ != State::kOpen) return;
   for (Stream *s : streams_) {
     if (s != nullptr && !s->ended_ && s->unacknowledged_for(core_->opt.io_timeout)) {
-      return fail(WCCL_ERROR(WCCL_ERR_TIMEOUT, "%s (%s) acknowledged nothing for %lld ms with data to send",
+      return fail(WCCL_ERROR(WCCL_ERR_TIMEOUT,
+                             "%s (%s) acknowledged nothing for %lld ms with data to send",
                              peer_address_.c_str(), peer_name_.c_str(),
                              static_cast<long long>(core_->opt.io_timeout.count())));
     }
@@ -359,7 +382,8 @@ void LinkState::check_timeouts(Clock::time_point now) {
   // behind a frame that waits for a receive this side has not posted.
   bool mid_message = false;
   if (parked_.empty()) {
-    for (const auto &[key, op] : recvs_) mid_message = mid_message || (op.received > 0 && op.received < op.len);
+    for (const auto &[key, op] : recvs_)
+      mid_message = mid_message || (op.received > 0 && op.received < op.len);
   }
   for (Stream *s : streams_) mid_message = mid_message || s->mid_frame();
   if (!mid_message) return;

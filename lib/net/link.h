@@ -71,7 +71,8 @@ class Link {
   }
   // The same into a buffer of capacity len: a message of at most len bytes is accepted (a longer
   // one fails the link with PROTOCOL) and *got holds its length before done runs OK.
-  virtual Status recv(const MessageKey &key, void *data, size_t len, size_t *got, Completion done) = 0;
+  virtual Status recv(const MessageKey &key, void *data, size_t len, size_t *got,
+                      Completion done) = 0;
   // Fails the link with `why` (ABORTED if why is OK): pending operations complete with it.
   virtual void close(Status why = Status()) = 0;
   // Runs fn once, as a completion, with the status the link fails with (see Failure above; ABORTED

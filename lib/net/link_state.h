@@ -46,7 +46,8 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   enum class State { kSetup, kOpen, kClosed };
   enum class RxBegin { kGo, kPark };
 
-  LinkState(std::shared_ptr<Core> core, bool is_client, int stream_count, Clock::time_point deadline);
+  LinkState(std::shared_ptr<Core> core, bool is_client, int stream_count,
+            Clock::time_point deadline);
 
   // Link, from any thread.
   using Link::recv;
@@ -96,7 +97,7 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   std::vector<Stream *> streams_;  // slot per stream index; owned by the loop (freed on close)
   int ready_ = 0;
   std::function<void(Result<std::shared_ptr<Link>>)> on_connected_;  // client: set-up outcome
-  std::function<void(std::shared_ptr<Link>)> on_accepted_;          // server: the listener's on_link
+  std::function<void(std::shared_ptr<Link>)> on_accepted_;  // server: the listener's on_link
   std::string peer_name_, peer_subject_, peer_address_, local_host_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
@@ -125,7 +126,7 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   size_t next_stream_ = 0;
   std::map<MessageKey, RecvOp> recvs_;
   std::map<MessageKey, std::vector<Stream *>> parked_;  // streams waiting for a recv of the key
-  std::vector<Completion> on_close_;  // run when the link fails
+  std::vector<Completion> on_close_;                    // run when the link fails
 };
 
 }  // namespace wccl::net

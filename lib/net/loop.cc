@@ -62,11 +62,13 @@ Status Loop::post(std::function<void()> fn, std::chrono::milliseconds wait) {
   }
   {
     std::unique_lock<std::mutex> lock(mu_);
-    const bool room = room_.wait_for(lock, wait, [&] { return stopping_ || queue_.size() < kQueueCapacity; });
+    const bool room =
+        room_.wait_for(lock, wait, [&] { return stopping_ || queue_.size() < kQueueCapacity; });
     if (stopping_) return WCCL_ERROR(WCCL_ERR_ABORTED, "the transport is shutting down");
     if (!room) {
-      return WCCL_ERROR(WCCL_ERR_TIMEOUT, "the I/O loop's queue stayed full (%zu tasks) for %lld ms",
-                        kQueueCapacity, static_cast<long long>(wait.count()));
+      return WCCL_ERROR(WCCL_ERR_TIMEOUT,
+                        "the I/O loop's queue stayed full (%zu tasks) for %lld ms", kQueueCapacity,
+                        static_cast<long long>(wait.count()));
     }
     queue_.push_back(std::move(fn));
     // Under the mutex: stop() cannot close the loop between the push and the wake-up.
@@ -77,8 +79,9 @@ Status Loop::post(std::function<void()> fn, std::chrono::milliseconds wait) {
 
 void Loop::stop(std::function<void()> stop_hook) {
   if (in_loop_thread()) {
-    std::fprintf(stderr, "wccl: a transport was destroyed from its own I/O thread (a completion "
-                         "callback); destroy it from another thread\n");
+    std::fprintf(stderr,
+                 "wccl: a transport was destroyed from its own I/O thread (a completion "
+                 "callback); destroy it from another thread\n");
     std::abort();
   }
   {
@@ -91,7 +94,8 @@ void Loop::stop(std::function<void()> stop_hook) {
   uv_async_send(&async_);
   thread_.join();
   const int rc = uv_loop_close(&loop_);
-  if (rc != 0) WCCL_LOG(log_, kError, "uv_loop_close: %s (a handle was left open)", uv_strerror(rc));
+  if (rc != 0)
+    WCCL_LOG(log_, kError, "uv_loop_close: %s (a handle was left open)", uv_strerror(rc));
 }
 
 Loop::~Loop() {

@@ -44,15 +44,16 @@ class FrameSeal {
   static Result<std::unique_ptr<FrameSeal>> from_tls(TlsEngine &tls, bool is_client);
   // From the two directions' first secrets (tests; from_tls uses it).
   static Result<std::unique_ptr<FrameSeal>> create(const uint8_t send_secret[kSecretBytes],
-                                                    const uint8_t recv_secret[kSecretBytes],
-                                                    uint64_t rekey_bytes = kRekeyBytes);
+                                                   const uint8_t recv_secret[kSecretBytes],
+                                                   uint64_t rekey_bytes = kRekeyBytes);
   ~FrameSeal();
   FrameSeal(const FrameSeal &) = delete;
   FrameSeal &operator=(const FrameSeal &) = delete;
 
   // Seals the next frame this end sends: out = the ciphertext of in[0..n) (out may equal in),
   // tag = its kTagBytes tag, with aad (the frame's header) authenticated alongside.
-  Status seal(const uint8_t *aad, size_t aad_len, const uint8_t *in, size_t n, uint8_t *out, uint8_t *tag);
+  Status seal(const uint8_t *aad, size_t aad_len, const uint8_t *in, size_t n, uint8_t *out,
+              uint8_t *tag);
   // Opens the next frame this end receives, in place: data[0..n) is the ciphertext before and the
   // payload after. PROTOCOL if it does not authenticate (data then holds nothing of use).
   Status open(const uint8_t *aad, size_t aad_len, uint8_t *data, size_t n, const uint8_t *tag);

@@ -21,7 +21,9 @@ constexpr size_t kDirectReadMin = 64 << 10;  // payload remainders this large sk
 constexpr size_t kSpareCiphers = 2;          // sealed frames' buffers kept for the next frames
 
 // Kernel timeouts (keepalive) are timeouts; every other socket error is IO.
-wccl_result_t io_code(int uv_error) { return uv_error == UV_ETIMEDOUT ? WCCL_ERR_TIMEOUT : WCCL_ERR_IO; }
+wccl_result_t io_code(int uv_error) {
+  return uv_error == UV_ETIMEDOUT ? WCCL_ERR_TIMEOUT : WCCL_ERR_IO;
+}
 
 }  // namespace
 
@@ -67,8 +69,10 @@ std::string Stream::peer_subject() const { return tls_ ? tls_->peer_subject() : 
 
 void Stream::start_reading() {
   if (reading_ || closing_) return;
-  const int rc = uv_read_start(reinterpret_cast<uv_stream_t *>(&tcp_), &Stream::on_alloc, &Stream::on_read);
-  if (rc != 0) return fail(WCCL_ERROR(WCCL_ERR_IO, "read from %s: %s", peer_.c_str(), uv_strerror(rc)));
+  const int rc =
+      uv_read_start(reinterpret_cast<uv_stream_t *>(&tcp_), &Stream::on_alloc, &Stream::on_read);
+  if (rc != 0)
+    return fail(WCCL_ERROR(WCCL_ERR_IO, "read from %s: %s", peer_.c_str(), uv_strerror(rc)));
   reading_ = true;
 }
 
@@ -87,7 +91,8 @@ void Stream::on_alloc(uv_handle_t *h, size_t, uv_buf_t *buf) {
   if (!records && s->rx_ == Rx::kPayload && (s->left_ >= kDirectReadMin || s->large_frames_) &&
       s->staging_off_ == s->staging_len_) {
     s->direct_read_ = true;
-    *buf = uv_buf_init(reinterpret_cast<char *>(s->dst_), static_cast<unsigned>(std::min<size_t>(s->left_, 1u << 30)));
+    *buf = uv_buf_init(reinterpret_cast<char *>(s->dst_),
+                       static_cast<unsigned>(std::min<size_t>(s->left_, 1u << 30)));
     return;
   }
   if (!s->staging_) s->staging_.reset(new uint8_t[kStagingBytes]);
@@ -95,7 +100,8 @@ void Stream::on_alloc(uv_handle_t *h, size_t, uv_buf_t *buf) {
   // Unconsumed bytes (at most a partial TLS record, header or tag: reading stops while a stream is
   // parked) move to the front, and the socket appends after them.
   const size_t left = s->staging_len_ - s->staging_off_;
-  if (s->staging_off_ > 0) std::memmove(s->staging_.get(), s->staging_.get() + s->staging_off_, left);
+  if (s->staging_off_ > 0)
+    std::memmove(s->staging_.get(), s->staging_.get() + s->staging_off_, left);
   s->staging_off_ = 0;
   s->staging_len_ = left;
   size_t room = kStagingBytes - left;
@@ -103,10 +109,12 @@ void Stream::on_alloc(uv_handle_t *h, size_t, uv_buf_t *buf) {
   // header), so that the payload is read directly, not into staging and copied out: one read
   // more per large frame instead of a copy of it. Small frames come many to a read.
   if (!records && s->large_frames_ && s->rx_ != Rx::kPayload) {
-    const size_t want = (s->rx_ == Rx::kTag ? FrameSeal::kTagBytes - s->tag_got_ : 0) + kFrameHeaderBytes - s->hdr_got_;
+    const size_t want = (s->rx_ == Rx::kTag ? FrameSeal::kTagBytes - s->tag_got_ : 0) +
+                        kFrameHeaderBytes - s->hdr_got_;
     room = std::min(room, want > left ? want - left : size_t{1});
   }
-  *buf = uv_buf_init(reinterpret_cast<char *>(s->staging_.get() + left), static_cast<unsigned>(room));
+  *buf =
+      uv_buf_init(reinterpret_cast<char *>(s->staging_.get() + left), static_cast<unsigned>(room));
 }
 
 void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
@@ -116,11 +124,11 @@ void Stream::on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *) {
   if (nread < 0) {
     const bool mid_frame = s->mid_frame();
     s->reset_ = nread == UV_ECONNRESET;
-    const Status why = nread == UV_EOF
-                           ? WCCL_ERROR(WCCL_ERR_IO, "peer %s closed the connection%s", s->peer_.c_str(),
-                                        mid_frame ? " in the middle of a frame" : "")
-                           : WCCL_ERROR(io_code(static_cast<int>(nread)), "read from %s: %s", s->peer_.c_str(),
-                                        uv_strerror(static_cast<int>(nread)));
+    const Status why =
+        nread == UV_EOF ? WCCL_ERROR(WCCL_ERR_IO, "peer %s closed the connection%s",
+                                     s->peer_.c_str(), mid_frame ? " in the middle of a frame" : "")
+                        : WCCL_ERROR(io_code(static_cast<int>(nread)), "read from %s: %s",
+                                     s->peer_.c_str(), uv_strerror(static_cast<int>(nread)));
     // The peer's kernel closed this connection between frames: the link's other streams may still
     // hold what the peer wrote before it closed them.
     if (!mid_frame && s->link_ != nullptr && s->link_->state_ == LinkState::State::kOpen &&
@@ -164,7 +172,8 @@ void Stream::process() {
       Status st = n.status().with_context(format("from %s", peer_.c_str()));
       // TLS 1.3 clients learn that the server rejected their certificate only now, from the
       // alert that ends the session during the hello.
-      if (phase_ == Phase::kHello) st = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up)", st.message().c_str());
+      if (phase_ == Phase::kHello)
+        st = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up)", st.message().c_str());
       return fail(st);
     }
     if (n.value() == 0) {
@@ -264,7 +273,8 @@ void Stream::rx_advance(size_t n) {
 // Finds where the data frame in cur_ goes, or parks the stream until a receive for it is posted.
 void Stream::begin_data() {
   // An open stream that is not closing always belongs to a link; the check keeps that visible.
-  if (link_ == nullptr) return fail(WCCL_ERROR(WCCL_ERR_INTERNAL, "data frame on a stream without a link"));
+  if (link_ == nullptr)
+    return fail(WCCL_ERROR(WCCL_ERR_INTERNAL, "data frame on a stream without a link"));
   Result<LinkState::RxBegin> r = link_->rx_begin(this, cur_, &dst_);
   if (!r.ok()) return fail(r.status().with_context(format("frame from %s", peer_.c_str())));
   if (r.value() == LinkState::RxBegin::kPark) {
@@ -306,7 +316,8 @@ void Stream::frame_complete() {
   Status st = decode_hello(hello_buf_, cur_.length, /*from_connector=*/is_server_, &hello);
   if (!st.ok()) return fail(st.with_context(format("hello from %s", peer_.c_str())));
   if (tls_ && tls_->holds_input()) {  // the hello's record carried more, or the engine read past it
-    return fail(WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s sent more than its hello in the hello's TLS record", peer_.c_str()));
+    return fail(WCCL_ERROR(WCCL_ERR_PROTOCOL,
+                           "%s sent more than its hello in the hello's TLS record", peer_.c_str()));
   }
   phase_ = Phase::kOpen;
   if (is_server_) {
@@ -346,17 +357,20 @@ Status Stream::write_frame(const FrameHeader &h, const uint8_t *payload, SendOp 
   if (!tls_) return write(std::move(req), kFrameHeaderBytes, payload, h.length);
   // Sealed: the header as it is, then the payload's ciphertext and tag, sealed from the sender's
   // buffer straight into the bytes the socket writes (a buffer of an earlier frame, reused).
-  if (seal_ == nullptr) return WCCL_ERROR(WCCL_ERR_INTERNAL, "a data frame before the TLS handshake with %s", peer_.c_str());
+  if (seal_ == nullptr)
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "a data frame before the TLS handshake with %s",
+                      peer_.c_str());
   const size_t sealed = h.length + FrameSeal::kTagBytes;
   if (!spare_ciphers_.empty()) {
     req->cipher = std::move(spare_ciphers_.back());
     spare_ciphers_.pop_back();
   }
   if (req->cipher.size() < sealed) req->cipher.resize(sealed);
-  WCCL_RETURN_IF_ERROR(seal_->seal(req->header, kFrameHeaderBytes, payload, h.length, req->cipher.data(),
-                                   req->cipher.data() + h.length));
-  const uv_buf_t bufs[2] = {uv_buf_init(reinterpret_cast<char *>(req->header), static_cast<unsigned>(kFrameHeaderBytes)),
-                            uv_buf_init(reinterpret_cast<char *>(req->cipher.data()), static_cast<unsigned>(sealed))};
+  WCCL_RETURN_IF_ERROR(seal_->seal(req->header, kFrameHeaderBytes, payload, h.length,
+                                   req->cipher.data(), req->cipher.data() + h.length));
+  const uv_buf_t bufs[2] = {
+      uv_buf_init(reinterpret_cast<char *>(req->header), static_cast<unsigned>(kFrameHeaderBytes)),
+      uv_buf_init(reinterpret_cast<char *>(req->cipher.data()), static_cast<unsigned>(sealed))};
   return submit(std::move(req), bufs, 2);
 }
 
@@ -365,14 +379,18 @@ Status Stream::write_frame(const FrameHeader &h, const uint8_t *payload, SendOp 
 // buffer. Plaintext goes to the socket as it is, in one write (zero copy: the kernel reads the
 // payload from the sender's buffer); on a TLS connection the head (a hello) is one TLS record, and
 // the same req carries its ciphertext instead.
-Status Stream::write(std::unique_ptr<WriteReq> req, size_t head_len, const uint8_t *payload, size_t len) {
+Status Stream::write(std::unique_ptr<WriteReq> req, size_t head_len, const uint8_t *payload,
+                     size_t len) {
   if (tls_) {
-    if (len != 0) return WCCL_ERROR(WCCL_ERR_INTERNAL, "a payload as a TLS record to %s", peer_.c_str());
+    if (len != 0)
+      return WCCL_ERROR(WCCL_ERR_INTERNAL, "a payload as a TLS record to %s", peer_.c_str());
     WCCL_RETURN_IF_ERROR(tls_->write(req->header, head_len));
     return flush(std::move(req));
   }
-  const uv_buf_t bufs[2] = {uv_buf_init(reinterpret_cast<char *>(req->header), static_cast<unsigned>(head_len)),
-                            uv_buf_init(reinterpret_cast<char *>(const_cast<uint8_t *>(payload)), static_cast<unsigned>(len))};
+  const uv_buf_t bufs[2] = {
+      uv_buf_init(reinterpret_cast<char *>(req->header), static_cast<unsigned>(head_len)),
+      uv_buf_init(reinterpret_cast<char *>(const_cast<uint8_t *>(payload)),
+                  static_cast<unsigned>(len))};
   return submit(std::move(req), bufs, len > 0 ? 2 : 1);
 }
 
@@ -382,13 +400,15 @@ Status Stream::flush(std::unique_ptr<WriteReq> req) {
   if (!tls_ || tls_->pending() == 0) return Status();
   if (req == nullptr) req = std::make_unique<WriteReq>();
   req->cipher = tls_->take();
-  const uv_buf_t buf = uv_buf_init(reinterpret_cast<char *>(req->cipher.data()), static_cast<unsigned>(req->cipher.size()));
+  const uv_buf_t buf = uv_buf_init(reinterpret_cast<char *>(req->cipher.data()),
+                                   static_cast<unsigned>(req->cipher.size()));
   return submit(std::move(req), &buf, 1);
 }
 
 Status Stream::submit(std::unique_ptr<WriteReq> req, const uv_buf_t *bufs, unsigned nbufs) {
   req->stream = this;
-  const int rc = uv_write(&req->req, reinterpret_cast<uv_stream_t *>(&tcp_), bufs, nbufs, &Stream::on_write);
+  const int rc =
+      uv_write(&req->req, reinterpret_cast<uv_stream_t *>(&tcp_), bufs, nbufs, &Stream::on_write);
   if (rc != 0) return WCCL_ERROR(WCCL_ERR_IO, "write to %s: %s", peer_.c_str(), uv_strerror(rc));
   tx_in_flight_ += req.release()->frame_len;  // on_write frees it
   return Status();
@@ -408,7 +428,8 @@ void Stream::on_write(uv_write_t *r, int status) {
     // Its op failed when the peer began closing; the stream's reads end it.
   } else if (status < 0) {
     s->reset_ = status == UV_ECONNRESET || status == UV_EPIPE;
-    const Status why = WCCL_ERROR(io_code(status), "write to %s: %s", s->peer_.c_str(), uv_strerror(status));
+    const Status why =
+        WCCL_ERROR(io_code(status), "write to %s: %s", s->peer_.c_str(), uv_strerror(status));
     if (s->reset_ && link->state_ == LinkState::State::kOpen) {
       link->peer_closing(nullptr, why);  // what the peer wrote before it went may still be unread
     } else {
@@ -427,14 +448,18 @@ void Stream::fail(Status why) {
     // certificate, or one side has tls=off. One that resets it without a byte refused the
     // connection itself (too many connections in set-up from this address), or died: worth
     // retrying, and no certificate's fault.
-    if (phase_ != Phase::kConnecting && phase_ != Phase::kOpen && link_->state_ == LinkState::State::kSetup &&
-        why.code() == WCCL_ERR_IO) {
+    if (phase_ != Phase::kConnecting && phase_ != Phase::kOpen &&
+        link_->state_ == LinkState::State::kSetup && why.code() == WCCL_ERR_IO) {
       if (heard_ || !reset_) {
-        why = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during link set-up: the peer rejected this side's "
-                         "certificate, or tls=on/off differs between the two sides)", why.message().c_str());
+        why = WCCL_ERROR(WCCL_ERR_AUTH,
+                         "%s (during link set-up: the peer rejected this side's "
+                         "certificate, or tls=on/off differs between the two sides)",
+                         why.message().c_str());
       } else {
-        why = WCCL_ERROR(WCCL_ERR_IO, "%s before answering anything: it refused the connection (too many "
-                         "connections in set-up from this address) or went away", why.message().c_str());
+        why = WCCL_ERROR(WCCL_ERR_IO,
+                         "%s before answering anything: it refused the connection (too many "
+                         "connections in set-up from this address) or went away",
+                         why.message().c_str());
       }
     }
     link_->fail(why);  // closes every stream of the link, this one included
@@ -443,7 +468,8 @@ void Stream::fail(Status why) {
   if (why.code() == WCCL_ERR_IO && tls_ && phase_ != Phase::kOpen) {
     why = WCCL_ERROR(WCCL_ERR_AUTH, "%s (during the TLS handshake)", why.message().c_str());
   }
-  WCCL_LOG(core_->log, kWarn, "rejected connection from %s: %s", peer_.c_str(), why.to_string().c_str());
+  WCCL_LOG(core_->log, kWarn, "rejected connection from %s: %s", peer_.c_str(),
+           why.to_string().c_str());
   close();
 }
 
@@ -455,7 +481,8 @@ void Stream::close(bool reset) {
   stop_reading();
   // The fd closes now; queued writes complete with ECANCELED before on-close frees the stream.
   const uv_close_cb free_stream = [](uv_handle_t *h) { delete static_cast<Stream *>(h->data); };
-  if (!reset || uv_tcp_close_reset(&tcp_, free_stream) != 0) uv_close(reinterpret_cast<uv_handle_t *>(&tcp_), free_stream);
+  if (!reset || uv_tcp_close_reset(&tcp_, free_stream) != 0)
+    uv_close(reinterpret_cast<uv_handle_t *>(&tcp_), free_stream);
 }
 
 }  // namespace wccl::net

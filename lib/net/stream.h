@@ -96,7 +96,7 @@ class Stream {
   Status flush(std::unique_ptr<WriteReq> req);
   Status submit(std::unique_ptr<WriteReq> req, const uv_buf_t *bufs, unsigned nbufs);
 
-  std::unique_ptr<TlsEngine> tls_;  // null for plaintext
+  std::unique_ptr<TlsEngine> tls_;   // null for plaintext
   std::unique_ptr<FrameSeal> seal_;  // TLS: the data frames' keys, from the handshake on
   uint8_t tag_[FrameSeal::kTagBytes] = {};
   size_t tag_got_ = 0;

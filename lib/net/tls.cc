@@ -28,7 +28,8 @@ Result<std::shared_ptr<TlsContext>> TlsContext::create(const Config &cfg) {
   const std::string &cert = cfg.str("tls_cert");
   const std::string &key = cfg.str("tls_key");
   const std::string &ca = cfg.str("tls_ca");
-  for (const auto &[name, value] : {std::pair{"tls_cert", &cert}, {"tls_key", &key}, {"tls_ca", &ca}}) {
+  for (const auto &[name, value] :
+       {std::pair{"tls_cert", &cert}, {"tls_key", &key}, {"tls_ca", &ca}}) {
     if (value->empty()) {
       return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
                         "tls=on needs config key %s (a PEM file; see docs/tls.md), or set tls=off",
@@ -37,12 +38,14 @@ Result<std::shared_ptr<TlsContext>> TlsContext::create(const Config &cfg) {
   }
   ERR_clear_error();
   SSL_CTX *ctx = SSL_CTX_new(TLS_method());
-  if (ctx == nullptr) return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "SSL_CTX_new: %s", openssl_errors().c_str());
+  if (ctx == nullptr)
+    return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "SSL_CTX_new: %s", openssl_errors().c_str());
   std::shared_ptr<TlsContext> out(new TlsContext(ctx));
   SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
   // AES-128-GCM first: the fastest AEAD on CPUs with AES instructions, and 128-bit security.
-  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
+  SSL_CTX_set_ciphersuites(
+      ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
   SSL_CTX_set_num_tickets(ctx, 0);  // no session resumption: every link authenticates in full
   SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   // Records are read one at a time, never past the one asked for: after the hello's record the
@@ -58,8 +61,9 @@ Result<std::shared_ptr<TlsContext>> TlsContext::create(const Config &cfg) {
                       key.c_str(), openssl_errors().c_str());
   }
   if (SSL_CTX_check_private_key(ctx) != 1) {
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "tls_key \"%s\" does not match tls_cert \"%s\": %s",
-                      key.c_str(), cert.c_str(), openssl_errors().c_str());
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "tls_key \"%s\" does not match tls_cert \"%s\": %s", key.c_str(),
+                      cert.c_str(), openssl_errors().c_str());
   }
   if (SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr) != 1) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "tls_ca \"%s\": cannot load CA certificate: %s",
@@ -133,7 +137,8 @@ Result<std::unique_ptr<TlsEngine>> TlsEngine::create(const TlsContext &context, 
   if (e->ssl_ == nullptr || rbio == nullptr || wbio == nullptr) {
     BIO_free(rbio);
     BIO_free(wbio);
-    return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "cannot create a TLS session: %s", openssl_errors().c_str());
+    return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "cannot create a TLS session: %s",
+                      openssl_errors().c_str());
   }
   BIO_set_data(rbio, e.get());
   BIO_set_data(wbio, e.get());
@@ -208,9 +213,10 @@ bool TlsEngine::holds_input() const { return SSL_pending(ssl_) != 0 || SSL_has_p
 
 Status TlsEngine::export_secret(const char *label, uint8_t *out, size_t n) {
   ERR_clear_error();
-  if (!handshake_done_ ||
-      SSL_export_keying_material(ssl_, out, n, label, std::strlen(label), nullptr, 0, /*use_context=*/0) != 1) {
-    return WCCL_ERROR(WCCL_ERR_INTERNAL, "TLS exporter for \"%s\" failed: %s", label, openssl_errors().c_str());
+  if (!handshake_done_ || SSL_export_keying_material(ssl_, out, n, label, std::strlen(label),
+                                                     nullptr, 0, /*use_context=*/0) != 1) {
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "TLS exporter for \"%s\" failed: %s", label,
+                      openssl_errors().c_str());
   }
   return Status();
 }

@@ -1,7 +1,7 @@
 // TLS 1.3 as a decorator that does no I/O: the caller (a Stream, which owns the libuv socket)
 // lends it ciphertext to read in place and takes the ciphertext it produces. Two small BIOs do
-// this without the extra copy that OpenSSL's memory BIOs would make on each side. Mutual authentication: both ends
-// present a certificate that must chain to the configured CA.
+// this without the extra copy that OpenSSL's memory BIOs would make on each side. Mutual
+// authentication: both ends present a certificate that must chain to the configured CA.
 #pragma once
 
 #include <cstddef>

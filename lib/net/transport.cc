@@ -48,7 +48,8 @@ class LoopResult {
   template <typename Work>
   Status start(bool on_loop_thread, const char *what, Work work) {
     if (on_loop_thread) {
-      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "blocking %s on the I/O thread would deadlock it", what);
+      return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "blocking %s on the I/O thread would deadlock it",
+                        what);
     }
     return work([slot = slot_](T result) {
       std::lock_guard<std::mutex> lock(slot->mu);
@@ -59,7 +60,8 @@ class LoopResult {
   // The result, or nullopt if it has not come within bound (it may still come: wait again).
   std::optional<T> wait(std::chrono::milliseconds bound) {
     std::unique_lock<std::mutex> lock(slot_->mu);
-    if (!slot_->cv.wait_for(lock, bound, [&] { return slot_->result.has_value(); })) return std::nullopt;
+    if (!slot_->cv.wait_for(lock, bound, [&] { return slot_->result.has_value(); }))
+      return std::nullopt;
     return std::move(slot_->result);
   }
 
@@ -93,21 +95,24 @@ Result<int> open_listener(Core *c, const sockaddr_storage &sa, const std::string
     return WCCL_ERROR(WCCL_ERR_IO, "listen on %s: %s", address.c_str(), uv_strerror(init));
   }
   auto close_listener = [l] {
-    uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp), [](uv_handle_t *h) { delete static_cast<Core::Listener *>(h->data); });
+    uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp),
+             [](uv_handle_t *h) { delete static_cast<Core::Listener *>(h->data); });
   };
   // Buffer sizes set on the listener are inherited by accepted sockets before the handshake,
   // which is when TCP picks its window scale.
-  if (c->opt.sock_buf_bytes > 0) set_buffer_sizes(reinterpret_cast<uv_handle_t *>(&l->tcp), c->opt.sock_buf_bytes);
+  if (c->opt.sock_buf_bytes > 0)
+    set_buffer_sizes(reinterpret_cast<uv_handle_t *>(&l->tcp), c->opt.sock_buf_bytes);
   int rc = uv_tcp_bind(&l->tcp, reinterpret_cast<const sockaddr *>(&sa), 0);
   if (rc == 0) {
     // A deep accept queue: a burst of connections (a group forming, or a flood from one address)
     // waits there to be accepted and judged instead of having its SYNs dropped and retried
     // seconds later. The kernel clamps it to net.core.somaxconn.
-    rc = uv_listen(reinterpret_cast<uv_stream_t *>(&l->tcp), 4096, [](uv_stream_t *server, int status) {
-      auto *lis = static_cast<Core::Listener *>(server->data);
-      lis->core->on_connection(lis, status);
-      lis->core->run_deferred();
-    });
+    rc = uv_listen(reinterpret_cast<uv_stream_t *>(&l->tcp), 4096,
+                   [](uv_stream_t *server, int status) {
+                     auto *lis = static_cast<Core::Listener *>(server->data);
+                     lis->core->on_connection(lis, status);
+                     lis->core->run_deferred();
+                   });
   }
   if (rc != 0) {
     close_listener();
@@ -117,9 +122,11 @@ Result<int> open_listener(Core *c, const sockaddr_storage &sa, const std::string
   int len = sizeof(bound);
   uv_tcp_getsockname(&l->tcp, reinterpret_cast<sockaddr *>(&bound), &len);
   c->listeners.push_back(l);
-  const int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port)
-                                               : ntohs(reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
-  WCCL_LOG(c->log, kInfo, "listening on %s", sockaddr_text(reinterpret_cast<sockaddr *>(&bound)).c_str());
+  const int port = bound.ss_family == AF_INET6
+                       ? ntohs(reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port)
+                       : ntohs(reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
+  WCCL_LOG(c->log, kInfo, "listening on %s",
+           sockaddr_text(reinterpret_cast<sockaddr *>(&bound)).c_str());
   return port;
 }
 
@@ -148,7 +155,8 @@ void Core::run_deferred() {
 
 void Core::configure_socket(uv_tcp_t *tcp) {
   uv_tcp_nodelay(tcp, 1);
-  const unsigned idle_s = static_cast<unsigned>(std::max<int64_t>(1, opt.io_timeout.count() / 2000));
+  const unsigned idle_s =
+      static_cast<unsigned>(std::max<int64_t>(1, opt.io_timeout.count() / 2000));
   uv_tcp_keepalive(tcp, 1, idle_s);
   uv_os_fd_t fd;
   if (uv_fileno(reinterpret_cast<uv_handle_t *>(tcp), &fd) == 0) {
@@ -170,8 +178,10 @@ void Core::configure_socket(uv_tcp_t *tcp) {
     if (got / 2 < opt.sock_buf_bytes && log.enabled(LogLevel::kWarn)) {
       static std::atomic<bool> warned{false};
       if (!warned.exchange(true)) {
-        WCCL_LOG(log, kWarn, "sock_buf_bytes=%lld but the kernel granted %d; raise net.core.rmem_max "
-                 "and net.core.wmem_max", static_cast<long long>(opt.sock_buf_bytes), got / 2);
+        WCCL_LOG(log, kWarn,
+                 "sock_buf_bytes=%lld but the kernel granted %d; raise net.core.rmem_max "
+                 "and net.core.wmem_max",
+                 static_cast<long long>(opt.sock_buf_bytes), got / 2);
       }
     }
   }
@@ -184,7 +194,8 @@ void Core::on_connection(Listener *l, int status) {
   }
   auto *s = new Stream(this, /*is_server=*/true);
   uv_tcp_init(loop->uv(), &s->tcp_);
-  if (uv_accept(reinterpret_cast<uv_stream_t *>(&l->tcp), reinterpret_cast<uv_stream_t *>(&s->tcp_)) != 0) {
+  if (uv_accept(reinterpret_cast<uv_stream_t *>(&l->tcp),
+                reinterpret_cast<uv_stream_t *>(&s->tcp_)) != 0) {
     s->close();
     return;
   }
@@ -197,8 +208,11 @@ void Core::on_connection(Listener *l, int status) {
     // Refused with a reset, before any byte, so the client can tell this from a TLS rejection.
     // Logged once per burst: an attacker must not fill the log either.
     if (Clock::now() >= next_refusal_log_) {
-      WCCL_LOG(log, kWarn, "refusing connections from %s: %zu connections in set-up (%zu from that address; limits "
-               "%zu and %zu)", host.c_str(), in_setup, from_host, kMaxSetupStreams, kMaxSetupStreamsPerAddress);
+      WCCL_LOG(
+          log, kWarn,
+          "refusing connections from %s: %zu connections in set-up (%zu from that address; limits "
+          "%zu and %zu)",
+          host.c_str(), in_setup, from_host, kMaxSetupStreams, kMaxSetupStreamsPerAddress);
       next_refusal_log_ = Clock::now() + std::chrono::seconds(10);
     }
     s->close(/*reset=*/true);
@@ -227,7 +241,8 @@ void Core::on_hello(Stream *s, const Hello &hello) {
   std::shared_ptr<LinkState> link;
   auto it = accepting.find(id);
   if (it == accepting.end()) {
-    link = std::make_shared<LinkState>(shared_from_this(), /*is_client=*/false, hello.stream_count, s->deadline_);
+    link = std::make_shared<LinkState>(shared_from_this(), /*is_client=*/false, hello.stream_count,
+                                       s->deadline_);
     std::memcpy(link->link_id_, hello.link_id, sizeof(link->link_id_));
     link->peer_address_ = s->peer_;
     link->peer_name_ = hello.name;
@@ -255,7 +270,8 @@ void Core::sweep_timeouts() {
     if (now >= s->deadline_) expired.push_back(s);
   }
   for (Stream *s : expired) {
-    s->fail(WCCL_ERROR(WCCL_ERR_TIMEOUT, "no hello within %lld ms", static_cast<long long>(opt.hello_timeout.count())));
+    s->fail(WCCL_ERROR(WCCL_ERR_TIMEOUT, "no hello within %lld ms",
+                       static_cast<long long>(opt.hello_timeout.count())));
   }
   std::vector<std::shared_ptr<LinkState>> all(links.begin(), links.end());
   for (auto &link : all) {
@@ -274,11 +290,13 @@ void Core::shutdown() {
   for (Stream *s : streams) s->close();
   resolver.cancel_all();
   for (Listener *l : listeners) {
-    uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp), [](uv_handle_t *h) { delete static_cast<Listener *>(h->data); });
+    uv_close(reinterpret_cast<uv_handle_t *>(&l->tcp),
+             [](uv_handle_t *h) { delete static_cast<Listener *>(h->data); });
   }
   listeners.clear();
   for (Periodic *p : periodics) {
-    uv_close(reinterpret_cast<uv_handle_t *>(&p->timer), [](uv_handle_t *h) { delete static_cast<Periodic *>(h->data); });
+    uv_close(reinterpret_cast<uv_handle_t *>(&p->timer),
+             [](uv_handle_t *h) { delete static_cast<Periodic *>(h->data); });
   }
   periodics.clear();
   uv_close(reinterpret_cast<uv_handle_t *>(&sweep), nullptr);
@@ -293,8 +311,8 @@ Result<std::unique_ptr<Transport>> Transport::create(const Config &cfg) {
   core->opt.sock_buf_bytes = cfg.integer("sock_buf_bytes");
   core->opt.connect_timeout = std::chrono::milliseconds(cfg.integer("connect_timeout_ms"));
   // An accepted connection's deadline: never longer than a whole link's set-up.
-  core->opt.hello_timeout =
-      std::min(std::chrono::milliseconds(cfg.integer("hello_timeout_ms")), core->opt.connect_timeout);
+  core->opt.hello_timeout = std::min(std::chrono::milliseconds(cfg.integer("hello_timeout_ms")),
+                                     core->opt.connect_timeout);
   core->opt.io_timeout = std::chrono::milliseconds(cfg.integer("io_timeout_ms"));
   core->opt.name = cfg.peer_name();
   if (core->opt.tls) {
@@ -308,8 +326,9 @@ Result<std::unique_ptr<Transport>> Transport::create(const Config &cfg) {
   Status st = core->loop->post([c, period] {
     uv_timer_init(c->loop->uv(), &c->sweep);
     c->sweep.data = c;
-    uv_timer_start(&c->sweep, [](uv_timer_t *t) { static_cast<Core *>(t->data)->sweep_timeouts(); },
-                   period, period);
+    uv_timer_start(
+        &c->sweep, [](uv_timer_t *t) { static_cast<Core *>(t->data)->sweep_timeouts(); }, period,
+        period);
   });
   if (!st.ok()) return st;
   return std::unique_ptr<Transport>(new Transport(std::move(core)));
@@ -332,11 +351,14 @@ Status Transport::every(std::chrono::milliseconds period, std::function<void()> 
     uv_timer_init(c->loop->uv(), &p->timer);
     p->timer.data = p;
     c->periodics.push_back(p);
-    uv_timer_start(&p->timer, [](uv_timer_t *t) {
-      auto *self = static_cast<Core::Periodic *>(t->data);
-      self->fn();
-      self->core->run_deferred();
-    }, ms, ms);
+    uv_timer_start(
+        &p->timer,
+        [](uv_timer_t *t) {
+          auto *self = static_cast<Core::Periodic *>(t->data);
+          self->fn();
+          self->core->run_deferred();
+        },
+        ms, ms);
   });
 }
 
@@ -347,14 +369,17 @@ Result<int> Transport::listen(const std::string &address,
   WCCL_ASSIGN_OR_RETURN(HostPort hp, parse_address(address));
   Core *c = core_.get();
   LoopResult<Result<int>> port;
-  WCCL_RETURN_IF_ERROR(port.start(c->loop->in_loop_thread(), "listen", [&](std::function<void(Result<int>)> deliver) {
-    return c->post([c, hp, address, on_link = std::move(on_link), deliver = std::move(deliver)] {
-      c->resolver.resolve(c->loop->uv(), address, hp, /*passive=*/true,
-                          [c, address, on_link, deliver](Result<sockaddr_storage> sa) {
-        deliver(sa.ok() ? open_listener(c, sa.value(), address, on_link) : Result<int>(sa.status()));
-      });
-    });
-  }));
+  WCCL_RETURN_IF_ERROR(port.start(
+      c->loop->in_loop_thread(), "listen", [&](std::function<void(Result<int>)> deliver) {
+        return c->post(
+            [c, hp, address, on_link = std::move(on_link), deliver = std::move(deliver)] {
+              c->resolver.resolve(c->loop->uv(), address, hp, /*passive=*/true,
+                                  [c, address, on_link, deliver](Result<sockaddr_storage> sa) {
+                                    deliver(sa.ok() ? open_listener(c, sa.value(), address, on_link)
+                                                    : Result<int>(sa.status()));
+                                  });
+            });
+      }));
   // Name lookups are bounded by the resolver's own timeouts; a minute means the loop is wedged.
   std::optional<Result<int>> result = port.wait(std::chrono::minutes(1));
   if (!result) return WCCL_ERROR(WCCL_ERR_TIMEOUT, "the I/O loop did not answer within a minute");
@@ -372,18 +397,20 @@ Status Transport::connect(const std::string &address,
     link->peer_address_ = address;
     core->links.insert(link);
     if (RAND_bytes(link->link_id_, sizeof(link->link_id_)) != 1) {
-      link->fail(WCCL_ERROR(WCCL_ERR_INTERNAL, "no random bytes for a link id: %s", openssl_errors().c_str()));
+      link->fail(WCCL_ERROR(WCCL_ERR_INTERNAL, "no random bytes for a link id: %s",
+                            openssl_errors().c_str()));
       return;
     }
     // The link's set-up deadline covers the lookup.
-    core->resolver.resolve(core->loop->uv(), address, hp, /*passive=*/false, [core, link](Result<sockaddr_storage> sa) {
-      if (sa.ok()) {
-        link->open_streams(reinterpret_cast<const sockaddr *>(&sa.value()));
-      } else {
-        link->fail(sa.status());
-      }
-      core->run_deferred();
-    });
+    core->resolver.resolve(core->loop->uv(), address, hp, /*passive=*/false,
+                           [core, link](Result<sockaddr_storage> sa) {
+                             if (sa.ok()) {
+                               link->open_streams(reinterpret_cast<const sockaddr *>(&sa.value()));
+                             } else {
+                               link->fail(sa.status());
+                             }
+                             core->run_deferred();
+                           });
   });
 }
 
@@ -391,11 +418,14 @@ Result<std::shared_ptr<Link>> Transport::connect_sync(const std::string &address
   LoopResult<Result<std::shared_ptr<Link>>> link;
   WCCL_RETURN_IF_ERROR(link.start(core_->loop->in_loop_thread(), "connect",
                                   [&](std::function<void(Result<std::shared_ptr<Link>>)> deliver) {
-    return connect(address, std::move(deliver));
-  }));
+                                    return connect(address, std::move(deliver));
+                                  }));
   // The link's own set-up deadline fires first; the margin covers the timer's period.
-  std::optional<Result<std::shared_ptr<Link>>> result = link.wait(core_->opt.connect_timeout + std::chrono::seconds(5));
-  if (!result) return WCCL_ERROR(WCCL_ERR_INTERNAL, "connect to %s: the set-up deadline did not fire", address.c_str());
+  std::optional<Result<std::shared_ptr<Link>>> result =
+      link.wait(core_->opt.connect_timeout + std::chrono::seconds(5));
+  if (!result)
+    return WCCL_ERROR(WCCL_ERR_INTERNAL, "connect to %s: the set-up deadline did not fire",
+                      address.c_str());
   return std::move(*result);
 }
 
@@ -419,12 +449,14 @@ Status wait_op(Link &link, std::chrono::milliseconds timeout, const char *what, 
 
 Status send_sync(Link &link, const MessageKey &key, const void *data, size_t len,
                  std::chrono::milliseconds timeout) {
-  return wait_op(link, timeout, "send", [&](Completion cb) { return link.send(key, data, len, std::move(cb)); });
+  return wait_op(link, timeout, "send",
+                 [&](Completion cb) { return link.send(key, data, len, std::move(cb)); });
 }
 
 Status recv_sync(Link &link, const MessageKey &key, void *data, size_t len,
                  std::chrono::milliseconds timeout) {
-  return wait_op(link, timeout, "recv", [&](Completion cb) { return link.recv(key, data, len, std::move(cb)); });
+  return wait_op(link, timeout, "recv",
+                 [&](Completion cb) { return link.recv(key, data, len, std::move(cb)); });
 }
 
 }  // namespace wccl::net

@@ -43,8 +43,8 @@ class Core : public std::enable_shared_from_this<Core> {
   Options opt;
   std::shared_ptr<TlsContext> tls;
   std::unique_ptr<Loop> loop;
-  Resolver resolver;   // lookups in flight are cancelled at shutdown
-  uv_timer_t sweep{};  // timeouts of set-ups and stalled links
+  Resolver resolver;                           // lookups in flight are cancelled at shutdown
+  uv_timer_t sweep{};                          // timeouts of set-ups and stalled links
   std::set<std::shared_ptr<LinkState>> links;  // set-up or open; closed links leave
   std::set<Stream *> pending;                  // accepted, hello not yet received
   std::map<std::string, size_t> pending_from;  // pending streams by peer address

@@ -14,7 +14,8 @@
 namespace wccl::sim {
 
 Void::Void(size_t bytes) : bytes_(bytes) {
-  void *p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void *p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   base_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t *>(p);
 }
 
@@ -39,16 +40,18 @@ class SimMemory final : public algo::Memory {
   }
   Status to_host(uint8_t *dst, const void *src, size_t n) override { return copy(dst, src, n); }
   Status from_host(void *dst, const uint8_t *src, size_t n) override { return copy(dst, src, n); }
-  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine, const uint8_t *got,
-                     size_t count) override {
-    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().reduce_into(t, op, dst, mine, got, count));
+  Status reduce_into(codec::Dtype t, codec::RedOp op, void *dst, const void *mine,
+                     const uint8_t *got, size_t count) override {
+    if (!elided())
+      WCCL_RETURN_IF_ERROR(algo::host_memory().reduce_into(t, op, dst, mine, got, count));
     return spend(count * codec::dtype_size(t), cpu_.reduce);
   }
   Status finish_avg(codec::Dtype t, void *dst, size_t count, int by) override {
     if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().finish_avg(t, dst, count, by));
     return spend(count * codec::dtype_size(t), cpu_.reduce);
   }
-  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire, size_t first) override {
+  Status encode(codec::Wire w, const float *src, size_t count, uint8_t *wire,
+                size_t first) override {
     if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().encode(w, src, count, wire, first));
     return spend(count * 4, cpu_.encode);
   }
@@ -56,9 +59,10 @@ class SimMemory final : public algo::Memory {
     if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().decode(w, wire, len, count, dst));
     return spend(count * 4, cpu_.decode);
   }
-  Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len, size_t count, float *dst,
-                       const float *mine) override {
-    if (!elided()) WCCL_RETURN_IF_ERROR(algo::host_memory().decode_reduce(w, op, wire, len, count, dst, mine));
+  Status decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t *wire, size_t len,
+                       size_t count, float *dst, const float *mine) override {
+    if (!elided())
+      WCCL_RETURN_IF_ERROR(algo::host_memory().decode_reduce(w, op, wire, len, count, dst, mine));
     return spend(count * 4, cpu_.decode_reduce);
   }
   Status widen(codec::Dtype t, const void *src, size_t count, float *dst) override {
@@ -81,7 +85,8 @@ class SimMemory final : public algo::Memory {
       return Status();
     }
     if (elided()) {
-      if (n > space_->size()) return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "sim: %zu bytes exceed the elided space", n);
+      if (n > space_->size())
+        return WCCL_ERROR(WCCL_ERR_NO_MEMORY, "sim: %zu bytes exceed the elided space", n);
       *out = algo::Bytes(space_->base(), algo::ReturnBytes{this, false});
     } else {
       *out = algo::Bytes(new uint8_t[n](), algo::ReturnBytes{this, false});
@@ -109,12 +114,18 @@ class SimChannel final : public algo::Channel {
  public:
   // carry: its messages carry their bytes (else only their lengths travel).
   SimChannel(World &w, int member, uint64_t epoch, uint64_t seq, bool carry)
-      : w_(w), member_(member), epoch_(epoch), seq_(seq), carry_(carry), rank_(w.peer(member).view.rank()),
+      : w_(w),
+        member_(member),
+        epoch_(epoch),
+        seq_(seq),
+        carry_(carry),
+        rank_(w.peer(member).view.rank()),
         ring_(w.peer(member).ring()) {}
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ring_.size()); }
 
-  Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override {
+  Status send(int peer, uint32_t tag, const void *data, size_t len,
+              algo::Completion done) override {
     if (!aborted_.ok()) return aborted_;
     auto once = track(std::move(done));
     std::shared_ptr<std::vector<uint8_t>> bytes;
@@ -128,17 +139,19 @@ class SimChannel final : public algo::Channel {
     const int me = member_;
     const uint64_t connection = epoch_;
     w_.engine.at(w_.engine.now(), member_, [&w, me, to, len, key, once, bytes, connection] {
-      w.net.send(w.peer(me).host, w.peer(to).host, len,
-                 [&w, me, once] {
-                   once->fire(Status());
-                   w.engine.touch(me);
-                 },
-                 [&w, key, bytes, len] { w.mail.arrive(key, bytes, len); }, connection);
+      w.net.send(
+          w.peer(me).host, w.peer(to).host, len,
+          [&w, me, once] {
+            once->fire(Status());
+            w.engine.touch(me);
+          },
+          [&w, key, bytes, len] { w.mail.arrive(key, bytes, len); }, connection);
     });
     return Status();
   }
 
-  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got, algo::Completion done) override {
+  Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got,
+              algo::Completion done) override {
     if (!aborted_.ok()) return aborted_;
     Mailboxes::Recv r{static_cast<uint8_t *>(data), len, got, track(std::move(done)), member_};
     const Mailboxes::Key key{epoch_, seq_, ring_[static_cast<size_t>(peer)], member_, tag};
@@ -155,7 +168,8 @@ class SimChannel final : public algo::Channel {
     outstanding_.clear();
   }
 
-  bool wait_until(std::unique_lock<std::mutex> &lock, std::condition_variable &, std::chrono::steady_clock::time_point,
+  bool wait_until(std::unique_lock<std::mutex> &lock, std::condition_variable &,
+                  std::chrono::steady_clock::time_point,
                   const std::function<bool()> &ready) override {
     std::mutex *mu = lock.mutex();
     lock.unlock();
@@ -186,12 +200,19 @@ class SimChannel final : public algo::Channel {
 };
 
 // The pattern of bench/perf/sweep.h: element i of rank r holds (r + 1) * ((i % 251) + 1).
-float pattern(int rank, size_t i) { return static_cast<float>((rank + 1) * static_cast<int>(i % 251 + 1)); }
+float pattern(int rank, size_t i) {
+  return static_cast<float>((rank + 1) * static_cast<int>(i % 251 + 1));
+}
 
 }  // namespace
 
 Driver::Driver(World &w, const CpuModel &cpu, const algo::Collective &base, const Void *space)
-    : w_(w), cpu_(cpu), base_(base), space_(space), peers_(w.first_peers), ops_(w.work.warmup + w.work.iters) {
+    : w_(w),
+      cpu_(cpu),
+      base_(base),
+      space_(space),
+      peers_(w.first_peers),
+      ops_(w.work.warmup + w.work.iters) {
   const Workload &work = w.work;
   const auto all = w.peers.size();
   started.assign(static_cast<size_t>(ops_), std::vector<Time>(all, kNever));
@@ -208,7 +229,9 @@ Driver::Driver(World &w, const CpuModel &cpu, const algo::Collective &base, cons
   }
   if (!work.joins.empty()) {
     held_hash_ = codec::tensor_hash(work.data ? state[0].data() : space->base(), work.state_bytes);
-    fresh_hash_ = work.data ? codec::tensor_hash(state[static_cast<size_t>(peers_)].data(), work.state_bytes) : held_hash_ + 1;
+    fresh_hash_ =
+        work.data ? codec::tensor_hash(state[static_cast<size_t>(peers_)].data(), work.state_bytes)
+                  : held_hash_ + 1;
   }
 }
 
@@ -218,8 +241,8 @@ Driver::Outcome Driver::fail(int r, const Status &why) {
   return Outcome::kStop;
 }
 
-Driver::Outcome Driver::attempt(int r, SimMemory &memory, algo::Collective c, int logical, Time *data_end,
-                                size_t hashed_after) {
+Driver::Outcome Driver::attempt(int r, SimMemory &memory, algo::Collective c, int logical,
+                                Time *data_end, size_t hashed_after) {
   Peer &me = w_.peer(r);
   // As the Communicator's submit: nothing starts in a revoked epoch (the revocation may have come
   // during CPU work between operations), nor past the operations after which another member
@@ -239,7 +262,9 @@ Driver::Outcome Driver::attempt(int r, SimMemory &memory, algo::Collective c, in
   Status st;
   // As the Communicator's worker: the data phase starts once the epoch's links are open (a state
   // sync's retry follows its re-form at once), and not at all if the epoch ends first.
-  if (!w_.engine.block(r, [&me, epoch] { return me.links_open || me.view.revoked() || me.view.epoch() != epoch; })) {
+  if (!w_.engine.block(r, [&me, epoch] {
+        return me.links_open || me.view.revoked() || me.view.epoch() != epoch;
+      })) {
     return Outcome::kStop;
   }
   if (!me.links_open || me.view.revoked() || me.view.epoch() != epoch) {
@@ -291,16 +316,16 @@ class SimSyncMember final : public comm::SyncMember {
     Status st = status(d_.attempt(r_, memory_, op, -1, nullptr, c.count));
     if (!st.ok()) return st;
     return algo::deliver_received(*c.sync, static_cast<const uint8_t *>(op.out),
-                                  [&](void *to, const uint8_t *from, size_t n, algo::DeviceMemory *) {
-                                    return memory_.copy(to, from, n);
-                                  });
+                                  [&](void *to, const uint8_t *from, size_t n,
+                                      algo::DeviceMemory *) { return memory_.copy(to, from, n); });
   }
   Status reform() override { return d_.call(r_, coord::MessageType::kReform); }
 
  private:
   static Status status(Driver::Outcome o) {
     if (o == Driver::Outcome::kCommitted) return Status();
-    if (o == Driver::Outcome::kRetry) return WCCL_ERROR(WCCL_ERR_PEER_LOST, "sim: the operation's epoch ended");
+    if (o == Driver::Outcome::kRetry)
+      return WCCL_ERROR(WCCL_ERR_PEER_LOST, "sim: the operation's epoch ended");
     return WCCL_ERROR(WCCL_ERR_ABORTED, "sim: the member stopped");
   }
 
@@ -323,7 +348,8 @@ Driver::Outcome Driver::sync(int r, SimMemory &memory, SimMemory &exact) {
   algo::MemberState mine;
   mine.mode = me.has_state ? algo::SyncMode::kSendOnly : algo::SyncMode::kReceiveOnly;
   mine.revision = me.has_state ? 1 : 0;
-  mine.tensors.push_back({"state", codec::Dtype::kU8, work.state_bytes, me.has_state ? held_hash_ : fresh_hash_});
+  mine.tensors.push_back(
+      {"state", codec::Dtype::kU8, work.state_bytes, me.has_state ? held_hash_ : fresh_hash_});
   uint8_t *tensor = work.data ? state[static_cast<size_t>(r)].data() : space_->base();
   auto new_job = [&] {
     auto job = std::make_shared<algo::SyncJob>();
@@ -373,8 +399,11 @@ void Driver::run(int r) {
   bool running = r < peers_ || w_.engine.sleep(r, work.joins[static_cast<size_t>(r - peers_)].at);
   if (running && r >= peers_) w_.join(r);
   while (running && me.next_op < ops_) {
-    if (!w_.engine.block(r, [&me] { return me.view.revoked() || (me.view.epoch() != 0 && me.links_open); })) break;
-    const bool sync_due = w_.needs_sync.count(me.view.epoch()) != 0 && me.synced_epoch != me.view.epoch();
+    if (!w_.engine.block(
+            r, [&me] { return me.view.revoked() || (me.view.epoch() != 0 && me.links_open); }))
+      break;
+    const bool sync_due =
+        w_.needs_sync.count(me.view.epoch()) != 0 && me.synced_epoch != me.view.epoch();
     if (me.view.revoked() || (me.view.pending() > 0 && !sync_due)) {
       // The training loop's update: its answer to PEER_LOST, and, at an operation's boundary, how
       // joiners that wait are admitted (not inside a state sync: that goes on first).
@@ -398,7 +427,8 @@ void Driver::run(int r) {
     } else {
       c.in = c.out = space_->base();
     }
-    const Outcome o = attempt(r, memory, c, k, &data_done[static_cast<size_t>(k)][static_cast<size_t>(r)], 0);
+    const Outcome o =
+        attempt(r, memory, c, k, &data_done[static_cast<size_t>(k)][static_cast<size_t>(r)], 0);
     running = o != Outcome::kStop;
     if (o != Outcome::kCommitted) continue;
     committed[static_cast<size_t>(k)][static_cast<size_t>(r)] = w_.engine.now();
@@ -413,8 +443,10 @@ void Driver::run(int r) {
     const bool admitted = r < peers_ || me.view.epoch() != 0;
     if (me.next_op < ops_ && admitted && failures[static_cast<size_t>(r)].second.ok()) {
       failures[static_cast<size_t>(r)] = {
-          w_.engine.now(), WCCL_ERROR(WCCL_ERR_TIMEOUT, "sim: member %d could not finish operation %d: nothing more "
-                                      "could happen", r, me.next_op)};
+          w_.engine.now(), WCCL_ERROR(WCCL_ERR_TIMEOUT,
+                                      "sim: member %d could not finish operation %d: nothing more "
+                                      "could happen",
+                                      r, me.next_op)};
     }
     if (me.asked) --w_.active;
   }

@@ -47,8 +47,8 @@ class Driver {
   // What the members did, per workload operation and member (kNever: it did not).
   std::vector<std::vector<Time>> started, committed, data_done;
   std::vector<std::pair<Time, Status>> failures;  // when and why a member gave up
-  std::vector<std::vector<float>> buffers;        // with data: each member's last operation's buffer
-  std::vector<std::vector<int>> last_ring;        // the ring of each member's last operation
+  std::vector<std::vector<float>> buffers;  // with data: each member's last operation's buffer
+  std::vector<std::vector<int>> last_ring;  // the ring of each member's last operation
   // The trainer's state, for state sync: with data, each member's own bytes (the first epoch's
   // peers hold a pattern, a joiner zeros); elided, the untouched (zero) address space, which a
   // joiner describes with another hash, as a fresh process's state differs.
@@ -60,7 +60,8 @@ class Driver {
   // One operation of member r in its current epoch, from its call to its decision. Its messages
   // carry their bytes where memory does (not elided); hashed_after: bytes the member hashes at
   // the end of the data phase (a state sync's received tensors, checked before the commit).
-  Outcome attempt(int r, SimMemory &memory, algo::Collective c, int logical, Time *data_end, size_t hashed_after);
+  Outcome attempt(int r, SimMemory &memory, algo::Collective c, int logical, Time *data_end,
+                  size_t hashed_after);
   // State sync, by the library's own rounds (comm::sync_rounds): kRetry where it lost a peer and
   // the loop must update.
   Outcome sync(int r, SimMemory &memory, SimMemory &exact);
@@ -75,7 +76,8 @@ class Driver {
   const Void *space_;
   const int peers_;  // the first epoch's
   const int ops_;    // the workload's operations, warm-up included
-  uint64_t held_hash_ = 0, fresh_hash_ = 0;  // the described hashes of a state that is held, and of a joiner's
+  uint64_t held_hash_ = 0,
+           fresh_hash_ = 0;  // the described hashes of a state that is held, and of a joiner's
 };
 
 }  // namespace wccl::sim

@@ -3,7 +3,9 @@
 namespace wccl::sim {
 
 Engine::Engine(int threads)
-    : scheduled_(static_cast<size_t>(threads), 0), waiters_(static_cast<size_t>(threads)), live_(threads) {}
+    : scheduled_(static_cast<size_t>(threads), 0),
+      waiters_(static_cast<size_t>(threads)),
+      live_(threads) {}
 
 Time Engine::now() const {
   std::lock_guard<std::mutex> lock(mu_);

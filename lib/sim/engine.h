@@ -70,7 +70,7 @@ class Engine {
   mutable std::mutex mu_;
   Time now_ = 0;
   std::map<Key, std::function<void()>> events_;
-  std::vector<int> touched_;  // the driver's alone
+  std::vector<int> touched_;         // the driver's alone
   std::vector<uint64_t> scheduled_;  // per simulated thread: events it has scheduled
   uint64_t event_order_ = 0;
   std::vector<Waiter> waiters_;

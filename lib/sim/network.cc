@@ -12,8 +12,8 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kCubicBeta = 0.7, kRenoBeta = 0.5, kCubicC = 0.4;  // RFC 9438's constants
-constexpr double kMinRto = 0.2;                                      // Linux's TCP_RTO_MIN, seconds
-constexpr double kEpsilon = 1e-6;                                    // bytes: less is nothing left
+constexpr double kMinRto = 0.2;                                     // Linux's TCP_RTO_MIN, seconds
+constexpr double kEpsilon = 1e-6;                                   // bytes: less is nothing left
 
 Time ns(double s) { return static_cast<Time>(std::ceil(s * 1e9)); }
 
@@ -21,7 +21,8 @@ Time ns(double s) { return static_cast<Time>(std::ceil(s * 1e9)); }
 // of what is left. Calls give(item, ask, got) for each.
 template <typename T, typename Give>
 void water_fill(std::vector<std::pair<double, T>> &asks, double room, Give give) {
-  std::sort(asks.begin(), asks.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::sort(asks.begin(), asks.end(),
+            [](const auto &a, const auto &b) { return a.first < b.first; });
   size_t k = asks.size();
   for (auto &[ask, item] : asks) {
     const double got = std::min(ask, room / static_cast<double>(k--));
@@ -48,12 +49,12 @@ struct Network::Stream {
   double round_start = 0;  // sent_total when the round began
   double budget = 0;       // bytes the window still lets out in this round trip
   double cwnd = 0, ssthresh = kInf, w_max = 0;
-  Time epoch = 0;          // CUBIC: when the window last shrank
-  Time last_active = -1;   // -1: never sent
+  Time epoch = 0;                                       // CUBIC: when the window last shrank
+  Time last_active = -1;                                // -1: never sent
   double rate = 0, up_share = kInf, down_share = kInf;  // bytes/s
-  Time since = 0;          // rate holds since then
-  uint64_t version = 0;    // of the pending finish event
-  uint64_t generation = 0; // of the pending round event
+  Time since = 0;                                       // rate holds since then
+  uint64_t version = 0;                                 // of the pending finish event
+  uint64_t generation = 0;                              // of the pending round event
   bool active = false;
   // A stream that starts sends its window at once (no pacing; Network::burst).
   bool bursting = false;  // in the round trip after it started
@@ -141,36 +142,44 @@ double Network::cwnd(int from, int to, int stream) const {
 }
 
 double Network::rtt_s(const Stream &s) const {
-  return 2 * seconds(topo_.delay_ns[static_cast<size_t>(s.link->from)][static_cast<size_t>(s.link->to)]);
+  return 2 *
+         seconds(
+             topo_.delay_ns[static_cast<size_t>(s.link->from)][static_cast<size_t>(s.link->to)]);
 }
 
 // The bytes the windows through one host's uplink (or downlink) hold beyond what it carries in a
 // round trip: they wait in its queue.
 double Network::standing_queue(int host, bool up) const {
-  const auto &streams = up ? up_active_[static_cast<size_t>(host)] : down_active_[static_cast<size_t>(host)];
+  const auto &streams =
+      up ? up_active_[static_cast<size_t>(host)] : down_active_[static_cast<size_t>(host)];
   if (streams.empty()) return 0;
   double windows = 0, rtt = kInf;
   for (const Stream *s : streams) {
     // What it can have in flight: its window, or less when it has less to send (its frames, and
     // its part of what its link has not cut yet: the socket buffer would hold that).
-    const double pending = static_cast<double>(s->backlog) +
-                           static_cast<double>(s->link->uncut) / static_cast<double>(s->link->streams.size());
+    const double pending =
+        static_cast<double>(s->backlog) +
+        static_cast<double>(s->link->uncut) / static_cast<double>(s->link->streams.size());
     windows += std::min(s->cwnd, pending);
     rtt = std::min(rtt, rtt_s(*s));
   }
-  const double capacity = up ? up_Bps_[static_cast<size_t>(host)] : down_Bps_[static_cast<size_t>(host)];
+  const double capacity =
+      up ? up_Bps_[static_cast<size_t>(host)] : down_Bps_[static_cast<size_t>(host)];
   return std::max(0.0, windows - capacity * rtt);
 }
 
 double Network::queue_delay_s(const Stream &s) const {
-  const double up = std::min(standing_queue(s.link->from, true), static_cast<double>(topo_.queue_bytes));
-  const double down = std::min(standing_queue(s.link->to, false), static_cast<double>(topo_.queue_bytes));
+  const double up =
+      std::min(standing_queue(s.link->from, true), static_cast<double>(topo_.queue_bytes));
+  const double down =
+      std::min(standing_queue(s.link->to, false), static_cast<double>(topo_.queue_bytes));
   // The excess window waits at the path's bottleneck, one of the two.
-  return std::max(up / up_Bps_[static_cast<size_t>(s.link->from)], down / down_Bps_[static_cast<size_t>(s.link->to)]);
+  return std::max(up / up_Bps_[static_cast<size_t>(s.link->from)],
+                  down / down_Bps_[static_cast<size_t>(s.link->to)]);
 }
 
-void Network::send(int from, int to, size_t len, std::function<void()> sent, std::function<void()> arrived,
-                   uint64_t connection) {
+void Network::send(int from, int to, size_t len, std::function<void()> sent,
+                   std::function<void()> arrived, uint64_t connection) {
   auto m = std::make_shared<Message>();
   m->len = len;
   m->sent = std::move(sent);
@@ -211,8 +220,9 @@ void Network::burst(Link &l) {
   std::vector<std::pair<double, Stream *>> outs;
   for (Stream &s : l.streams) {
     if (!bursts(s)) continue;
-    const double out =
-        std::min(s.burst_room, s.sent_total - s.round_start + static_cast<double>(s.backlog) + uncut) - s.burst;
+    const double out = std::min(s.burst_room, s.sent_total - s.round_start +
+                                                  static_cast<double>(s.backlog) + uncut) -
+                       s.burst;
     if (out > 0) outs.emplace_back(out, &s);
   }
   const double room = std::max(0.0, static_cast<double>(topo_.queue_bytes) - queued);
@@ -243,7 +253,8 @@ void Network::pump(Link &l) {
     if (s == nullptr) return;  // every stream's writes are full: a finish calls back in
     const std::shared_ptr<Message> m = l.queue.front();
     const size_t frame = std::min<size_t>(
-        net::stripe_frame_bytes(m->len, n, static_cast<uint32_t>(tcp_.frame_bytes)), m->len - m->cut);
+        net::stripe_frame_bytes(m->len, n, static_cast<uint32_t>(tcp_.frame_bytes)),
+        m->len - m->cut);
     m->cut += frame;
     l.uncut -= frame;
     ++m->frames;
@@ -265,7 +276,9 @@ void Network::start(Stream &s) {
     const double rto = kMinRto + rtt_s(s);
     const double restart = std::min(s.cwnd, tcp_.initial_window * mss_);
     s.ssthresh = std::max(s.ssthresh == kInf ? 0.0 : s.ssthresh, 0.75 * s.cwnd);
-    for (double idle = seconds(now - s.last_active) - rto; idle > 0 && s.cwnd > restart; idle -= rto) s.cwnd /= 2;
+    for (double idle = seconds(now - s.last_active) - rto; idle > 0 && s.cwnd > restart;
+         idle -= rto)
+      s.cwnd /= 2;
     s.cwnd = std::max(s.cwnd, restart);
   }
   s.active = true;
@@ -275,8 +288,8 @@ void Network::start(Stream &s) {
   // What goes out at once is the part of its window already acknowledged: all of it after a round
   // trip idle; sooner, the rest is still in flight, and acknowledgements clock it out.
   s.bursting = true;
-  s.burst_room = s.last_active < 0 ? s.cwnd
-                                    : s.cwnd * std::min(1.0, seconds(now - s.last_active) / rtt_s(s));
+  s.burst_room =
+      s.last_active < 0 ? s.cwnd : s.cwnd * std::min(1.0, seconds(now - s.last_active) / rtt_s(s));
   s.burst = 0;
   s.burst_lost = false;
   s.up_share = s.down_share = kInf;
@@ -305,7 +318,9 @@ void Network::stop(Stream &s) {
   auto &up = up_active_[static_cast<size_t>(s.link->from)];
   drop(up);
   drop(down_active_[static_cast<size_t>(s.link->to)]);
-  if (up.empty()) traffic_[static_cast<size_t>(s.link->from)].up_busy += now - up_since_[static_cast<size_t>(s.link->from)];
+  if (up.empty())
+    traffic_[static_cast<size_t>(s.link->from)].up_busy +=
+        now - up_since_[static_cast<size_t>(s.link->from)];
   share(s.link->from, true);
   share(s.link->to, false);
 }
@@ -313,8 +328,9 @@ void Network::stop(Stream &s) {
 void Network::settle(Stream &s) {
   const Time now = engine_.now();
   if (s.active && !s.frames.empty()) {
-    const double moved = std::min({s.rate * seconds(now - s.since),
-                                   static_cast<double>(s.frames.front().second) - s.head_sent, s.budget});
+    const double moved =
+        std::min({s.rate * seconds(now - s.since),
+                  static_cast<double>(s.frames.front().second) - s.head_sent, s.budget});
     s.head_sent += moved;
     s.sent_total += moved;
     s.budget -= moved;
@@ -325,7 +341,8 @@ void Network::settle(Stream &s) {
 void Network::reschedule(Stream &s) {
   const uint64_t version = ++s.version;
   if (!s.active || s.frames.empty() || s.rate <= 0) return;
-  const double left = std::max(0.0, std::min(static_cast<double>(s.frames.front().second) - s.head_sent, s.budget));
+  const double left =
+      std::max(0.0, std::min(static_cast<double>(s.frames.front().second) - s.head_sent, s.budget));
   engine_.at(engine_.now() + ns(left / s.rate), -1, [this, p = &s, version] { step(p, version); });
 }
 
@@ -333,7 +350,8 @@ void Network::reschedule(Stream &s) {
 // round trip; a stream runs at the smaller of its two shares. (Each side is shared on its own: the
 // part of an uplink share that a slower downlink leaves unused is not given to the others.)
 void Network::share(int host, bool up) {
-  auto &streams = up ? up_active_[static_cast<size_t>(host)] : down_active_[static_cast<size_t>(host)];
+  auto &streams =
+      up ? up_active_[static_cast<size_t>(host)] : down_active_[static_cast<size_t>(host)];
   std::vector<std::pair<double, Stream *>> asks;
   asks.reserve(streams.size());
   for (Stream *s : streams) asks.emplace_back(s->budget > kEpsilon ? kInf : 0.0, s);
@@ -352,7 +370,8 @@ void Network::share(int host, bool up) {
 void Network::lose(Stream &s) {
   ++losses_;
   s.w_max = s.cwnd;
-  s.cwnd = std::max(2 * mss_, s.cwnd * (tcp_.cc == TcpOptions::Cc::kCubic ? kCubicBeta : kRenoBeta));
+  s.cwnd =
+      std::max(2 * mss_, s.cwnd * (tcp_.cc == TcpOptions::Cc::kCubic ? kCubicBeta : kRenoBeta));
   s.ssthresh = s.cwnd;
   s.epoch = engine_.now();
 }
@@ -360,13 +379,16 @@ void Network::lose(Stream &s) {
 // The window after a round trip that delivered `acked` bytes (or lost one of them).
 void Network::grow(Stream &s, double acked) {
   const Link &l = *s.link;
-  const double p = topo_.hosts[static_cast<size_t>(l.from)].loss + topo_.hosts[static_cast<size_t>(l.to)].loss;
-  const bool overflow = (standing_queue(l.from, true) > static_cast<double>(topo_.queue_bytes) ||
-                         standing_queue(l.to, false) > static_cast<double>(topo_.queue_bytes)) &&
-                        s.cwnd * static_cast<double>(up_active_[static_cast<size_t>(l.from)].size()) >
-                            up_Bps_[static_cast<size_t>(l.from)] * rtt_s(s);  // above its fair part of the pipe
+  const double p =
+      topo_.hosts[static_cast<size_t>(l.from)].loss + topo_.hosts[static_cast<size_t>(l.to)].loss;
+  const bool overflow =
+      (standing_queue(l.from, true) > static_cast<double>(topo_.queue_bytes) ||
+       standing_queue(l.to, false) > static_cast<double>(topo_.queue_bytes)) &&
+      s.cwnd * static_cast<double>(up_active_[static_cast<size_t>(l.from)].size()) >
+          up_Bps_[static_cast<size_t>(l.from)] * rtt_s(s);  // above its fair part of the pipe
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  const bool random_loss = p > 0 && acked > 0 && uniform(rng_) < 1 - std::pow(1 - std::min(p, 1.0), acked / mss_);
+  const bool random_loss =
+      p > 0 && acked > 0 && uniform(rng_) < 1 - std::pow(1 - std::min(p, 1.0), acked / mss_);
   if (overflow || random_loss) {
     lose(s);
   } else if (s.cwnd < s.ssthresh) {
@@ -397,14 +419,16 @@ void Network::round(Stream *s, uint64_t generation) {
   share(s->link->to, false);
   reschedule(*s);
   const uint64_t next = ++s->generation;
-  engine_.at(engine_.now() + ns(rtt_s(*s) + queue_delay_s(*s)), -1, [this, s, next] { round(s, next); });
+  engine_.at(engine_.now() + ns(rtt_s(*s) + queue_delay_s(*s)), -1,
+             [this, s, next] { round(s, next); });
 }
 
 void Network::step(Stream *s, uint64_t version) {
   if (version != s->version) return;
   settle(*s);
   if (static_cast<double>(s->frames.front().second) - s->head_sent > kEpsilon) {
-    if (s->budget > kEpsilon) return reschedule(*s);  // a new round trip refilled the window meanwhile
+    if (s->budget > kEpsilon)
+      return reschedule(*s);  // a new round trip refilled the window meanwhile
     // The window is spent before the frame: it waits for the next round trip.
     share(s->link->from, true);
     share(s->link->to, false);
@@ -421,7 +445,8 @@ void Network::step(Stream *s, uint64_t version) {
   l.bytes += len;
   traffic_[static_cast<size_t>(l.from)].sent += len;
   traffic_[static_cast<size_t>(l.to)].received += len;
-  const Host &a = topo_.hosts[static_cast<size_t>(l.from)], &b = topo_.hosts[static_cast<size_t>(l.to)];
+  const Host &a = topo_.hosts[static_cast<size_t>(l.from)],
+             &b = topo_.hosts[static_cast<size_t>(l.to)];
   // The fluid rate already holds the frame's wait at the bottleneck: its last byte left at the
   // link's rate, so it arrives one path delay later.
   Time arrival = now + topo_.delay_ns[static_cast<size_t>(l.from)][static_cast<size_t>(l.to)];

@@ -31,9 +31,10 @@
 //
 // Within a round trip a stream sends at its share until its window's worth is out, then waits for
 // the next round trip (so a message smaller than the window crosses at the link's rate plus the
-// path's delay, as TCP's burst does). A frame's bytes leave at the stream's rate; they arrive one path delay (plus jitter, never
-// reordering a pair's frames) after the last one left. A message is sent when its last frame has
-// left, and arrives when its last frame has. Everything here runs on the engine's driving thread.
+// path's delay, as TCP's burst does). A frame's bytes leave at the stream's rate; they arrive one
+// path delay (plus jitter, never reordering a pair's frames) after the last one left. A message is
+// sent when its last frame has left, and arrives when its last frame has. Everything here runs on
+// the engine's driving thread.
 #pragma once
 
 #include <cstddef>
@@ -51,9 +52,9 @@
 namespace wccl::sim {
 
 struct TcpOptions {
-  int streams = 4;                  // per link (config key streams)
-  size_t frame_bytes = 1 << 20;     // config key frame_bytes
-  size_t window_bytes = 3 << 20;    // a stream's largest window (docs/sim.md: calibration)
+  int streams = 4;                    // per link (config key streams)
+  size_t frame_bytes = 1 << 20;       // config key frame_bytes
+  size_t window_bytes = 3 << 20;      // a stream's largest window (docs/sim.md: calibration)
   bool slow_start_after_idle = true;  // net.ipv4.tcp_slow_start_after_idle
   enum class Cc { kCubic, kReno } cc = Cc::kCubic;
   int initial_window = 10;  // segments
@@ -118,7 +119,7 @@ class Network {
   std::map<std::pair<int, int>, std::unique_ptr<Link>> links_;
   std::vector<std::unique_ptr<Link>> closed_;  // kept: events of their streams may still be due
   std::vector<std::vector<Stream *>> up_active_, down_active_;
-  std::vector<Time> up_since_;  // when the uplink last became busy
+  std::vector<Time> up_since_;          // when the uplink last became busy
   std::vector<double> up_burst_queue_;  // bytes of starting bursts in the uplink's queue
   std::vector<Time> up_burst_at_;       // as of then
   std::vector<std::vector<Time>> last_arrival_;

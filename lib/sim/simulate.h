@@ -43,7 +43,8 @@ struct CpuModel {
 // peer_timeout without a heartbeat).
 struct Fault {
   enum class Kind { kKill, kFreeze } kind = Kind::kKill;
-  int rank = 0;  // the ranks argument's index, or past it a joiner's (peers + its index in Workload::joins)
+  int rank = 0;  // the ranks argument's index, or past it a joiner's (peers + its index in
+                 // Workload::joins)
   Time at = 0;   // virtual time from the start of the first operation
 };
 
@@ -84,8 +85,9 @@ struct Recovery {
 // commit.
 struct Admission {
   Join join;
-  double admitted = -1;   // the coordinator formed an epoch that holds it (the members' update barrier)
-  double links = -1;      // every member of that epoch had its links open
+  double admitted =
+      -1;             // the coordinator formed an epoch that holds it (the members' update barrier)
+  double links = -1;  // every member of that epoch had its links open
   double synced = -1;     // its state sync committed: it holds the trainer's state
   double committed = -1;  // its first operation of the workload committed
 };
@@ -95,20 +97,20 @@ struct Report {
   std::vector<double> seconds;  // per timed operation: the slowest member's call-to-commit time
   double data_phase = 0;        // mean over timed operations of the slowest member's data phase
   std::vector<HostTraffic> traffic;  // per host, over the timed operations
-  double timed_s = 0;           // virtual seconds the timed operations spanned
+  double timed_s = 0;                // virtual seconds the timed operations spanned
   uint64_t events = 0, losses = 0;
   // With data: every survivor ended with the same bytes, the exact SUM for native, and every
   // admitted joiner with the donors' state.
   bool checked = false;
-  std::vector<Recovery> recoveries;  // one per fault, in the order given
+  std::vector<Recovery> recoveries;   // one per fault, in the order given
   std::vector<Admission> admissions;  // one per join, in the order given
-  int survivors = 0;                 // members of the last epoch
+  int survivors = 0;                  // members of the last epoch
   double mean() const;
 };
 
 // ranks[r] is the host (topology index) of rank r; the first epoch's peers are ranks.size(), and
 // each joiner is one more.
-Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOptions &tcp, const CpuModel &cpu,
-                const Workload &work);
+Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOptions &tcp,
+                const CpuModel &cpu, const Workload &work);
 
 }  // namespace wccl::sim

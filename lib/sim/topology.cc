@@ -15,12 +15,14 @@ namespace {
 double parse_number(const std::string &text, const std::string &what, size_t *unit_at) {
   char *end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || !(v >= 0) || !std::isfinite(v)) fail("bad " + what + ": '" + text + "'");
+  if (end == text.c_str() || !(v >= 0) || !std::isfinite(v))
+    fail("bad " + what + ": '" + text + "'");
   *unit_at = static_cast<size_t>(end - text.c_str());
   return v;
 }
 
-double parse_with_unit(const std::string &text, const std::string &what, const std::map<std::string, double> &units) {
+double parse_with_unit(const std::string &text, const std::string &what,
+                       const std::map<std::string, double> &units) {
   size_t at = 0;
   const double v = parse_number(text, what, &at);
   const auto unit = units.find(text.substr(at));
@@ -94,7 +96,8 @@ Topology parse_topology_text(const std::string &text, const std::string &name) {
             if (at != value.size() || h.loss > 1) fail("bad loss: '" + value + "'");
           } else if (key == "count") {
             const double c = parse_number(value, "count", &at);
-            if (at != value.size() || c < 1 || c > 65536 || c != std::floor(c)) fail("bad count: '" + value + "'");
+            if (at != value.size() || c < 1 || c > 65536 || c != std::floor(c))
+              fail("bad count: '" + value + "'");
             count = static_cast<size_t>(c);
           } else {
             fail("unknown host setting '" + key + "'");
@@ -112,7 +115,8 @@ Topology parse_topology_text(const std::string &text, const std::string &name) {
       } else if (w[0] == "delay" && w.size() == 4) {
         delays.push_back({w[1], w[2], parse_time(w[3])});
       } else if (w[0] == "queue" && w.size() == 2) {
-        topo.queue_bytes = static_cast<size_t>(parse_with_unit(w[1], "queue", {{"", 1}, {"K", 1024}, {"M", 1 << 20}}));
+        topo.queue_bytes = static_cast<size_t>(
+            parse_with_unit(w[1], "queue", {{"", 1}, {"K", 1024}, {"M", 1 << 20}}));
         if (topo.queue_bytes < 65536) fail("a queue must hold at least 64K");
       } else if (w[0] == "mtu" && w.size() == 2) {
         size_t at = 0;
@@ -138,7 +142,8 @@ Topology parse_topology_text(const std::string &text, const std::string &name) {
           const Host &a = topo.hosts[i], &b = topo.hosts[j];
           const bool hosts = d.a == a.name && d.b == b.name;
           const bool regions = d.a == a.region && d.b == b.region;
-          if (i != j && (pass == 0 ? regions : hosts)) topo.delay_ns[i][j] = topo.delay_ns[j][i] = d.ns;
+          if (i != j && (pass == 0 ? regions : hosts))
+            topo.delay_ns[i][j] = topo.delay_ns[j][i] = d.ns;
         }
       }
     }

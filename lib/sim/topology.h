@@ -1,6 +1,6 @@
 // A WAN topology file: the WAN emulator (tools/wan/forward.cc) and the simulator (wccl-sim) read
-// the same files, so a rehearsal on one can be checked against the other (docs/wan.md, docs/sim.md).
-// Standard library only: the forwarder links nothing else.
+// the same files, so a rehearsal on one can be checked against the other (docs/wan.md,
+// docs/sim.md). Standard library only: the forwarder links nothing else.
 //
 // One statement per line, '#' starts a comment:
 //   host NAME region=R up=RATE [down=RATE] [jitter=TIME] [loss=P] [count=N]

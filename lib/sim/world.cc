@@ -74,13 +74,21 @@ std::vector<int> Peer::ring() const {
   return out;
 }
 
-World::World(const Topology &t, const std::vector<int> &ranks, const TcpOptions &tcp, const Workload &w)
-    : topo(t), engine(static_cast<int>(ranks.size() + w.joins.size())), net(engine, t, tcp), mail(engine), work(w),
-      membership(options(w, static_cast<int>(ranks.size()))), first_peers(static_cast<int>(ranks.size())) {
+World::World(const Topology &t, const std::vector<int> &ranks, const TcpOptions &tcp,
+             const Workload &w)
+    : topo(t),
+      engine(static_cast<int>(ranks.size() + w.joins.size())),
+      net(engine, t, tcp),
+      mail(engine),
+      work(w),
+      membership(options(w, static_cast<int>(ranks.size()))),
+      first_peers(static_cast<int>(ranks.size())) {
   peers.reserve(ranks.size() + w.joins.size());
-  for (size_t r = 0; r < ranks.size(); ++r) peers.emplace_back(id(static_cast<int>(r)), ranks[r], "rank " + std::to_string(r));
+  for (size_t r = 0; r < ranks.size(); ++r)
+    peers.emplace_back(id(static_cast<int>(r)), ranks[r], "rank " + std::to_string(r));
   for (size_t j = 0; j < w.joins.size(); ++j) {
-    Peer &x = peers.emplace_back(id(static_cast<int>(ranks.size() + j)), w.joins[j].host, "joiner " + std::to_string(j));
+    Peer &x = peers.emplace_back(id(static_cast<int>(ranks.size() + j)), w.joins[j].host,
+                                 "joiner " + std::to_string(j));
     x.asked = x.joined = x.has_state = false;
     admissions.push_back({w.joins[j]});
   }
@@ -90,8 +98,10 @@ coord::Membership::Options World::options(const Workload &work, int peers) {
   coord::Membership::Options o;
   o.min_peers = peers;  // the first epoch holds them all
   o.settle = std::chrono::milliseconds(0);
-  o.peer_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(work.peer_timeout));
-  o.probe_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(work.heartbeat));
+  o.peer_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(work.peer_timeout));
+  o.probe_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(work.heartbeat));
   o.measured_order = false;      // nobody reports measurements here: the ring keeps its order
   o.measured_crossover = false;  // the workload names its algorithm
   return o;
@@ -120,7 +130,8 @@ void World::hear(int m, const coord::ControlMessage &msg) {
   if (joins) peer(m).joined = true;
   bool drop = false;
   const Status st = membership.on_message(msg, at_time(engine.now()), &drop);
-  if (joins && timing_) engine.at(engine.now() + work.heartbeat, -1, [this, m, g = timers_] { heartbeat(m, g); });
+  if (joins && timing_)
+    engine.at(engine.now() + work.heartbeat, -1, [this, m, g = timers_] { heartbeat(m, g); });
   if (!st.ok()) {
     // As wccl-coord: the peer hears why (a dropped link too: its member then sees the call fail).
     engine.at(engine.now() + delay(work.coordinator, peer(m).host), -1,
@@ -176,7 +187,8 @@ void World::dispatch() {
     const bool lost = peer(*it).joined && !membership.live(id(*it));
     it = lost ? undetected_.erase(it) : std::next(it);
   }
-  const bool first = last_epoch_ == 0;  // the job's first epoch: formed before the simulation starts
+  const bool first =
+      last_epoch_ == 0;  // the job's first epoch: formed before the simulation starts
   const std::vector<coord::Notice> notices = membership.take_notices();
   if (membership.revoked() && !was_revoked_) {
     // The revocation goes to the fault of the peer whose loss caused it (a stopped joiner that was
@@ -201,7 +213,8 @@ void World::dispatch() {
     const auto &ring = membership.ring();
     std::vector<Time> heard(peers.size(), 0), open(peers.size(), 0);
     for (const coord::Member &x : ring) {
-      heard[static_cast<size_t>(index(x.id))] = first ? now : now + delay(work.coordinator, peer(index(x.id)).host);
+      heard[static_cast<size_t>(index(x.id))] =
+          first ? now : now + delay(work.coordinator, peer(index(x.id)).host);
     }
     Time last = now;
     for (size_t a = 0; a < ring.size(); ++a) {
@@ -213,7 +226,8 @@ void World::dispatch() {
         const int y = index(ring[b].id);
         const int hy = peer(y).host;
         const Time rtt = delay(hx, hy) + delay(hy, hx);
-        t = std::max(t, a < b ? heard[static_cast<size_t>(x)] + 3 * rtt : heard[static_cast<size_t>(y)] + 5 * rtt / 2);
+        t = std::max(t, a < b ? heard[static_cast<size_t>(x)] + 3 * rtt
+                              : heard[static_cast<size_t>(y)] + 5 * rtt / 2);
       }
       open[static_cast<size_t>(x)] = t;
       last = std::max(last, t);
@@ -239,7 +253,8 @@ void World::dispatch() {
     if (n.kind == coord::Notice::Kind::kCommit) {
       std::lock_guard<std::mutex> lock(logical_mu);
       auto it = logical.find({n.epoch, n.seq});
-      if (it != logical.end() && it->second + 1 == work.warmup && traffic_before.empty()) traffic_before = net.traffic();
+      if (it != logical.end() && it->second + 1 == work.warmup && traffic_before.empty())
+        traffic_before = net.traffic();
       for (Recovery &r : recoveries) {
         if (r.epoch >= 0 && r.committed < 0) {
           r.committed = seconds(now);
@@ -265,7 +280,8 @@ void World::start_timers() {
     if (peer(m).stopped || !peer(m).joined) continue;
     bool drop = false;
     (void)membership.on_message(peer(m).view.heartbeat(), at_time(engine.now()), &drop);
-    engine.at(engine.now() + work.heartbeat, -1, [this, m, generation] { heartbeat(m, generation); });
+    engine.at(engine.now() + work.heartbeat, -1,
+              [this, m, generation] { heartbeat(m, generation); });
   }
   engine.at(engine.now(), -1, [this, generation] { tick(generation); });
 }
@@ -284,7 +300,8 @@ void World::tick(uint64_t generation) {
     timing_ = false;
     return;
   }
-  const Time period = std::chrono::nanoseconds(coord::Membership::tick_period(options(work, 1))).count();
+  const Time period =
+      std::chrono::nanoseconds(coord::Membership::tick_period(options(work, 1))).count();
   engine.at(engine.now() + period, -1, [this, generation] { tick(generation); });
 }
 
@@ -309,7 +326,8 @@ void World::fault(const Fault &f) {
   // (The others' start with the timers.)
   const Time first_beat = d < first_peers ? 0 : me.since + work.heartbeat;
   if (!timing_ && engine.now() > first_beat) {
-    const Time last = first_beat + (engine.now() - 1 - first_beat) / work.heartbeat * work.heartbeat;
+    const Time last =
+        first_beat + (engine.now() - 1 - first_beat) / work.heartbeat * work.heartbeat;
     for (Time sent : {last - work.heartbeat, last}) {
       const Time arrives = sent + delay(me.host, work.coordinator);
       if (sent < first_beat) continue;
@@ -340,7 +358,8 @@ void World::fault(const Fault &f) {
       Peer &nb = peer(x);
       if (nb.stopped || nb.view.epoch() != e) return;
       // As the Communicator: the data phase fails on the closed link, and the member reports it.
-      if (nb.running != nullptr) nb.running->abort(WCCL_ERROR(WCCL_ERR_IO, "the link to member %d closed", d));
+      if (nb.running != nullptr)
+        nb.running->abort(WCCL_ERROR(WCCL_ERR_IO, "the link to member %d closed", d));
       send(x, -1, nb.view.link_broken(id(d)));
       engine.touch(x);
     });

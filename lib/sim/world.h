@@ -41,7 +41,8 @@ struct Once {
 // the driving thread touches it (from events).
 class Mailboxes {
  public:
-  using Key = std::tuple<uint64_t, uint64_t, int, int, uint32_t>;  // epoch, operation, from, to, tag
+  using Key =
+      std::tuple<uint64_t, uint64_t, int, int, uint32_t>;  // epoch, operation, from, to, tag
   struct Recv {
     uint8_t *data;
     size_t len;
@@ -69,11 +70,13 @@ class Mailboxes {
 
 // One simulated peer: its process, its member's rules, and what its trainer holds.
 struct Peer {
-  Peer(coord::PeerId id, int on_host, const std::string &name) : host(on_host), view(id, "sim", {name, "", ""}) {}
+  Peer(coord::PeerId id, int on_host, const std::string &name)
+      : host(on_host), view(id, "sim", {name, "", ""}) {}
   std::vector<int> ring() const;  // its epoch's members (World::index of each), in ring order
   int host = 0;
   comm::MemberView view;  // the library's rules: epoch, ring, operations' numbering and outcomes
-  std::map<std::pair<uint64_t, uint64_t>, Status> decided;  // outcomes of its operations not taken yet
+  std::map<std::pair<uint64_t, uint64_t>, Status>
+      decided;                       // outcomes of its operations not taken yet
   algo::Channel *running = nullptr;  // the data phase under way
   bool links_open = false;           // its current epoch's links are open
   // Its process.
@@ -123,7 +126,7 @@ struct World {
   std::vector<Peer> peers;  // the first epoch's peers, then the joiners
   const int first_peers;
   // Member threads of one instant run at once: what several of them write is atomic or locked.
-  std::atomic<int> active{0};  // members whose thread runs and whose process does
+  std::atomic<int> active{0};       // members whose thread runs and whose process does
   std::atomic<bool> halted{false};  // a member failed for good: the timers stop, so the run ends
   std::mutex logical_mu;
   std::map<std::pair<uint64_t, uint64_t>, int> logical;  // (epoch, seq) -> the workload's operation
@@ -149,7 +152,8 @@ struct World {
   // Heartbeats and the coordinator's timer decide something only while a stopped peer has not been
   // declared lost yet: they run from a fault until then (so a run without faults has no periodic
   // events, and one that can no longer move ends as the engine's deadlock).
-  std::set<int> undetected_;  // stopped peers the coordinator has not declared lost (or heard of) yet
+  std::set<int>
+      undetected_;  // stopped peers the coordinator has not declared lost (or heard of) yet
   bool timing_ = false;
   uint64_t timers_ = 0;  // generation of the running heartbeats and timer
 };

@@ -1,8 +1,8 @@
 // libFuzzer target: the wire decoders (codec/wire.h) on arbitrary bytes. Byte 0 picks the wire,
 // bytes 1-2 the element count; the rest is the encoded data. A decoder must reject anything
 // malformed (wrong length, bad block scales or offsets, FP8 NaN codes) without touching its output,
-// and whatever it accepts must decode to finite values on the block-quantized wires, the same through decode and
-// decode-then-add to zero.
+// and whatever it accepts must decode to finite values on the block-quantized wires, the same
+// through decode and decode-then-add to zero.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const size_t len = size - 3;
   std::vector<float> out(count, 42.0f), acc(count, 0.0f);
   const wccl::Status st = decode(w, payload, len, count, out.data());
-  const wccl::Status st2 = decode_reduce(w, RedOp::kSum, payload, len, count, acc.data(), acc.data());
+  const wccl::Status st2 =
+      decode_reduce(w, RedOp::kSum, payload, len, count, acc.data(), acc.data());
   if (st.ok() != st2.ok()) __builtin_trap();
   if (!st.ok()) {
     for (float f : out) {

@@ -47,7 +47,7 @@ void add_ext(X509 *cert, X509 *issuer, int nid, const char *value) {
 }
 
 X509Ptr make_cert(EVP_PKEY *key, const std::string &name, X509 *issuer, EVP_PKEY *issuer_key,
-                          int not_before_days, int not_after_days, bool is_ca) {
+                  int not_before_days, int not_after_days, bool is_ca) {
   X509Ptr cert(X509_new());
   if (!cert) fail("X509_new");
   X509_set_version(cert.get(), 2);
@@ -65,19 +65,23 @@ X509Ptr make_cert(EVP_PKEY *key, const std::string &name, X509 *issuer, EVP_PKEY
   X509 *signer = issuer != nullptr ? issuer : cert.get();
   X509_set_issuer_name(cert.get(), X509_get_subject_name(signer));
   X509_set_pubkey(cert.get(), key);
-  add_ext(cert.get(), signer, NID_basic_constraints, is_ca ? "critical,CA:TRUE" : "critical,CA:FALSE");
-  add_ext(cert.get(), signer, NID_key_usage, is_ca ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature");
+  add_ext(cert.get(), signer, NID_basic_constraints,
+          is_ca ? "critical,CA:TRUE" : "critical,CA:FALSE");
+  add_ext(cert.get(), signer, NID_key_usage,
+          is_ca ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature");
   if (!is_ca) add_ext(cert.get(), signer, NID_ext_key_usage, "serverAuth,clientAuth");
   add_ext(cert.get(), signer, NID_subject_key_identifier, "hash");
-  if (X509_sign(cert.get(), issuer_key != nullptr ? issuer_key : key, EVP_sha256()) == 0) fail("X509_sign");
+  if (X509_sign(cert.get(), issuer_key != nullptr ? issuer_key : key, EVP_sha256()) == 0)
+    fail("X509_sign");
   return cert;
 }
 
 void write_pem(const std::string &path, X509 *cert, EVP_PKEY *key) {
   FILE *f = std::fopen(path.c_str(), "w");
   if (f == nullptr) throw std::runtime_error("certgen: cannot write " + path);
-  const bool ok = cert != nullptr ? PEM_write_X509(f, cert) == 1
-                                  : PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+  const bool ok = cert != nullptr
+                      ? PEM_write_X509(f, cert) == 1
+                      : PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
   std::fclose(f);
   if (!ok) fail("PEM write");
 }
@@ -91,7 +95,8 @@ struct Authority::Impl {
 
 Authority::~Authority() = default;
 
-Authority::Authority(const std::string &dir, const std::string &name) : impl_(std::make_unique<Impl>()), dir_(dir) {
+Authority::Authority(const std::string &dir, const std::string &name)
+    : impl_(std::make_unique<Impl>()), dir_(dir) {
   impl_->key.reset(EVP_EC_gen("P-256"));
   if (!impl_->key) fail("EVP_EC_gen");
   impl_->cert = make_cert(impl_->key.get(), name, nullptr, nullptr, -1, 3650, true);
@@ -102,7 +107,8 @@ Authority::Authority(const std::string &dir, const std::string &name) : impl_(st
 NodeFiles Authority::issue(const std::string &name, int not_before_days, int not_after_days) {
   PkeyPtr key(EVP_EC_gen("P-256"));
   if (!key) fail("EVP_EC_gen");
-  X509Ptr cert = make_cert(key.get(), name, impl_->cert.get(), impl_->key.get(), not_before_days, not_after_days, false);
+  X509Ptr cert = make_cert(key.get(), name, impl_->cert.get(), impl_->key.get(), not_before_days,
+                           not_after_days, false);
   NodeFiles files{dir_ + "/" + name + ".pem", dir_ + "/" + name + ".key", ca_path_};
   write_pem(files.cert, cert.get(), nullptr);
   write_pem(files.key, nullptr, key.get());
@@ -111,8 +117,10 @@ NodeFiles Authority::issue(const std::string &name, int not_before_days, int not
 
 TempDir::TempDir(const std::string &prefix) {
   const char *base = std::getenv("TMPDIR");  // NOLINT(concurrency-mt-unsafe): read-only use
-  std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + prefix + "-XXXXXX";
-  if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory " + templ);
+  std::string templ =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+  if (mkdtemp(templ.data()) == nullptr)
+    throw std::runtime_error("cannot create a temporary directory " + templ);
   path_ = templ;
 }
 

@@ -23,13 +23,13 @@
 // The topology file: lib/sim/topology.h (wccl-sim reads the same files).
 // Host k gets address 10.77.0.(k+1)/16.
 #include <fcntl.h>
-#include <pthread.h>
-#include <sys/prctl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -48,8 +48,8 @@
 #include <queue>
 #include <random>
 #include <stdexcept>
-#include <system_error>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "sim/topology.h"
@@ -87,11 +87,14 @@ struct Topology {
 
 [[noreturn]] void fail(const std::string &why) { throw std::runtime_error(why); }
 // The same for a failed system call: errno's text after `what`.
-[[noreturn]] void fail_errno(const std::string &what) { throw std::system_error(errno, std::generic_category(), what); }
+[[noreturn]] void fail_errno(const std::string &what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
 
 Topology load_topology(const std::string &path) {
   const wccl::sim::Topology parsed = wccl::sim::parse_topology(path);
-  if (parsed.hosts.size() > 250) fail(path + ": the emulator takes at most 250 hosts (one /24 of addresses)");
+  if (parsed.hosts.size() > 250)
+    fail(path + ": the emulator takes at most 250 hosts (one /24 of addresses)");
   Topology topo;
   for (const wccl::sim::Host &h : parsed.hosts) {
     Host host;
@@ -153,7 +156,8 @@ class Forwarder {
     for (size_t k = 0; k < t_.hosts.size(); ++k) {
       const std::string dev = "wccl-w" + std::to_string(k);
       t_.hosts[k].fd = open_tun(dev);
-      std::printf("host %s 10.77.0.%zu %s %d\n", t_.hosts[k].name.c_str(), k + 1, dev.c_str(), t_.mtu);
+      std::printf("host %s 10.77.0.%zu %s %d\n", t_.hosts[k].name.c_str(), k + 1, dev.c_str(),
+                  t_.mtu);
     }
     std::printf("ready\n");
     std::fflush(stdout);
@@ -205,13 +209,14 @@ class Forwarder {
   }
 
   void print_counters() const {
-    std::fprintf(stderr, "%-12s %10s %14s %10s %14s %8s %8s %8s %8s\n", "host", "sent", "sent(B)", "delivered",
-                 "delivered(B)", "drop-up", "drop-dn", "lost", "other");
+    std::fprintf(stderr, "%-12s %10s %14s %10s %14s %8s %8s %8s %8s\n", "host", "sent", "sent(B)",
+                 "delivered", "delivered(B)", "drop-up", "drop-dn", "lost", "other");
     for (const Host &h : t_.hosts) {
-      std::fprintf(stderr, "%-12s %10" PRIu64 " %14" PRIu64 " %10" PRIu64 " %14" PRIu64 " %8" PRIu64 " %8" PRIu64
-                   " %8" PRIu64 " %8" PRIu64 "\n",
-                   h.name.c_str(), h.n.sent, h.n.sent_bytes, h.n.delivered, h.n.delivered_bytes, h.n.drop_up,
-                   h.n.drop_down, h.n.lost, h.n.unroutable);
+      std::fprintf(stderr,
+                   "%-12s %10" PRIu64 " %14" PRIu64 " %10" PRIu64 " %14" PRIu64 " %8" PRIu64
+                   " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 "\n",
+                   h.name.c_str(), h.n.sent, h.n.sent_bytes, h.n.delivered, h.n.delivered_bytes,
+                   h.n.drop_up, h.n.drop_down, h.n.lost, h.n.unroutable);
     }
   }
 
@@ -235,7 +240,9 @@ class Forwarder {
   static double backlog(int64_t free_at, int64_t at, double bps) {
     return free_at > at ? static_cast<double>(free_at - at) * bps / 8e9 : 0;
   }
-  static int64_t transmit_ns(size_t len, double bps) { return static_cast<int64_t>(static_cast<double>(len) * 8e9 / bps); }
+  static int64_t transmit_ns(size_t len, double bps) {
+    return static_cast<int64_t>(static_cast<double>(len) * 8e9 / bps);
+  }
 
   void read_host(int from) {
     Host &src = t_.hosts[static_cast<size_t>(from)];
@@ -258,15 +265,18 @@ class Forwarder {
   void uplink(int from, Packet *p, int64_t now) {
     Host &src = t_.hosts[static_cast<size_t>(from)];
     // IPv4 to 10.77.0.(k+1) only; anything else (IPv6 router solicitations, say) goes nowhere.
-    const int to = p->len >= 20 && (p->data[0] >> 4) == 4 && p->data[16] == 10 && p->data[17] == 77 && p->data[18] == 0
+    const int to = p->len >= 20 && (p->data[0] >> 4) == 4 && p->data[16] == 10 &&
+                           p->data[17] == 77 && p->data[18] == 0
                        ? p->data[19] - 1
                        : -1;
-    if (to < 0 || to >= static_cast<int>(t_.hosts.size()) || to == from || in_flight_ > kMaxInFlight) {
+    if (to < 0 || to >= static_cast<int>(t_.hosts.size()) || to == from ||
+        in_flight_ > kMaxInFlight) {
       ++src.n.unroutable;
       return give_back(p);
     }
     Host &dst = t_.hosts[static_cast<size_t>(to)];
-    if (backlog(src.up_free, now, src.up_bps) + static_cast<double>(p->len) > static_cast<double>(t_.queue_bytes)) {
+    if (backlog(src.up_free, now, src.up_bps) + static_cast<double>(p->len) >
+        static_cast<double>(t_.queue_bytes)) {
       ++src.n.drop_up;
       return give_back(p);
     }
@@ -277,7 +287,8 @@ class Forwarder {
     }
     int64_t arrival = src.up_free + t_.delay_ns[static_cast<size_t>(from)][static_cast<size_t>(to)];
     for (const Host *h : {&src, &dst}) {
-      if (h->jitter_ns > 0) arrival += static_cast<int64_t>(uniform_(rng_) * static_cast<double>(h->jitter_ns));
+      if (h->jitter_ns > 0)
+        arrival += static_cast<int64_t>(uniform_(rng_) * static_cast<double>(h->jitter_ns));
     }
     int64_t &last = last_arrival_[static_cast<size_t>(from)][static_cast<size_t>(to)];
     arrival = std::max(arrival, last);  // jitter delays, never reorders, a pair's packets
@@ -302,7 +313,8 @@ class Forwarder {
         dst.down_free = std::max(dst.down_free, e.at) + transmit_ns(e.packet->len, dst.down_bps);
         push(dst.down_free, true, e.packet);
       } else {
-        if (write(dst.fd, e.packet->data.get(), e.packet->len) == static_cast<ssize_t>(e.packet->len)) {
+        if (write(dst.fd, e.packet->data.get(), e.packet->len) ==
+            static_cast<ssize_t>(e.packet->len)) {
           ++dst.n.delivered;
           dst.n.delivered_bytes += e.packet->len;
         } else {
@@ -329,7 +341,9 @@ class Forwarder {
 int main(int argc, char **argv) {
   const bool parent = argc == 4 && std::strcmp(argv[1], "--parent") == 0;
   if ((argc != 2 && !parent) || argv[argc - 1][0] == '-') {
-    std::fprintf(stderr, "usage: wccl-wan-forward [--parent PID] TOPOLOGY   (see tools/wan/wan.py and docs/wan.md)\n");
+    std::fprintf(stderr,
+                 "usage: wccl-wan-forward [--parent PID] TOPOLOGY   (see tools/wan/wan.py and "
+                 "docs/wan.md)\n");
     return 2;
   }
   if (parent) {
