@@ -3,31 +3,27 @@
 namespace wccl::coord {
 namespace {
 
+// A message's layout is written once, in fields() below, and walked by both directions: a Writer
+// appends each field's value, a Reader reads each into the message and checks it. The field names
+// are the Reader's error messages.
+constexpr bool kWords = true;   // text(): no spaces (names, groups, addresses)
+constexpr bool kProse = false;  // text(): printable text with spaces (reasons, messages)
+
 class Writer {
  public:
-  void u8(uint8_t v) { out_.push_back(v); }
-  void u32(uint32_t v) { le(v, 4); }
-  void u64(uint64_t v) { le(v, 8); }
-  void text(const std::string &s) {
+  void u8(const char *, uint8_t v) { out_.push_back(v); }
+  void u32(const char *, uint32_t v) { le(v, 4); }
+  void u64(const char *, uint64_t v) { le(v, 8); }
+  void peer(const char *, PeerId v) { le(v, 8); }
+  void text(const char *, bool, const std::string &s) {
     const size_t n = s.size() < kMaxTextBytes ? s.size() : kMaxTextBytes;
-    u8(static_cast<uint8_t>(n));
+    out_.push_back(static_cast<uint8_t>(n));
     out_.insert(out_.end(), s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
   }
-  void ring(const std::vector<Member> &ring) {
-    u32(static_cast<uint32_t>(ring.size()));
-    for (const Member &m : ring) {
-      u64(m.id);
-      text(m.info.name);
-      text(m.info.address);
-    }
-  }
-  void links(const std::vector<LinkMeasurement> &links) {
-    u32(static_cast<uint32_t>(links.size()));
-    for (const LinkMeasurement &l : links) {
-      u64(l.peer);
-      u32(l.rtt_us);
-      u64(l.bytes_per_s);
-    }
+  template <typename T, typename Entry>
+  void list(const char *, const char *, size_t, const std::vector<T> &entries, Entry entry) {
+    le(entries.size(), 4);
+    for (const T &e : entries) entry(e);
   }
   std::vector<uint8_t> take() { return std::move(out_); }
 
@@ -43,73 +39,52 @@ class Reader {
  public:
   Reader(const uint8_t *data, size_t size) : p_(data), left_(size) {}
 
-  uint64_t u64(const char *field) { return le(8, field); }
-  uint32_t u32(const char *field) { return static_cast<uint32_t>(le(4, field)); }
-  uint8_t u8(const char *field) { return static_cast<uint8_t>(le(1, field)); }
-  PeerId peer(const char *field) {
-    const PeerId id = u64(field);
+  void u8(const char *field, uint8_t &v) { v = static_cast<uint8_t>(le(1, field)); }
+  void u32(const char *field, uint32_t &v) { v = static_cast<uint32_t>(le(4, field)); }
+  void u64(const char *field, uint64_t &v) { v = le(8, field); }
+  void peer(const char *field, PeerId &id) {
+    id = le(8, field);
     if (status_.ok() && id == 0)
       status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s is 0", field);
-    return id;
   }
-  // words: no spaces (names, groups, addresses); otherwise printable text with spaces.
-  std::string text(const char *field, bool words) {
-    const size_t n = u8(field);
-    if (!status_.ok()) return "";
+  void text(const char *field, bool words, std::string &s) {
+    s.clear();
+    const size_t n = le(1, field);
+    if (!status_.ok()) return;
     if (n > left_) {
       status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s runs past the end", field);
-      return "";
+      return;
     }
-    std::string s(reinterpret_cast<const char *>(p_), n);
-    for (char c : s) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto c = static_cast<char>(p_[i]);
       if (c < ' ' || c > '~' || (words && c == ' ')) {
         status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: %s holds a forbidden byte 0x%02x",
-                             field, static_cast<unsigned>(static_cast<unsigned char>(c)));
-        return "";
+                             field, static_cast<unsigned>(p_[i]));
+        return;
       }
     }
+    s.assign(reinterpret_cast<const char *>(p_), n);
     p_ += n;
     left_ -= n;
-    return s;
   }
   // A count of entries of at least min_bytes each, at most kMaxRingMembers: a count the message
-  // cannot hold is caught before anything is allocated for it. 0 after a failure.
-  uint32_t count(const char *field, const char *what, size_t min_bytes) {
-    const uint32_t n = u32(field);
+  // cannot hold is caught before anything is allocated for it.
+  template <typename T, typename Entry>
+  void list(const char *field, const char *what, size_t min_bytes, std::vector<T> &entries,
+            Entry entry) {
+    entries.clear();
+    const auto n = static_cast<uint32_t>(le(4, field));
     if (status_.ok() && (n > kMaxRingMembers || n > left_ / min_bytes)) {
       status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL,
                            "control message: %u %s (limit %zu, or more than the message holds)", n,
                            what, kMaxRingMembers);
     }
-    return status_.ok() ? n : 0;
-  }
-  std::vector<Member> ring() {
-    const uint32_t n = count("ring size", "ring members", 10);
-    std::vector<Member> out;
-    out.reserve(n);
-    for (uint32_t i = 0; i < n && status_.ok(); ++i) {
-      Member m;
-      m.id = peer("ring member id");
-      m.info.name = text("ring member name", true);
-      m.info.address = text("ring member address", true);
-      out.push_back(std::move(m));
+    if (!status_.ok()) return;
+    entries.resize(n);
+    for (T &e : entries) {
+      entry(e);
+      if (!status_.ok()) return;
     }
-    return out;
-  }
-  std::vector<LinkMeasurement> links() {
-    const uint32_t n = count("link count", "links", 20);
-    std::vector<LinkMeasurement> out;
-    out.reserve(n);
-    for (uint32_t i = 0; i < n && status_.ok(); ++i) {
-      LinkMeasurement l;
-      l.peer = peer("link peer id");
-      l.rtt_us = u32("link round trip");
-      l.bytes_per_s = u64("link delivery rate");
-      if (status_.ok() && l.rtt_us == 0)
-        status_ = WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: a link round trip is 0");
-      out.push_back(l);
-    }
-    return out;
   }
   const Status &status() const { return status_; }
   Status finish() {
@@ -138,89 +113,116 @@ class Reader {
   Status status_;
 };
 
+// Io is a Writer (M a const ControlMessage) or a Reader (M a ControlMessage).
+template <typename Io, typename M>
+void ring(Io &io, M &m) {
+  io.list("ring size", "ring members", 10, m.ring, [&io](auto &member) {
+    io.peer("ring member id", member.id);
+    io.text("ring member name", kWords, member.info.name);
+    io.text("ring member address", kWords, member.info.address);
+  });
+}
+
+// The fields after the type and the reserved byte. False for a type that is not a MessageType.
+template <typename Io, typename M>
+bool fields(Io &io, M &m) {
+  switch (m.type) {
+    case MessageType::kJoin:
+    case MessageType::kRejoin:
+      io.peer("peer id", m.peer);
+      io.text("group", kWords, m.group);
+      io.text("name", kWords, m.info.name);
+      io.text("address", kWords, m.info.address);
+      io.text("node", kProse, m.info.node);
+      if (m.type == MessageType::kRejoin) {
+        io.u64("epoch", m.epoch);
+        io.u64("committed operation", m.seq);
+        ring(io, m);
+        io.u64("tree_max_bytes", m.tree_max_bytes);
+      }
+      return true;
+    case MessageType::kHeartbeat:
+      io.peer("peer id", m.peer);
+      return true;
+    case MessageType::kUpdate:
+    case MessageType::kReform:
+    case MessageType::kLeave:
+      io.peer("peer id", m.peer);
+      io.u64("epoch", m.epoch);
+      io.u64("operations", m.seq);
+      io.u32("call", m.count);
+      return true;
+    case MessageType::kDone:
+    case MessageType::kOpFailed:
+      io.peer("peer id", m.peer);
+      io.u64("epoch", m.epoch);
+      io.u64("operation", m.seq);
+      if (m.type == MessageType::kOpFailed) io.text("reason", kProse, m.text);
+      return true;
+    case MessageType::kLinkBroken:
+      io.peer("peer id", m.peer);
+      io.peer("suspect id", m.other);
+      return true;
+    case MessageType::kLinkReport:
+      io.peer("peer id", m.peer);
+      io.u64("epoch", m.epoch);
+      io.list("link count", "links", 20, m.links, [&io](auto &link) {
+        io.peer("link peer id", link.peer);
+        io.u32("link round trip", link.rtt_us);
+        io.u64("link delivery rate", link.bytes_per_s);
+      });
+      return true;
+    case MessageType::kEpoch:
+      io.u64("epoch", m.epoch);
+      io.u32("call answered", m.count);
+      ring(io, m);
+      io.u64("tree_max_bytes", m.tree_max_bytes);
+      io.u32("epoch origin", m.origin);
+      return true;
+    case MessageType::kRevoked:
+      io.u64("epoch", m.epoch);
+      io.u64("committed operation", m.seq);
+      io.peer("lost peer id", m.other);
+      io.text("reason", kProse, m.text);
+      return true;
+    case MessageType::kRemoved:
+      io.u64("epoch", m.epoch);
+      io.text("reason", kProse, m.text);
+      return true;
+    case MessageType::kProbe:
+    case MessageType::kLeft:
+      io.u64("epoch", m.epoch);
+      return true;
+    case MessageType::kError:
+      io.u32("code", m.code);
+      io.text("message", kProse, m.text);
+      return true;
+    case MessageType::kPending:
+      io.u64("epoch", m.epoch);
+      io.u32("count", m.count);
+      return true;
+    case MessageType::kCommit:
+    case MessageType::kBarrier:
+      io.u64("epoch", m.epoch);
+      io.u64("operation", m.seq);
+      return true;
+  }
+  return false;
+}
+
+template <typename Io, typename H>
+void fields_of_hello(Io &io, H &h) {
+  io.u64("link hello epoch", h.epoch);
+  io.peer("link hello peer id", h.from);
+}
+
 }  // namespace
 
 std::vector<uint8_t> encode(const ControlMessage &m) {
   Writer w;
-  w.u8(static_cast<uint8_t>(m.type));
-  w.u8(0);  // reserved
-  switch (m.type) {
-    case MessageType::kJoin:
-    case MessageType::kRejoin:
-      w.u64(m.peer);
-      w.text(m.group);
-      w.text(m.info.name);
-      w.text(m.info.address);
-      w.text(m.info.node);
-      if (m.type == MessageType::kRejoin) {
-        w.u64(m.epoch);
-        w.u64(m.seq);
-        w.ring(m.ring);
-        w.u64(m.tree_max_bytes);
-      }
-      break;
-    case MessageType::kHeartbeat:
-      w.u64(m.peer);
-      break;
-    case MessageType::kUpdate:
-    case MessageType::kReform:
-    case MessageType::kLeave:
-      w.u64(m.peer);
-      w.u64(m.epoch);
-      w.u64(m.seq);
-      w.u32(m.count);
-      break;
-    case MessageType::kLinkBroken:
-      w.u64(m.peer);
-      w.u64(m.other);
-      break;
-    case MessageType::kLinkReport:
-      w.u64(m.peer);
-      w.u64(m.epoch);
-      w.links(m.links);
-      break;
-    case MessageType::kDone:
-    case MessageType::kOpFailed:
-      w.u64(m.peer);
-      w.u64(m.epoch);
-      w.u64(m.seq);
-      if (m.type == MessageType::kOpFailed) w.text(m.text);
-      break;
-    case MessageType::kEpoch:
-      w.u64(m.epoch);
-      w.u32(m.count);
-      w.ring(m.ring);
-      w.u64(m.tree_max_bytes);
-      w.u32(m.origin);
-      break;
-    case MessageType::kRevoked:
-      w.u64(m.epoch);
-      w.u64(m.seq);
-      w.u64(m.other);
-      w.text(m.text);
-      break;
-    case MessageType::kRemoved:
-      w.u64(m.epoch);
-      w.text(m.text);
-      break;
-    case MessageType::kProbe:
-    case MessageType::kLeft:
-      w.u64(m.epoch);
-      break;
-    case MessageType::kError:
-      w.u32(m.code);
-      w.text(m.text);
-      break;
-    case MessageType::kPending:
-      w.u64(m.epoch);
-      w.u32(m.count);
-      break;
-    case MessageType::kCommit:
-    case MessageType::kBarrier:
-      w.u64(m.epoch);
-      w.u64(m.seq);
-      break;
-  }
+  w.u8("type", static_cast<uint8_t>(m.type));
+  w.u8("reserved", 0);
+  fields(w, m);
   return w.take();
 }
 
@@ -231,110 +233,38 @@ Status decode(const uint8_t *data, size_t size, ControlMessage *out) {
   }
   Reader r(data, size);
   ControlMessage m;
-  const uint8_t type = r.u8("type");
-  const uint8_t reserved = r.u8("reserved");
+  uint8_t type = 0;
+  uint8_t reserved = 0;
+  r.u8("type", type);
+  r.u8("reserved", reserved);
   WCCL_RETURN_IF_ERROR(r.status());
   if (reserved != 0) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: reserved byte set");
   m.type = static_cast<MessageType>(type);
-  switch (m.type) {
-    case MessageType::kJoin:
-    case MessageType::kRejoin:
-      m.peer = r.peer("peer id");
-      m.group = r.text("group", true);
-      m.info.name = r.text("name", true);
-      m.info.address = r.text("address", true);
-      m.info.node = r.text("node", false);
-      if (m.type == MessageType::kRejoin) {
-        m.epoch = r.u64("epoch");
-        m.seq = r.u64("committed operation");
-        m.ring = r.ring();
-        m.tree_max_bytes = r.u64("tree_max_bytes");
-      }
-      break;
-    case MessageType::kHeartbeat:
-      m.peer = r.peer("peer id");
-      break;
-    case MessageType::kUpdate:
-    case MessageType::kReform:
-    case MessageType::kLeave:
-      m.peer = r.peer("peer id");
-      m.epoch = r.u64("epoch");
-      m.seq = r.u64("operations");
-      m.count = r.u32("call");
-      break;
-    case MessageType::kDone:
-    case MessageType::kOpFailed:
-      m.peer = r.peer("peer id");
-      m.epoch = r.u64("epoch");
-      m.seq = r.u64("operation");
-      if (m.type == MessageType::kOpFailed) m.text = r.text("reason", false);
-      break;
-    case MessageType::kLinkBroken:
-      m.peer = r.peer("peer id");
-      m.other = r.peer("suspect id");
-      break;
-    case MessageType::kLinkReport:
-      m.peer = r.peer("peer id");
-      m.epoch = r.u64("epoch");
-      m.links = r.links();
-      break;
-    case MessageType::kEpoch:
-      m.epoch = r.u64("epoch");
-      m.count = r.u32("call answered");
-      m.ring = r.ring();
-      m.tree_max_bytes = r.u64("tree_max_bytes");
-      m.origin = r.u32("epoch origin");
-      if (m.origin > static_cast<uint32_t>(EpochOrigin::kAfterLeave)) {
-        return WCCL_ERROR(WCCL_ERR_PROTOCOL, "EPOCH with unknown origin %u", m.origin);
-      }
-      break;
-    case MessageType::kRevoked:
-      m.epoch = r.u64("epoch");
-      m.seq = r.u64("committed operation");
-      m.other = r.peer("lost peer id");
-      m.text = r.text("reason", false);
-      break;
-    case MessageType::kRemoved:
-      m.epoch = r.u64("epoch");
-      m.text = r.text("reason", false);
-      break;
-    case MessageType::kProbe:
-    case MessageType::kLeft:
-      m.epoch = r.u64("epoch");
-      break;
-    case MessageType::kError:
-      m.code = r.u32("code");
-      m.text = r.text("message", false);
-      break;
-    case MessageType::kPending:
-      m.epoch = r.u64("epoch");
-      m.count = r.u32("count");
-      break;
-    case MessageType::kCommit:
-    case MessageType::kBarrier:
-      m.epoch = r.u64("epoch");
-      m.seq = r.u64("operation");
-      break;
-    default:
-      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: unknown type %u", type);
+  if (!fields(r, m)) {
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: unknown type %u", type);
   }
   WCCL_RETURN_IF_ERROR(r.finish());
+  if (m.type == MessageType::kEpoch && m.origin > static_cast<uint32_t>(EpochOrigin::kAfterLeave)) {
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "EPOCH with unknown origin %u", m.origin);
+  }
+  for (const LinkMeasurement &l : m.links) {
+    if (l.rtt_us == 0)
+      return WCCL_ERROR(WCCL_ERR_PROTOCOL, "control message: a link round trip is 0");
+  }
   *out = std::move(m);
   return Status();
 }
 
 std::vector<uint8_t> encode(const LinkHello &h) {
   Writer w;
-  w.u64(h.epoch);
-  w.u64(h.from);
+  fields_of_hello(w, h);
   return w.take();
 }
 
 Status decode(const uint8_t *data, size_t size, LinkHello *out) {
   Reader r(data, size);
   LinkHello h;
-  h.epoch = r.u64("link hello epoch");
-  h.from = r.peer("link hello peer id");
+  fields_of_hello(r, h);
   WCCL_RETURN_IF_ERROR(r.finish());
   *out = h;
   return Status();
