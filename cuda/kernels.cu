@@ -40,8 +40,7 @@ unsigned grid_for(size_t n) {
                                                      : 65535u * 32u);  // grid-stride beyond
 }
 
-// --- Block-quantized wires: INT8, INT4, INT2, FP8
-// ----------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, INT2, FP8 ------------------------------------------------
 
 template <Wire W>
 constexpr const codec::BlockFormat &format() {
@@ -364,8 +363,7 @@ __global__ void block_decode_add_kernel(const uint8_t *__restrict src, size_t n,
   }
 }
 
-// --- 16-bit floats and reductions
-// -----------------------------------------------------------------
+// --- 16-bit floats and reductions ----------------------------------------------------------------
 
 template <typename In, typename Out, typename F>
 __global__ void map_kernel(const In *__restrict src, size_t n, Out *__restrict dst, F f) {

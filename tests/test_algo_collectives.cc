@@ -856,10 +856,9 @@ TEST(Algo, DeadlineEndsAWaitForAPeerThatNeverSends) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
-// --- Device buffers
-// --------------------------------------------------------------------------------- The same
-// schedules with every rank's buffers on an emulated GPU (tests/emulated_device.h): the device path
-// must give the host path's bytes exactly, since its kernels compute the same bits.
+// --- Device buffers ------------------------------------------------------------------------------
+// The same schedules with every rank's buffers on an emulated GPU (tests/emulated_device.h): the
+// device path must give the host path's bytes exactly, since its kernels compute the same bits.
 
 class DeviceTest : public ::testing::TestWithParam<WireParam> {};
 

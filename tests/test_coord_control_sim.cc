@@ -766,7 +766,6 @@ std::string Sim::run() {
 }
 
 // --- cases driven by hand: the coordinator's rules and member views, messages handed over at once
-// ---
 
 coord::Clock::time_point at(int64_t ms) {
   return coord::Clock::time_point() + std::chrono::milliseconds(ms);

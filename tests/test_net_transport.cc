@@ -398,8 +398,7 @@ TEST(Gigabyte, TinySocketBuffersForcePartialReadsAndWrites) {
   gigabyte(s, c);
 }
 
-// --- failures of the other process
-// ----------------------------------------------------------------
+// --- failures of the other process ---------------------------------------------------------------
 
 // Starts argv[0] with argv and this process's environment, overridden by env ("WCCL_X=y"); its
 // pid, or -1 (a test failure) when it cannot be started.
@@ -576,8 +575,7 @@ TEST(PeerFailure, KilledMidTransferGivesIoPlaintext) { peer_fault(false, Fault::
 TEST(PeerFailure, KilledMidTransferGivesIoTls) { peer_fault(true, Fault::kKill); }
 TEST(PeerFailure, StoppedMidTransferGivesTimeout) { peer_fault(true, Fault::kStop); }
 
-// --- set-up failures
-// --------------------------------------------------------------------------------
+// --- set-up failures -----------------------------------------------------------------------------
 
 TEST(Connect, SilentListenerTimesOut) {
   // A socket that listens but never accepts: TCP connects through the backlog, then nothing.

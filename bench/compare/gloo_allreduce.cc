@@ -1,8 +1,8 @@
 // gloo-allreduce: fp32 SUM all-reduce with Gloo over TCP on 127.0.0.1, for comparison with wccl.
 //
 //   gloo-allreduce --local N [--algo ring_chunked|halving_doubling] [--timeout-s S] [sweep flags]
-//   gloo-allreduce --rank R --size N --store DIR [--host IP] [--algo A] [--timeout-s S] [sweep
-//   flags]
+//   gloo-allreduce --rank R --size N --store DIR [--host IP] [--algo A] [--timeout-s S]
+//                  [sweep flags]
 //
 // With --local, the program forks N ranks itself. They meet through a gloo::rendezvous::FileStore
 // in a fresh temporary directory and connect a full mesh of TCP pairs (gloo::transport::tcp)

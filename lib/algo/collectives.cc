@@ -54,12 +54,11 @@ size_t segments(const Collective &c, size_t max_elems) {
   return std::max<size_t>(1, (bytes + c.chunk_bytes - 1) / c.chunk_bytes);
 }
 
-// --- Topologies
-// ------------------------------------------------------------------------------------ Each is
-// written once, over a Payload (algo/payload.h) and a Pipeline (algo/pipeline.h). A buffer is cut
-// into blocks (n for a ring, two halves for the trees) and each block into segments of at most
-// chunk_bytes on the wire, which move independently (pipelining). Send slots are message tags, for
-// the receives that must wait until a send no longer reads their memory.
+// --- Topologies ----------------------------------------------------------------------------------
+// Each is written once, over a Payload (algo/payload.h) and a Pipeline (algo/pipeline.h). A buffer
+// is cut into blocks (n for a ring, two halves for the trees) and each block into segments of at
+// most chunk_bytes on the wire, which move independently (pipelining). Send slots are message tags,
+// for the receives that must wait until a send no longer reads their memory.
 
 struct Ring {
   int n, r, next, prev;

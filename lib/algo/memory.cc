@@ -114,8 +114,7 @@ Status GrowingBytes::reserve(Memory &memory, Kind kind, size_t n, uint8_t **at) 
   return Status();
 }
 
-// --- DeviceMemory
-// ---------------------------------------------------------------------------------
+// --- DeviceMemory --------------------------------------------------------------------------------
 
 std::unique_ptr<DeviceMemory> DeviceMemory::create(gpu::Device &device, Status *st) {
   gpu::Stream work = nullptr, commit = nullptr;

@@ -156,8 +156,7 @@ void finish_avg(Dtype t, void *dst, size_t n, int by) {
   }
 }
 
-// --- Block-quantized wires: INT8, INT4, INT2, FP8, TOPK
-// ---------------------------------------------------
+// --- Block-quantized wires: INT8, INT4, INT2, FP8, TOPK ------------------------------------------
 
 // Floats as integers that order the same way (-0 just below +0), so the min/max scan is an
 // integer reduction: it vectorises without fast-math and gives the same answer in any order, on
@@ -457,8 +456,7 @@ void decode_only(const uint8_t *src, size_t n, float *dst) {
   decode_blocks<Decode, F>(src, n, dst, nullptr);
 }
 
-// --- FP16 / BF16
-// ----------------------------------------------------------------------------------
+// --- FP16 / BF16 ---------------------------------------------------------------------------------
 
 // The 16-bit wire data may sit at any address (a message inside a receive buffer): it is read
 // and written through memcpy, which compiles to plain unaligned loads and stores.

@@ -17,14 +17,13 @@
 //                40 bytes per 128 elements: 12.8 times fewer than F32. Re-encoding partial sums
 //                at every hop compounds that coarse error, which is why all-reduce's AUTO sends
 //                it by the all-gather schedule (algo/collectives.h).
-//   kTopk        sparse: blocks of 256 elements of which the 8 largest in magnitude are kept, each
-//   as
-//                an index byte, a sign and a 3-bit magnitude in steps of a seventh of the block's
-//                largest; the rest decode to 0. A kept x decodes to within amax / 14 of x (amax the
-//                block's largest magnitude, plus float rounding); a dropped x is at most the 8th
-//                largest magnitude. 16 bytes per 256 elements: 64 times fewer than F32. Never
-//                re-encoded: all-reduce sums it by the all-gather schedule only; broadcast and
-//                all-gather send it; reduce-scatter cannot.
+//   kTopk        sparse: blocks of 256 elements of which the 8 largest in magnitude are kept,
+//                each as an index byte, a sign and a 3-bit magnitude in steps of a seventh of the
+//                block's largest; the rest decode to 0. A kept x decodes to within amax / 14 of x
+//                (amax the block's largest magnitude, plus float rounding); a dropped x is at most
+//                the 8th largest magnitude. 16 bytes per 256 elements: 64 times fewer than F32.
+//                Never re-encoded: all-reduce sums it by the all-gather schedule only; broadcast
+//                and all-gather send it; reduce-scatter cannot.
 //   kFp8         blocks of 1024 elements: a power-of-two scale 2^k putting the block's largest
 //                magnitude amax within 448, then each element as OCP E4M3 (3 mantissa bits).
 //                Element x decodes to within max(|x| / 16, 2^(k-10)) of x, with

@@ -101,8 +101,8 @@ void ControlChannel::receive_next() {
                 return self->finish(decoded);
               }
               ++self->rx_seq_;
-              self->receive_next();  // posted before delivery, so a handler that closes still ends
-                                     // it
+              // Posted before delivery, so that a handler that closes still ends it.
+              self->receive_next();
               if (!self->finished_) self->on_message_(std::move(m));
             });
         if (!posted.ok()) self->finish(posted);
