@@ -24,6 +24,18 @@ using namespace std::chrono_literals;
 using test::make_config;
 using Clock = std::chrono::steady_clock;
 
+// Whether `holds` becomes true within `within`, asked every 10 ms: for a state that another
+// process or thread reaches in its own time, where no event of the API says when.
+template <typename Predicate>
+bool eventually(Predicate holds, std::chrono::milliseconds within) {
+  const auto deadline = Clock::now() + within;
+  while (!holds()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
 inline std::vector<Communicator *> raw(const std::vector<std::unique_ptr<Communicator>> &v) {
   std::vector<Communicator *> out;
   for (auto &c : v) out.push_back(c.get());

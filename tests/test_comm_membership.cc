@@ -81,14 +81,12 @@ TEST_F(CommFourTest, AJoinerFrozenPastPeerTimeoutIsAdmittedAtTheNextUpdate) {
   ASSERT_EQ(comms.size(), 4u);
   const uint64_t first = comms[0]->epoch();
   auto every_member_hears = [&](int joiners) {
-    const auto deadline = Clock::now() + 5s;
-    while (Clock::now() < deadline) {
-      if (std::all_of(comms.begin(), comms.end(),
-                      [&](const auto &c) { return c->pending() == joiners; }))
-        return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return false;
+    return eventually(
+        [&] {
+          return std::all_of(comms.begin(), comms.end(),
+                             [&](const auto &c) { return c->pending() == joiners; });
+        },
+        5s);
   };
   MemberProcess joiner(port_, pki_.node("joiner"));
   ASSERT_TRUE(every_member_hears(1)) << "the joiner did not register";
@@ -125,13 +123,11 @@ TEST_F(CommTest, AnIdleMemberHearsThatTheGroupWaitsForItsUpdate) {
   auto comms = join_all(3);
   ASSERT_EQ(comms.size(), 3u);
   auto all_due = [&](std::vector<Communicator *> cs) {
-    const auto deadline = Clock::now() + 5s;
-    while (Clock::now() < deadline) {
-      if (std::all_of(cs.begin(), cs.end(), [](Communicator *c) { return c->update_due(); }))
-        return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
+    return eventually(
+        [&] {
+          return std::all_of(cs.begin(), cs.end(), [](Communicator *c) { return c->update_due(); });
+        },
+        5s);
   };
   for (auto &c : comms) EXPECT_FALSE(c->update_due());
   auto first = std::async(std::launch::async, [c = comms[0].get()] { return c->update(); });
@@ -380,9 +376,7 @@ TEST_F(CommTest, TheRejoinReachesARestartedCoordinatorBeforeAnyOtherMessage) {
   session = std::move(opened).value();
   ASSERT_TRUE(session->start(50ms).ok());
   a.reset();  // the coordinator goes, and comes back on the same port
-  const auto deadline = Clock::now() + 10s;
-  while (session->connected() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
-  ASSERT_FALSE(session->connected());
+  ASSERT_TRUE(eventually([&] { return !session->connected(); }, 10s));
   FakeCoordinator b(coord_cfg, "127.0.0.1:" + std::to_string(port));
   const auto first = b.first(10s);
   ASSERT_TRUE(first.has_value()) << "nothing reached the restarted coordinator";
