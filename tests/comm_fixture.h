@@ -78,6 +78,13 @@ class CommTest : public testing::Test {
     for (const auto &[key, value] : extra_config_) EXPECT_TRUE(cfg.set(key, value).ok()) << key;
     return cfg;
   }
+  // A coordinator of its own whose first epoch forms with n members, and those n members.
+  std::vector<std::unique_ptr<Communicator>> group_of(int n) {
+    min_peers_ = n;
+    coord_.reset();
+    start_coordinator("127.0.0.1:0");
+    return join_all(n);
+  }
   // n communicators joining at once (they form one epoch when min_peers allows).
   std::vector<std::unique_ptr<Communicator>> join_all(int n, int first = 0) {
     std::vector<std::future<Result<std::unique_ptr<Communicator>>>> joining;

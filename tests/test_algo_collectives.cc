@@ -496,11 +496,38 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
                         codec::Wire::kInt2, codec::Wire::kTopk}) {
     c.wire = w;
     const bool gather = w == codec::Wire::kInt2 || w == codec::Wire::kTopk;
-    EXPECT_EQ(algo::choose(c, 4, 0), gather ? Algo::kAllgather : Algo::kRing)
+    EXPECT_EQ(algo::choose(c, 4, {}), gather ? Algo::kAllgather : Algo::kRing)
         << codec::wire_name(w);
   }
   c.kind = Kind::kBroadcast;
-  EXPECT_EQ(algo::choose(c, 4, 0), Algo::kRing);
+  EXPECT_EQ(algo::choose(c, 4, {}), Algo::kRing);
+  // By size: the all-gather up to its crossover, the tree up to its own, the ring above; a
+  // crossover of 0 takes nothing (but an empty buffer, the tree's); INT2 and TOPK the all-gather.
+  c.kind = Kind::kAllreduce;
+  c.dtype = codec::Dtype::kF32;
+  const algo::Crossovers x{4096, 65536};
+  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt2}) {
+    c.wire = w;
+    const bool gather = w == codec::Wire::kInt2;
+    for (const auto &[count, want] : std::vector<std::pair<size_t, Algo>>{{1, Algo::kAllgather},
+                                                                          {1024, Algo::kAllgather},
+                                                                          {1025, Algo::kTree},
+                                                                          {16384, Algo::kTree},
+                                                                          {16385, Algo::kRing}}) {
+      c.count = count;
+      EXPECT_EQ(algo::choose(c, 4, x), gather ? Algo::kAllgather : want)
+          << codec::wire_name(w) << " " << count;
+    }
+    c.count = 1000;
+    EXPECT_EQ(algo::choose(c, 2, x), Algo::kAllgather) << "two members";
+    EXPECT_EQ(algo::choose(c, 2, {0, 65536}), gather ? Algo::kAllgather : Algo::kRing)
+        << "two members take no tree";
+    EXPECT_EQ(algo::choose(c, 4, {0, 65536}), gather ? Algo::kAllgather : Algo::kTree);
+  }
+  c.wire = codec::Wire::kNative;
+  c.algo = Algo::kRing;
+  EXPECT_EQ(algo::choose(c, 4, x), Algo::kRing) << "a named algorithm is kept";
+  c.algo = Algo::kAuto;
   // TOPK is refused where it would be re-encoded.
   c.wire = codec::Wire::kTopk;
   EXPECT_TRUE(algo::check(c, 4, 0).ok());

@@ -148,6 +148,57 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
   }
 }
 
+// algo=AUTO by the measured crossovers: once the links of two members have carried large messages
+// and an update has passed, the EPOCH carries crossovers, and both members take the all-gather
+// schedule for an all-reduce (a message delay fewer than the ring, the same bytes at n = 2). Before
+// that they take the ring (no measurement: no all-gather; two members: no tree).
+TEST_F(CommTest, TwoMembersTakeTheAllgatherOnceTheirLinksAreMeasured) {
+  auto comms = group_of(2);
+  ASSERT_EQ(comms.size(), 2u);
+  std::vector<Communicator *> by_rank = by_rank_of(comms);
+  auto allreduce_on_both = [&](size_t count, std::vector<algo::Algo> *algos) {
+    std::vector<std::vector<float>> io(2);
+    std::vector<Status> st(2);
+    std::vector<OpStats> stats(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      io[r] = filled(count, r + 1);
+      threads.emplace_back([&, r] {
+        st[r] = run_op(by_rank[r], allreduce(io[r].data(), io[r].data(), count), &stats[r]);
+      });
+    }
+    for (auto &t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(st[r].ok()) << st[r].to_string();
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(io[r][i], pattern(3, i)) << "rank " << r;
+      if (algos != nullptr) algos->push_back(stats[r].algo);
+    }
+  };
+  // Large all-reduces until each link has a delivery rate (sampled every 100 ms while a large
+  // message goes out) and a round trip.
+  auto measured = [&] {
+    for (Communicator *c : by_rank) {
+      std::map<int, std::shared_ptr<net::Link>> links;
+      if (!c->links(1s, &links).ok() || links.empty()) return false;
+      for (auto &[rank, l] : links) {
+        if (l->delivery_rate() == 0 || l->min_rtt_us() == 0) return false;
+      }
+    }
+    return true;
+  };
+  std::vector<algo::Algo> before;
+  allreduce_on_both(1000, &before);
+  EXPECT_EQ(before, std::vector<algo::Algo>(2, algo::Algo::kRing));
+  const auto deadline = Clock::now() + 30s;
+  while (!measured() && Clock::now() < deadline) allreduce_on_both(size_t{4} << 20, nullptr);
+  ASSERT_TRUE(measured()) << "the links measured no rate in 30 s of 16 MiB all-reduces";
+  for (const Status &st : update_all(by_rank)) ASSERT_TRUE(st.ok()) << st.to_string();
+  std::vector<algo::Algo> after;
+  allreduce_on_both(1000, &after);
+  allreduce_on_both(size_t{1} << 20, &after);
+  EXPECT_EQ(after, std::vector<algo::Algo>(4, algo::Algo::kAllgather));
+}
+
 // F32 all-reduces on the lossy wires over real links: bit-identical everywhere, within the
 // documented bound, INT8 at about a quarter of the native bytes; then a NaN on the INT8 wire
 // fails the operation everywhere, named on the member that holds it, with buffers untouched.

@@ -100,10 +100,7 @@ TEST_F(CommFourTest, AJoinerFrozenPastPeerTimeoutIsAdmittedAtTheNextUpdate) {
 }
 
 TEST_F(CommTest, GracefulLeaveFailsNobody) {
-  min_peers_ = 3;
-  coord_.reset();
-  start_coordinator("127.0.0.1:0");
-  auto comms = join_all(3);
+  auto comms = group_of(3);
   ASSERT_EQ(comms.size(), 3u);
   const uint64_t first = comms[0]->epoch();
   auto leaving = std::async(std::launch::async, [c = comms[2].get()] { return c->leave(); });
@@ -117,10 +114,7 @@ TEST_F(CommTest, GracefulLeaveFailsNobody) {
 // update_due: a member idle between calls hears that the group waits for its update, when another
 // member arrives at the update barrier and when the epoch is revoked; an update clears it.
 TEST_F(CommTest, AnIdleMemberHearsThatTheGroupWaitsForItsUpdate) {
-  min_peers_ = 3;
-  coord_.reset();
-  start_coordinator("127.0.0.1:0");
-  auto comms = join_all(3);
+  auto comms = group_of(3);
   ASSERT_EQ(comms.size(), 3u);
   auto all_due = [&](std::vector<Communicator *> cs) {
     return eventually(
@@ -146,10 +140,7 @@ TEST_F(CommTest, AnIdleMemberHearsThatTheGroupWaitsForItsUpdate) {
 }
 
 TEST_F(CommTest, AbortFromAnotherThreadUnblocksAWaitingUpdate) {
-  min_peers_ = 2;
-  coord_.reset();
-  start_coordinator("127.0.0.1:0");
-  auto comms = join_all(2);
+  auto comms = group_of(2);
   ASSERT_EQ(comms.size(), 2u);
   auto waiting = std::async(std::launch::async,
                             [c = comms[0].get()] { return c->update(); });  // peer 1 never updates
@@ -162,10 +153,7 @@ TEST_F(CommTest, AbortFromAnotherThreadUnblocksAWaitingUpdate) {
 }
 
 TEST_F(CommTest, MembersKeepTheirEpochAcrossACoordinatorRestart) {
-  min_peers_ = 2;
-  coord_.reset();
-  start_coordinator("127.0.0.1:0");
-  auto comms = join_all(2);
+  auto comms = group_of(2);
   ASSERT_EQ(comms.size(), 2u);
   const uint64_t epoch = comms[0]->epoch();
   const std::string listen = "127.0.0.1:" + std::to_string(port_);

@@ -173,7 +173,7 @@ class Sim {
   std::map<std::pair<uint64_t, uint64_t>, std::map<int, OpKind>> started_;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<PeerId>> epoch_rings_;
   // At each member's last start of an operation: its algo=AUTO crossover.
-  std::map<std::pair<uint64_t, uint64_t>, std::map<int, uint64_t>> crossover_;
+  std::map<std::pair<uint64_t, uint64_t>, std::map<int, algo::Crossovers>> crossover_;
   std::map<uint64_t, std::vector<PeerId>>
       rings_;  // epoch -> its ring, as first announced (one number, one ring)
   std::set<std::pair<uint64_t, PeerId>> dead_in_epoch_;
@@ -424,7 +424,7 @@ void Sim::worker_start(int i, std::pair<uint64_t, uint64_t> op, OpKind kind) {
   started_[op][i] = kind;
   epoch_rings_[op] = {};
   for (const coord::Member &r : m.view->ring()) epoch_rings_[op].push_back(r.id);
-  crossover_[op][i] = m.view->tree_max_bytes();
+  crossover_[op][i] = m.view->crossovers();
   // A neighbour that crashed in this epoch: its link is closed, the data phase fails at once.
   for (PeerId p : epoch_rings_[op]) {
     if (dead_in_epoch_.count({op.first, p}) != 0)
@@ -639,11 +639,14 @@ void Sim::record(int i, std::pair<uint64_t, uint64_t> op, const Status &st) {
       fail(name + " is OK on m" + std::to_string(ok ? j : i) + " and PEER_LOST on m" +
            std::to_string(ok ? i : j));
     }
-    // Every member that completed it picked the algorithm with the same crossover.
+    // Every member that completed it picked the algorithm with the same crossovers.
     auto &used = crossover_[op];
-    if (ok && st.ok() && used[i] != used[j]) {
-      fail(name + " completed with crossover " + std::to_string(used[i]) + " on m" +
-           std::to_string(i) + " and " + std::to_string(used[j]) + " on m" + std::to_string(j));
+    auto text = [](const algo::Crossovers &x) {
+      return std::to_string(x.allgather_max_bytes) + "/" + std::to_string(x.tree_max_bytes);
+    };
+    if (ok && st.ok() && !(used[i] == used[j])) {
+      fail(name + " completed with crossovers " + text(used[i]) + " on m" + std::to_string(i) +
+           " and " + text(used[j]) + " on m" + std::to_string(j));
     }
   }
 }

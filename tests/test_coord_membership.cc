@@ -503,7 +503,10 @@ TEST_F(MembershipTest, AnUpdateReordersTheRingByReportedRoundTrips) {
 
 // n members, every link with the same round trip and rate: the ring takes 2(n-1) one-way
 // latencies l and sends 2(n-1)/n S, the trees 2h latencies (h: the heap's height) and 2S, so they
-// meet at S = n (n - 1 - h) l B.
+// meet at S = n (n - 1 - h) l B. The all-gather takes n - 1 latencies and sends (n - 1) S: it
+// meets the ring at S = n l B / (n - 2) and the tree at S = (2h - n + 1) l B / (n - 3), so it wins
+// only where n - 1 < 2h (n = 4 here: up to l B); at n = 2 it beats the ring by a latency at every
+// size (kMaxAllgatherBytes).
 TEST(AlgoChoice, UniformLinksMeetWhereTheClosedFormSays) {
   struct Case {
     int n, h;
@@ -514,40 +517,46 @@ TEST(AlgoChoice, UniformLinksMeetWhereTheClosedFormSays) {
                        Case{8, 3, 200000, 500000000}, Case{14, 3, 90000, 62500000}}) {
     std::vector<PeerId> peers;
     for (int i = 1; i <= c.n; ++i) peers.push_back(static_cast<PeerId>(i));
-    const uint64_t got = tree_crossover_bytes(members(peers), [&](PeerId, PeerId) {
+    const algo::Crossovers got = crossovers(members(peers), [&](PeerId, PeerId) {
       return LinkEstimate{c.rtt_us, c.rate};
     });
-    const double want =
-        static_cast<double>(c.n) * (c.n - 1 - c.h) * (c.rtt_us / 2e6) * static_cast<double>(c.rate);
-    EXPECT_NEAR(static_cast<double>(got), want, 2.0) << "n=" << c.n << " rtt " << c.rtt_us;
+    const double lB = (c.rtt_us / 2e6) * static_cast<double>(c.rate);
+    EXPECT_NEAR(static_cast<double>(got.tree_max_bytes), c.n * (c.n - 1 - c.h) * lB, 2.0)
+        << "n=" << c.n << " rtt " << c.rtt_us;
+    EXPECT_NEAR(static_cast<double>(got.allgather_max_bytes), c.n == 4 ? lB : 0.0, 2.0)
+        << "n=" << c.n << " rtt " << c.rtt_us;
   }
+  const algo::Crossovers two = crossovers(members({1, 2}), [](PeerId, PeerId) {
+    return LinkEstimate{50000, 125000000};
+  });
+  EXPECT_EQ(two.allgather_max_bytes, kMaxAllgatherBytes);
+  EXPECT_EQ(two.tree_max_bytes, 0u) << "two members: no tree";
 }
 
 TEST(AlgoChoice, NoAnswerWithoutMeasurements) {
   const std::vector<Member> four = members({1, 2, 3, 4});
   auto uniform = [](PeerId, PeerId) { return LinkEstimate{50000, 125000000}; };
-  EXPECT_EQ(tree_crossover_bytes(members({1, 2}), uniform), 0u) << "two members: always the ring";
-  EXPECT_EQ(tree_crossover_bytes(four,
-                                 [](PeerId a, PeerId b) {
-                                   return std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 3)
-                                              ? LinkEstimate{}
-                                              : LinkEstimate{50000, 125000000};
-                                 }),
-            0u)
-      << "tree 0's link 1-3 has no round trip";
+  const algo::Crossovers no_tree = crossovers(four, [](PeerId a, PeerId b) {
+    return std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 3) ? LinkEstimate{}
+                                                                  : LinkEstimate{50000, 125000000};
+  });
+  EXPECT_EQ(no_tree.tree_max_bytes, 0u) << "tree 0's link 1-3 has no round trip";
+  EXPECT_NEAR(static_cast<double>(no_tree.allgather_max_bytes), 2 * 0.025 * 125e6, 2.0)
+      << "the all-gather against the ring alone: n l B / (n - 2)";
   // The ring's links measured their rates, the trees' others did not: those come from their ends.
   auto ring_rates_only = [](PeerId a, PeerId b) {
     const bool ring_link =
         (a > b ? a - b : b - a) == 1 || std::minmax<PeerId>(a, b) == std::minmax<PeerId>(1, 4);
     return LinkEstimate{50000, ring_link ? 125000000u : 0u};
   };
-  EXPECT_EQ(tree_crossover_bytes(four, ring_rates_only), tree_crossover_bytes(four, uniform));
-  EXPECT_EQ(tree_crossover_bytes(four,
-                                 [](PeerId, PeerId) {
-                                   return LinkEstimate{50000, 0};
-                                 }),
-            0u)
+  EXPECT_EQ(crossovers(four, ring_rates_only), crossovers(four, uniform));
+  EXPECT_EQ(crossovers(four,
+                       [](PeerId, PeerId) {
+                         return LinkEstimate{50000, 0};
+                       }),
+            algo::Crossovers{})
       << "no rate at all";
+  EXPECT_EQ(crossovers(members({1}), uniform), algo::Crossovers{}) << "one member";
 }
 
 TEST(AlgoChoice, ATreeOverSlowLinksNeverWins) {
@@ -557,14 +566,17 @@ TEST(AlgoChoice, ATreeOverSlowLinksNeverWins) {
     const bool ocean = p == std::minmax<PeerId>(1, 3) || p == std::minmax<PeerId>(2, 4);
     return LinkEstimate{ocean ? 200000u : 1000u, 125000000};
   };
-  EXPECT_EQ(tree_crossover_bytes(members({1, 2, 3, 4}), far), 1u);
+  const algo::Crossovers got = crossovers(members({1, 2, 3, 4}), far);
+  EXPECT_EQ(got.tree_max_bytes, 1u);
+  EXPECT_NEAR(static_cast<double>(got.allgather_max_bytes), 2 * 0.0005 * 125e6, 2.0)
+      << "the all-gather goes round the ring's short links: it meets the ring at n l B / (n - 2)";
 }
 
-TEST_F(MembershipTest, TheCrossoverIsFixedAtTheBarrierAndSentToEveryMember) {
+TEST_F(MembershipTest, TheCrossoversAreFixedAtTheBarrierAndSentToEveryMember) {
   Membership m(options());
   const std::vector<PeerId> four = {A, B, C, D};
   form(m, four);
-  EXPECT_EQ(m.tree_max_bytes(), 0u) << "nothing measured when the first epoch forms";
+  EXPECT_EQ(m.crossovers(), algo::Crossovers{}) << "nothing measured when the first epoch forms";
   for (PeerId p : four) {
     std::vector<LinkMeasurement> links;
     for (PeerId q : four) {
@@ -576,13 +588,15 @@ TEST_F(MembershipTest, TheCrossoverIsFixedAtTheBarrierAndSentToEveryMember) {
   m.report_links(A, 1, {{B, 50000, 0}});
   EXPECT_EQ(m.link(B, A).bytes_per_s, 125000000u)
       << "a link that was never busy keeps the rate last reported";
-  EXPECT_EQ(m.tree_max_bytes(), 0u) << "reports alone change nothing before the barrier";
+  EXPECT_EQ(m.crossovers(), algo::Crossovers{})
+      << "reports alone change nothing before the barrier";
   for (PeerId p : four) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
   EXPECT_EQ(m.epoch(), 1u);
-  EXPECT_NEAR(static_cast<double>(m.tree_max_bytes()), 12.5e6, 2.0);
+  EXPECT_NEAR(static_cast<double>(m.crossovers().tree_max_bytes), 12.5e6, 2.0);
+  EXPECT_NEAR(static_cast<double>(m.crossovers().allgather_max_bytes), 3.125e6, 2.0);
   const std::vector<Notice> epochs = of_kind(m.take_notices(), Kind::kEpoch);
   ASSERT_EQ(epochs.size(), 4u);
-  for (const Notice &n : epochs) EXPECT_EQ(n.tree_max_bytes, m.tree_max_bytes());
+  for (const Notice &n : epochs) EXPECT_EQ(n.crossovers, m.crossovers());
 
   Membership::Options off = options();
   off.measured_crossover = false;
@@ -590,7 +604,7 @@ TEST_F(MembershipTest, TheCrossoverIsFixedAtTheBarrierAndSentToEveryMember) {
   form(fixed, four);
   for (PeerId p : four) fixed.report_links(p, 1, {{p == A ? B : A, 50000, 125000000}});
   for (PeerId p : four) ASSERT_TRUE(fixed.update(p, 1, fixed.committed(), t).ok());
-  EXPECT_EQ(fixed.tree_max_bytes(), 0u);
+  EXPECT_EQ(fixed.crossovers(), algo::Crossovers{});
 }
 
 TEST_F(MembershipTest, TheRecordOfLostPeersIsBounded) {

@@ -30,7 +30,7 @@ std::vector<ControlMessage> one_of_each() {
   rejoin.epoch = 42;
   rejoin.seq = 17;
   rejoin.ring = sample_ring();
-  rejoin.tree_max_bytes = 2500000;
+  rejoin.crossovers = {1250000, 2500000};
   add(MessageType::kHeartbeat).peer = 7;
   ControlMessage &update = add(MessageType::kUpdate);
   update.peer = 8;
@@ -51,7 +51,7 @@ std::vector<ControlMessage> one_of_each() {
   ControlMessage &epoch = add(MessageType::kEpoch);
   epoch.epoch = 43;
   epoch.ring = sample_ring();
-  epoch.tree_max_bytes = 12500000;
+  epoch.crossovers = {6250000, 12500000};
   epoch.origin = static_cast<uint32_t>(EpochOrigin::kAfterLoss);
   ControlMessage &revoked = add(MessageType::kRevoked);
   revoked.epoch = 43;
@@ -108,7 +108,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
       EXPECT_EQ(out.links[i].rtt_us, m.links[i].rtt_us);
       EXPECT_EQ(out.links[i].bytes_per_s, m.links[i].bytes_per_s);
     }
-    EXPECT_EQ(out.tree_max_bytes, m.tree_max_bytes);
+    EXPECT_EQ(out.crossovers, m.crossovers);
     EXPECT_EQ(out.origin, m.origin);
   }
 }

@@ -577,12 +577,13 @@ Status check(const Collective &c, int n, int rank) {
   return overlap(c, n, rank);
 }
 
-Algo choose(const Collective &c, int n, size_t tree_max_bytes) {
+Algo choose(const Collective &c, int n, const Crossovers &x) {
   if (c.kind != Kind::kAllreduce) return Algo::kRing;
   if (c.algo != Algo::kAuto) return c.algo;
   if (c.wire == codec::Wire::kInt2 || c.wire == codec::Wire::kTopk) return Algo::kAllgather;
-  const size_t bytes = c.count * dtype_size(c.dtype);
-  return n > 2 && bytes <= tree_max_bytes ? Algo::kTree : Algo::kRing;
+  const uint64_t bytes = c.count * dtype_size(c.dtype);
+  if (x.allgather_max_bytes != 0 && bytes <= x.allgather_max_bytes) return Algo::kAllgather;
+  return n > 2 && bytes <= x.tree_max_bytes ? Algo::kTree : Algo::kRing;
 }
 
 Status run(Exchange &ex, const Collective &c, Undo *undo) {

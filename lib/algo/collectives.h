@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "algo/crossovers.h"
 #include "algo/exchange.h"
 #include "algo/memory.h"
 #include "algo/send_codec.h"
@@ -83,11 +84,13 @@ Status check(const Collective &c, int n, int rank);
 // range, which passes the inputs' own range at n = 6 (TOPK would drop all but 3% at each); the
 // all-gather encodes each contribution once (its bound does not grow with n) and its result is
 // exactly the sum of the contributions' decodings, which error feedback can then correct in
-// full. (check() refuses TOPK on the ring and the tree.) Otherwise the tree up to tree_max_bytes,
-// where latency dominates (2 log2 n message delays instead of the ring's 2(n-1)), the ring above,
-// where bytes do. Every member must decide alike, so it depends only on the operation and the
-// configuration. Other kinds: kRing.
-Algo choose(const Collective &c, int n, size_t tree_max_bytes);
+// full. (check() refuses TOPK on the ring and the tree.) Otherwise, by size: the all-gather up to
+// x.allgather_max_bytes (n - 1 message delays, each member sending n - 1 contributions), the tree
+// up to x.tree_max_bytes (2 log2 n delays, 2 buffers), the ring above (2(n-1) delays, 2(n-1)/n
+// buffers): the fewer delays where latency dominates, the fewer bytes where bytes do. Every member
+// must decide alike, so it depends only on the operation and the crossovers, which every member
+// of an epoch holds alike. Other kinds: kRing.
+Algo choose(const Collective &c, int n, const Crossovers &x);
 
 // Runs the data phase. On failure `out` holds garbage, except for what `undo` (if not null)
 // saved; `in` is untouched unless it is `out`. The exchange is finished (no transfer in flight)

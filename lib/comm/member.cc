@@ -141,7 +141,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
           break;
         pending_ = 0;
         barrier_ops_ = kNoBarrier;
-        tree_max_bytes_ = m.tree_max_bytes;  // fixed anew at the barrier, the same for every member
+        crossovers_ = m.crossovers;  // fixed anew at the barrier, the same for every member
       } else {
         // Operations of the previous epoch that are still undecided can no longer commit.
         fail_undecided(
@@ -150,7 +150,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
             &out);
         epoch_ = m.epoch;
         ring_ = m.ring;
-        tree_max_bytes_ = m.tree_max_bytes;
+        crossovers_ = m.crossovers;
         epoch_origin_ = m.origin;
         rank_ = rank_of(id_);
         revoked_ = false;
@@ -384,7 +384,7 @@ std::vector<ControlMessage> MemberView::rejoin() const {
     again.epoch = epoch_;
     again.seq = committed_seq_;
     again.ring = ring_;
-    again.tree_max_bytes = tree_max_bytes_;
+    again.crossovers = crossovers_;
   } else {
     // A joiner, or a peer declared lost, holds no epoch (an empty ring): it comes back as a joiner,
     // naming the newest epoch of the job it heard of.

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/crossovers.h"
 #include "coord/membership.h"
 #include "coord/messages.h"
 #include "core/status.h"
@@ -105,8 +106,8 @@ class MemberView {
   coord::PeerId id() const { return id_; }
   uint64_t epoch() const { return epoch_; }
   const std::vector<coord::Member> &ring() const { return ring_; }
-  // algo=AUTO's crossover the coordinator measured for this epoch (EPOCH), 0: none.
-  uint64_t tree_max_bytes() const { return tree_max_bytes_; }
+  // algo=AUTO's crossovers the coordinator measured for this epoch (EPOCH), 0s: none.
+  const algo::Crossovers &crossovers() const { return crossovers_; }
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ring_.size()); }
   bool revoked() const { return revoked_; }
@@ -151,7 +152,7 @@ class MemberView {
   const coord::PeerInfo info_;
   uint64_t epoch_ = 0;
   std::vector<coord::Member> ring_;
-  uint64_t tree_max_bytes_ = 0;
+  algo::Crossovers crossovers_;
   uint32_t epoch_origin_ = 0;
   int rank_ = -1;
   bool revoked_ = false;

@@ -21,8 +21,9 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c,
   auto op = std::make_shared<Op>();
   op->c = c;
   op->c.chunk_bytes = chunk_bytes_;
-  const uint64_t measured = view_->tree_max_bytes();
-  op->c.algo = algo::choose(c, n, measured != 0 ? static_cast<size_t>(measured) : tree_max_bytes_);
+  algo::Crossovers crossovers = view_->crossovers();
+  if (crossovers.tree_max_bytes == 0) crossovers.tree_max_bytes = tree_max_bytes_;  // none measured
+  op->c.algo = algo::choose(c, n, crossovers);
   WCCL_RETURN_IF_ERROR(algo::check(op->c, n, view_->rank()));
   if (c.device != nullptr) {
     WCCL_ASSIGN_OR_RETURN(op->device, device_memory_locked(c.device));

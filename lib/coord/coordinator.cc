@@ -142,17 +142,18 @@ void Coordinator::deliver(const std::string &name) {
       std::string ring;
       for (const Member &member : n.ring) ring += " " + member.info.name;
       const auto cost = ring_cost(n.ring, [&m](PeerId a, PeerId b) { return m.rtt(a, b); });
-      log_.log(LogLevel::kInfo,
-               "group \"%s\" epoch %llu, ring:%s; round trips %s; algo=AUTO: tree up to %s",
+      log_.log(LogLevel::kInfo, "group \"%s\" epoch %llu, ring:%s; round trips %s; algo=AUTO: %s",
                name.c_str(), static_cast<unsigned long long>(n.epoch), ring.c_str(),
                cost ? format("%.1f ms at most, %.1f ms in all", cost->max_us / 1e3,
                              static_cast<double>(cost->sum_us) / 1e3)
                           .c_str()
                     : "not all measured",
-               n.tree_max_bytes != 0 ? format("%llu bytes (measured)",
-                                              static_cast<unsigned long long>(n.tree_max_bytes))
-                                           .c_str()
-                                     : "each member's tree_max_bytes");
+               n.crossovers.tree_max_bytes != 0 || n.crossovers.allgather_max_bytes != 0
+                   ? format("all-gather up to %llu bytes, tree up to %llu (measured)",
+                            static_cast<unsigned long long>(n.crossovers.allgather_max_bytes),
+                            static_cast<unsigned long long>(n.crossovers.tree_max_bytes))
+                         .c_str()
+                   : "tree up to each member's tree_max_bytes");
     }
     if (n.kind == Notice::Kind::kRevoked &&
         n.lost != logged_loss) {  // once per loss, not per member

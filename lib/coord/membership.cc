@@ -59,7 +59,7 @@ Status Membership::on_message(const ControlMessage &m, Clock::time_point now, bo
     case MessageType::kRejoin: {
       Status st = m.type == MessageType::kJoin
                       ? join(m.peer, m.info, now)
-                      : rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.tree_max_bytes);
+                      : rejoin(m.peer, m.info, m.epoch, m.ring, m.seq, now, m.crossovers);
       *drop = !st.ok();
       return st;
     }
@@ -441,7 +441,7 @@ void Membership::maybe_form_first(Clock::time_point now) {
             : last_member_left_ ? EpochOrigin::kAfterLeave
                                 : EpochOrigin::kAfterLoss;
   epoch_ = next_epoch_number();
-  tree_max_bytes_ = 0;  // nothing measured yet
+  crossovers_ = {};  // nothing measured yet
   revoked_ = false;
   unconfirmed_.clear();
   revocation_pending_ = false;
@@ -510,12 +510,12 @@ void Membership::maybe_complete_update() {
   }
   leaving_.clear();
   reforming_.clear();
-  // Every member is at the barrier, so all of them start their next operation with the crossover
-  // the answer carries, and it stays fixed until the next barrier (re-sent answers carry it too).
-  tree_max_bytes_ =
-      opt_.measured_crossover && next.size() <= kMaxMeasuredRing
-          ? tree_crossover_bytes(next, [this](PeerId a, PeerId b) { return link(a, b); })
-          : 0;
+  // Every member is at the barrier, so all of them start their next operation with the crossovers
+  // the answer carries, and they stay fixed until the next barrier (re-sent answers carry them
+  // too).
+  crossovers_ = opt_.measured_crossover && next.size() <= kMaxMeasuredRing
+                    ? coord::crossovers(next, [this](PeerId a, PeerId b) { return link(a, b); })
+                    : algo::Crossovers{};
   if (changed) {
     epoch_ = next_epoch_number();
     origin_ = origin;
@@ -545,7 +545,7 @@ Notice &Membership::notify(Notice::Kind kind, PeerId to) {
   n.epoch = epoch_;
   if (kind == Notice::Kind::kEpoch) {
     n.ring = ring_;
-    n.tree_max_bytes = tree_max_bytes_;
+    n.crossovers = crossovers_;
     n.origin = origin_;
   }
   notices_.push_back(std::move(n));

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/crossovers.h"
 #include "core/status.h"
 
 namespace wccl::coord {
@@ -102,8 +103,7 @@ struct Notice {
   std::vector<Member> ring;  // kEpoch
   uint32_t answers =
       0;  // kEpoch: the recipient's call (UPDATE, REFORM) it answers; 0: an announcement
-  uint64_t tree_max_bytes =
-      0;  // kEpoch: algo=AUTO's ring/tree crossover (coord/algo_choice.h); 0: none
+  algo::Crossovers crossovers;  // kEpoch: algo=AUTO's (coord/algo_choice.h); 0s: none
   EpochOrigin origin = EpochOrigin::kContinues;  // kEpoch
   PeerId lost = 0;                               // kRevoked
   std::string reason;                            // kRevoked, kRemoved, kRefused
@@ -139,8 +139,9 @@ class Membership {
     // Order each new epoch's ring from the round trips members report (ring_order.h), and re-form
     // an epoch whose order a better one beats by kReorderMargin; false: the order of arrival.
     bool measured_order = true;
-    // Send with each epoch formed at an update barrier algo=AUTO's ring/tree crossover, computed
-    // from the links members report (coord/algo_choice.h); false: members use their tree_max_bytes.
+    // Send with each epoch formed at an update barrier algo=AUTO's crossovers, computed from the
+    // links members report (coord/algo_choice.h); false: members use their tree_max_bytes and never
+    // the all-gather schedule.
     bool measured_crossover = true;
   };
   // A better order re-forms an unchanged epoch only when its slowest link, or (with the same
@@ -203,10 +204,10 @@ class Membership {
   // and if this coordinator has not adopted that epoch, joiners do not form one of their own for
   // peer_timeout (the job's members may be on their way back with it). INVALID_ARGUMENT for a ring
   // with duplicate ids or an epoch of 2^63 or more. `committed` is the last operation of `epoch`
-  // the peer saw committed, `tree_max_bytes` the crossover it holds for it (adopted with the epoch,
+  // the peer saw committed, `crossovers` those it holds for it (adopted with the epoch,
   // so its members keep picking alike).
   Status rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
-                uint64_t committed, Clock::time_point now, uint64_t tree_max_bytes = 0);
+                uint64_t committed, Clock::time_point now, algo::Crossovers crossovers = {});
   // A member's data phase of operation seq of `epoch` completed. Reports for another epoch or a
   // revoked one are ignored (the revocation already decided them); PROTOCOL for a seq more than
   // kMaxOpsAhead past the last committed operation.
@@ -244,8 +245,8 @@ class Membership {
   uint64_t committed() const { return committed_; }
   bool revoked() const { return revoked_; }
   const std::vector<Member> &ring() const { return ring_; }
-  // The current epoch's algo=AUTO crossover (Options::measured_crossover), 0 if none.
-  uint64_t tree_max_bytes() const { return tree_max_bytes_; }
+  // The current epoch's algo=AUTO crossovers (Options::measured_crossover), 0s if none.
+  const algo::Crossovers &crossovers() const { return crossovers_; }
   EpochOrigin origin() const { return origin_; }
   size_t joiners() const { return joiners_.size(); }
   // The peer is a member or a joiner this coordinator hears from: not lost, not unknown.
@@ -269,7 +270,7 @@ class Membership {
   // rejoin() (rejoin.cc): the job's epoch a member reports supersedes this coordinator's; a member
   // of the current epoch comes back and hears what it missed.
   void adopt(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
-             uint64_t committed, Clock::time_point now, uint64_t tree_max_bytes);
+             uint64_t committed, Clock::time_point now, algo::Crossovers crossovers);
   void member_returns(PeerId id, const PeerInfo &info, uint64_t epoch, uint64_t committed,
                       Clock::time_point now);
   void remember_lost(PeerId id, const PeerInfo &info);
@@ -336,7 +337,7 @@ class Membership {
   std::map<uint64_t, std::set<PeerId>> done_;  // operation -> members whose data phase completed
   std::map<std::pair<PeerId, PeerId>, LinkEstimate>
       links_;                    // (smaller id, larger id), live peers only
-  uint64_t tree_max_bytes_ = 0;  // the current epoch's crossover, fixed at its update barrier
+  algo::Crossovers crossovers_;  // the current epoch's, fixed at its update barrier
   EpochOrigin origin_ = EpochOrigin::kContinues;  // how the current epoch was formed
   bool last_member_left_ = false;  // the last member to go went by LEAVE (else it was lost)
 };

@@ -123,6 +123,12 @@ void ring(Io &io, M &m) {
   });
 }
 
+template <typename Io, typename M>
+void crossovers(Io &io, M &m) {
+  io.u64("allgather_max_bytes", m.crossovers.allgather_max_bytes);
+  io.u64("tree_max_bytes", m.crossovers.tree_max_bytes);
+}
+
 // The fields after the type and the reserved byte. False for a type that is not a MessageType.
 template <typename Io, typename M>
 bool fields(Io &io, M &m) {
@@ -138,7 +144,7 @@ bool fields(Io &io, M &m) {
         io.u64("epoch", m.epoch);
         io.u64("committed operation", m.seq);
         ring(io, m);
-        io.u64("tree_max_bytes", m.tree_max_bytes);
+        crossovers(io, m);
       }
       return true;
     case MessageType::kHeartbeat:
@@ -176,7 +182,7 @@ bool fields(Io &io, M &m) {
       io.u64("epoch", m.epoch);
       io.u32("call answered", m.count);
       ring(io, m);
-      io.u64("tree_max_bytes", m.tree_max_bytes);
+      crossovers(io, m);
       io.u32("epoch origin", m.origin);
       return true;
     case MessageType::kRevoked:
@@ -278,7 +284,7 @@ ControlMessage to_message(const Notice &n) {
       m.type = MessageType::kEpoch;
       m.count = n.answers;
       m.ring = n.ring;
-      m.tree_max_bytes = n.tree_max_bytes;
+      m.crossovers = n.crossovers;
       m.origin = static_cast<uint32_t>(n.origin);
       break;
     case Notice::Kind::kRevoked:

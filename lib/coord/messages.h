@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/crossovers.h"
 #include "coord/membership.h"
 #include "core/status.h"
 
@@ -22,7 +23,7 @@ inline constexpr size_t kMaxTextBytes = 255;  // names, groups, addresses, reaso
 enum class MessageType : uint8_t {
   // peer -> coordinator
   kJoin = 1,        // peer, group, info
-  kRejoin = 2,      // peer, group, info, epoch, ring, tree_max_bytes: after a coordinator restart
+  kRejoin = 2,      // peer, group, info, epoch, ring, crossovers: after a coordinator restart
   kHeartbeat = 3,   // peer
   kUpdate = 4,      // peer, epoch, seq (operations this peer submitted in the epoch), count (call)
   kLeave = 5,       // peer, epoch, seq, count
@@ -33,7 +34,7 @@ enum class MessageType : uint8_t {
   kLinkReport = 10,  // peer, epoch, links: what this peer's links measured (ring order, algo=AUTO)
   // coordinator -> peer
   kEpoch = 16,    // epoch, count (the recipient's call it answers; 0: an announcement), ring,
-                  // tree_max_bytes, origin
+                  // crossovers, origin
   kRevoked = 17,  // epoch, seq (the last committed operation), other (the lost peer), text (reason)
   kRemoved = 18,  // epoch, text (reason)
   kProbe = 19,    // epoch
@@ -61,9 +62,8 @@ struct ControlMessage {
       0;  // kPending; kUpdate, kReform, kLeave: the call's number; kEpoch: the call it answers
   std::string text;                    // kRevoked, kRemoved, kError, kOpFailed
   std::vector<LinkMeasurement> links;  // kLinkReport
-  uint64_t tree_max_bytes =
-      0;  // kEpoch, kRejoin: algo=AUTO's crossover in the epoch; 0: each member's tree_max_bytes
-  uint32_t origin = 0;  // kEpoch: how the coordinator formed the epoch (EpochOrigin)
+  algo::Crossovers crossovers;  // kEpoch, kRejoin: algo=AUTO's in the epoch (0s: none measured)
+  uint32_t origin = 0;          // kEpoch: how the coordinator formed the epoch (EpochOrigin)
 };
 
 // Text fields longer than kMaxTextBytes are cut to that length.

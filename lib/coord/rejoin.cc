@@ -11,7 +11,7 @@ namespace wccl::coord {
 
 Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch,
                           const std::vector<Member> &ring, uint64_t committed,
-                          Clock::time_point now, uint64_t tree_max_bytes) {
+                          Clock::time_point now, algo::Crossovers crossovers) {
   if (epoch >= (1ULL << 63)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "rejoin reports epoch %llu",
                       static_cast<unsigned long long>(epoch));
@@ -28,7 +28,7 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch,
   }
   if (seen.count(id) != 0 && !formed_here(epoch) &&
       (epoch > epoch_ || (now < gives_way_until_ && epoch != epoch_))) {
-    adopt(id, info, epoch, ring, committed, now, tree_max_bytes);
+    adopt(id, info, epoch, ring, committed, now, crossovers);
     return Status();
   }
   if (is_member(id)) {  // a member of the current epoch coming back
@@ -58,12 +58,12 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch,
 // now. Anyone else this coordinator knew is not part of it: removed, to join again.
 void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
                        const std::vector<Member> &ring, uint64_t committed, Clock::time_point now,
-                       uint64_t tree_max_bytes) {
+                       algo::Crossovers crossovers) {
   gives_way_until_ = Clock::time_point();
   epoch_ = epoch;
   origin_ = EpochOrigin::kContinues;  // its members keep the origin they were told
   ring_ = ring;
-  tree_max_bytes_ = tree_max_bytes;
+  crossovers_ = crossovers;
   unconfirmed_.clear();
   revocation_pending_ = false;
   revoked_ = false;

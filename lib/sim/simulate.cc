@@ -160,7 +160,7 @@ Report simulate(const Topology &topo, const std::vector<int> &ranks, const TcpOp
       n + static_cast<int>(work.joins.size());  // the first epoch's peers and the joiners
   algo::Collective base = work.op;
   if (base.algo == algo::Algo::kAuto)
-    base.algo = algo::choose(base, n, 0);  // the ring, or INT2's all-gather
+    base.algo = algo::choose(base, n, algo::Crossovers{});  // the ring, or INT2's all-gather
   std::unique_ptr<Void> space;
   if (!work.data) {
     const size_t in_bytes = algo::in_count(base, all) * codec::dtype_size(base.dtype);
