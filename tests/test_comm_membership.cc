@@ -111,6 +111,43 @@ TEST_F(CommTest, GracefulLeaveFailsNobody) {
   expect_agreed_ring({comms[0].get(), comms[1].get()}, first + 1);
 }
 
+// An operation started while this member's own update waits at the barrier is refused: its number
+// would follow the barrier, where the epoch and algo=AUTO's crossovers may change, and the others
+// would run it in what the answer brings. Nothing is queued; after the update it runs.
+TEST_F(CommTest, NoOperationStartsWhileThisMembersUpdateWaits) {
+  auto comms = group_of(2);
+  ASSERT_EQ(comms.size(), 2u);
+  auto updating = std::async(std::launch::async, [c = comms[0].get()] { return c->update(); });
+  ASSERT_TRUE(eventually([&] { return comms[1]->update_due(); }, 5s)) << "no BARRIER heard";
+  std::vector<float> x(16, 1.0f);
+  algo::Collective c;
+  c.kind = algo::Kind::kAllreduce;
+  c.count = x.size();
+  c.in = x.data();
+  c.out = x.data();
+  auto refused = comms[0]->submit(c, 0ms);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), WCCL_ERR_INVALID_USAGE) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("update is waiting at the barrier"), std::string::npos)
+      << refused.status().to_string();
+  ASSERT_TRUE(comms[1]->update().ok());
+  ASSERT_TRUE(updating.get().ok());
+  std::vector<float> y(16, 2.0f);
+  std::vector<Status> st(2);
+  std::thread other([&] {
+    algo::Collective d = c;
+    d.in = y.data();
+    d.out = y.data();
+    auto op = comms[1]->submit(d, 0ms);
+    st[1] = op.ok() ? comms[1]->wait(op.value(), nullptr) : op.status();
+  });
+  auto op = comms[0]->submit(c, 0ms);
+  st[0] = op.ok() ? comms[0]->wait(op.value(), nullptr) : op.status();
+  other.join();
+  for (const Status &s : st) EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(x, std::vector<float>(16, 3.0f));
+}
+
 // update_due: a member idle between calls hears that the group waits for its update, when another
 // member arrives at the update barrier and when the epoch is revoked; an update clears it.
 TEST_F(CommTest, AnIdleMemberHearsThatTheGroupWaitsForItsUpdate) {

@@ -533,6 +533,45 @@ TEST(AlgoChoice, UniformLinksMeetWhereTheClosedFormSays) {
   EXPECT_EQ(two.tree_max_bytes, 0u) << "two members: no tree";
 }
 
+// Three members: the trees' deepest path takes the longest link twice, the all-gather's two delays
+// are two links of the ring, and both send 2S over the same links. On even links the two tie (the
+// tree keeps it); on uneven ones the all-gather wins the tree at every size, up to where the ring
+// wins (L B, L the ring's one-way delays summed), and the tree is never taken.
+TEST(AlgoChoice, AtThreeMembersTheAllgatherTiesOrBeatsTheTree) {
+  const algo::Crossovers even = crossovers(members({1, 2, 3}), [](PeerId, PeerId) {
+    return LinkEstimate{50000, 125000000};
+  });
+  EXPECT_EQ(even.allgather_max_bytes, 0u) << "a tie keeps the tree";
+  EXPECT_NEAR(static_cast<double>(even.tree_max_bytes), 3 * (3 - 1 - 1) * 0.025 * 125e6, 2.0);
+  auto uneven = [](PeerId a, PeerId b) {
+    const auto p = std::minmax<PeerId>(a, b);
+    const uint32_t rtt = p == std::minmax<PeerId>(1, 2)   ? 20000
+                         : p == std::minmax<PeerId>(2, 3) ? 40000
+                                                          : 60000;
+    return LinkEstimate{rtt, 125000000};
+  };
+  const algo::Crossovers got = crossovers(members({1, 2, 3}), uneven);
+  EXPECT_NEAR(static_cast<double>(got.allgather_max_bytes), 0.060 * 125e6, 2.0);
+  EXPECT_LT(got.tree_max_bytes, got.allgather_max_bytes) << "the tree is never taken";
+}
+
+// A tree that never wins (slower than the ring at S = 0, so taken for empty buffers only) does not
+// bound the all-gather, even where it is cheaper per byte: the ring's slow link 2-3 is one the
+// trees avoid, whose own extra links are long.
+TEST(AlgoChoice, ATreeThatNeverWinsDoesNotBoundTheAllgather) {
+  auto links = [](PeerId a, PeerId b) {
+    const auto p = std::minmax<PeerId>(a, b);
+    const bool tree_only = p == std::minmax<PeerId>(1, 3) || p == std::minmax<PeerId>(2, 4);
+    const bool slow = p == std::minmax<PeerId>(2, 3);
+    return LinkEstimate{tree_only ? 3000u : 1000u, slow ? 1000000u : 1000000000u};
+  };
+  const algo::Crossovers got = crossovers(members({1, 2, 3, 4}), links);
+  EXPECT_EQ(got.tree_max_bytes, 1u);
+  // Against the ring alone: n l B / (n - 2) with l = 0.5 ms and the ring's 1 MB/s (the tree's
+  // line would have cut it to 833).
+  EXPECT_NEAR(static_cast<double>(got.allgather_max_bytes), 1000.0, 1.0);
+}
+
 TEST(AlgoChoice, NoAnswerWithoutMeasurements) {
   const std::vector<Member> four = members({1, 2, 3, 4});
   auto uniform = [](PeerId, PeerId) { return LinkEstimate{50000, 125000000}; };

@@ -163,7 +163,9 @@ WCCL_API wccl_result_t wccl_comm_join(wccl_comm_t **comm, const wccl_config_t *c
  * leavers and lost peers. A peer that was declared lost (frozen, cut off) is admitted again
  * through this call. COORDINATOR_UNREACHABLE while the coordinator is away (the communicator
  * reconnects by itself), TIMEOUT after op_timeout_ms, ABORTED after wccl_comm_abort, or the
- * coordinator's refusal (its code and reason, e.g. PROTOCOL for a stale epoch). */
+ * coordinator's refusal (its code and reason, e.g. PROTOCOL for a stale epoch). INVALID_USAGE while
+ * operations of this peer are undecided; while it runs, starting an operation (from another
+ * thread) is INVALID_USAGE too. */
 WCCL_API wccl_result_t wccl_comm_update(wccl_comm_t *comm);
 
 /* Leaves gracefully, in place of an update: the others' update completes without this peer and

@@ -256,6 +256,13 @@ Status MemberView::submit(uint64_t *seq, Actions *out) {
                       static_cast<unsigned long long>(epoch_), epoch_failure_.ok() ? "" : ": ",
                       epoch_failure_.message().c_str());
   }
+  if (call_ == Call::kUpdate || call_ == Call::kReform) {
+    // Its number would follow the barrier this peer waits at, where the epoch and algo=AUTO's
+    // crossovers may change: the others would run it in the epoch the answer brings.
+    return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
+                      "this peer's %s is waiting at the barrier; start operations after it returns",
+                      call_ == Call::kUpdate ? "update" : "reform");
+  }
   if (ops_.size() >= kMaxOpsInFlight) {
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
                       "%zu operations are already in flight (the most a communicator takes)",

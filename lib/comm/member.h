@@ -58,7 +58,8 @@ class MemberView {
   // The application submits the next operation. On success *seq is its number in the current
   // epoch. PEER_LOST while the epoch is revoked (or when it had to be revoked because another
   // member waits at the update barrier: an OP_FAILED is among the actions), INVALID_USAGE if this
-  // peer is not a member or kMaxOpsInFlight operations are undecided. On error nothing is queued.
+  // peer is not a member, its update or reform waits at the barrier, or kMaxOpsInFlight operations
+  // are undecided. On error nothing is queued.
   Status submit(uint64_t *seq, Actions *out);
   // The worker is about to run operation seq of `epoch`: false if it was decided meanwhile.
   bool start(uint64_t epoch, uint64_t seq);

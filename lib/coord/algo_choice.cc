@@ -21,12 +21,15 @@ struct Line {
 
 // The largest S (whole bytes, at most cap) up to which a is faster than b: 0 if a is not faster
 // at S = 0 (where it wins only larger buffers, it is not taken: the rule takes a up to a size),
-// cap if it is faster at every size.
+// cap if it is faster at every size. Differences within rounding count as none, so that lines
+// the model makes equal (the all-gather and the trees at n = 3 on even links) tie, and a tie
+// keeps b.
 double last_win(const Line &a, const Line &b, double cap) {
+  constexpr double kRounding = 1e-9;
   const double head_start_s = b.at0_s - a.at0_s;  // what a gains at S = 0
   const double loss_per_byte_s = a.per_byte_s - b.per_byte_s;
-  if (head_start_s <= 0) return 0;
-  if (loss_per_byte_s <= 0) return cap;
+  if (head_start_s <= kRounding * std::max(a.at0_s, b.at0_s)) return 0;
+  if (loss_per_byte_s <= kRounding * std::max(a.per_byte_s, b.per_byte_s)) return cap;
   return std::min(std::floor(head_start_s / loss_per_byte_s), cap);
 }
 
@@ -113,9 +116,11 @@ algo::Crossovers crossovers(const std::vector<Member> &ring, const LinkOf &link)
   double allgather_max = last_win(allgather_line, ring_line, cap);
   if (n >= 3) {
     if (const std::optional<Line> tree_line = model.tree()) {
-      out.tree_max_bytes =
-          static_cast<uint64_t>(std::max(1.0, last_win(*tree_line, ring_line, kMaxTreeBytes)));
-      allgather_max = std::min(allgather_max, last_win(allgather_line, *tree_line, cap));
+      const double tree_max = last_win(*tree_line, ring_line, kMaxTreeBytes);
+      out.tree_max_bytes = static_cast<uint64_t>(std::max(1.0, tree_max));
+      // A tree that never wins (taken for empty buffers only) does not bound the all-gather.
+      if (tree_max > 0)
+        allgather_max = std::min(allgather_max, last_win(allgather_line, *tree_line, cap));
     }
   }
   out.allgather_max_bytes = static_cast<uint64_t>(allgather_max);

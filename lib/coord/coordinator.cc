@@ -149,9 +149,13 @@ void Coordinator::deliver(const std::string &name) {
                           .c_str()
                     : "not all measured",
                n.crossovers.tree_max_bytes != 0 || n.crossovers.allgather_max_bytes != 0
-                   ? format("all-gather up to %llu bytes, tree up to %llu (measured)",
+                   ? format("all-gather up to %llu bytes, tree up to %s (measured)",
                             static_cast<unsigned long long>(n.crossovers.allgather_max_bytes),
-                            static_cast<unsigned long long>(n.crossovers.tree_max_bytes))
+                            n.crossovers.tree_max_bytes != 0
+                                ? format("%llu bytes", static_cast<unsigned long long>(
+                                                           n.crossovers.tree_max_bytes))
+                                      .c_str()
+                                : "each member's tree_max_bytes")
                          .c_str()
                    : "tree up to each member's tree_max_bytes");
     }
