@@ -36,6 +36,25 @@ bool eventually(Predicate holds, std::chrono::milliseconds within) {
   return true;
 }
 
+// An F32 all-reduce of count elements.
+inline algo::Collective allreduce(const void *in, void *out, size_t count,
+                                  algo::Algo a = algo::Algo::kAuto) {
+  algo::Collective c;
+  c.kind = algo::Kind::kAllreduce;
+  c.count = count;
+  c.in = in;
+  c.out = out;
+  c.algo = a;
+  return c;
+}
+
+// Submits c on comm and waits for its outcome.
+inline Status run_op(Communicator *comm, const algo::Collective &c, OpStats *stats = nullptr) {
+  auto op = comm->submit(c, 0ms);
+  if (!op.ok()) return op.status();
+  return comm->wait(op.value(), stats);
+}
+
 inline std::vector<Communicator *> raw(const std::vector<std::unique_ptr<Communicator>> &v) {
   std::vector<Communicator *> out;
   for (auto &c : v) out.push_back(c.get());

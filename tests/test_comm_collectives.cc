@@ -31,22 +31,6 @@ std::vector<float> filled(size_t count, int multiplier) {
   return v;
 }
 
-Collective allreduce(const void *in, void *out, size_t count, algo::Algo a = algo::Algo::kAuto) {
-  Collective c;
-  c.kind = Kind::kAllreduce;
-  c.count = count;
-  c.in = in;
-  c.out = out;
-  c.algo = a;
-  return c;
-}
-
-Status run_op(Communicator *comm, const Collective &c, OpStats *stats = nullptr) {
-  auto op = comm->submit(c, 0ms);
-  if (!op.ok()) return op.status();
-  return comm->wait(op.value(), stats);
-}
-
 // The communicators in rank order.
 std::vector<Communicator *> by_rank_of(const std::vector<std::unique_ptr<Communicator>> &comms) {
   std::vector<Communicator *> by_rank(comms.size());

@@ -119,30 +119,18 @@ TEST_F(CommTest, NoOperationStartsWhileThisMembersUpdateWaits) {
   ASSERT_EQ(comms.size(), 2u);
   auto updating = std::async(std::launch::async, [c = comms[0].get()] { return c->update(); });
   ASSERT_TRUE(eventually([&] { return comms[1]->update_due(); }, 5s)) << "no BARRIER heard";
-  std::vector<float> x(16, 1.0f);
-  algo::Collective c;
-  c.kind = algo::Kind::kAllreduce;
-  c.count = x.size();
-  c.in = x.data();
-  c.out = x.data();
-  auto refused = comms[0]->submit(c, 0ms);
+  std::vector<float> x(16, 1.0f), y(16, 2.0f);
+  auto refused = comms[0]->submit(allreduce(x.data(), x.data(), x.size()), 0ms);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), WCCL_ERR_INVALID_USAGE) << refused.status().to_string();
   EXPECT_NE(refused.status().message().find("update is waiting at the barrier"), std::string::npos)
       << refused.status().to_string();
   ASSERT_TRUE(comms[1]->update().ok());
   ASSERT_TRUE(updating.get().ok());
-  std::vector<float> y(16, 2.0f);
   std::vector<Status> st(2);
-  std::thread other([&] {
-    algo::Collective d = c;
-    d.in = y.data();
-    d.out = y.data();
-    auto op = comms[1]->submit(d, 0ms);
-    st[1] = op.ok() ? comms[1]->wait(op.value(), nullptr) : op.status();
-  });
-  auto op = comms[0]->submit(c, 0ms);
-  st[0] = op.ok() ? comms[0]->wait(op.value(), nullptr) : op.status();
+  std::thread other(
+      [&] { st[1] = run_op(comms[1].get(), allreduce(y.data(), y.data(), y.size())); });
+  st[0] = run_op(comms[0].get(), allreduce(x.data(), x.data(), x.size()));
   other.join();
   for (const Status &s : st) EXPECT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(x, std::vector<float>(16, 3.0f));
