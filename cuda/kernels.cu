@@ -22,6 +22,7 @@ namespace {
 using codec::Dtype;
 using codec::RedOp;
 using codec::Wire;
+using codec::WireKind;
 
 constexpr int kPerThread =
     4;  // block encoders: one thread block per wire block, 4 elements a thread
@@ -42,17 +43,16 @@ unsigned grid_for(size_t n) {
 
 // --- Block-quantized wires: INT8, INT4, INT2, FP8 ------------------------------------------------
 
-template <Wire W>
+template <WireKind W>
 constexpr const codec::BlockFormat &format() {
-  if constexpr (W == Wire::kInt8) return codec::kInt8Format;
-  if constexpr (W == Wire::kInt4) return codec::kInt4Format;
-  if constexpr (W == Wire::kInt2) return codec::kInt2Format;
-  if constexpr (W == Wire::kTopk) return codec::kTopkFormat;
+  if constexpr (W == WireKind::kInt8) return codec::kInt8Format;
+  if constexpr (W == WireKind::kInt4) return codec::kInt4Format;
+  if constexpr (W == WireKind::kInt2) return codec::kInt2Format;
   return codec::kFp8Format;
 }
-template <Wire W>
+template <WireKind W>
 constexpr int levels() {
-  return W == Wire::kInt8 ? 255 : W == Wire::kInt4 ? 15 : 3;
+  return W == WireKind::kInt8 ? 255 : W == WireKind::kInt4 ? 15 : 3;
 }
 
 __device__ int32_t order_key(uint32_t bits) {
@@ -66,10 +66,10 @@ __device__ float from_order_key(int32_t key) {
 // The scale, offset and quantizing multiplier (0: every code 0) of a wire block from its scan: the
 // order keys' minimum and maximum, or (FP8) the largest magnitude's bits in kmax. False: the
 // block's range does not fit in a float (INT8, INT4), and nothing of it is encoded.
-template <Wire W>
+template <WireKind W>
 __device__ bool block_params(int32_t kmin, int32_t kmax, float *scale_out, float *offset_out,
                              float *inv_out) {
-  if constexpr (W == Wire::kFp8) {
+  if constexpr (W == WireKind::kFp8) {
     const int e = codec::fp8_scale_exponent(static_cast<uint32_t>(kmax));
     *scale_out = codec::fp8_pow2(e);
     *offset_out = 0.0f;
@@ -98,7 +98,7 @@ __device__ bool block_params(int32_t kmin, int32_t kmax, float *scale_out, float
 // not fit (INT8/INT4: its range exceeds the float range; FP8: a magnitude of 2^127 or more). The
 // uniform wires scan the order keys' minimum and maximum, FP8 the largest magnitude's bits (kept
 // in kmax).
-template <Wire W>
+template <WireKind W>
 __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst,
                                     unsigned long long *bad) {
   constexpr codec::BlockFormat F = format<W>();
@@ -119,7 +119,7 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
     if (j >= k) continue;
     v[e] = src[base + j];
     const uint32_t u = __float_as_uint(v[e]);
-    if constexpr (W == Wire::kFp8) {
+    if constexpr (W == WireKind::kFp8) {
       const auto a = static_cast<int32_t>(u & 0x7fffffffu);
       kmax = kmax < a ? a : kmax;
       too_big |= a >= 0x7f000000;
@@ -186,7 +186,7 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
     const int j = t + e * kT;
     uint32_t code = 0;
     if (j < k) {
-      if constexpr (W == Wire::kFp8) {
+      if constexpr (W == WireKind::kFp8) {
         code = codec::fp8_from_float(__fmul_rn(v[e], inv));
       } else {
         constexpr auto top = static_cast<float>(levels<W>());
@@ -195,11 +195,11 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
         code = static_cast<uint32_t>(static_cast<int32_t>(q));
       }
     }
-    if constexpr (W == Wire::kInt4) {
+    if constexpr (W == WireKind::kInt4) {
       // Elements j and j + 1 sit in neighbouring lanes (kT is one warp): the even lane packs both.
       const uint32_t high = __shfl_down_sync(0xffffffffu, code, 1);
       if (j % 2 == 0 && j < k) codes[j / 2] = static_cast<uint8_t>(code | (high << 4));
-    } else if constexpr (W == Wire::kInt2) {
+    } else if constexpr (W == WireKind::kInt2) {
       // Elements j..j+3 in four neighbouring lanes: the first packs them, low bits first.
       const uint32_t c1 = __shfl_down_sync(0xffffffffu, code, 1),
                      c2 = __shfl_down_sync(0xffffffffu, code, 2),
@@ -216,10 +216,10 @@ __global__ void block_encode_kernel(const float *__restrict src, size_t n, uint8
 // are found one round at a time as the warp's largest key (magnitude + 1, then the index reversed,
 // as the CPU's), cleared by the lane that holds it; every lane ends with the same picks, and lane
 // 0 writes the block.
-__global__ void topk_encode_kernel(const float *__restrict src, size_t n, uint8_t *__restrict dst,
-                                   unsigned long long *bad) {
-  constexpr codec::BlockFormat F = codec::kTopkFormat;
-  constexpr int kPer = static_cast<int>(F.block) / 32;
+__global__ void topk_encode_kernel(const float *__restrict src, size_t n, size_t keep,
+                                   uint8_t *__restrict dst, unsigned long long *bad) {
+  const codec::BlockFormat F = codec::topk_format(keep);
+  constexpr int kPer = static_cast<int>(codec::kTopkBlock) / 32;
   const size_t wire_block = static_cast<size_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   const size_t base = wire_block * F.block;
   if (base >= n) return;  // the whole warp
@@ -246,7 +246,7 @@ __global__ void topk_encode_kernel(const float *__restrict src, size_t n, uint8_
     return;
   }
   const int kept = static_cast<int>(F.coded(static_cast<size_t>(k)));
-  int pick[F.keep];
+  int pick[codec::kTopkMaxKeep];
   uint32_t amax = 0;
   for (int i = 0; i < kept; ++i) {
     unsigned long long best = 0;
@@ -288,8 +288,8 @@ __global__ void topk_encode_kernel(const float *__restrict src, size_t n, uint8_
 }
 
 // Element i of TOPK data for n elements: its kept value, or 0 (`found` false).
-__device__ float topk_element(const uint8_t *src, size_t n, size_t i, bool *found) {
-  constexpr codec::BlockFormat F = codec::kTopkFormat;
+__device__ float topk_element(const uint8_t *src, size_t n, size_t keep, size_t i, bool *found) {
+  const codec::BlockFormat F = codec::topk_format(keep);
   const size_t b = i / F.block;
   const uint8_t *block = src + b * F.block_bytes(F.block);
   const size_t k = n - b * F.block < F.block ? n - b * F.block : F.block;
@@ -307,45 +307,46 @@ __device__ float topk_element(const uint8_t *src, size_t n, size_t i, bool *foun
   return 0.0f;
 }
 
-__global__ void topk_decode_kernel(const uint8_t *__restrict src, size_t n, float *__restrict dst) {
+__global__ void topk_decode_kernel(const uint8_t *__restrict src, size_t n, size_t keep,
+                                   float *__restrict dst) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     bool found;
-    const float v = topk_element(src, n, i, &found);
+    const float v = topk_element(src, n, keep, i, &found);
     dst[i] = found ? __fadd_rn(0.0f, v) : 0.0f;
   }
 }
 
-__global__ void topk_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst,
-                                       const float *mine) {
+__global__ void topk_decode_add_kernel(const uint8_t *__restrict src, size_t n, size_t keep,
+                                       float *dst, const float *mine) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     bool found;
-    dst[i] = __fadd_rn(mine[i], topk_element(src, n, i, &found));
+    dst[i] = __fadd_rn(mine[i], topk_element(src, n, keep, i, &found));
   }
 }
 
 // Element i of W data, as the CPU kernels decode it.
-template <Wire W>
+template <WireKind W>
 __device__ float block_element(const uint8_t *src, size_t i) {
   constexpr codec::BlockFormat F = format<W>();
   const uint8_t *block = src + (i / F.block) * F.block_bytes(F.block);
   const size_t j = i % F.block;
   float scale;
   memcpy(&scale, block, 4);
-  if constexpr (W == Wire::kFp8) {
+  if constexpr (W == WireKind::kFp8) {
     return __fmul_rn(codec::fp8_to_float(block[F.header + j]), scale);
   } else {
     float offset;
     memcpy(&offset, block + 4, 4);
-    const uint32_t code = W == Wire::kInt4   ? (block[F.header + j / 2] >> (4 * (j % 2))) & 15u
-                          : W == Wire::kInt2 ? (block[F.header + j / 4] >> (2 * (j % 4))) & 3u
-                                             : block[F.header + j];
+    const uint32_t code = W == WireKind::kInt4   ? (block[F.header + j / 2] >> (4 * (j % 2))) & 15u
+                          : W == WireKind::kInt2 ? (block[F.header + j / 4] >> (2 * (j % 4))) & 3u
+                                                 : block[F.header + j];
     return __fadd_rn(offset, __fmul_rn(static_cast<float>(code), scale));
   }
 }
 
-template <Wire W>
+template <WireKind W>
 __global__ void block_decode_kernel(const uint8_t *__restrict src, size_t n,
                                     float *__restrict dst) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -354,7 +355,7 @@ __global__ void block_decode_kernel(const uint8_t *__restrict src, size_t n,
   }
 }
 
-template <Wire W>
+template <WireKind W>
 __global__ void block_decode_add_kernel(const uint8_t *__restrict src, size_t n, float *dst,
                                         const float *mine) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -584,7 +585,7 @@ Status synchronize(void *stream) {
   return cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
 }
 
-template <Wire W>
+template <WireKind W>
 Status launch_encode(const float *src, size_t n, uint8_t *dst, void *stream,
                      unsigned long long *bad) {
   constexpr codec::BlockFormat F = format<W>();
@@ -611,26 +612,26 @@ Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stre
   const Status st = [&]() -> Status {
     WCCL_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(bad, 0xff, sizeof(*bad), as_stream(stream)),
                                      "cudaMemsetAsync"));
-    switch (w) {
-      case Wire::kInt8:
-        WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt8>(src, n, dst, stream, bad));
+    switch (w.kind) {
+      case WireKind::kInt8:
+        WCCL_RETURN_IF_ERROR(launch_encode<WireKind::kInt8>(src, n, dst, stream, bad));
         break;
-      case Wire::kInt4:
-        WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt4>(src, n, dst, stream, bad));
+      case WireKind::kInt4:
+        WCCL_RETURN_IF_ERROR(launch_encode<WireKind::kInt4>(src, n, dst, stream, bad));
         break;
-      case Wire::kInt2:
-        WCCL_RETURN_IF_ERROR(launch_encode<Wire::kInt2>(src, n, dst, stream, bad));
+      case WireKind::kInt2:
+        WCCL_RETURN_IF_ERROR(launch_encode<WireKind::kInt2>(src, n, dst, stream, bad));
         break;
-      case Wire::kTopk: {
-        const size_t blocks = (n + codec::kTopkFormat.block - 1) / codec::kTopkFormat.block,
+      case WireKind::kTopk: {
+        const size_t blocks = (n + codec::kTopkBlock - 1) / codec::kTopkBlock,
                      per_cta = kThreads / 32;
         topk_encode_kernel<<<static_cast<unsigned>((blocks + per_cta - 1) / per_cta), kThreads, 0,
-                             as_stream(stream)>>>(src, n, dst, bad);
+                             as_stream(stream)>>>(src, n, w.keep, dst, bad);
         WCCL_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "topk encode kernel"));
         break;
       }
       default:
-        WCCL_RETURN_IF_ERROR(launch_encode<Wire::kFp8>(src, n, dst, stream, bad));
+        WCCL_RETURN_IF_ERROR(launch_encode<WireKind::kFp8>(src, n, dst, stream, bad));
         break;
     }
     return cuda_status(cudaMemcpyAsync(&first_bad, bad, sizeof(first_bad), cudaMemcpyDeviceToHost,
@@ -649,24 +650,25 @@ Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stre
 
 Status block_decode(Wire w, const uint8_t *src, size_t n, float *dst, void *stream) {
   if (n == 0) return Status();
-  switch (w) {
-    case Wire::kInt8:
-      block_decode_kernel<Wire::kInt8>
+  switch (w.kind) {
+    case WireKind::kInt8:
+      block_decode_kernel<WireKind::kInt8>
           <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
       break;
-    case Wire::kInt4:
-      block_decode_kernel<Wire::kInt4>
+    case WireKind::kInt4:
+      block_decode_kernel<WireKind::kInt4>
           <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
       break;
-    case Wire::kInt2:
-      block_decode_kernel<Wire::kInt2>
+    case WireKind::kInt2:
+      block_decode_kernel<WireKind::kInt2>
           <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
       break;
-    case Wire::kTopk:
-      topk_decode_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
+    case WireKind::kTopk:
+      topk_decode_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, w.keep, dst);
       break;
-    case Wire::kFp8:
-      block_decode_kernel<Wire::kFp8><<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
+    case WireKind::kFp8:
+      block_decode_kernel<WireKind::kFp8>
+          <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst);
       break;
     default:
       return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized",
@@ -678,24 +680,25 @@ Status block_decode(Wire w, const uint8_t *src, size_t n, float *dst, void *stre
 Status block_decode_add(Wire w, const uint8_t *src, size_t n, float *dst, const float *mine,
                         void *stream) {
   if (n == 0) return Status();
-  switch (w) {
-    case Wire::kInt8:
-      block_decode_add_kernel<Wire::kInt8>
+  switch (w.kind) {
+    case WireKind::kInt8:
+      block_decode_add_kernel<WireKind::kInt8>
           <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
       break;
-    case Wire::kInt4:
-      block_decode_add_kernel<Wire::kInt4>
+    case WireKind::kInt4:
+      block_decode_add_kernel<WireKind::kInt4>
           <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
       break;
-    case Wire::kInt2:
-      block_decode_add_kernel<Wire::kInt2>
+    case WireKind::kInt2:
+      block_decode_add_kernel<WireKind::kInt2>
           <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
       break;
-    case Wire::kTopk:
-      topk_decode_add_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
+    case WireKind::kTopk:
+      topk_decode_add_kernel<<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, w.keep, dst,
+                                                                              mine);
       break;
-    case Wire::kFp8:
-      block_decode_add_kernel<Wire::kFp8>
+    case WireKind::kFp8:
+      block_decode_add_kernel<WireKind::kFp8>
           <<<grid_for(n), kThreads, 0, as_stream(stream)>>>(src, n, dst, mine);
       break;
     default:

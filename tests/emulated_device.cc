@@ -223,21 +223,21 @@ Status EmulatedGpu::decode(codec::Wire w, const uint8_t *src, size_t count, floa
     auto *out = reinterpret_cast<float *>(at(dst, count * 4));
     if (in == nullptr || out == nullptr) return;
     const codec::Kernels &k = codec::kernels();
-    switch (w) {
-      case codec::Wire::kInt8:
-      case codec::Wire::kInt4:
-      case codec::Wire::kInt2:
-      case codec::Wire::kFp8:
-      case codec::Wire::kTopk:
-        codec::block_codec(k, w)->decode(in, count, out);
+    switch (w.kind) {
+      case codec::WireKind::kInt8:
+      case codec::WireKind::kInt4:
+      case codec::WireKind::kInt2:
+      case codec::WireKind::kFp8:
+      case codec::WireKind::kTopk:
+        codec::block_codec(k, w)->decode(*codec::block_format(w), in, count, out);
         break;
-      case codec::Wire::kF16:
+      case codec::WireKind::kF16:
         k.f16_decode(in, count, out);
         break;
-      case codec::Wire::kBF16:
+      case codec::WireKind::kBF16:
         k.bf16_decode(in, count, out);
         break;
-      case codec::Wire::kNative:
+      case codec::WireKind::kNative:
         ADD_FAILURE() << "emulated GPU: no kernel decodes the native wire";
         break;
     }
@@ -256,7 +256,8 @@ Status EmulatedGpu::decode_add(codec::Wire w, const uint8_t *src, size_t count, 
     const uint8_t *in = at(src, codec::wire_size(w, count));
     auto *out = reinterpret_cast<float *>(at(dst, count * 4));
     const auto *m = reinterpret_cast<const float *>(at(mine, count * 4));
-    if (in != nullptr && out != nullptr && m != nullptr) blocks->decode_add(in, count, out, m);
+    if (in != nullptr && out != nullptr && m != nullptr)
+      blocks->decode_add(*codec::block_format(w), in, count, out, m);
   });
   return Status();
 }

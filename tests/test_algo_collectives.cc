@@ -225,7 +225,7 @@ TEST_P(AlgoTest, MatchesSerialReference) {
   for (int t = 0; t < codec::kDtypeCount; ++t) {
     for (int op = 0; op < (reduces ? codec::kRedOpCount : 1); ++op) {
       const Collective c = sweep_case(shape, count, n, static_cast<Dtype>(t),
-                                      static_cast<RedOp>(op), codec::Wire::kNative);
+                                      static_cast<RedOp>(op), codec::WireKind::kNative);
       ASSERT_TRUE(algo::check(c, n, 0).ok());
       Fabric fabric(n);
       SCOPED_TRACE(std::string(codec::dtype_name(c.dtype)) + " " + codec::redop_name(c.op));
@@ -301,22 +301,22 @@ double encode_error(codec::Wire w, const std::vector<Bytes> &ins) {
     range += static_cast<double>(*hi) - *lo;
     mag += std::max(std::fabs(*lo), std::fabs(*hi));
   }
-  switch (w) {
-    case codec::Wire::kInt8:
+  switch (w.kind) {
+    case codec::WireKind::kInt8:
       return range / 510 + mag * std::ldexp(1.0, -20);
-    case codec::Wire::kInt4:
+    case codec::WireKind::kInt4:
       return range / 30 + mag * std::ldexp(1.0, -20);
-    case codec::Wire::kInt2:
+    case codec::WireKind::kInt2:
       return range / 6 + mag * std::ldexp(1.0, -20);
-    case codec::Wire::kTopk:
+    case codec::WireKind::kTopk:
       return mag;  // a dropped element is off by at most its magnitude
-    case codec::Wire::kFp8:
+    case codec::WireKind::kFp8:
       return mag / 16 + mag / 229376;
-    case codec::Wire::kF16:
+    case codec::WireKind::kF16:
       return mag * std::ldexp(1.0, -11) + std::ldexp(1.0, -24);
-    case codec::Wire::kBF16:
+    case codec::WireKind::kBF16:
       return mag * std::ldexp(1.0, -8);
-    case codec::Wire::kNative:
+    case codec::WireKind::kNative:
       break;
   }
   return 0;
@@ -394,15 +394,14 @@ TEST_P(WireTest, WithinTheBoundAndBitIdentical) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, WireTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
-                                            ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
-                                            kEveryShape,
-                                            ::testing::Values(codec::Wire::kF16, codec::Wire::kBF16,
-                                                              codec::Wire::kInt8,
-                                                              codec::Wire::kInt4, codec::Wire::kFp8,
-                                                              codec::Wire::kInt2)),
-                         wire_param_name);
+INSTANTIATE_TEST_SUITE_P(
+    Sweep, WireTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                       ::testing::Values<size_t>(0, 1, 7, 1009, 65537), kEveryShape,
+                       ::testing::Values(codec::WireKind::kF16, codec::WireKind::kBF16,
+                                         codec::WireKind::kInt8, codec::WireKind::kInt4,
+                                         codec::WireKind::kFp8, codec::WireKind::kInt2)),
+    wire_param_name);
 
 // TOPK is never re-encoded: all-reduce by the all-gather schedule, broadcast and all-gather.
 const auto kTopkShapes =
@@ -411,14 +410,14 @@ const auto kTopkShapes =
 INSTANTIATE_TEST_SUITE_P(Topk, WireTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
                                             ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
-                                            kTopkShapes, ::testing::Values(codec::Wire::kTopk)),
+                                            kTopkShapes, ::testing::Values(codec::WireKind::kTopk)),
                          wire_param_name);
 
 TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
   const int n = 4;
   Collective c;
   c.count = 1 << 20;
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+  for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
     c.wire = w;
     const std::vector<Bytes> ins = random_inputs(c, n, 1);
     Fabric fabric(n);
@@ -427,7 +426,7 @@ TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
     for (int r = 0; r < n; ++r) {
       ASSERT_TRUE(o.status[static_cast<size_t>(r)].ok());
       const double ratio = static_cast<double>(o.bytes_sent[static_cast<size_t>(r)]) / native;
-      if (w == codec::Wire::kNative) {
+      if (w.kind == codec::WireKind::kNative) {
         EXPECT_NEAR(ratio, 1.0, 1e-6);
       } else {
         EXPECT_NEAR(ratio, 0.25 * (1 + 8.0 / 1024), 0.001) << "rank " << r;
@@ -442,9 +441,9 @@ TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
 // for INT2 only.
 TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
   for (int n : {2, 3, 5}) {
-    for (codec::Wire w :
-         {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2,
-          codec::Wire::kFp8, codec::Wire::kBF16, codec::Wire::kTopk}) {
+    for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8, codec::WireKind::kInt4,
+                          codec::WireKind::kInt2, codec::WireKind::kFp8, codec::WireKind::kBF16,
+                          codec::WireKind::kTopk}) {
       for (RedOp op : {RedOp::kSum, RedOp::kAvg, RedOp::kMax}) {
         SCOPED_TRACE("n " + std::to_string(n) + " " + codec::wire_name(w) + " " +
                      codec::redop_name(op));
@@ -458,7 +457,7 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
         std::vector<float> want(c.count);
         for (int m = 0; m < n; ++m) {
           std::vector<float> x = floats(ins[static_cast<size_t>(m)]), kept(c.count);
-          if (w == codec::Wire::kNative) {
+          if (w.kind == codec::WireKind::kNative) {
             kept = x;
           } else {
             Bytes enc(codec::wire_size(w, c.count));
@@ -492,10 +491,10 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
   Collective c;
   c.algo = Algo::kAuto;
   c.count = 1 << 20;  // above the crossover: the ring
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt4,
-                        codec::Wire::kInt2, codec::Wire::kTopk}) {
+  for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8, codec::WireKind::kInt4,
+                        codec::WireKind::kInt2, codec::WireKind::kTopk}) {
     c.wire = w;
-    const bool gather = w == codec::Wire::kInt2 || w == codec::Wire::kTopk;
+    const bool gather = w.kind == codec::WireKind::kInt2 || w.kind == codec::WireKind::kTopk;
     EXPECT_EQ(algo::choose(c, 4, {}), gather ? Algo::kAllgather : Algo::kRing)
         << codec::wire_name(w);
   }
@@ -506,9 +505,9 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
   c.kind = Kind::kAllreduce;
   c.dtype = codec::Dtype::kF32;
   const algo::Crossovers x{4096, 65536};
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kInt2}) {
+  for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8, codec::WireKind::kInt2}) {
     c.wire = w;
-    const bool gather = w == codec::Wire::kInt2;
+    const bool gather = w.kind == codec::WireKind::kInt2;
     for (const auto &[count, want] : std::vector<std::pair<size_t, Algo>>{{1, Algo::kAllgather},
                                                                           {1024, Algo::kAllgather},
                                                                           {1025, Algo::kTree},
@@ -524,12 +523,12 @@ TEST(Algo, AllgatherAllreduceIsTheRankOrderSumOfEachInputsRoundtrip) {
         << "two members take no tree";
     EXPECT_EQ(algo::choose(c, 4, {0, 65536}), gather ? Algo::kAllgather : Algo::kTree);
   }
-  c.wire = codec::Wire::kNative;
+  c.wire = codec::WireKind::kNative;
   c.algo = Algo::kRing;
   EXPECT_EQ(algo::choose(c, 4, x), Algo::kRing) << "a named algorithm is kept";
   c.algo = Algo::kAuto;
   // TOPK is refused where it would be re-encoded.
-  c.wire = codec::Wire::kTopk;
+  c.wire = codec::WireKind::kTopk;
   EXPECT_TRUE(algo::check(c, 4, 0).ok());
   for (Shape refused : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
                         Shape{Kind::kReduceScatter, Algo::kRing}}) {
@@ -546,7 +545,7 @@ TEST(Algo, NanOnTheInt8WireFailsNamingTheElement) {
   const int n = 3;
   Collective c;
   c.count = 5000;
-  c.wire = codec::Wire::kInt8;
+  c.wire = codec::WireKind::kInt8;
   std::vector<Bytes> ins = random_inputs(c, n, 2);
   const float nan = std::nanf("");
   std::memcpy(ins[1].data() + 4321 * 4, &nan, 4);
@@ -635,8 +634,8 @@ TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
                   Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
                   Shape{Kind::kReduceScatter, Algo::kRing}}) {
     for (Dtype t : {Dtype::kF32, Dtype::kBF16, Dtype::kI64}) {
-      for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
-        if (w != codec::Wire::kNative && t != Dtype::kF32) continue;
+      for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
+        if (w.kind != codec::WireKind::kNative && t != Dtype::kF32) continue;
         const int n = 4;
         Collective c;
         c.kind = s.kind;
@@ -666,7 +665,7 @@ TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
           plain_sent += plain.bytes_sent[static_cast<size_t>(r)];
           zstd_sent += zstd.bytes_sent[static_cast<size_t>(r)];
         }
-        if (w == codec::Wire::kNative) {
+        if (w.kind == codec::WireKind::kNative) {
           EXPECT_LT(zstd_sent, plain_sent / 2);
         }
         EXPECT_LE(zstd_sent, plain_sent);
@@ -693,9 +692,9 @@ TEST(Algo, CompressedMessagesGiveTheSameResultsWithFewerBytes) {
 // (its results are checked by WireTest), and with zstd, whose frames in flight live in the
 // schedule and whose receives' lengths live in the exchange.
 TEST(Algo, PeerDiesMidOperation) {
-  for (auto [w, z] : {std::pair{codec::Wire::kNative, algo::Compress::kOff},
-                      std::pair{codec::Wire::kInt8, algo::Compress::kOff},
-                      std::pair{codec::Wire::kNative, algo::Compress::kAlways}}) {
+  for (auto [w, z] : {std::pair{codec::WireKind::kNative, algo::Compress::kOff},
+                      std::pair{codec::WireKind::kInt8, algo::Compress::kOff},
+                      std::pair{codec::WireKind::kNative, algo::Compress::kAlways}}) {
     for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
                     Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
                     Shape{Kind::kReduceScatter, Algo::kRing}}) {
@@ -705,13 +704,13 @@ TEST(Algo, PeerDiesMidOperation) {
         c.kind = s.kind;
         c.algo = s.algo;
         c.count = 1 << 16;
-        c.chunk_bytes = w == codec::Wire::kNative ? 4096 : 1024;
+        c.chunk_bytes = w == codec::WireKind::kNative ? 4096 : 1024;
         c.wire = w;
         c.compress = z;
         Fabric fabric(n);
         fabric.kill_at_send(dies, k);
         const auto start = Clock::now();
-        const std::vector<Bytes> ins = w == codec::Wire::kNative
+        const std::vector<Bytes> ins = w == codec::WireKind::kNative
                                            ? std::vector<Bytes>{}
                                            : random_inputs(c, n, static_cast<uint32_t>(k));
         Outcome o = run_all(fabric, c, n, std::chrono::seconds(20), ins);
@@ -724,7 +723,7 @@ TEST(Algo, PeerDiesMidOperation) {
         for (int r = 0; r < n; ++r) {
           const size_t i = static_cast<size_t>(r);
           EXPECT_EQ(o.in_after[i], o.in[i]) << what;
-          if (w == codec::Wire::kNative && o.status[i].ok()) {
+          if (w == codec::WireKind::kNative && o.status[i].ok()) {
             EXPECT_TRUE(o.out[i] == expected(c, o.in, r)) << what << " rank " << r;
           }
         }
@@ -738,7 +737,7 @@ TEST(Algo, PeerDiesMidOperation) {
 // has the out-of-place bits, and when a peer dies mid-operation, restoring the Undo gives every
 // rank its buffer back byte for byte.
 TEST(Algo, InPlaceWithUndo) {
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+  for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
     for (Shape s : {Shape{Kind::kAllreduce, Algo::kRing}, Shape{Kind::kAllreduce, Algo::kTree},
                     Shape{Kind::kBroadcast, Algo::kRing}, Shape{Kind::kAllgather, Algo::kRing},
                     Shape{Kind::kReduceScatter, Algo::kRing}}) {
@@ -895,7 +894,7 @@ TEST_P(DeviceTest, SameBitsAsHostMemory) {
   EmulatedGpu gpu;
   // Element sizes 8, 4, 2 and 1 (test_gpu_kernels checks every dtype's kernels against the CPU's).
   const std::vector<Dtype> dtypes =
-      wire == codec::Wire::kNative
+      wire.kind == codec::WireKind::kNative
           ? std::vector<Dtype>{Dtype::kF64, Dtype::kF32, Dtype::kBF16, Dtype::kI8}
           : std::vector<Dtype>{Dtype::kF32};
   for (Dtype t : dtypes) {
@@ -905,7 +904,7 @@ TEST_P(DeviceTest, SameBitsAsHostMemory) {
       SCOPED_TRACE(std::string(codec::wire_name(wire)) + " " + codec::dtype_name(c.dtype) + " " +
                    codec::redop_name(c.op));
       const std::vector<Bytes> ins =
-          wire == codec::Wire::kNative ? std::vector<Bytes>{} : random_inputs(c, n, 7);
+          wire.kind == codec::WireKind::kNative ? std::vector<Bytes>{} : random_inputs(c, n, 7);
       Fabric host_fabric(n), device_fabric(n);
       const Outcome host = run_all(host_fabric, c, n, std::chrono::seconds(60), ins);
       const Outcome device =
@@ -926,14 +925,15 @@ INSTANTIATE_TEST_SUITE_P(
     Sweep, DeviceTest,
     ::testing::Combine(::testing::Values(1, 2, 3, 5), ::testing::Values<size_t>(0, 7, 65537),
                        kEveryShape,
-                       ::testing::Values(codec::Wire::kNative, codec::Wire::kF16,
-                                         codec::Wire::kBF16, codec::Wire::kInt8, codec::Wire::kInt4,
-                                         codec::Wire::kFp8, codec::Wire::kInt2)),
+                       ::testing::Values(codec::WireKind::kNative, codec::WireKind::kF16,
+                                         codec::WireKind::kBF16, codec::WireKind::kInt8,
+                                         codec::WireKind::kInt4, codec::WireKind::kFp8,
+                                         codec::WireKind::kInt2)),
     wire_param_name);
 INSTANTIATE_TEST_SUITE_P(Topk, DeviceTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5),
                                             ::testing::Values<size_t>(0, 7, 65537), kTopkShapes,
-                                            ::testing::Values(codec::Wire::kTopk)),
+                                            ::testing::Values(codec::WireKind::kTopk)),
                          wire_param_name);
 
 // DESIGN §7: with a wire codec only the encoded bytes cross PCIe, each way, through page-locked
@@ -945,14 +945,14 @@ TEST(Device, OnlyWireBytesCrossPcie) {
   c.count = 1 << 20;
   c.chunk_bytes = 1 << 18;
   uint64_t crossed[2] = {0, 0};
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+  for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
     c.wire = w;
     EmulatedGpu gpu;
     Fabric fabric(n);
     const Outcome o =
         run_all(fabric, c, n, std::chrono::seconds(60), random_inputs(c, n, 3), nullptr, &gpu);
     for (const Status &st : o.status) ASSERT_TRUE(st.ok()) << st.to_string();
-    crossed[w == codec::Wire::kInt8] = gpu.to_device_bytes() + gpu.to_host_bytes();
+    crossed[w.kind == codec::WireKind::kInt8] = gpu.to_device_bytes() + gpu.to_host_bytes();
     EXPECT_GT(gpu.pinned_allocations(), 0u);
   }
   const double bytes = 4.0 * c.count * n;  // every rank's elements
@@ -965,7 +965,7 @@ TEST(Device, OnlyWireBytesCrossPcie) {
 TEST(Device, CompressedMessagesFromDeviceBuffers) {
   if (!codec::compression_available()) GTEST_SKIP() << "built without zstd";
   const int n = 3;
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+  for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
     Collective c;
     c.count = 100003;
     c.wire = w;
@@ -991,7 +991,7 @@ TEST(Device, CompressedMessagesFromDeviceBuffers) {
 // and leaks no device memory.
 TEST(Device, AFaultInTheFirstQuarterOfItsGpuCallsFailsTheOperationCleanly) {
   const int n = 3;
-  for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+  for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
     Collective c;
     c.count = 30011;
     c.chunk_bytes = 4096;

@@ -173,37 +173,101 @@ TEST(LastError, IsPerThreadAndNamesTheSource) {
   wccl_config_destroy(cfg);
 }
 
+// wccl_wire_roundtrip with opts of this wire and TOPK keep.
+wccl_result_t roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire,
+                        int32_t topk_keep = 0) {
+  wccl_opts_t o = wccl_opts_default();
+  o.wire = wire;
+  o.topk_keep = topk_keep;
+  return wccl_wire_roundtrip(in, out, count, &o);
+}
+
 TEST(WireRoundtrip, IsWhatTheWireKeepsAndRefusesWithoutWriting) {
   std::vector<float> x(3000), y(3000, 7.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 101) * 0.01f - 0.5f;
   for (wccl_wire_t w :
        {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8, WCCL_WIRE_TOPK}) {
-    ASSERT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), w), WCCL_OK) << wccl_last_error();
-    std::vector<uint8_t> bytes(wccl::codec::wire_size(static_cast<wccl::codec::Wire>(w), x.size()));
+    ASSERT_EQ(roundtrip(x.data(), y.data(), x.size(), w), WCCL_OK) << wccl_last_error();
+    const wccl::codec::Wire cw(static_cast<wccl::codec::WireKind>(w));
+    std::vector<uint8_t> bytes(wccl::codec::wire_size(cw, x.size()));
     std::vector<float> want(x.size());
-    ASSERT_TRUE(
-        wccl::codec::encode(static_cast<wccl::codec::Wire>(w), x.data(), x.size(), bytes.data())
-            .ok());
-    ASSERT_TRUE(wccl::codec::decode(static_cast<wccl::codec::Wire>(w), bytes.data(), bytes.size(),
-                                    x.size(), want.data())
-                    .ok());
+    ASSERT_TRUE(wccl::codec::encode(cw, x.data(), x.size(), bytes.data()).ok());
+    ASSERT_TRUE(wccl::codec::decode(cw, bytes.data(), bytes.size(), x.size(), want.data()).ok());
     EXPECT_EQ(y, want) << w;
     EXPECT_NE(y, x) << w << " is lossy on these values";
   }
-  ASSERT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_NATIVE), WCCL_OK);
+  ASSERT_EQ(roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_NATIVE), WCCL_OK);
+  EXPECT_EQ(y, x);
+  ASSERT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), nullptr), WCCL_OK) << "NULL: native";
   EXPECT_EQ(y, x);
   x[2222] = std::nanf("");
   const std::vector<float> before = y;
-  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_INT4),
-            WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_INT4), WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(wccl_last_error()).find("element 2222 is NaN"), std::string::npos)
       << wccl_last_error();
   EXPECT_EQ(y, before);
-  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), 4, static_cast<wccl_wire_t>(9)),
+  EXPECT_EQ(roundtrip(x.data(), y.data(), 4, static_cast<wccl_wire_t>(9)),
             WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(wccl_last_error()).find("wire 9"), std::string::npos) << wccl_last_error();
-  EXPECT_EQ(wccl_wire_roundtrip(nullptr, y.data(), 4, WCCL_WIRE_INT8), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(wccl_wire_roundtrip(nullptr, nullptr, 0, WCCL_WIRE_INT8), WCCL_OK);
+  EXPECT_NE(std::string(wccl_last_error()).find("opts->wire 9"), std::string::npos)
+      << wccl_last_error();
+  EXPECT_EQ(roundtrip(nullptr, y.data(), 4, WCCL_WIRE_INT8), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(roundtrip(nullptr, nullptr, 0, WCCL_WIRE_INT8), WCCL_OK);
+  wccl_opts_t o = wccl_opts_default();
+  o.size = 8;
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), 4, &o), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("opts->size is 8"), std::string::npos)
+      << wccl_last_error();
+  o = wccl_opts_default();
+  int stream = 0;
+  o.cuda_stream = &stream;
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), 4, &o), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("opts->cuda_stream orders device buffers"),
+            std::string::npos)
+      << wccl_last_error();
+  EXPECT_EQ(y, before);
+}
+
+// TOPK keeps opts.topk_keep of each block of 256 (0: the default 8), as the codec's wire of that
+// keep encodes them; a keep outside 1..64, or one given with another wire, is refused by name.
+TEST(WireRoundtrip, TopkKeepsWhatTheOptionsSay) {
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 0.37f);
+  for (int32_t keep : {1, 2, 8, 31, 64}) {
+    std::vector<float> y(x.size(), 7.0f);
+    ASSERT_EQ(roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_TOPK, keep), WCCL_OK)
+        << wccl_last_error();
+    const auto w = wccl::codec::Wire::topk(static_cast<size_t>(keep));
+    std::vector<uint8_t> bytes(wccl::codec::wire_size(w, x.size()));
+    EXPECT_EQ(bytes.size(), 3 * (4 + keep + (keep + 1) / 2) +
+                                (4 + std::min(keep, 232) + (std::min(keep, 232) + 1) / 2));
+    std::vector<float> want(x.size());
+    ASSERT_TRUE(wccl::codec::encode(w, x.data(), x.size(), bytes.data()).ok());
+    ASSERT_TRUE(wccl::codec::decode(w, bytes.data(), bytes.size(), x.size(), want.data()).ok());
+    EXPECT_EQ(y, want) << keep;
+    size_t nonzero = 0;
+    for (float v : y) nonzero += v != 0.0f;
+    EXPECT_LE(nonzero, 3 * static_cast<size_t>(keep) + std::min<size_t>(keep, 232)) << keep;
+    EXPECT_GE(nonzero, 2 * static_cast<size_t>(keep)) << keep;  // at most a seventh rounds to 0
+  }
+  std::vector<float> eight(x.size()), deflt(x.size());
+  ASSERT_EQ(roundtrip(x.data(), eight.data(), x.size(), WCCL_WIRE_TOPK, 8), WCCL_OK);
+  ASSERT_EQ(roundtrip(x.data(), deflt.data(), x.size(), WCCL_WIRE_TOPK, 0), WCCL_OK);
+  EXPECT_EQ(eight, deflt);
+  std::vector<float> y(x.size(), 7.0f);
+  const std::vector<float> before = y;
+  for (int32_t keep : {-1, 65, 256}) {
+    EXPECT_EQ(roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_TOPK, keep),
+              WCCL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(wccl_last_error())
+                  .find("opts->topk_keep " + std::to_string(keep) + " is not 1..64"),
+              std::string::npos)
+        << wccl_last_error();
+  }
+  EXPECT_EQ(roundtrip(x.data(), y.data(), x.size(), WCCL_WIRE_INT8, 4), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("only the TOPK wire keeps elements (this is int8)"),
+            std::string::npos)
+      << wccl_last_error();
+  EXPECT_EQ(y, before);
 }
 
 // On device memory (an emulated GPU, whose streams run only when synchronized): the GPU's
@@ -228,30 +292,28 @@ TEST(WireRoundtrip, OnAGpuIsTheHostsAfterTheDefaultStreamsWork) {
   for (wccl_wire_t w : {WCCL_WIRE_INT8, WCCL_WIRE_INT4, WCCL_WIRE_INT2, WCCL_WIRE_FP8,
                         WCCL_WIRE_TOPK, WCCL_WIRE_BF16, WCCL_WIRE_FP16, WCCL_WIRE_NATIVE}) {
     std::vector<float> want(x.size());
-    ASSERT_EQ(wccl_wire_roundtrip(x.data(), want.data(), x.size(), w), WCCL_OK)
-        << wccl_last_error();
-    ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout),
-                                  x.size(), w),
+    ASSERT_EQ(roundtrip(x.data(), want.data(), x.size(), w), WCCL_OK) << wccl_last_error();
+    ASSERT_EQ(roundtrip(static_cast<const float *>(din), static_cast<float *>(dout), x.size(), w),
               WCCL_OK)
         << wccl_last_error();
     EXPECT_EQ(read(dout), want) << w;
   }
-  ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(dout), static_cast<float *>(dout),
-                                x.size(), WCCL_WIRE_INT8),
+  ASSERT_EQ(roundtrip(static_cast<const float *>(dout), static_cast<float *>(dout), x.size(),
+                      WCCL_WIRE_INT8),
             WCCL_OK)
       << wccl_last_error();
   std::vector<float> want(x.size());
-  ASSERT_EQ(wccl_wire_roundtrip(x.data(), want.data(), x.size(), WCCL_WIRE_INT8), WCCL_OK);
+  ASSERT_EQ(roundtrip(x.data(), want.data(), x.size(), WCCL_WIRE_INT8), WCCL_OK);
   EXPECT_EQ(read(dout), want) << "in place";
   x[2222] = std::nanf("");
   gpu.write(din, x.data(), bytes);
-  EXPECT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout),
-                                x.size(), WCCL_WIRE_FP8),
+  EXPECT_EQ(roundtrip(static_cast<const float *>(din), static_cast<float *>(dout), x.size(),
+                      WCCL_WIRE_FP8),
             WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(wccl_last_error()).find("element 2222 is NaN"), std::string::npos)
       << wccl_last_error();
   EXPECT_EQ(read(dout), want) << "a refused roundtrip writes nothing";
-  EXPECT_EQ(wccl_wire_roundtrip(x.data(), static_cast<float *>(dout), x.size(), WCCL_WIRE_INT8),
+  EXPECT_EQ(roundtrip(x.data(), static_cast<float *>(dout), x.size(), WCCL_WIRE_INT8),
             WCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(wccl_last_error()).find("in is in host memory and out in emulated-gpu"),
             std::string::npos)

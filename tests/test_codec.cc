@@ -24,12 +24,24 @@ using codec::Kernels;
 using codec::RedOp;
 using codec::Tier;
 using codec::Wire;
+using codec::WireKind;
 using Bytes = std::vector<uint8_t>;
 
 // Lengths around the vector widths and the INT8 block, so tails and partial blocks are covered.
 const size_t kLengths[] = {0,   1,   3,   15,   16,   17,   63,   64,  65,
                            127, 128, 129, 1023, 1024, 1025, 2048, 4099};
-const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk};
+const Wire kBlockWires[] = {WireKind::kInt8, WireKind::kInt4, WireKind::kInt2, WireKind::kFp8,
+                            WireKind::kTopk};
+// The same with TOPK also at the ends of its keep and at 2 (an odd and an even count of codes).
+const Wire kEveryBlockWire[] = {WireKind::kInt8, WireKind::kInt4, WireKind::kInt2,
+                                WireKind::kFp8,  WireKind::kTopk, Wire::topk(1),
+                                Wire::topk(2),   Wire::topk(63),  Wire::topk(64)};
+
+// The wire's name, with TOPK's keep ("topk/2").
+std::string name_of(Wire w) {
+  return std::string(codec::wire_name(w)) +
+         (w.kind == WireKind::kTopk ? "/" + std::to_string(w.keep) : "");
+}
 
 // Byte-equal (memcmp, which may not be given the null data() of an empty vector).
 bool same(const void *a, const void *b, size_t bytes) {
@@ -172,24 +184,25 @@ TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
     for (size_t n : kLengths) {
       std::vector<float> x = random_floats(n, -3.0f, 5.0f, rng);
       if (n > 20) x[17] = -0.0f;
-      for (Wire w : kBlockWires) {
+      for (Wire w : kEveryBlockWire) {
         const codec::BlockCodec &r = *codec::block_codec(ref, w), &c = *codec::block_codec(*k, w);
-        const char *name = codec::wire_name(w);
+        const codec::BlockFormat f = *codec::block_format(w);
+        const std::string name = name_of(w);
         Bytes want(codec::wire_size(w, n)), got(want.size());
-        ASSERT_EQ(r.encode(x.data(), n, want.data()), n);
-        ASSERT_EQ(c.encode(x.data(), n, got.data()), n);
+        ASSERT_EQ(r.encode(f, x.data(), n, want.data()), n);
+        ASSERT_EQ(c.encode(f, x.data(), n, got.data()), n);
         ASSERT_EQ(want, got) << k->name << " " << name << " encode n=" << n;
         std::vector<float> mine = random_floats(n, -1.0f, 1.0f, rng);
         std::vector<float> d_ref(n), d_got(n), a_ref(n), a_got(n);
-        r.decode(want.data(), n, d_ref.data());
-        c.decode(want.data(), n, d_got.data());
+        r.decode(f, want.data(), n, d_ref.data());
+        c.decode(f, want.data(), n, d_got.data());
         ASSERT_TRUE(same(d_ref.data(), d_got.data(), n * 4))
             << k->name << " " << name << " decode n=" << n;
-        r.decode_add(want.data(), n, a_ref.data(), mine.data());
-        c.decode_add(want.data(), n, a_got.data(), mine.data());
+        r.decode_add(f, want.data(), n, a_ref.data(), mine.data());
+        c.decode_add(f, want.data(), n, a_got.data(), mine.data());
         ASSERT_TRUE(same(a_ref.data(), a_got.data(), n * 4))
             << k->name << " " << name << " decode-add n=" << n;
-        c.decode_add(want.data(), n, mine.data(), mine.data());  // in place
+        c.decode_add(f, want.data(), n, mine.data(), mine.data());  // in place
         ASSERT_TRUE(same(a_ref.data(), mine.data(), n * 4))
             << k->name << " " << name << " decode-add in place";
       }
@@ -221,18 +234,18 @@ double error_bound(Wire w, float x, float lo, float hi) {
   const double range = static_cast<double>(hi) - lo;
   const double mag =
       std::max(std::fabs(static_cast<double>(lo)), std::fabs(static_cast<double>(hi)));
-  if (w == Wire::kFp8)
+  if (w.kind == WireKind::kFp8)
     return std::max(std::fabs(static_cast<double>(x)) / 16,
                     std::max(mag / 224, std::ldexp(1.0, -126)) * std::ldexp(1.0, -10));
-  const double levels = w == Wire::kInt8 ? 255.0 : w == Wire::kInt4 ? 15.0 : 3.0;
+  const double levels = w.kind == WireKind::kInt8 ? 255.0 : w.kind == WireKind::kInt4 ? 15.0 : 3.0;
   return range / (2 * levels) + mag * std::ldexp(1.0, -20) +
          (range < levels * FLT_MIN ? range : 0.0);
 }
 
 void expect_within_bound(Wire w, const std::vector<float> &x, const char *what) {
-  const size_t n = x.size(), block = codec::block_format(w)->block;
+  const size_t n = x.size(), block = codec::block_format(w)->block, keep = w.keep;
   Bytes enc(codec::wire_size(w, n));
-  ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok()) << codec::wire_name(w) << " " << what;
+  ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok()) << name_of(w) << " " << what;
   std::vector<float> y(n);
   ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), n, y.data()).ok()) << what;
   double worst = 0;
@@ -247,25 +260,25 @@ void expect_within_bound(Wire w, const std::vector<float> &x, const char *what) 
     std::vector<double> mags;
     for (size_t i = b; i < e; ++i) mags.push_back(std::fabs(static_cast<double>(x[i])));
     std::sort(mags.rbegin(), mags.rend());
-    const double amax = mags[0], dropped = mags.size() > 8 ? mags[8] : 0.0;
+    const double amax = mags[0], dropped = mags.size() > keep ? mags[keep] : 0.0;
     const double topk_bound = std::max(
         amax / 14 + amax * std::ldexp(1.0, -20) + (amax < 7 * FLT_MIN ? amax : 0.0), dropped);
     for (size_t i = b; i < e; ++i) {
-      const double bound = w == Wire::kTopk ? topk_bound : error_bound(w, x[i], lo, hi);
-      ASSERT_TRUE(std::isfinite(y[i])) << codec::wire_name(w) << " " << what << " element " << i;
+      const double bound = w.kind == WireKind::kTopk ? topk_bound : error_bound(w, x[i], lo, hi);
+      ASSERT_TRUE(std::isfinite(y[i])) << name_of(w) << " " << what << " element " << i;
       const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
-      ASSERT_LE(err, bound) << codec::wire_name(w) << " " << what << " element " << i << ": "
-                            << x[i] << " came back as " << y[i];
+      ASSERT_LE(err, bound) << name_of(w) << " " << what << " element " << i << ": " << x[i]
+                            << " came back as " << y[i];
       if (bound > 0) worst = std::max(worst, err / bound);
     }
   }
-  std::printf("%-5s %-14s n=%-6zu worst error %.3f of the bound\n", codec::wire_name(w), what, n,
+  std::printf("%-7s %-14s n=%-6zu worst error %.3f of the bound\n", name_of(w).c_str(), what, n,
               worst);
 }
 
 TEST(BlockCodecs, ErrorStaysWithinTheBound) {
   std::mt19937 rng(3);
-  for (Wire w : kBlockWires) {
+  for (Wire w : kEveryBlockWire) {
     for (size_t n : {size_t{1}, size_t{100}, size_t{1000}, size_t{1024}, size_t{5000}}) {
       expect_within_bound(w, random_floats(n, -1.0f, 1.0f, rng), "random");
       expect_within_bound(w, random_floats(n, 1e6f, 1e6f + 1.0f, rng), "offset");
@@ -287,16 +300,16 @@ TEST(BlockCodecs, ErrorStaysWithinTheBound) {
 TEST(BlockCodecs, EveryUniformCodeIsUsedOnARamp) {
   // A block that spans 0..levels exactly maps element i to code i: the quantiser is not off by
   // one, INT4 packs element 2p in the low nibble and INT2 element 4p + e in bits 2e, 2e + 1.
-  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2}) {
-    const size_t levels = w == Wire::kInt8 ? 255 : w == Wire::kInt4 ? 15 : 3;
+  for (Wire w : {WireKind::kInt8, WireKind::kInt4, WireKind::kInt2}) {
+    const size_t levels = w.kind == WireKind::kInt8 ? 255 : w.kind == WireKind::kInt4 ? 15 : 3;
     std::vector<float> x(levels + 1);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
     Bytes enc(codec::wire_size(w, x.size()));
     ASSERT_TRUE(codec::encode(w, x.data(), x.size(), enc.data()).ok());
     for (size_t i = 0; i < x.size(); ++i) {
-      const unsigned code = w == Wire::kInt8   ? enc[8 + i]
-                            : w == Wire::kInt4 ? (enc[8 + i / 2] >> (4 * (i % 2))) & 15u
-                                               : (enc[8 + i / 4] >> (2 * (i % 4))) & 3u;
+      const unsigned code = w.kind == WireKind::kInt8   ? enc[8 + i]
+                            : w.kind == WireKind::kInt4 ? (enc[8 + i / 2] >> (4 * (i % 2))) & 15u
+                                                        : (enc[8 + i / 4] >> (2 * (i % 4))) & 3u;
       ASSERT_EQ(code, i) << codec::wire_name(w);
     }
     std::vector<float> y(x.size());
@@ -315,17 +328,17 @@ TEST(BlockCodecs, TopkKeepsTheLargestMagnitudesInIndexOrder) {
       {150, -2.0f}, {200, 2.0f}, {201, 6.0f}, {250, 4.0f}, {255, -1.0f}};
   for (const auto &[i, v] : big) x[i] = v;
   for (size_t i = 256; i < 261; ++i) x[i] = static_cast<float>(i) - 258.0f;  // -2 -1 0 1 2
-  const codec::BlockFormat &f = codec::kTopkFormat;
-  Bytes enc(codec::wire_size(Wire::kTopk, x.size()));
+  const codec::BlockFormat f = codec::topk_format(codec::kTopkDefaultKeep);
+  Bytes enc(codec::wire_size(WireKind::kTopk, x.size()));
   ASSERT_EQ(enc.size(), 16u + 4u + 5u + 3u);
-  ASSERT_TRUE(codec::encode(Wire::kTopk, x.data(), x.size(), enc.data()).ok());
+  ASSERT_TRUE(codec::encode(WireKind::kTopk, x.data(), x.size(), enc.data()).ok());
   const std::vector<uint8_t> kept(enc.begin() + 4, enc.begin() + 12);
   EXPECT_EQ(kept, (std::vector<uint8_t>{3, 7, 40, 41, 100, 150, 201, 250}));
   float scale;
   std::memcpy(&scale, enc.data(), 4);
   EXPECT_EQ(scale, 1.0f);  // 7 / 7: every kept value here is a whole number of steps
   std::vector<float> y(x.size());
-  ASSERT_TRUE(codec::decode(Wire::kTopk, enc.data(), enc.size(), x.size(), y.data()).ok());
+  ASSERT_TRUE(codec::decode(WireKind::kTopk, enc.data(), enc.size(), x.size(), y.data()).ok());
   for (size_t i = 0; i < 256; ++i) {
     const bool k = std::find(kept.begin(), kept.end(), i) != kept.end();
     EXPECT_EQ(y[i], k ? x[i] : 0.0f) << "element " << i;
@@ -335,21 +348,67 @@ TEST(BlockCodecs, TopkKeepsTheLargestMagnitudesInIndexOrder) {
   for (size_t i = 256; i < 261; ++i) EXPECT_NEAR(y[i], x[i], 1.0 / 7) << "element " << i;
 }
 
+// Each keep is its own format: the same block keeps its keep largest (ties: the lower index;
+// every magnitude here is held twice), whether the encoder picks them one at a time (few) or by
+// the keep-th largest (many), the bytes grow by an index and a code per element kept, and a keep
+// outside 1..64 is refused.
+TEST(BlockCodecs, TopkKeepsAsManyAsItsKeepSays) {
+  std::vector<float> x(256);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 256) - 127.5f;
+  for (size_t keep = 1; keep <= codec::kTopkMaxKeep; ++keep) {
+    const Wire w = Wire::topk(keep);
+    Bytes enc(codec::wire_size(w, x.size()));
+    ASSERT_EQ(enc.size(), 4 + keep + (keep + 1) / 2);
+    ASSERT_TRUE(codec::encode(w, x.data(), x.size(), enc.data()).ok());
+    std::vector<size_t> order(x.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+    std::vector<uint8_t> want(order.begin(), order.begin() + static_cast<long>(keep));
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(std::vector<uint8_t>(enc.begin() + 4, enc.begin() + 4 + static_cast<long>(keep)),
+              want)
+        << "keep " << keep;
+    std::vector<float> y(x.size());
+    ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), x.size(), y.data()).ok());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const bool kept = std::binary_search(want.begin(), want.end(), i);
+      if (kept) {
+        EXPECT_NEAR(y[i], x[i], 127.5 / 14 + 1e-4) << "keep " << keep << " element " << i;
+      } else {
+        EXPECT_EQ(y[i], 0.0f) << "keep " << keep << " element " << i;
+      }
+    }
+    // Bytes of another keep are another length: refused as a bad frame, nothing written.
+    const Wire other = Wire::topk(keep == 64 ? 63 : keep + 1);
+    std::vector<float> untouched(x.size(), 42.0f);
+    EXPECT_EQ(codec::decode(other, enc.data(), enc.size(), x.size(), untouched.data()).code(),
+              WCCL_ERR_PROTOCOL);
+    EXPECT_EQ(untouched, std::vector<float>(x.size(), 42.0f));
+  }
+  for (size_t keep : {size_t{0}, size_t{65}}) {
+    Bytes enc(64);
+    const Status st = codec::encode(Wire::topk(keep), x.data(), 4, enc.data());
+    EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT) << keep;
+    EXPECT_NE(st.message().find("not 1..64"), std::string::npos) << st.message();
+  }
+}
+
 TEST(BlockCodecs, Fp8RoundsToNearestEvenE4M3) {
   // 448 = 1.75 * 2^8 puts the scale at 2^0: the elements are E4M3 values themselves.
   const std::vector<float> x = {448.0f,      1.0f,           1.0625f,  1.1875f, -0x1p-9f,
                                 3 * 0x1p-9f, 2.5f * 0x1p-9f, 0x1p-11f, -0.0f,   15.5f};
   const std::vector<float> want = {448.0f,      1.0f,        1.0f, 1.25f, -0x1p-9f,
                                    3 * 0x1p-9f, 2 * 0x1p-9f, 0.0f, -0.0f, 16.0f};
-  Bytes enc(codec::wire_size(Wire::kFp8, x.size()));
-  ASSERT_TRUE(codec::encode(Wire::kFp8, x.data(), x.size(), enc.data()).ok());
+  Bytes enc(codec::wire_size(WireKind::kFp8, x.size()));
+  ASSERT_TRUE(codec::encode(WireKind::kFp8, x.data(), x.size(), enc.data()).ok());
   float scale;
   std::memcpy(&scale, enc.data(), 4);
   EXPECT_EQ(scale, 1.0f);
   EXPECT_EQ(enc[4], 0x7e);  // 448: the largest finite E4M3
   EXPECT_EQ(enc[5], 0x38);  // 1.0: exponent 7, mantissa 0
   std::vector<float> y(x.size());
-  ASSERT_TRUE(codec::decode(Wire::kFp8, enc.data(), enc.size(), x.size(), y.data()).ok());
+  ASSERT_TRUE(codec::decode(WireKind::kFp8, enc.data(), enc.size(), x.size(), y.data()).ok());
   for (size_t i = 0; i < x.size(); ++i) {
     EXPECT_EQ(y[i], want[i]) << "element " << i << " " << x[i];
     EXPECT_EQ(std::signbit(y[i]), std::signbit(want[i])) << "element " << i;
@@ -357,13 +416,13 @@ TEST(BlockCodecs, Fp8RoundsToNearestEvenE4M3) {
   // Scaled: every value doubled 2^20 times decodes doubled 2^20 times (the scale is exact).
   std::vector<float> big(x.size());
   for (size_t i = 0; i < x.size(); ++i) big[i] = x[i] * 0x1p20f;
-  ASSERT_TRUE(codec::encode(Wire::kFp8, big.data(), big.size(), enc.data()).ok());
-  ASSERT_TRUE(codec::decode(Wire::kFp8, enc.data(), enc.size(), x.size(), y.data()).ok());
+  ASSERT_TRUE(codec::encode(WireKind::kFp8, big.data(), big.size(), enc.data()).ok());
+  ASSERT_TRUE(codec::decode(WireKind::kFp8, enc.data(), enc.size(), x.size(), y.data()).ok());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], want[i] * 0x1p20f) << "element " << i;
 }
 
 TEST(BlockCodecs, NanAndInfAreRefusedNamingTheElement) {
-  for (Wire w : kBlockWires) {
+  for (Wire w : kEveryBlockWire) {
     const char *name = codec::wire_name(w);
     std::vector<float> x(3000, 1.0f);
     Bytes enc(codec::wire_size(w, x.size()));
@@ -383,10 +442,13 @@ TEST(BlockCodecs, NanAndInfAreRefusedNamingTheElement) {
     st = codec::encode(w, x.data(), x.size(), enc.data());
     EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT) << name;
     const std::string want =
-        w == Wire::kInt8   ? "the int8 block of elements 1024..2047 spans more than the float range"
-        : w == Wire::kInt4 ? "the int4 block of elements 1024..1151 spans more than the float range"
-        : w == Wire::kInt2 ? "the int2 block of elements 1024..1151 spans more than the float range"
-        : w == Wire::kTopk
+        w.kind == WireKind::kInt8
+            ? "the int8 block of elements 1024..2047 spans more than the float range"
+        : w.kind == WireKind::kInt4
+            ? "the int4 block of elements 1024..1151 spans more than the float range"
+        : w.kind == WireKind::kInt2
+            ? "the int2 block of elements 1024..1151 spans more than the float range"
+        : w.kind == WireKind::kTopk
             ? "the topk block of elements 1024..1279 holds a magnitude of 2^127 or more"
             : "the fp8 block of elements 1024..2047 holds a magnitude of 2^127 or more";
     EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
@@ -416,25 +478,26 @@ TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
     longer.push_back(0);
     expect_rejected(longer, longer.size(), "too long");
     const std::vector<float> bad_scales =
-        w == Wire::kFp8    ? std::vector<float>{nan, -1.0f, inf, 3.0f, 0x1p120f, 0x1p-127f}
-        : w == Wire::kTopk ? std::vector<float>{nan, -1.0f, -0.0f, inf, 0x1p125f, 0x1p-127f}
-                           : std::vector<float>{nan, -1.0f, inf,
-                                                w == Wire::kInt8   ? 1e37f
-                                                : w == Wire::kInt4 ? 1e38f
-                                                                   : 2e38f};
+        w.kind == WireKind::kFp8 ? std::vector<float>{nan, -1.0f, inf, 3.0f, 0x1p120f, 0x1p-127f}
+        : w.kind == WireKind::kTopk
+            ? std::vector<float>{nan, -1.0f, -0.0f, inf, 0x1p125f, 0x1p-127f}
+            : std::vector<float>{nan, -1.0f, inf,
+                                 w.kind == WireKind::kInt8   ? 1e37f
+                                 : w.kind == WireKind::kInt4 ? 1e38f
+                                                             : 2e38f};
     for (float s : bad_scales) {
       Bytes enc = good;
       std::memcpy(&enc[f.block_bytes(f.block)], &s, 4);  // the second block's scale
       expect_rejected(enc, enc.size(), "scale " + std::to_string(s));
     }
     Bytes enc = good;
-    if (w == Wire::kFp8) {
+    if (w.kind == WireKind::kFp8) {
       for (uint8_t code : {0x7f, 0xff}) {
         enc = good;
         enc[f.block_bytes(f.block) + f.header + 5] = code;  // a NaN code in the second block
         expect_rejected(enc, enc.size(), "NaN code");
       }
-    } else if (w == Wire::kTopk) {
+    } else if (w.kind == WireKind::kTopk) {
       const size_t second = f.block_bytes(f.block) + f.header;  // the second block's kept indices
       enc[second + 3] = enc[second + 2];
       expect_rejected(enc, enc.size(), "a repeated index");
@@ -455,7 +518,7 @@ TEST(BlockCodecs, BadDataIsRejectedBeforeAnythingIsWritten) {
 TEST(WireCodec, DecodeReduceEqualsDecodeThenReduce) {
   std::mt19937 rng(9);
   for (int wi = 0; wi < codec::kWireCount; ++wi) {
-    const auto w = static_cast<Wire>(wi);
+    const Wire w(static_cast<WireKind>(wi));
     for (int oi = 0; oi < codec::kRedOpCount; ++oi) {
       const auto op = static_cast<RedOp>(oi);
       for (size_t n : kLengths) {
@@ -481,28 +544,31 @@ TEST(WireCodec, SixteenBitWiresRoundToNearestEven) {
   const std::vector<float> x = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 1e6f,
                                 -0.0f,           1.0f + 0x1p-8f};
   const size_t n = x.size();
-  Bytes enc(codec::wire_size(Wire::kF16, n));
-  ASSERT_TRUE(codec::encode(Wire::kF16, x.data(), n, enc.data()).ok());
+  Bytes enc(codec::wire_size(WireKind::kF16, n));
+  ASSERT_TRUE(codec::encode(WireKind::kF16, x.data(), n, enc.data()).ok());
   std::vector<float> y(n);
-  ASSERT_TRUE(codec::decode(Wire::kF16, enc.data(), enc.size(), n, y.data()).ok());
+  ASSERT_TRUE(codec::decode(WireKind::kF16, enc.data(), enc.size(), n, y.data()).ok());
   EXPECT_EQ(y[0], 1.0f);
   EXPECT_EQ(y[1], 1.0f + 0x1p-9f);
   EXPECT_EQ(y[2], 65504.0f);
   EXPECT_TRUE(std::isinf(y[3]));
   EXPECT_TRUE(std::signbit(y[4]));
-  ASSERT_TRUE(codec::encode(Wire::kBF16, x.data(), n, enc.data()).ok());
-  ASSERT_TRUE(codec::decode(Wire::kBF16, enc.data(), enc.size(), n, y.data()).ok());
+  ASSERT_TRUE(codec::encode(WireKind::kBF16, x.data(), n, enc.data()).ok());
+  ASSERT_TRUE(codec::decode(WireKind::kBF16, enc.data(), enc.size(), n, y.data()).ok());
   EXPECT_EQ(y[5], 1.0f);
   EXPECT_EQ(y[3], 999424.0f);  // 1e6 to 8 significant bits
-  EXPECT_EQ(codec::wire_size(Wire::kBF16, 10), 20u);
-  EXPECT_EQ(codec::wire_size(Wire::kInt8, 1025), 1025u + 16u);
-  EXPECT_EQ(codec::wire_size(Wire::kInt4, 129), 72u + 9u);
-  EXPECT_EQ(codec::wire_size(Wire::kInt4, 3), 8u + 2u);
-  EXPECT_EQ(codec::wire_size(Wire::kInt2, 129), 40u + 9u);
-  EXPECT_EQ(codec::wire_size(Wire::kInt2, 5), 8u + 2u);
-  EXPECT_EQ(codec::wire_size(Wire::kTopk, 512), 32u);
-  EXPECT_EQ(codec::wire_size(Wire::kTopk, 259), 16u + 4u + 3u + 2u);
-  EXPECT_EQ(codec::wire_size(Wire::kFp8, 1025), 1028u + 5u);
+  EXPECT_EQ(codec::wire_size(WireKind::kBF16, 10), 20u);
+  EXPECT_EQ(codec::wire_size(WireKind::kInt8, 1025), 1025u + 16u);
+  EXPECT_EQ(codec::wire_size(WireKind::kInt4, 129), 72u + 9u);
+  EXPECT_EQ(codec::wire_size(WireKind::kInt4, 3), 8u + 2u);
+  EXPECT_EQ(codec::wire_size(WireKind::kInt2, 129), 40u + 9u);
+  EXPECT_EQ(codec::wire_size(WireKind::kInt2, 5), 8u + 2u);
+  EXPECT_EQ(codec::wire_size(WireKind::kTopk, 512), 32u);
+  EXPECT_EQ(codec::wire_size(WireKind::kTopk, 259), 16u + 4u + 3u + 2u);
+  EXPECT_EQ(codec::wire_size(Wire::topk(2), 512), 14u);  // 146 times fewer bytes than F32
+  EXPECT_EQ(codec::wire_size(Wire::topk(1), 257), 6u + 6u);
+  EXPECT_EQ(codec::wire_size(Wire::topk(64), 259), 100u + 4u + 3u + 2u);
+  EXPECT_EQ(codec::wire_size(WireKind::kFp8, 1025), 1028u + 5u);
 }
 
 TEST(Shuffle, GroupsEachByteOfEveryElementAndUndoes) {

@@ -203,9 +203,9 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
     for (auto &t : threads) t.join();
   };
   uint64_t native_bytes = 0;
-  for (codec::Wire w :
-       {codec::Wire::kNative, codec::Wire::kInt8, codec::Wire::kF16, codec::Wire::kBF16,
-        codec::Wire::kInt4, codec::Wire::kFp8, codec::Wire::kInt2}) {
+  for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8, codec::WireKind::kF16,
+                        codec::WireKind::kBF16, codec::WireKind::kInt4, codec::WireKind::kFp8,
+                        codec::WireKind::kInt2}) {
     for (algo::Algo a : {algo::Algo::kRing, algo::Algo::kTree}) {
       SCOPED_TRACE(std::string(codec::wire_name(w)) + " " + algo::algo_name(a));
       std::vector<std::vector<float>> io(n);
@@ -214,26 +214,28 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
       std::vector<OpStats> stats(n);
       run_all(w, a, io, st, stats);
       // Sums of (r + 1) * (i % 251 + 1): inputs span 250 (r + 1), so R = 2500 and M = 2510.
-      const double e = w == codec::Wire::kInt8   ? 2500.0 / 510 + 2510 * std::ldexp(1.0, -20)
-                       : w == codec::Wire::kInt4 ? 2500.0 / 30 + 2510 * std::ldexp(1.0, -20)
-                       : w == codec::Wire::kInt2 ? 2500.0 / 6 + 2510 * std::ldexp(1.0, -20)
-                       : w == codec::Wire::kFp8  ? 2510.0 / 16 + 2510.0 / 229376
-                       : w == codec::Wire::kF16  ? 2510 * std::ldexp(1.0, -11)
-                       : w == codec::Wire::kBF16 ? 2510 * std::ldexp(1.0, -8)
-                                                 : 0;
+      const double e = w.kind == codec::WireKind::kInt8 ? 2500.0 / 510 + 2510 * std::ldexp(1.0, -20)
+                       : w.kind == codec::WireKind::kInt4
+                           ? 2500.0 / 30 + 2510 * std::ldexp(1.0, -20)
+                       : w.kind == codec::WireKind::kInt2 ? 2500.0 / 6 + 2510 * std::ldexp(1.0, -20)
+                       : w.kind == codec::WireKind::kFp8  ? 2510.0 / 16 + 2510.0 / 229376
+                       : w.kind == codec::WireKind::kF16  ? 2510 * std::ldexp(1.0, -11)
+                       : w.kind == codec::WireKind::kBF16 ? 2510 * std::ldexp(1.0, -8)
+                                                          : 0;
       for (int r = 0; r < n; ++r) {
         ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
         ASSERT_TRUE(io[r] == io[0]) << "rank " << r << " differs from rank 0";
       }
       for (size_t i = 0; i < count; ++i)
         ASSERT_LE(std::fabs(io[0][i] - pattern(10, i)), n * e) << "element " << i;
-      if (w == codec::Wire::kNative && a == algo::Algo::kRing) native_bytes = stats[0].bytes_sent;
+      if (w.kind == codec::WireKind::kNative && a == algo::Algo::kRing)
+        native_bytes = stats[0].bytes_sent;
       if (a == algo::Algo::kRing && codec::block_format(w) != nullptr) {
         // Each wire's size against F32's, plus a little for the blocks cut short at segment ends.
-        const double want = w == codec::Wire::kInt8   ? 0.25 * 1032 / 1024
-                            : w == codec::Wire::kInt4 ? 72.0 / 512
-                            : w == codec::Wire::kInt2 ? 40.0 / 512
-                                                      : 1028.0 / 4096;
+        const double want = w.kind == codec::WireKind::kInt8   ? 0.25 * 1032 / 1024
+                            : w.kind == codec::WireKind::kInt4 ? 72.0 / 512
+                            : w.kind == codec::WireKind::kInt2 ? 40.0 / 512
+                                                               : 1028.0 / 4096;
         EXPECT_NEAR(static_cast<double>(stats[0].bytes_sent) / static_cast<double>(native_bytes),
                     want, 0.002);
       }
@@ -245,7 +247,7 @@ TEST_F(CollectivesTest, WireCodecsOverTheTransport) {
   const std::vector<std::vector<float>> before = io;
   std::vector<Status> st(n);
   std::vector<OpStats> stats(n);
-  run_all(codec::Wire::kInt8, algo::Algo::kRing, io, st, stats);
+  run_all(codec::WireKind::kInt8, algo::Algo::kRing, io, st, stats);
   for (int r = 0; r < n; ++r) {
     if (r == 2) {
       EXPECT_EQ(st[r].code(), WCCL_ERR_INVALID_ARGUMENT) << st[r].to_string();
@@ -296,8 +298,8 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
                         {Kind::kBroadcast, algo::Algo::kAuto, codec::RedOp::kSum}};
   const size_t count = 70001;
   for (codec::Dtype t : {codec::Dtype::kBF16, codec::Dtype::kF16}) {
-    for (codec::Wire w : {codec::Wire::kInt8, codec::Wire::kInt4, codec::Wire::kInt2,
-                          codec::Wire::kFp8, codec::Wire::kBF16, codec::Wire::kF16}) {
+    for (codec::Wire w : {codec::WireKind::kInt8, codec::WireKind::kInt4, codec::WireKind::kInt2,
+                          codec::WireKind::kFp8, codec::WireKind::kBF16, codec::WireKind::kF16}) {
       for (const Case &k : cases) {
         SCOPED_TRACE(std::string(codec::dtype_name(t)) + " on " + codec::wire_name(w) + ": " +
                      algo::kind_name(k.kind) + " " + algo::algo_name(k.a));
@@ -343,7 +345,7 @@ TEST_F(CollectivesTest, HalfPrecisionDataTravelsOnTheCodedWiresAsF32Would) {
   // written.
   Collective c = allreduce(nullptr, nullptr, count, algo::Algo::kRing);
   c.dtype = codec::Dtype::kBF16;
-  c.wire = codec::Wire::kInt8;
+  c.wire = codec::WireKind::kInt8;
   std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * 2, 0x3f)),
       out(n, std::vector<uint8_t>(count * 2, 7));
   in[3][2 * 4321] = 0xc0;  // BF16 0x7fc0: NaN
@@ -569,7 +571,7 @@ TEST_F(DeviceCollectivesTest, DeviceBuffersOnAGpu) {
     return st;
   };
   std::vector<float> host_int8;
-  for (codec::Wire wire : {codec::Wire::kNative, codec::Wire::kInt8}) {
+  for (codec::Wire wire : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
     SCOPED_TRACE(codec::wire_name(wire));
     const std::vector<Status> st = run_all_ranks(wire, -1);
     std::vector<std::vector<uint8_t>> got(n);
@@ -582,7 +584,7 @@ TEST_F(DeviceCollectivesTest, DeviceBuffersOnAGpu) {
     std::memcpy(out.data(), got[0].data(), count * 4);
     for (size_t i = 0; i < count; ++i) {
       const float want = pattern(1 + 2 + 3 + 4, i);
-      if (wire == codec::Wire::kNative) {
+      if (wire.kind == codec::WireKind::kNative) {
         ASSERT_EQ(out[i], want) << "element " << i;
       } else {
         ASSERT_NEAR(out[i], want, 4 * 4 * 250.0 / 510 + 1e-3) << "element " << i;
@@ -591,7 +593,7 @@ TEST_F(DeviceCollectivesTest, DeviceBuffersOnAGpu) {
   }
   // A fault on some member's GPU, somewhere in the operation.
   for (int r = 0; r < n; ++r) gpu.write(dout[r], untouched.data(), count * 4);
-  const std::vector<Status> st = run_all_ranks(codec::Wire::kInt8, 10);
+  const std::vector<Status> st = run_all_ranks(codec::WireKind::kInt8, 10);
   int own = 0;
   for (int r = 0; r < n; ++r) {
     EXPECT_FALSE(st[r].ok()) << "rank " << r;
@@ -607,7 +609,7 @@ TEST_F(DeviceCollectivesTest, DeviceBuffersOnAGpu) {
   EXPECT_EQ(own, 1);
   for (const Status &u : update_all(raw(comms))) ASSERT_TRUE(u.ok()) << u.to_string();
   by_rank = by_rank_of(comms);
-  for (const Status &s : run_all_ranks(codec::Wire::kInt8, -1))
+  for (const Status &s : run_all_ranks(codec::WireKind::kInt8, -1))
     EXPECT_TRUE(s.ok()) << s.to_string();
   comms.clear();
   for (int r = 0; r < n; ++r) {
@@ -628,7 +630,7 @@ TEST_F(DeviceCollectivesTest, HalfPrecisionDeviceBuffersAreWidenedOnTheGpu) {
   for (int r = 0; r < n; ++r) {
     const std::vector<float> x = filled(count, r + 1);
     in[r].resize(count * 2);
-    ASSERT_TRUE(codec::encode(codec::Wire::kBF16, x.data(), count, in[r].data()).ok());
+    ASSERT_TRUE(codec::encode(codec::WireKind::kBF16, x.data(), count, in[r].data()).ok());
     const std::vector<uint8_t> garbage(count * 2, 0x7f);
     dbuf[r] = gpu.alloc_copy(garbage.data(), garbage.size());
     ASSERT_TRUE(gpu.create_stream(&streams[r]).ok());
@@ -639,7 +641,7 @@ TEST_F(DeviceCollectivesTest, HalfPrecisionDeviceBuffersAreWidenedOnTheGpu) {
   for (int r = 0; r < n; ++r) {
     Collective c = allreduce(in[r].data(), host_out[r].data(), count, algo::Algo::kRing);
     c.dtype = codec::Dtype::kBF16;
-    c.wire = codec::Wire::kInt8;
+    c.wire = codec::WireKind::kInt8;
     threads.emplace_back([&, r, c] { st[r] = run_op(by_rank[r], c); });
   }
   for (auto &t : threads) t.join();
@@ -647,7 +649,7 @@ TEST_F(DeviceCollectivesTest, HalfPrecisionDeviceBuffersAreWidenedOnTheGpu) {
   for (int r = 0; r < n; ++r) {
     Collective c = allreduce(dbuf[r], dbuf[r], count, algo::Algo::kRing);  // in place
     c.dtype = codec::Dtype::kBF16;
-    c.wire = codec::Wire::kInt8;
+    c.wire = codec::WireKind::kInt8;
     c.device = &gpu;
     c.after = streams[r];
     threads.emplace_back([&, r, c] { st[n + r] = run_op(by_rank[r], c); });

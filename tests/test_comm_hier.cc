@@ -162,7 +162,7 @@ class HierTest : public CommTest {
   static hier::Call call_on(const void *in, void *out, size_t count,
                             codec::Dtype t = codec::Dtype::kF32,
                             codec::RedOp op = codec::RedOp::kSum,
-                            codec::Wire wire = codec::Wire::kNative) {
+                            codec::Wire wire = codec::WireKind::kNative) {
     hier::Call c;
     c.in = in;
     c.out = out;
@@ -183,11 +183,11 @@ TEST_F(HierTest, EveryRankOfEveryNodeGetsTheSameResult) {
   ASSERT_EQ(nodes.size(), static_cast<size_t>(kNodes));
   std::vector<int> all;
   for (int g = 0; g < kNodes * kLocal; ++g) all.push_back(g);
-  for (const codec::Wire wire : {codec::Wire::kNative, codec::Wire::kInt8}) {
+  for (const codec::Wire wire : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
     for (const size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{65537}}) {
       for (const bool in_place : {false, true}) {
-        SCOPED_TRACE(testing::Message() << "wire " << static_cast<int>(wire) << " count " << count
-                                        << " in place " << in_place);
+        SCOPED_TRACE(testing::Message() << "wire " << static_cast<int>(wire.kind) << " count "
+                                        << count << " in place " << in_place);
         std::vector<std::vector<std::vector<float>>> in(kNodes), out(kNodes);
         std::vector<std::vector<hier::Call>> calls(kNodes);
         for (int n = 0; n < kNodes; ++n) {
@@ -212,7 +212,7 @@ TEST_F(HierTest, EveryRankOfEveryNodeGetsTheSameResult) {
           }
         }
         for (size_t i = 0; i < count; ++i) {
-          if (wire == codec::Wire::kNative) {
+          if (wire.kind == codec::WireKind::kNative) {
             ASSERT_EQ(first[i], want[i]) << i;
           } else {
             ASSERT_NEAR(first[i], want[i], 0.02 * 21 * 251)
@@ -423,7 +423,7 @@ TEST_F(HierTest, DeviceBuffersGiveTheHostResult) {
         const auto v = filled(count, n * kLocal + r);
         dev[n].push_back(gpu.alloc_copy(v.data(), count * 4));
         hier::Call c = call_on(dev[n][r], dev[n][r], count, codec::Dtype::kF32, codec::RedOp::kSum,
-                               codec::Wire::kInt8);
+                               codec::WireKind::kInt8);
         c.device = &gpu;
         ASSERT_TRUE(gpu.record(nullptr, &c.ready).ok());
         calls[n].push_back(c);
@@ -447,7 +447,7 @@ TEST_F(HierTest, DeviceBuffersGiveTheHostResult) {
       for (int r = 0; r < kLocal; ++r) in[n].push_back(filled(count, n * kLocal + r));
       for (int r = 0; r < kLocal; ++r) {
         host_calls[n].push_back(call_on(in[n][r].data(), in[n][r].data(), count, codec::Dtype::kF32,
-                                        codec::RedOp::kSum, codec::Wire::kInt8));
+                                        codec::RedOp::kSum, codec::WireKind::kInt8));
       }
     }
     for (const auto &row : run_all(nodes, host_calls)) {
@@ -560,7 +560,7 @@ TEST_F(HierTest, NcclLocalGroupsOnAGpu) {
     });
     ASSERT_EQ(nodes.size(), static_cast<size_t>(kNodes));
     const size_t count = 100003;
-    for (const codec::Wire wire : {codec::Wire::kNative, codec::Wire::kInt8}) {
+    for (const codec::Wire wire : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
       std::vector<void *> dev(kNodes);
       std::vector<std::vector<hier::Call>> calls(kNodes);
       for (int n = 0; n < kNodes; ++n) {
@@ -582,7 +582,7 @@ TEST_F(HierTest, NcclLocalGroupsOnAGpu) {
         EXPECT_EQ(got[n], got[0]) << "node " << n;
         (void)cudaFree(dev[n]);
       }
-      if (wire == codec::Wire::kNative) {
+      if (wire.kind == codec::WireKind::kNative) {
         EXPECT_EQ(got[0], summed(count, {0, 1, 2}));
       }
     }

@@ -20,6 +20,7 @@ namespace {
 using codec::Dtype;
 using codec::RedOp;
 using codec::Wire;
+using codec::WireKind;
 using Bytes = std::vector<uint8_t>;
 
 #if WCCL_TEST_CUDA_BUILT  // set by tests/meson.build
@@ -79,8 +80,10 @@ TEST_F(GpuTest, WireCodecsMatchTheCpuBitForBit) {
       x[i] = i % 3 == 0 ? -2500.0f : 2500.0f;  // ties for TOPK's last places
     DeviceBuffer dx(x.data(), n * 4), dout(n * 4);
     std::vector<float> dec(n);
-    for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk}) {
-      const char *name = codec::wire_name(w);
+    for (Wire w :
+         {Wire(WireKind::kInt8), Wire(WireKind::kInt4), Wire(WireKind::kInt2), Wire(WireKind::kFp8),
+          Wire(WireKind::kTopk), Wire::topk(1), Wire::topk(2), Wire::topk(64)}) {
+      const std::string name = std::string(codec::wire_name(w)) + "/" + std::to_string(w.keep);
       Bytes want(codec::wire_size(w, n));
       ASSERT_TRUE(codec::encode(w, x.data(), n, want.data()).ok());
       DeviceBuffer denc(want.size()), dmine(mine.data(), n * 4);
@@ -97,19 +100,19 @@ TEST_F(GpuTest, WireCodecsMatchTheCpuBitForBit) {
                       .ok());
       ASSERT_EQ(dmine.host(), as_bytes(dec.data(), n * 4)) << name << " decode-add n=" << n;
     }
-    for (Wire w : {Wire::kF16, Wire::kBF16}) {
+    for (Wire w : {WireKind::kF16, WireKind::kBF16}) {
       Bytes enc(codec::wire_size(w, n));
       ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok());
       DeviceBuffer d16(enc.size());
       auto *p16 = d16.as<uint16_t>();
-      ASSERT_TRUE(
-          (w == Wire::kF16 ? gpu::f16_encode : gpu::bf16_encode)(dx.as<float>(), n, p16, nullptr)
-              .ok());
+      ASSERT_TRUE((w.kind == WireKind::kF16 ? gpu::f16_encode : gpu::bf16_encode)(dx.as<float>(), n,
+                                                                                  p16, nullptr)
+                      .ok());
       ASSERT_EQ(d16.host(), enc) << codec::wire_name(w) << " encode n=" << n;
       ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), n, dec.data()).ok());
-      ASSERT_TRUE(
-          (w == Wire::kF16 ? gpu::f16_decode : gpu::bf16_decode)(p16, n, dout.as<float>(), nullptr)
-              .ok());
+      ASSERT_TRUE((w.kind == WireKind::kF16 ? gpu::f16_decode : gpu::bf16_decode)(
+                      p16, n, dout.as<float>(), nullptr)
+                      .ok());
       ASSERT_EQ(dout.host(), as_bytes(dec.data(), n * 4))
           << codec::wire_name(w) << " decode n=" << n;
     }
@@ -192,8 +195,9 @@ TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {
   std::vector<float> x(5000, 1.0f);
   x[4321] = std::numeric_limits<float>::quiet_NaN();
   x[4500] = std::numeric_limits<float>::infinity();
-  DeviceBuffer dx(x.data(), x.size() * 4), denc(codec::wire_size(Wire::kInt8, x.size()));
-  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk}) {
+  DeviceBuffer dx(x.data(), x.size() * 4), denc(codec::wire_size(WireKind::kInt8, x.size()));
+  for (Wire w :
+       {WireKind::kInt8, WireKind::kInt4, WireKind::kInt2, WireKind::kFp8, WireKind::kTopk}) {
     const Status st = gpu::block_encode(w, dx.as<float>(), x.size(), denc.as<uint8_t>(), nullptr);
     EXPECT_EQ(st.code(), WCCL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(st.message().find("element 4321 is NaN"), std::string::npos) << st.message();
@@ -203,7 +207,8 @@ TEST_F(GpuTest, NanIsRefusedNamingTheElementAndPointersAreClassified) {
   y[1030] = -3e38f;
   y[1031] = 3e38f;
   DeviceBuffer dy(y.data(), y.size() * 4);
-  for (Wire w : {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk}) {
+  for (Wire w :
+       {WireKind::kInt8, WireKind::kInt4, WireKind::kInt2, WireKind::kFp8, WireKind::kTopk}) {
     Bytes enc(codec::wire_size(w, y.size()));
     const Status want = codec::encode(w, y.data(), y.size(), enc.data(), 7);
     const Status got =
@@ -225,7 +230,7 @@ TEST(GpuStubs, EveryEntryPointReportsUnsupported) {
   EXPECT_EQ(gpu::alloc(&p, 16).code(), WCCL_ERR_UNSUPPORTED);
   EXPECT_EQ(p, nullptr);
   uint8_t b[16];
-  EXPECT_EQ(gpu::block_encode(Wire::kInt8, &f, 1, b, nullptr).code(), WCCL_ERR_UNSUPPORTED);
+  EXPECT_EQ(gpu::block_encode(WireKind::kInt8, &f, 1, b, nullptr).code(), WCCL_ERR_UNSUPPORTED);
   EXPECT_EQ(gpu::reduce_into(Dtype::kF32, RedOp::kSum, &f, &f, &f, 1, nullptr).code(),
             WCCL_ERR_UNSUPPORTED);
   EXPECT_EQ(gpu::finish_avg(Dtype::kF32, &f, 1, 2, nullptr).code(), WCCL_ERR_UNSUPPORTED);

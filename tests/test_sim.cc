@@ -239,7 +239,7 @@ Topology four(const std::string &one_way) {
 TEST(Simulate, TheAlgorithmsRunUnchangedAndAgree) {
   const Topology t = four("25ms");
   for (algo::Algo a : {algo::Algo::kRing, algo::Algo::kTree}) {
-    for (codec::Wire w : {codec::Wire::kNative, codec::Wire::kInt8}) {
+    for (codec::Wire w : {codec::WireKind::kNative, codec::WireKind::kInt8}) {
       const Report r =
           simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), allreduce(1 << 20, a, w, true));
       ASSERT_TRUE(r.status.ok()) << r.status.to_string();
@@ -253,7 +253,7 @@ TEST(Simulate, ARingSendsTwoNMinusOneOverNOfTheBuffer) {
   const Topology t = four("25ms");
   const size_t bytes = 64 << 20;
   const Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(),
-                            allreduce(bytes, algo::Algo::kRing, codec::Wire::kNative, false));
+                            allreduce(bytes, algo::Algo::kRing, codec::WireKind::kNative, false));
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   for (const HostTraffic &h : r.traffic) EXPECT_EQ(h.sent, bytes / 4 * 2 * 3);
 }
@@ -261,7 +261,7 @@ TEST(Simulate, ARingSendsTwoNMinusOneOverNOfTheBuffer) {
 TEST(Simulate, TheOtherKindsSendWhatTheirAlgorithmsMust) {
   const Topology t = four("25ms");
   const size_t count = 1 << 20;  // floats: per peer for all-gather and reduce-scatter
-  Workload work = allreduce(count * 4, algo::Algo::kRing, codec::Wire::kNative, false);
+  Workload work = allreduce(count * 4, algo::Algo::kRing, codec::WireKind::kNative, false);
   work.op.kind =
       algo::Kind::kBroadcast;  // a chain from rank 0: every host but the last forwards it
   Report r = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(), work);
@@ -282,7 +282,7 @@ TEST(Simulate, ABandwidthBoundRingTakesItsBytesOverTheLink) {
   const Topology t = four("5ms");
   TcpOptions o;
   o.window_bytes = 16 << 20;
-  Workload work = allreduce(256 << 20, algo::Algo::kRing, codec::Wire::kNative, false);
+  Workload work = allreduce(256 << 20, algo::Algo::kRing, codec::WireKind::kNative, false);
   work.warmup = 1;
   const Report r = simulate(t, {0, 1, 2, 3}, o, CpuModel(), work);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
@@ -294,10 +294,12 @@ TEST(Simulate, CpuWorkTakesItsModelledTime) {
   const Topology t = four("5ms");
   CpuModel cpu;
   cpu.reduce = 1e7;  // slow enough to dominate
-  const Report fast = simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(),
-                               allreduce(16 << 20, algo::Algo::kRing, codec::Wire::kNative, false));
-  const Report slow = simulate(t, {0, 1, 2, 3}, TcpOptions(), cpu,
-                               allreduce(16 << 20, algo::Algo::kRing, codec::Wire::kNative, false));
+  const Report fast =
+      simulate(t, {0, 1, 2, 3}, TcpOptions(), CpuModel(),
+               allreduce(16 << 20, algo::Algo::kRing, codec::WireKind::kNative, false));
+  const Report slow =
+      simulate(t, {0, 1, 2, 3}, TcpOptions(), cpu,
+               allreduce(16 << 20, algo::Algo::kRing, codec::WireKind::kNative, false));
   ASSERT_TRUE(fast.status.ok() && slow.status.ok());
   // Each member reduces (n-1)/n of the buffer, 12 MiB at 10 MB/s, one chunk after another; the
   // network's part overlaps it (the pipeline's window).
@@ -309,7 +311,7 @@ TEST(Simulate, CpuWorkTakesItsModelledTime) {
 // Four hosts 25 ms apart (50 ms round trips), the coordinator on the first: a 4 MiB ring
 // all-reduce with data, and one fault at 0.1 s, in the middle of it.
 Report with_fault(Fault::Kind kind) {
-  Workload work = allreduce(4 << 20, algo::Algo::kRing, codec::Wire::kNative, true);
+  Workload work = allreduce(4 << 20, algo::Algo::kRing, codec::WireKind::kNative, true);
   Fault f;
   f.kind = kind;
   f.rank = 2;
@@ -358,7 +360,7 @@ TEST(SimFaults, AFrozenPeerIsLostOnlyAfterPeerTimeoutWithoutAHeartbeat) {
 TEST(SimFaults, WithoutAFaultNoTimerRuns) {
   // Heartbeats and the coordinator's timer decide nothing until a peer stops, so an hour of
   // compute between two operations costs no events (a heartbeat a second would be 14,400).
-  Workload work = allreduce(64 << 10, algo::Algo::kRing, codec::Wire::kNative, false);
+  Workload work = allreduce(64 << 10, algo::Algo::kRing, codec::WireKind::kNative, false);
   work.iters = 2;
   work.gap = 3600 * kSecond;
   const Report r = simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work);
@@ -368,7 +370,7 @@ TEST(SimFaults, WithoutAFaultNoTimerRuns) {
 }
 
 TEST(SimFaults, BadFaultsAreRefused) {
-  Workload work = allreduce(1 << 20, algo::Algo::kRing, codec::Wire::kNative, false);
+  Workload work = allreduce(1 << 20, algo::Algo::kRing, codec::WireKind::kNative, false);
   work.faults = {{Fault::Kind::kKill, 4, 0}};
   EXPECT_EQ(simulate(four("25ms"), {0, 1, 2, 3}, TcpOptions(), CpuModel(), work).status.code(),
             WCCL_ERR_INVALID_ARGUMENT)
@@ -383,7 +385,7 @@ TEST(SimFaults, BadFaultsAreRefused) {
 // Three peers on hosts 25 ms apart, the coordinator on the first, three 4 MiB all-reduces with
 // data, and a fourth peer (host 3) asking to join at 0.1 s, in the middle of the first.
 Workload with_joiner() {
-  Workload work = allreduce(4 << 20, algo::Algo::kRing, codec::Wire::kNative, true);
+  Workload work = allreduce(4 << 20, algo::Algo::kRing, codec::WireKind::kNative, true);
   work.iters = 3;
   work.joins = {{3, kSecond / 10}};
   work.state_bytes = 8 << 20;

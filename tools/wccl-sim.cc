@@ -38,6 +38,7 @@ const char kUsage[] =
     "  --algo ring|tree|allgather  allreduce's algorithm (default ring; the others run their one)\n"
     "  --wire native|int8|int4|int2|topk|fp8|fp16|bf16   (default native; F32 only for the "
     "codecs)\n"
+    "  --topk-keep K         elements the topk wire keeps of each block of 256, 1..64 (default 8)\n"
     "  --dtype f32|f16|bf16|f64|i32|...   (default f32)\n"
     "  --streams N           TCP connections per link (default 4)\n"
     "  --chunk N             pipelining unit (default 1M)\n"
@@ -182,6 +183,7 @@ int run(int argc, char **argv) {
   std::vector<std::string> join_hosts;
   bool json = false;
   codec::Dtype dtype = codec::Dtype::kF32;
+  size_t topk_keep = 0;  // --topk-keep: 0 leaves the wire's default
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -211,14 +213,16 @@ int run(int argc, char **argv) {
                                        {"allgather", algo::Algo::kAllgather}});
     } else if (a == "--wire") {
       work.op.wire = pick<codec::Wire>(a, value(),
-                                       {{"native", codec::Wire::kNative},
-                                        {"int8", codec::Wire::kInt8},
-                                        {"int4", codec::Wire::kInt4},
-                                        {"int2", codec::Wire::kInt2},
-                                        {"topk", codec::Wire::kTopk},
-                                        {"fp8", codec::Wire::kFp8},
-                                        {"fp16", codec::Wire::kF16},
-                                        {"bf16", codec::Wire::kBF16}});
+                                       {{"native", codec::WireKind::kNative},
+                                        {"int8", codec::WireKind::kInt8},
+                                        {"int4", codec::WireKind::kInt4},
+                                        {"int2", codec::WireKind::kInt2},
+                                        {"topk", codec::WireKind::kTopk},
+                                        {"fp8", codec::WireKind::kFp8},
+                                        {"fp16", codec::WireKind::kF16},
+                                        {"bf16", codec::WireKind::kBF16}});
+    } else if (a == "--topk-keep") {
+      topk_keep = static_cast<size_t>(parse_int(value(), 1, codec::kTopkMaxKeep));
     } else if (a == "--dtype") {
       dtype = pick<codec::Dtype>(a, value(),
                                  {{"f32", codec::Dtype::kF32},
@@ -320,8 +324,12 @@ int run(int argc, char **argv) {
     if (work.joins[j].host < 0) usage_error("no host '" + join_hosts[j] + "' in " + argv[1]);
   }
   if (work.state_bytes == 0 && !work.joins.empty()) work.state_bytes = 2 * max_bytes;
-  if (work.op.wire != codec::Wire::kNative && dtype != codec::Dtype::kF32)
+  if (work.op.wire.kind != codec::WireKind::kNative && dtype != codec::Dtype::kF32)
     usage_error("a wire codec needs --dtype f32");
+  if (topk_keep != 0) {
+    if (work.op.wire.kind != codec::WireKind::kTopk) usage_error("--topk-keep is for --wire topk");
+    work.op.wire = codec::Wire::topk(topk_keep);
+  }
   if (work.op.kind != algo::Kind::kAllreduce && work.op.algo != algo::Algo::kRing)
     usage_error("--algo tree and allgather are allreduce's");
   if (work.data && work.op.kind != algo::Kind::kAllreduce)

@@ -20,8 +20,18 @@ using wccl::codec::Kernels;
 using wccl::codec::RedOp;
 using wccl::codec::Tier;
 using wccl::codec::Wire;
+using wccl::codec::WireKind;
 
-const Wire kBlockWires[] = {Wire::kInt8, Wire::kInt4, Wire::kInt2, Wire::kFp8, Wire::kTopk};
+// TOPK at its default keep (8 of 256) and at 2 and 32, the ends of what trainers keep.
+const Wire kBlockWires[] = {WireKind::kInt8, WireKind::kInt4, WireKind::kInt2, WireKind::kFp8,
+                            WireKind::kTopk, Wire::topk(2),   Wire::topk(32)};
+
+// A row's wire: its name, and TOPK's keep where it is not the default ("topk2").
+std::string row_name(Wire w) {
+  std::string name = wccl::codec::wire_name(w);
+  if (w != Wire(WireKind::kTopk) && w.kind == WireKind::kTopk) name += std::to_string(w.keep);
+  return name;
+}
 
 std::vector<float> random_floats(size_t n) {
   std::mt19937 rng(1);
@@ -61,8 +71,9 @@ void BM_block_encode(benchmark::State &state, const Kernels *k, Wire w) {
   const std::vector<float> src = random_floats(n);
   std::vector<uint8_t> dst(wccl::codec::wire_size(w, n));
   const wccl::codec::BlockCodec &c = *wccl::codec::block_codec(*k, w);
+  const wccl::codec::BlockFormat f = *wccl::codec::block_format(w);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(c.encode(src.data(), n, dst.data()));
+    benchmark::DoNotOptimize(c.encode(f, src.data(), n, dst.data()));
     benchmark::ClobberMemory();
   }
   set_rate(state, n);
@@ -73,10 +84,11 @@ void BM_block_decode_add(benchmark::State &state, const Kernels *k, Wire w) {
   const std::vector<float> src = random_floats(n);
   std::vector<uint8_t> enc(wccl::codec::wire_size(w, n));
   const wccl::codec::BlockCodec &c = *wccl::codec::block_codec(*k, w);
-  c.encode(src.data(), n, enc.data());
+  const wccl::codec::BlockFormat f = *wccl::codec::block_format(w);
+  c.encode(f, src.data(), n, enc.data());
   std::vector<float> acc = random_floats(n);
   for (auto _ : state) {
-    c.decode_add(enc.data(), n, acc.data(), acc.data());
+    c.decode_add(f, enc.data(), n, acc.data(), acc.data());
     benchmark::ClobberMemory();
   }
   set_rate(state, n);
@@ -87,10 +99,11 @@ void BM_block_decode(benchmark::State &state, const Kernels *k, Wire w) {
   const std::vector<float> src = random_floats(n);
   std::vector<uint8_t> enc(wccl::codec::wire_size(w, n));
   const wccl::codec::BlockCodec &c = *wccl::codec::block_codec(*k, w);
-  c.encode(src.data(), n, enc.data());
+  const wccl::codec::BlockFormat f = *wccl::codec::block_format(w);
+  c.encode(f, src.data(), n, enc.data());
   std::vector<float> out(n);
   for (auto _ : state) {
-    c.decode(enc.data(), n, out.data());
+    c.decode(f, enc.data(), n, out.data());
     benchmark::ClobberMemory();
   }
   set_rate(state, n);
@@ -198,7 +211,7 @@ void BM_gpu_block_decode_add(benchmark::State &state, Wire w) {
 }
 
 void BM_gpu_copy(benchmark::State &state) {  // device-to-device copy of the F32 bytes, for scale
-  DeviceFloats d(static_cast<size_t>(state.range(0)), Wire::kInt8);
+  DeviceFloats d(static_cast<size_t>(state.range(0)), WireKind::kInt8);
   if (!d.ok) return state.SkipWithError("device setup failed");
   gpu_run(state, d.n, [&] { return wccl::gpu::copy(d.acc, d.x, d.n * 4); });
 }
@@ -214,7 +227,7 @@ int register_all() {
     const std::string tier = k->name;
     for (int n : kSizes) {
       for (Wire w : kBlockWires) {
-        const std::string wire = wccl::codec::wire_name(w);
+        const std::string wire = row_name(w);
         benchmark::RegisterBenchmark((wire + "_encode/" + tier).c_str(), BM_block_encode, k, w)
             ->Arg(n);
         benchmark::RegisterBenchmark((wire + "_decode_add/" + tier).c_str(), BM_block_decode_add, k,
@@ -233,7 +246,7 @@ int register_all() {
     const int n = 256 << 20;
     benchmark::RegisterBenchmark("gpu_copy", BM_gpu_copy)->Arg(n)->UseRealTime();
     for (Wire w : kBlockWires) {
-      const std::string wire = wccl::codec::wire_name(w);
+      const std::string wire = row_name(w);
       benchmark::RegisterBenchmark(("gpu_" + wire + "_encode").c_str(), BM_gpu_block_encode, w)
           ->Arg(n)
           ->UseRealTime();

@@ -47,6 +47,7 @@ struct Options {
   int dtype = WCCL_F32, op = WCCL_SUM, algo = WCCL_ALGO_AUTO;
   std::vector<int> wires = {WCCL_WIRE_NATIVE};  // --wire: each size is measured with each, in turn
   std::vector<int> compress = {WCCL_COMPRESS_OFF};  // --compress: likewise, within each wire
+  int topk_keep = 0;     // --topk-keep: TOPK's elements kept per block of 256 (0: its default 8)
   bool weights = false;  // --data weights: weight-like F32 values instead of the checked pattern
   int timeout_s = 900;
 };
@@ -63,6 +64,7 @@ const char kUsage[] =
     "  --wire W[,W...]    native fp16 bf16 int8 int4 fp8 int2 topk (default native); several: each "
     "size with each in turn\n"
     "  --compress C[,C..] off zstd auto (default off); several: each wire with each in turn\n"
+    "  --topk-keep K      elements the topk wire keeps of each block of 256, 1..64 (default 8)\n"
     "  --data D           pattern (default: exact sums, checked; compresses extremely well) or "
     "weights\n"
     "                     (f32 only, unchecked: about normal, deviation 0.02, as model weights; "
@@ -137,6 +139,8 @@ bool parse(int argc, char **argv, Options *o) {
       o->weights = v == "weights";
     } else if (f == "--compress") {
       ok = find_list(kCompress, 3, v, &o->compress);
+    } else if (f == "--topk-keep") {
+      ok = sweep::ParseInt(v, &o->topk_keep) && o->topk_keep >= 1 && o->topk_keep <= 64;
     } else if (f == "--tls") {
       ok = v == "on" || v == "off";
       o->tls = v == "on";
@@ -215,7 +219,7 @@ double tolerance(int wire, int size) {
 // wccl_allreduce does, so that the row can say what the operation chose and sent.
 class WcclCollective : public sweep::Collective {
  public:
-  explicit WcclCollective(wccl_comm_t *comm, int algo) : comm_(comm) {
+  WcclCollective(wccl_comm_t *comm, int algo, int topk_keep) : comm_(comm), topk_keep_(topk_keep) {
     opts_ = wccl_opts_default();
     opts_.algo = algo;
   }
@@ -228,6 +232,7 @@ class WcclCollective : public sweep::Collective {
     dtype_ = static_cast<wccl_dtype_t>(c.type);
     op_ = static_cast<wccl_redop_t>(find(kOps, 5, c.redop));
     opts_.wire = find(kWires, kWireCount, c.wire);
+    opts_.topk_keep = opts_.wire == WCCL_WIRE_TOPK ? topk_keep_ : 0;
     opts_.compress = find(kCompress, 3, c.compress);
   }
 
@@ -252,6 +257,7 @@ class WcclCollective : public sweep::Collective {
 
  private:
   wccl_comm_t *comm_;
+  int topk_keep_;
   wccl_opts_t opts_;
   void *buf_ = nullptr;
   size_t count_ = 0;
@@ -285,7 +291,7 @@ int run_peer(const Options &o) {
   }
   must("update", wccl_comm_update(comm));
 
-  WcclCollective coll(comm, o.algo);
+  WcclCollective coll(comm, o.algo, o.topk_keep);
   std::vector<sweep::Case> cases;
   for (int wire : o.wires) {
     for (int z : o.compress) {

@@ -96,6 +96,9 @@ def parse_args(argv=None):
     t.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov SGD learning rate (DiLoCo's 0.7)")
     t.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum (DiLoCo's 0.9)")
     t.add_argument("--wire", choices=list(WIRES), default="int8", help="wire format of the pseudo-gradient all-reduce")
+    t.add_argument("--topk-keep", type=int, default=0, metavar="K",
+                   help="elements the topk wire keeps of each block of 256, 1..64 (default 8: 64x fewer bytes "
+                        "than F32; 2: 146x)")
     t.add_argument("--error-feedback", action="store_true",
                    help="keep what the wire drops of each pseudo-gradient (per local rank) and add it to the next")
     t.add_argument("--sync-wire", choices=list(WIRES), default="native", help="wire format of the baseline's gradients")
@@ -153,12 +156,12 @@ def fragment_bounds(size: int, fragments: int) -> List[Tuple[int, int]]:
     return [(size * p // fragments, size * (p + 1) // fragments) for p in range(fragments)]
 
 
-def feed_back(delta: torch.Tensor, residual: torch.Tensor, wire: "wccl.Wire") -> None:
+def feed_back(delta: torch.Tensor, residual: torch.Tensor, wire: "wccl.Wire", topk_keep: int) -> None:
     """Error feedback: the residual joins the pseudo-gradient, and what the wire will drop of the
     sum (its roundtrip as this rank's contribution) becomes the next residual. Done once per sync:
     a retry after a lost node sends the same pseudo-gradient."""
     delta.add_(residual)
-    kept = wccl.wire_roundtrip(delta, wire, out=residual)
+    kept = wccl.wire_roundtrip(delta, wire, out=residual, topk_keep=topk_keep)
     torch.sub(delta, kept, out=residual)
 
 
@@ -209,7 +212,7 @@ class Trainer:
             inner_steps=a.inner_steps, fragments=a.fragments, overlap=a.overlap, mix=a.mix, inner_lr=a.inner_lr,
             weight_decay=a.weight_decay, outer_lr=a.outer_lr,
             outer_momentum=a.outer_momentum, wire=a.wire, error_feedback=a.error_feedback, sync_wire=a.sync_wire,
-            seed=a.seed)
+            topk_keep=a.topk_keep, seed=a.seed)
         self.n_contrib = 0
         self.nodes = 0
         self.waiting_since: "float | None" = None  # since when no node here holds the job's state (Wait)
@@ -383,10 +386,14 @@ class Trainer:
     def tokens_per_inner_step(self, nodes: int) -> int:
         return nodes * self.local_size * self.args.batch_size * self.args.seq_len
 
+    def topk_keep(self, wire: "wccl.Wire") -> int:
+        """--topk-keep where the wire is TOPK (the option the all-reduce and the roundtrip take)."""
+        return self.args.topk_keep if wire == wccl.Wire.TOPK else 0
+
     def reduce(self, send: torch.Tensor, out: torch.Tensor, op, wire) -> "wccl.OpStats":
         """All-reduce over the nodes, updating and retrying with the same input until it commits."""
         while True:
-            stats = self.mesh.allreduce(send, out, op, wire)
+            stats = self.mesh.allreduce(send, out, op, wire, self.topk_keep(wire))
             if stats is not None:
                 return stats
             self.settle(need_update=True)
@@ -400,7 +407,8 @@ class Trainer:
         in_flight = None
         if self.local_rank == 0:
             in_flight = self.mesh.comm.allreduce(  # noqa: F841 (held until the kill)
-                send, wccl.ReduceOp.SUM, out=out, wire=WIRES[self.args.wire], async_op=True)
+                send, wccl.ReduceOp.SUM, out=out, wire=WIRES[self.args.wire],
+                topk_keep=self.topk_keep(WIRES[self.args.wire]), async_op=True)
         self.mesh.agree(True)
         if self.local_rank == 0:
             for pid in [p for p in self.pids if p != os.getpid()] + [os.getppid(), os.getpid()]:
@@ -527,7 +535,7 @@ class DilocoCalls:
                 delta[0] = float("nan")
             finite = t.mesh.agree(bool(torch.isfinite(delta).all()))
             if finite and t.residual is not None:
-                feed_back(delta, t.residual[lo:hi], self.wire)
+                feed_back(delta, t.residual[lo:hi], self.wire, t.topk_keep(self.wire))
             return finite
         if isinstance(c, membership.Discard):
             print(f"[{args.node_name}] pseudo-gradient of step {t.pos.step + 1} is not finite: this node sits the "
@@ -544,7 +552,7 @@ class DilocoCalls:
             _, _, _, delta, avg = self.views()  # a settle may have brought this node to another sync
             if not c.send:
                 delta.zero_()  # admitted (or brought up to date) at this sync's all-reduce: adds nothing
-            pending = t.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, self.wire)
+            pending = t.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, self.wire, t.topk_keep(self.wire))
             overlap = not self.ahead and args.overlap > 0 and c.step + 1 < self.syncs
             probe = None
             if overlap and c.step % args.fragments == args.fragments - 1:
@@ -683,6 +691,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"--overlap {args.overlap}: from 0 to H/P = {args.inner_steps // args.fragments} inner steps")
     if not 0.0 <= args.mix < 1.0:
         raise SystemExit(f"--mix {args.mix}: from 0 (take the outer parameters) to below 1")
+    if args.topk_keep and not (1 <= args.topk_keep <= 64 and "topk" in (args.wire, args.sync_wire)):
+        raise SystemExit(f"--topk-keep {args.topk_keep}: 1..64, with --wire topk or --sync-wire topk")
     if args.mode == "sync" and (args.fragments != 1 or args.overlap or args.mix):
         raise SystemExit("--fragments, --overlap and --mix are for --mode diloco")
     if args.tls == "on" and not (args.tls_cert and args.tls_key and args.tls_ca):

@@ -16,12 +16,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import compare  # noqa: E402
 
-# (label, train.py options): the wires a job may choose, the lossy ones also with error feedback.
+# (label, train.py options): the wires a job may choose, the lossy ones also with error feedback;
+# topk2 keeps 2 of each block of 256 (0.8%, SparseLoCo's density) where topk keeps 8.
 CONFIGS = [("native (F32)", ["--wire", "native"]), ("int8", ["--wire", "int8"]),
            ("int4", ["--wire", "int4"]), ("int4 + EF", ["--wire", "int4", "--error-feedback"]),
            ("fp8", ["--wire", "fp8"]), ("fp8 + EF", ["--wire", "fp8", "--error-feedback"]),
            ("int2", ["--wire", "int2"]), ("int2 + EF", ["--wire", "int2", "--error-feedback"]),
-           ("topk", ["--wire", "topk"]), ("topk + EF", ["--wire", "topk", "--error-feedback"])]
+           ("topk", ["--wire", "topk"]), ("topk + EF", ["--wire", "topk", "--error-feedback"]),
+           ("topk2 + EF", ["--wire", "topk", "--topk-keep", "2", "--error-feedback"])]
 
 
 def plot(curves: dict, path: Path) -> None:

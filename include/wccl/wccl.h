@@ -299,11 +299,12 @@ typedef enum wccl_wire {
   WCCL_WIRE_INT2 = 6,   /* blocks of 128 elements as a float scale and offset plus 2 bits each:
                            40 bytes per 128 elements, 12.8 times fewer than F32; all-reduce's
                            AUTO sends it by the ALLGATHER schedule */
-  WCCL_WIRE_TOPK = 7    /* sparse: of each block of 256 elements the 8 largest in magnitude, as an
-                           index byte and a 4-bit sign and magnitude under a float scale, the
-                           rest 0: 16 bytes per 256 elements, 64 times fewer than F32. Never
-                           re-encoded: all-reduce only by ALLGATHER (AUTO picks it), broadcast
-                           and all-gather; reduce-scatter refuses it */
+  WCCL_WIRE_TOPK = 7    /* sparse: of each block of 256 elements the opts.topk_keep (1..64,
+                           default 8) largest in magnitude, each as an index byte and a 4-bit
+                           sign and magnitude under a float scale, the rest 0: 4 + 1.5 keep
+                           bytes per 256 elements (at 8: 16, 64 times fewer than F32; at 2: 7,
+                           146 times fewer). Never re-encoded: all-reduce only by ALLGATHER (AUTO
+                           picks it), broadcast and all-gather; reduce-scatter refuses it */
 } wccl_wire_t;
 
 typedef enum wccl_algo {
@@ -329,16 +330,6 @@ typedef enum wccl_compress {
                              zstd outpaces the link (docs/algorithms.md) */
 } wccl_compress_t;
 
-/* What `wire` keeps of count F32 elements: each encoded as one member's contribution is on its
- * first hop and decoded again, written to out (which may equal in); NATIVE copies. For error
- * feedback in a trainer (the residual in - out is added to the next contribution). in and out are
- * both host memory, or both memory of one GPU: the GPU then encodes and decodes, bit for bit as
- * the CPU would, on the default CUDA stream after the work queued there, and the call returns once
- * out is written (work on another stream must be synchronized first). INVALID_ARGUMENT for a NaN
- * or Inf on INT8, INT4, INT2, FP8 and TOPK, naming the element, with out left as it was. */
-WCCL_API wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count,
-                                           wccl_wire_t wire);
-
 /* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later
  * releases add fields without breaking callers built against this one. */
 typedef struct wccl_opts {
@@ -346,7 +337,8 @@ typedef struct wccl_opts {
   int32_t wire;       /* wccl_wire_t */
   int32_t algo;       /* wccl_algo_t */
   int32_t compress;   /* wccl_compress_t */
-  int32_t reserved;   /* 0 */
+  int32_t topk_keep;  /* TOPK wire: elements kept of each block of 256, 1..64 (0: 8); 0 on the
+                         other wires */
   void *cuda_stream;  /* device buffers: a cudaStream_t whose work enqueued before the call the
                          operation waits for before reading sendbuf (NULL: the legacy default
                          stream); the result is in recvbuf when wccl_wait returns. Must be NULL
@@ -356,6 +348,17 @@ typedef struct wccl_opts {
 
 /* NATIVE wire, AUTO algorithm, no compression, the default CUDA stream, op_timeout_ms. */
 WCCL_API wccl_opts_t wccl_opts_default(void);
+
+/* What an operation with these options (their wire and topk_keep) keeps of count F32 elements:
+ * each encoded as one member's contribution is on its first hop and decoded again, written to out
+ * (which may equal in); NATIVE copies. For error feedback in a trainer (the residual in - out is
+ * added to the next contribution). opts may be NULL (NATIVE); algo, compress and timeout_ms are
+ * not used. in and out are both host memory, or both memory of one GPU: the GPU then encodes and
+ * decodes, bit for bit as the CPU would, on opts->cuda_stream (NULL: the legacy default stream)
+ * after the work queued there, and the call returns once out is written. INVALID_ARGUMENT for a
+ * NaN or Inf on INT8, INT4, INT2, FP8 and TOPK, naming the element, with out left as it was. */
+WCCL_API wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count,
+                                           const wccl_opts_t *opts);
 
 /* What an operation cost, filled by wccl_wait. */
 typedef struct wccl_op_stats {

@@ -31,17 +31,17 @@ Span split(size_t total, size_t parts, size_t i) {
 // Bytes of one element on the wire for zstd's byte shuffle: the dtype's, 2 for the 16-bit wires,
 // 1 for the block-quantized ones (whose codes are bytes or nibbles).
 size_t wire_elem_bytes(const Collective &c) {
-  switch (c.wire) {
-    case codec::Wire::kNative:
+  switch (c.wire.kind) {
+    case codec::WireKind::kNative:
       return dtype_size(c.dtype);
-    case codec::Wire::kF16:
-    case codec::Wire::kBF16:
+    case codec::WireKind::kF16:
+    case codec::WireKind::kBF16:
       return 2;
-    case codec::Wire::kInt8:
-    case codec::Wire::kInt4:
-    case codec::Wire::kInt2:
-    case codec::Wire::kFp8:
-    case codec::Wire::kTopk:
+    case codec::WireKind::kInt8:
+    case codec::WireKind::kInt4:
+    case codec::WireKind::kInt2:
+    case codec::WireKind::kFp8:
+    case codec::WireKind::kTopk:
       return 1;
   }
   return 1;
@@ -49,8 +49,9 @@ size_t wire_elem_bytes(const Collective &c) {
 
 // How many segments of at most about chunk_bytes on the wire `max_elems` elements take.
 size_t segments(const Collective &c, size_t max_elems) {
-  const size_t bytes = c.wire == codec::Wire::kNative ? max_elems * dtype_size(c.dtype)
-                                                      : codec::wire_size(c.wire, max_elems);
+  const size_t bytes = c.wire.kind == codec::WireKind::kNative
+                           ? max_elems * dtype_size(c.dtype)
+                           : codec::wire_size(c.wire, max_elems);
   return std::max<size_t>(1, (bytes + c.chunk_bytes - 1) / c.chunk_bytes);
 }
 
@@ -533,7 +534,8 @@ size_t out_count(const Collective &c, int n) {
 }
 
 bool widened(const Collective &c) {
-  return c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.kind != Kind::kStateSync &&
+  return c.wire.kind != codec::WireKind::kNative && c.kind != Kind::kBarrier &&
+         c.kind != Kind::kStateSync &&
          (c.dtype == codec::Dtype::kF16 || c.dtype == codec::Dtype::kBF16);
 }
 
@@ -544,13 +546,13 @@ Status check(const Collective &c, int n, int rank) {
                : WCCL_ERROR(WCCL_ERR_INTERNAL,
                             "state_sync: the collective does not describe its job");
   }
-  if (c.wire != codec::Wire::kNative && c.kind != Kind::kBarrier && c.dtype != codec::Dtype::kF32 &&
-      !widened(c)) {
+  if (c.wire.kind != codec::WireKind::kNative && c.kind != Kind::kBarrier &&
+      c.dtype != codec::Dtype::kF32 && !widened(c)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
                       "the %s wire carries f32, f16 and bf16 elements, not %s",
                       codec::wire_name(c.wire), codec::dtype_name(c.dtype));
   }
-  if (c.wire == codec::Wire::kTopk &&
+  if (c.wire.kind == codec::WireKind::kTopk &&
       (c.kind == Kind::kReduceScatter ||
        (c.kind == Kind::kAllreduce && c.algo != Algo::kAuto && c.algo != Algo::kAllgather))) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
@@ -580,7 +582,8 @@ Status check(const Collective &c, int n, int rank) {
 Algo choose(const Collective &c, int n, const Crossovers &x) {
   if (c.kind != Kind::kAllreduce) return Algo::kRing;
   if (c.algo != Algo::kAuto) return c.algo;
-  if (c.wire == codec::Wire::kInt2 || c.wire == codec::Wire::kTopk) return Algo::kAllgather;
+  if (c.wire.kind == codec::WireKind::kInt2 || c.wire.kind == codec::WireKind::kTopk)
+    return Algo::kAllgather;
   const uint64_t bytes = c.count * dtype_size(c.dtype);
   if (x.allgather_max_bytes != 0 && bytes <= x.allgather_max_bytes) return Algo::kAllgather;
   return n > 2 && bytes <= x.tree_max_bytes ? Algo::kTree : Algo::kRing;

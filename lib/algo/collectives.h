@@ -47,7 +47,7 @@ struct Collective {
   // combines in F32 and encodes again, and a final value is encoded once by the peer that
   // produced it, which then keeps what it decodes from its own bytes, so all peers still end
   // bit-identical. Barrier ignores it.
-  codec::Wire wire = codec::Wire::kNative;
+  codec::Wire wire = codec::WireKind::kNative;
   // zstd on the wire (opts.compress; algo/send_codec.h): lossless, so results are unchanged. A
   // peer decides for its own sends; every peer accepts both forms.
   Compress compress = Compress::kOff;

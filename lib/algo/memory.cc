@@ -235,7 +235,7 @@ Status DeviceMemory::finish_avg(codec::Dtype t, void *dst, size_t count, int by)
 
 Status DeviceMemory::encode(codec::Wire w, const float *src, size_t count, uint8_t *wire,
                             size_t first) {
-  if (w == codec::Wire::kNative) return to_host(wire, src, count * 4);
+  if (w.kind == codec::WireKind::kNative) return to_host(wire, src, count * 4);
   if (count == 0) return Status();
   const size_t len = codec::wire_size(w, count);
   uint8_t *ws = nullptr;
@@ -248,7 +248,7 @@ Status DeviceMemory::encode(codec::Wire w, const float *src, size_t count, uint8
 Status DeviceMemory::decode(codec::Wire w, const uint8_t *wire, size_t len, size_t count,
                             float *dst) {
   WCCL_RETURN_IF_ERROR(codec::validate(w, wire, len, count));
-  if (w == codec::Wire::kNative) return from_host(dst, wire, len);
+  if (w.kind == codec::WireKind::kNative) return from_host(dst, wire, len);
   if (count == 0) return Status();
   uint8_t *ws = nullptr;
   WCCL_RETURN_IF_ERROR(workspace_.reserve(*this, GrowingBytes::Kind::kScratch, len, &ws));
@@ -269,7 +269,7 @@ Status DeviceMemory::decode_reduce(codec::Wire w, codec::RedOp op, const uint8_t
   } else {
     const float *decoded =
         reinterpret_cast<const float *>(ws);  // the native wire's bytes are floats
-    if (w != codec::Wire::kNative) {
+    if (w.kind != codec::WireKind::kNative) {
       uint8_t *floats = nullptr;
       WCCL_RETURN_IF_ERROR(
           decoded_.reserve(*this, GrowingBytes::Kind::kScratch, count * sizeof(float), &floats));

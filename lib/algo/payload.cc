@@ -180,7 +180,7 @@ class CodedPayload final : public Payload {
 
 std::unique_ptr<Payload> make_payload(Pipeline &pipe, codec::Wire w, codec::Dtype t,
                                       codec::RedOp op) {
-  if (w == codec::Wire::kNative) return std::make_unique<NativePayload>(pipe, t, op);
+  if (w.kind == codec::WireKind::kNative) return std::make_unique<NativePayload>(pipe, t, op);
   return std::make_unique<CodedPayload>(pipe, w, op);
 }
 

@@ -31,19 +31,19 @@ void copy_stats(const comm::OpStats &in, wccl_op_stats_t *out) {
 }
 
 // wccl_wire_roundtrip on one GPU's memory: encoded into device scratch and decoded into out by the
-// GPU, on the legacy default stream (after the work queued there), waited for.
-Status device_roundtrip(gpu::Device &dev, codec::Wire w, const float *in, float *out,
-                        size_t count) {
-  if (w == codec::Wire::kNative) {
-    if (in != out) WCCL_RETURN_IF_ERROR(dev.copy(out, in, count * sizeof(float), nullptr));
-    return dev.synchronize(nullptr);
+// GPU, on `stream` (null: the legacy default stream) after the work queued there, waited for.
+Status device_roundtrip(gpu::Device &dev, codec::Wire w, const float *in, float *out, size_t count,
+                        void *stream) {
+  if (w.kind == codec::WireKind::kNative) {
+    if (in != out) WCCL_RETURN_IF_ERROR(dev.copy(out, in, count * sizeof(float), stream));
+    return dev.synchronize(stream);
   }
   void *scratch = nullptr;
   WCCL_RETURN_IF_ERROR(dev.alloc(&scratch, codec::wire_size(w, count)));
   auto *bytes = static_cast<uint8_t *>(scratch);
-  Status st = dev.encode(w, in, count, bytes, 0, nullptr);  // waits: names a value it cannot encode
-  if (st.ok()) st = dev.decode(w, bytes, count, out, nullptr);
-  const Status synced = dev.synchronize(nullptr);  // before the scratch goes
+  Status st = dev.encode(w, in, count, bytes, 0, stream);  // waits: names a value it cannot encode
+  if (st.ok()) st = dev.decode(w, bytes, count, out, stream);
+  const Status synced = dev.synchronize(stream);  // before the scratch goes
   dev.free(scratch);
   return st.ok() ? synced : st;
 }
@@ -185,22 +185,30 @@ wccl_epoch_origin_t wccl_comm_epoch_origin(const wccl_comm_t *comm) {
 
 void wccl_comm_destroy(wccl_comm_t *comm) { delete comm; }
 
-wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count, wccl_wire_t wire) {
+wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count,
+                                  const wccl_opts_t *opts) {
   return wccl::api_call([&]() -> wccl::Status {
-    const int w = wccl::enum_value(&wire);
-    WCCL_CHECK_ARG(w >= 0 && w < wccl::codec::kWireCount,
-                   "wccl_wire_roundtrip: wire %d is not a wccl_wire_t", w);
-    WCCL_CHECK_ARG(count == 0 || (in != nullptr && out != nullptr),
-                   "wccl_wire_roundtrip: in or out is NULL");
+    const char *fn = "wccl_wire_roundtrip";
+    const wccl_opts_t o = opts != nullptr ? *opts : wccl_opts_default();
+    WCCL_CHECK_ARG(o.size == sizeof(wccl_opts_t),
+                   "%s: opts->size is %zu, not sizeof(wccl_opts_t) = %zu (use wccl_opts_default)",
+                   fn, o.size, sizeof(wccl_opts_t));
+    wccl::codec::Wire codec_wire;
+    WCCL_RETURN_IF_ERROR(wccl::codec::wire_from_api(o.wire, o.topk_keep, fn, &codec_wire));
+    WCCL_CHECK_ARG(count == 0 || (in != nullptr && out != nullptr), "%s: in or out is NULL", fn);
     if (count == 0) return wccl::Status();
-    const auto codec_wire = static_cast<wccl::codec::Wire>(w);
     wccl::gpu::Device *in_dev = wccl::gpu::device_of(in), *out_dev = wccl::gpu::device_of(out);
     WCCL_CHECK_ARG(in_dev == out_dev,
-                   "wccl_wire_roundtrip: in is in %s and out in %s; both must be on one device "
-                   "or both in host memory",
-                   in_dev != nullptr ? in_dev->name().c_str() : "host memory",
+                   "%s: in is in %s and out in %s; both must be on one device or both in host "
+                   "memory",
+                   fn, in_dev != nullptr ? in_dev->name().c_str() : "host memory",
                    out_dev != nullptr ? out_dev->name().c_str() : "host memory");
-    if (in_dev != nullptr) return wccl::device_roundtrip(*in_dev, codec_wire, in, out, count);
+    WCCL_CHECK_ARG(o.cuda_stream == nullptr || in_dev != nullptr,
+                   "%s: opts->cuda_stream orders device buffers, and these are host memory "
+                   "(synchronize the stream first)",
+                   fn);
+    if (in_dev != nullptr)
+      return wccl::device_roundtrip(*in_dev, codec_wire, in, out, count, o.cuda_stream);
     std::vector<uint8_t> bytes(wccl::codec::wire_size(codec_wire, count));
     WCCL_RETURN_IF_ERROR(wccl::codec::encode(codec_wire, in, count, bytes.data()));
     return wccl::codec::decode(codec_wire, bytes.data(), bytes.size(), count, out);

@@ -36,19 +36,16 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
                  o.size, sizeof(wccl_opts_t));
   WCCL_CHECK_ARG(o.algo >= WCCL_ALGO_AUTO && o.algo <= WCCL_ALGO_ALLGATHER,
                  "%s: opts->algo %d is not a wccl_algo_t", fn, o.algo);
-  WCCL_CHECK_ARG(o.wire >= 0 && o.wire < codec::kWireCount,
-                 "%s: opts->wire %d is not a wccl_wire_t", fn, o.wire);
+  WCCL_RETURN_IF_ERROR(codec::wire_from_api(o.wire, o.topk_keep, fn, &c->wire));
   WCCL_CHECK_ARG(o.compress >= WCCL_COMPRESS_OFF && o.compress <= WCCL_COMPRESS_AUTO,
                  "%s: opts->compress %d is not a wccl_compress_t", fn, o.compress);
   WCCL_CHECK_ARG(o.timeout_ms >= 0, "%s: opts->timeout_ms is negative", fn);
-  WCCL_CHECK_ARG(o.reserved == 0, "%s: opts->reserved must be 0", fn);
   if (o.compress != WCCL_COMPRESS_OFF && !codec::compression_available()) {
     return WCCL_ERROR(WCCL_ERR_UNSUPPORTED,
                       "%s: compression needs zstd, which this library was built without", fn);
   }
   c->after = o.cuda_stream;
   c->algo = static_cast<algo::Algo>(o.algo);
-  c->wire = static_cast<codec::Wire>(o.wire);
   c->compress = o.compress == WCCL_COMPRESS_ZSTD   ? algo::Compress::kAlways
                 : o.compress == WCCL_COMPRESS_AUTO ? algo::Compress::kAuto
                                                    : algo::Compress::kOff;

@@ -28,12 +28,14 @@ namespace wccl::codec {
 //   INT2  blocks of 128: float32 scale, float32 offset, then two bits per element, element 4p + e
 //         in bits 2e..2e+1 of byte p (a short tail leaves the unused bits 0); element j decodes
 //         to offset + code_j * scale (code 0..3).
-//   TOPK  blocks of 256 elements, of which the 8 largest in magnitude (ties: the lower index) are
-//         kept, in ascending index order: float32 scale (zero, or a normal float up to 2^127 / 7),
-//         then each kept element's index in the block (one byte, strictly increasing), then its
-//         code, two to a byte as INT4's (the last high nibble of an odd count 0): bit 3 the sign,
-//         bits 0-2 a magnitude q; the element decodes to (-1)^sign * q * scale, every other to 0.
-//         A block of k < 8 elements keeps all k. 16 bytes per 256 elements: 64 times fewer.
+//   TOPK  blocks of 256 elements, of which the `keep` (1..64; 8 unless the operation says)
+//         largest in magnitude (ties: the lower index) are kept, in ascending index order:
+//         float32 scale (zero, or a normal float up to 2^127 / 7), then each kept element's index
+//         in the block (one byte, strictly increasing), then its code, two to a byte as INT4's
+//         (the last high nibble of an odd count 0): bit 3 the sign, bits 0-2 a magnitude q; the
+//         element decodes to (-1)^sign * q * scale, every other to 0. A block of k <= keep
+//         elements keeps all k. 4 + 1.5 keep bytes per 256 elements (rounded up): at keep 8, 16
+//         bytes, 64 times fewer than F32; at 2, 7 bytes, 146 times fewer.
 //   FP8   blocks of 1024: float32 scale (zero or a power of two, 2^-126..2^119), then one OCP
 //         E4M3 byte per element (sign, 4 exponent bits biased by 7, 3 mantissa bits; no
 //         infinities, S.1111.111 is NaN and never sent); element j decodes to e4m3(code_j) * scale.
@@ -57,7 +59,10 @@ inline constexpr BlockFormat kInt8Format{1024, 8, 8};
 inline constexpr BlockFormat kInt4Format{128, 8, 4};
 inline constexpr BlockFormat kInt2Format{128, 8, 2};
 inline constexpr BlockFormat kFp8Format{1024, 4, 8};
-inline constexpr BlockFormat kTopkFormat{256, 4, 4, 8};
+inline constexpr size_t kTopkBlock = 256;
+inline constexpr size_t kTopkDefaultKeep = 8;  // what TOPK keeps per block unless told
+inline constexpr size_t kTopkMaxKeep = 64;     // a quarter of the block (INT2 is denser beyond)
+constexpr BlockFormat topk_format(size_t keep) { return BlockFormat{kTopkBlock, 4, 4, keep}; }
 inline constexpr unsigned kTopkLevels = 7;  // TOPK's magnitude codes: 0..7 steps of its scale
 inline constexpr size_t kMaxBlock = 1024;   // the largest block of any format
 
@@ -66,15 +71,17 @@ inline constexpr size_t kMaxBlock = 1024;   // the largest block of any format
 // TOPK's step, a seventh of the largest, would be too).
 inline constexpr float kFp8Limit = 1.70141183e38f;  // 2^127
 
-// One block-quantized wire's kernels. encode writes format.encoded_size(n) bytes and returns n, or
-// the index of the first element that cannot be encoded: a NaN or Inf, or the first element of a
-// block that does not fit (INT8, INT4 and INT2: its range exceeds the float range; FP8 and TOPK:
-// it holds a magnitude of 2^127 or more). decode writes dst[i] = element i; decode_add dst[i] =
-// mine[i] + element i, rounded once (dst may equal mine).
+// One block-quantized wire's kernels, each given the wire's format f (its own: f varies only in
+// TOPK's keep). encode writes f.encoded_size(n) bytes and returns n, or the index of the first
+// element that cannot be encoded: a NaN or Inf, or the first element of a block that does not
+// fit (INT8, INT4 and INT2: its range exceeds the float range; FP8 and TOPK: it holds a magnitude
+// of 2^127 or more). decode writes dst[i] = element i; decode_add dst[i] = mine[i] + element i,
+// rounded once (dst may equal mine).
 struct BlockCodec {
-  size_t (*encode)(const float *src, size_t n, uint8_t *dst);
-  void (*decode)(const uint8_t *src, size_t n, float *dst);
-  void (*decode_add)(const uint8_t *src, size_t n, float *dst, const float *mine);
+  size_t (*encode)(const BlockFormat &f, const float *src, size_t n, uint8_t *dst);
+  void (*decode)(const BlockFormat &f, const uint8_t *src, size_t n, float *dst);
+  void (*decode_add)(const BlockFormat &f, const uint8_t *src, size_t n, float *dst,
+                     const float *mine);
 };
 
 struct Kernels {

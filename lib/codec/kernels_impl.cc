@@ -222,7 +222,8 @@ inline uint8_t uniform_code(float x, float offset, float inv) {
 // INT4 (15) two per byte, INT2 (3) four per byte, the first in the low bits. Returns k, or the
 // index in the block of the element that stops it.
 template <int Levels>
-size_t uniform_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
+size_t uniform_block(const BlockFormat & /*f*/, const float *__restrict x, size_t k,
+                     uint8_t *__restrict out) {
   int32_t kmin, kmax;
   const size_t finite = scan_range(x, k, &kmin, &kmax);
   if (finite != k) return finite;
@@ -265,7 +266,8 @@ size_t uniform_block(const float *__restrict x, size_t k, uint8_t *__restrict ou
 
 // Encodes one FP8 block: the power-of-two scale that brings the largest magnitude within 448,
 // then each element divided by it (exactly: a power of two) and rounded to E4M3.
-size_t fp8_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
+size_t fp8_block(const BlockFormat & /*f*/, const float *__restrict x, size_t k,
+                 uint8_t *__restrict out) {
   uint32_t amax = 0, bad = 0;
   for (size_t j = 0; j < k; ++j) {
     uint32_t u;
@@ -283,42 +285,73 @@ size_t fp8_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
   return k;
 }
 
-// Encodes one TOPK block: the kTopkFormat.keep largest magnitudes (ties: the lower index), found
-// one at a time as the largest key (magnitude bits + 1; 0 once taken) and the lowest index holding
-// it, two integer reductions that vectorise; written in ascending index order, each as a sign and
-// a magnitude code in steps of a seventh of the largest.
-size_t topk_block(const float *__restrict x, size_t k, uint8_t *__restrict out) {
-  uint32_t key[kTopkFormat.block];
+// Picks the e (1..k) largest of k keys (ties: the lower index) into pick, in ascending index order,
+// and returns the largest key. Few picks take them one at a time, each as the largest key and the
+// lowest index holding it (two integer reductions that vectorise; a taken key becomes 0), then
+// sort them: 2e passes over the block. From kTopkBisectFrom picks that is more than finding the
+// e-th largest key t bit by bit (31 counting passes, keys being below 2^31) and taking, in one
+// pass, every key above t and the lowest-indexed ones equal to it. Both pick the same elements.
+inline constexpr size_t kTopkBisectFrom = 16;
+uint32_t topk_pick(int32_t *__restrict key, size_t k, size_t e, uint8_t *__restrict pick) {
+  int32_t top = 0;
+  if (e < kTopkBisectFrom) {
+    for (size_t i = 0; i < e; ++i) {
+      int32_t best = 0;
+      for (size_t j = 0; j < k; ++j) best = best < key[j] ? key[j] : best;
+      uint32_t at = kTopkBlock;
+      for (size_t j = 0; j < k; ++j) {
+        const uint32_t here = key[j] == best ? static_cast<uint32_t>(j) : kTopkBlock;
+        at = here < at ? here : at;
+      }
+      if (i == 0) top = best;
+      key[at] = 0;
+      pick[i] = static_cast<uint8_t>(at);
+    }
+    for (size_t i = 1; i < e; ++i) {  // ascending index order
+      const uint8_t v = pick[i];
+      size_t p = i;
+      for (; p > 0 && pick[p - 1] > v; --p) pick[p] = pick[p - 1];
+      pick[p] = v;
+    }
+    return static_cast<uint32_t>(top);
+  }
+  for (size_t j = 0; j < k; ++j) top = top < key[j] ? key[j] : top;
+  int32_t t = 0;  // the largest t with at least e keys >= t
+  for (int b = 30; b >= 0; --b) {
+    const int32_t c = t | (int32_t{1} << b);
+    size_t n = 0;
+    for (size_t j = 0; j < k; ++j) n += static_cast<size_t>(key[j] >= c);
+    if (n >= e) t = c;
+  }
+  size_t above = 0;
+  for (size_t j = 0; j < k; ++j) above += static_cast<size_t>(key[j] > t);
+  size_t ties = e - above, m = 0;  // keys equal to t taken, lowest indices first
+  for (size_t j = 0; j < k; ++j) {
+    const bool tie = key[j] == t && ties > 0;
+    if (key[j] > t || tie) pick[m++] = static_cast<uint8_t>(j);
+    ties -= static_cast<size_t>(tie);
+  }
+  return static_cast<uint32_t>(top);
+}
+
+// Encodes one TOPK block: the f.keep largest magnitudes (ties: the lower index), each a key of its
+// magnitude bits + 1 (topk_pick), written in ascending index order, each as a sign and a magnitude
+// code in steps of a seventh of the largest.
+size_t topk_block(const BlockFormat &f, const float *__restrict x, size_t k,
+                  uint8_t *__restrict out) {
+  int32_t key[kTopkBlock];
   uint32_t bad = 0;
   for (size_t j = 0; j < k; ++j) {
     uint32_t u;
     std::memcpy(&u, &x[j], 4);
     const uint32_t a = u & 0x7fffffffu;
     bad |= static_cast<uint32_t>(a >= 0x7f000000u);  // 2^127 and up, Inf and NaN
-    key[j] = a + 1;
+    key[j] = static_cast<int32_t>(a + 1);
   }
   if (bad != 0) return refused_at(x, k);
-  const size_t e = kTopkFormat.coded(k);
-  uint8_t pick[kTopkFormat.keep];
-  uint32_t amax = 0;
-  for (size_t i = 0; i < e; ++i) {
-    uint32_t best = 0;
-    for (size_t j = 0; j < k; ++j) best = best < key[j] ? key[j] : best;
-    uint32_t at = kTopkFormat.block;
-    for (size_t j = 0; j < k; ++j) {
-      const uint32_t here = key[j] == best ? static_cast<uint32_t>(j) : kTopkFormat.block;
-      at = here < at ? here : at;
-    }
-    if (i == 0) amax = best - 1;
-    key[at] = 0;
-    pick[i] = static_cast<uint8_t>(at);
-  }
-  for (size_t i = 1; i < e; ++i) {  // ascending index order
-    const uint8_t v = pick[i];
-    size_t p = i;
-    for (; p > 0 && pick[p - 1] > v; --p) pick[p] = pick[p - 1];
-    pick[p] = v;
-  }
+  const size_t e = f.coded(k);
+  uint8_t pick[kTopkMaxKeep];
+  const uint32_t amax = topk_pick(key, k, e, pick) - 1;
   float top;
   std::memcpy(&top, &amax, 4);
   float scale = top / static_cast<float>(kTopkLevels);
@@ -326,7 +359,7 @@ size_t topk_block(const float *__restrict x, size_t k, uint8_t *__restrict out) 
     scale = 0.0f;  // every kept element decodes to 0: each is below 7 * FLT_MIN
   const float inv = scale == 0.0f ? 0.0f : 1.0f / scale;
   std::memcpy(out, &scale, 4);
-  uint8_t *__restrict index = out + kTopkFormat.header;
+  uint8_t *__restrict index = out + f.header;
   uint8_t *__restrict codes = index + e;
   for (size_t i = 0; i < e; ++i) index[i] = pick[i];
   for (size_t i = 0; i < (e + 1) / 2; ++i) codes[i] = 0;
@@ -342,21 +375,35 @@ size_t topk_block(const float *__restrict x, size_t k, uint8_t *__restrict out) 
   return k;
 }
 
-template <size_t (*Block)(const float *, size_t, uint8_t *), const BlockFormat &F>
-size_t encode_blocks(const float *src, size_t n, uint8_t *dst) {
-  for (size_t b = 0; b < n; b += F.block) {
-    const size_t k = n - b < F.block ? n - b : F.block;
-    const size_t done = Block(src + b, k, dst);
+// The format a kernel walks: the wire's own, fixed when compiled (F; the compiler then knows the
+// block and header sizes), or, F null, the one it is given (TOPK's, whose keep varies).
+template <const BlockFormat *F>
+constexpr const BlockFormat &walked(const BlockFormat &given) {
+  if constexpr (F != nullptr) {
+    return *F;
+  } else {
+    return given;
+  }
+}
+
+template <size_t (*Block)(const BlockFormat &, const float *, size_t, uint8_t *),
+          const BlockFormat *F>
+size_t encode_blocks(const BlockFormat &given, const float *src, size_t n, uint8_t *dst) {
+  const BlockFormat &f = walked<F>(given);
+  for (size_t b = 0; b < n; b += f.block) {
+    const size_t k = n - b < f.block ? n - b : f.block;
+    const size_t done = Block(f, src + b, k, dst);
     if (done != k) return b + done;
-    dst += F.block_bytes(k);
+    dst += f.block_bytes(k);
   }
   return n;
 }
 
 // Decoding, one block at a time. A BlockDecoder turns one block's codes into floats:
-// decode(codes, k, scale, offset, mine, dst) sets dst[j] = mine[j] + element j (mine null: the
-// element alone). The in-place form (dst == mine) has its own loop, since restrict forbids
-// aliasing; INT4 and INT2 walk byte by byte (packed), so that they vectorise.
+// decode(codes, k, coded, scale, offset, mine, dst) sets dst[j] = mine[j] + element j (mine null:
+// the element alone); `coded` of the k elements carry a code (fewer than k on TOPK only). The
+// in-place form (dst == mine) has its own loop, since restrict forbids aliasing; INT4 and INT2 walk
+// byte by byte (packed), so that they vectorise.
 struct Int8Elements {
   static float at(const uint8_t *__restrict codes, size_t j, float scale, float offset) {
     return offset + static_cast<float>(codes[j]) * scale;
@@ -369,8 +416,8 @@ struct Fp8Elements {
 };
 
 template <typename E>
-void per_element(const uint8_t *__restrict codes, size_t k, float scale, float offset,
-                 const float *mine, float *dst) {
+void per_element(const uint8_t *__restrict codes, size_t k, size_t /*coded*/, float scale,
+                 float offset, const float *mine, float *dst) {
   float *__restrict d = dst;
   if (mine == nullptr) {
     for (size_t j = 0; j < k; ++j) d[j] = E::at(codes, j, scale, offset);
@@ -384,8 +431,8 @@ void per_element(const uint8_t *__restrict codes, size_t k, float scale, float o
 
 // INT4 and INT2: 8 / Bits codes per byte, each step of the loop one byte, so that it vectorises.
 template <unsigned Bits>
-void packed(const uint8_t *__restrict codes, size_t k, float scale, float offset, const float *mine,
-            float *dst) {
+void packed(const uint8_t *__restrict codes, size_t k, size_t /*coded*/, float scale, float offset,
+            const float *mine, float *dst) {
   constexpr size_t kPer = 8 / Bits;
   constexpr unsigned kMask = (1u << Bits) - 1;
   float *__restrict d = dst;
@@ -413,13 +460,15 @@ void packed(const uint8_t *__restrict codes, size_t k, float scale, float offset
   }
 }
 
-// TOPK: every element is mine[j] + 0 (or 0), then each kept one mine[j] + its value, mine[j] read
-// before the first pass may overwrite it (dst == mine).
-void topk_sparse(const uint8_t *__restrict index, size_t k, float scale, float /*offset*/,
-                 const float *mine, float *dst) {
-  const size_t e = kTopkFormat.coded(k);
+// TOPK: every element is mine[j] + 0 (or 0), then each of the e kept ones mine[j] + its value,
+// mine[j] read before the first pass may overwrite it (dst == mine). E is e when the compiler may
+// know it (the default keep: its short loops unrolled), else 0.
+template <size_t E>
+void topk_scatter(const uint8_t *__restrict index, size_t k, size_t e, float scale,
+                  const float *mine, float *dst) {
+  if constexpr (E != 0) e = E;
   const uint8_t *__restrict codes = index + e;
-  float base[kTopkFormat.keep];
+  float base[E != 0 ? E : kTopkMaxKeep];
   for (size_t i = 0; i < e; ++i) base[i] = mine == nullptr ? 0.0f : mine[index[i]];
   float *__restrict d = dst;
   if (mine == nullptr) {
@@ -437,23 +486,33 @@ void topk_sparse(const uint8_t *__restrict index, size_t k, float scale, float /
   }
 }
 
-using BlockDecoder = void (*)(const uint8_t *, size_t, float, float, const float *, float *);
+void topk_sparse(const uint8_t *__restrict index, size_t k, size_t e, float scale, float /*offset*/,
+                 const float *mine, float *dst) {
+  if (e == kTopkDefaultKeep) return topk_scatter<kTopkDefaultKeep>(index, k, e, scale, mine, dst);
+  topk_scatter<0>(index, k, e, scale, mine, dst);
+}
 
-template <BlockDecoder Decode, const BlockFormat &F>
-void decode_blocks(const uint8_t *src, size_t n, float *dst, const float *mine) {
-  for (size_t b = 0; b < n; b += F.block) {
-    const size_t k = n - b < F.block ? n - b : F.block;
+using BlockDecoder = void (*)(const uint8_t *, size_t, size_t, float, float, const float *,
+                              float *);
+
+template <BlockDecoder Decode, const BlockFormat *F>
+void decode_blocks(const BlockFormat &given, const uint8_t *src, size_t n, float *dst,
+                   const float *mine) {
+  const BlockFormat &f = walked<F>(given);
+  for (size_t b = 0; b < n; b += f.block) {
+    const size_t k = n - b < f.block ? n - b : f.block;
     float scale, offset = 0.0f;
     std::memcpy(&scale, src, 4);
-    if (F.header == 8) std::memcpy(&offset, src + 4, 4);
-    Decode(src + F.header, k, scale, offset, mine == nullptr ? nullptr : mine + b, dst + b);
-    src += F.block_bytes(k);
+    if (f.header == 8) std::memcpy(&offset, src + 4, 4);
+    Decode(src + f.header, k, f.coded(k), scale, offset, mine == nullptr ? nullptr : mine + b,
+           dst + b);
+    src += f.block_bytes(k);
   }
 }
 
-template <BlockDecoder Decode, const BlockFormat &F>
-void decode_only(const uint8_t *src, size_t n, float *dst) {
-  decode_blocks<Decode, F>(src, n, dst, nullptr);
+template <BlockDecoder Decode, const BlockFormat *F>
+void decode_only(const BlockFormat &given, const uint8_t *src, size_t n, float *dst) {
+  decode_blocks<Decode, F>(given, src, n, dst, nullptr);
 }
 
 // --- FP16 / BF16 ---------------------------------------------------------------------------------
@@ -486,17 +545,17 @@ const Kernels kKernels = {
     WCCL_STRINGIFY(WCCL_CODEC_TIER),
     reduce_into,
     finish_avg,
-    {encode_blocks<uniform_block<255>, kInt8Format>,
-     decode_only<per_element<Int8Elements>, kInt8Format>,
-     decode_blocks<per_element<Int8Elements>, kInt8Format>},
-    {encode_blocks<uniform_block<15>, kInt4Format>, decode_only<packed<4>, kInt4Format>,
-     decode_blocks<packed<4>, kInt4Format>},
-    {encode_blocks<uniform_block<3>, kInt2Format>, decode_only<packed<2>, kInt2Format>,
-     decode_blocks<packed<2>, kInt2Format>},
-    {encode_blocks<fp8_block, kFp8Format>, decode_only<per_element<Fp8Elements>, kFp8Format>,
-     decode_blocks<per_element<Fp8Elements>, kFp8Format>},
-    {encode_blocks<topk_block, kTopkFormat>, decode_only<topk_sparse, kTopkFormat>,
-     decode_blocks<topk_sparse, kTopkFormat>},
+    {encode_blocks<uniform_block<255>, &kInt8Format>,
+     decode_only<per_element<Int8Elements>, &kInt8Format>,
+     decode_blocks<per_element<Int8Elements>, &kInt8Format>},
+    {encode_blocks<uniform_block<15>, &kInt4Format>, decode_only<packed<4>, &kInt4Format>,
+     decode_blocks<packed<4>, &kInt4Format>},
+    {encode_blocks<uniform_block<3>, &kInt2Format>, decode_only<packed<2>, &kInt2Format>,
+     decode_blocks<packed<2>, &kInt2Format>},
+    {encode_blocks<fp8_block, &kFp8Format>, decode_only<per_element<Fp8Elements>, &kFp8Format>,
+     decode_blocks<per_element<Fp8Elements>, &kFp8Format>},
+    {encode_blocks<topk_block, nullptr>, decode_only<topk_sparse, nullptr>,
+     decode_blocks<topk_sparse, nullptr>},
     encode16<float_to_half>,
     decode16<half_to_float>,
     encode16<float_to_bf16>,

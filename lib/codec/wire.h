@@ -17,11 +17,12 @@
 //                40 bytes per 128 elements: 12.8 times fewer than F32. Re-encoding partial sums
 //                at every hop compounds that coarse error, which is why all-reduce's AUTO sends
 //                it by the all-gather schedule (algo/collectives.h).
-//   kTopk        sparse: blocks of 256 elements of which the 8 largest in magnitude are kept,
-//                each as an index byte, a sign and a 3-bit magnitude in steps of a seventh of the
-//                block's largest; the rest decode to 0. A kept x decodes to within amax / 14 of x
-//                (amax the block's largest magnitude, plus float rounding); a dropped x is at most
-//                the 8th largest magnitude. 16 bytes per 256 elements: 64 times fewer than F32.
+//   kTopk        sparse: blocks of 256 elements of which the `keep` largest in magnitude are
+//                kept (1..64, 8 by default: Wire::keep), each as an index byte, a sign and a 3-bit
+//                magnitude in steps of a seventh of the block's largest; the rest decode to 0. A
+//                kept x decodes to within amax / 14 of x (amax the block's largest magnitude, plus
+//                float rounding); a dropped x is at most the keep-th largest magnitude.
+//                4 + 1.5 keep bytes per 256 elements: at 8, 16 (64 times fewer than F32).
 //                Never re-encoded: all-reduce sums it by the all-gather schedule only; broadcast
 //                and all-gather send it; reduce-scatter cannot.
 //   kFp8         blocks of 1024 elements: a power-of-two scale 2^k putting the block's largest
@@ -48,8 +49,8 @@
 
 namespace wccl::codec {
 
-// The values match wccl_wire_t.
-enum class Wire : int {
+// The wire formats. The values match wccl_wire_t.
+enum class WireKind : int {
   kNative = 0,
   kF16 = 1,
   kBF16 = 2,
@@ -60,18 +61,46 @@ enum class Wire : int {
   kTopk = 7
 };
 inline constexpr int kWireCount = 8;
-static_assert(kWireCount == WCCL_WIRE_TOPK + 1, "codec::Wire and wccl_wire_t list the same wires");
+static_assert(kWireCount == WCCL_WIRE_TOPK + 1,
+              "codec::WireKind and wccl_wire_t list the same wires");
+
+// A wire: its format and the one parameter a format has, the elements TOPK keeps of each block
+// (every member of an operation uses the same). A kind converts to its wire, TOPK keeping
+// kTopkDefaultKeep. Comparing a wire with a kind does not compile: w.kind says which format it is.
+struct Wire {
+  WireKind kind = WireKind::kNative;
+  size_t keep = 0;  // kTopk: 1..kTopkMaxKeep; 0 for every other kind
+
+  constexpr Wire() = default;
+  constexpr Wire(WireKind k)  // NOLINT(google-explicit-constructor): a kind names its wire
+      : kind(k), keep(k == WireKind::kTopk ? kTopkDefaultKeep : 0) {}
+  static constexpr Wire topk(size_t keep) {
+    Wire w(WireKind::kTopk);
+    w.keep = keep;
+    return w;
+  }
+  friend constexpr bool operator==(Wire a, Wire b) { return a.kind == b.kind && a.keep == b.keep; }
+  friend constexpr bool operator!=(Wire a, Wire b) { return !(a == b); }
+  friend bool operator==(Wire, WireKind) = delete;
+  friend bool operator!=(Wire, WireKind) = delete;
+  friend bool operator==(WireKind, Wire) = delete;
+  friend bool operator!=(WireKind, Wire) = delete;
+};
+
+// The wire of a wccl_wire_t value and TOPK's keep as wccl_opts_t gives them (0: the default), or
+// INVALID_ARGUMENT naming `fn` and the bad value (a keep on another wire included).
+Status wire_from_api(int32_t wire, int32_t topk_keep, const char *fn, Wire *out);
 
 const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp8", "int2", "topk"
 
-// The block format of a block-quantized wire (INT8, INT4, INT2, FP8, TOPK), or null; its kernels in
-// table k.
+// The block format of a block-quantized wire (INT8, INT4, INT2, FP8, TOPK), or null (also for a
+// TOPK keep outside 1..kTopkMaxKeep); its kernels in table k.
 const BlockFormat *block_format(Wire w);
 const BlockCodec *block_codec(const Kernels &k, Wire w);
 
 // The wire whose bytes are F16 or BF16 elements as they are (kF16, kBF16): its decode widens them
 // to F32 exactly, its encode rounds F32 to them (nearest-even; beyond F16's range, Inf).
-inline Wire half_wire(Dtype t) { return t == Dtype::kF16 ? Wire::kF16 : Wire::kBF16; }
+inline Wire half_wire(Dtype t) { return t == Dtype::kF16 ? WireKind::kF16 : WireKind::kBF16; }
 
 // Bytes that `count` F32 elements take on the wire.
 size_t wire_size(Wire w, size_t count);

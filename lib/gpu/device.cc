@@ -60,18 +60,18 @@ class CudaDevice final : public Device {
   Status encode(codec::Wire w, const float *src, size_t count, uint8_t *dst, size_t first,
                 Stream s) override {
     WCCL_RETURN_IF_ERROR(set_device(ordinal_));
-    switch (w) {
-      case codec::Wire::kInt8:
-      case codec::Wire::kInt4:
-      case codec::Wire::kInt2:
-      case codec::Wire::kFp8:
-      case codec::Wire::kTopk:
+    switch (w.kind) {
+      case codec::WireKind::kInt8:
+      case codec::WireKind::kInt4:
+      case codec::WireKind::kInt2:
+      case codec::WireKind::kFp8:
+      case codec::WireKind::kTopk:
         return block_encode(w, src, count, dst, s, first);
-      case codec::Wire::kF16:
+      case codec::WireKind::kF16:
         return f16_encode(src, count, reinterpret_cast<uint16_t *>(dst), s);
-      case codec::Wire::kBF16:
+      case codec::WireKind::kBF16:
         return bf16_encode(src, count, reinterpret_cast<uint16_t *>(dst), s);
-      case codec::Wire::kNative:
+      case codec::WireKind::kNative:
         break;
     }
     return WCCL_ERROR(WCCL_ERR_INTERNAL, "%s: no kernel encodes the %s wire", name_.c_str(),
@@ -79,18 +79,18 @@ class CudaDevice final : public Device {
   }
   Status decode(codec::Wire w, const uint8_t *src, size_t count, float *dst, Stream s) override {
     WCCL_RETURN_IF_ERROR(set_device(ordinal_));
-    switch (w) {
-      case codec::Wire::kInt8:
-      case codec::Wire::kInt4:
-      case codec::Wire::kInt2:
-      case codec::Wire::kFp8:
-      case codec::Wire::kTopk:
+    switch (w.kind) {
+      case codec::WireKind::kInt8:
+      case codec::WireKind::kInt4:
+      case codec::WireKind::kInt2:
+      case codec::WireKind::kFp8:
+      case codec::WireKind::kTopk:
         return block_decode(w, src, count, dst, s);
-      case codec::Wire::kF16:
+      case codec::WireKind::kF16:
         return f16_decode(reinterpret_cast<const uint16_t *>(src), count, dst, s);
-      case codec::Wire::kBF16:
+      case codec::WireKind::kBF16:
         return bf16_decode(reinterpret_cast<const uint16_t *>(src), count, dst, s);
-      case codec::Wire::kNative:
+      case codec::WireKind::kNative:
         break;
     }
     return WCCL_ERROR(WCCL_ERR_INTERNAL, "%s: no kernel decodes the %s wire", name_.c_str(),

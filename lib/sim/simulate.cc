@@ -131,7 +131,7 @@ Report summarize(World &w, const Driver &d, const algo::Collective &base) {
       if (b.size() != ref.size() ||
           std::memcmp(b.data(), ref.data(), b.size() * sizeof(float)) != 0)
         report.checked = false;
-      if (base.wire == codec::Wire::kNative && base.op == codec::RedOp::kSum) {
+      if (base.wire.kind == codec::WireKind::kNative && base.op == codec::RedOp::kSum) {
         double sum_ranks = 0;
         for (int m : d.last_ring[static_cast<size_t>(r)]) sum_ranks += m + 1;
         for (size_t i = 0; i < b.size() && report.checked; ++i) {

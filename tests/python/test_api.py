@@ -75,11 +75,13 @@ def test_int8_wire_sends_a_quarter_and_agrees(members):
     assert 0.24 < coded / native < 0.26
 
 
-@pytest.mark.parametrize("wire", [wccl.Wire.INT2, wccl.Wire.TOPK])
-def test_int2_and_topk_are_the_sum_of_each_members_roundtrip(members, wire):
-    """INT2 and TOPK under AUTO run the all-gather all-reduce: on every member the result is the
-    rank-order sum of what each member's contribution decodes to, so error feedback's residual
-    (x - wire_roundtrip(x)) is exactly what the sum lacks; it sends (n - 1) wire copies of the input."""
+@pytest.mark.parametrize("wire,keep", [(wccl.Wire.INT2, 0), (wccl.Wire.TOPK, 0), (wccl.Wire.TOPK, 2),
+                                       (wccl.Wire.TOPK, 33)])
+def test_int2_and_topk_are_the_sum_of_each_members_roundtrip(members, wire, keep):
+    """INT2 and TOPK (at its default keep of 8, and keeping 2 and 33 of each block) under AUTO run
+    the all-gather all-reduce: on every member the result is the rank-order sum of what each
+    member's contribution decodes to, so error feedback's residual (x - wire_roundtrip(x)) is
+    exactly what the sum lacks; it sends (n - 1) wire copies of the input."""
     n, count = 3, (1 << 16) + 5
 
     def data(rank):
@@ -87,17 +89,18 @@ def test_int2_and_topk_are_the_sum_of_each_members_roundtrip(members, wire):
 
     def fn(comm):
         x = data(comm.rank)
-        stats = comm.allreduce(x, wire=wire)
+        stats = comm.allreduce(x, wire=wire, topk_keep=keep)
         return x, stats.algo, stats.bytes_sent
 
     want = np.zeros(count, np.float32)
     for r in range(n):
-        want += wccl.wire_roundtrip(data(r), wire)
+        want += wccl.wire_roundtrip(data(r), wire, topk_keep=keep)
     if wire == wccl.Wire.INT2:  # blocks of 128: two floats and 2 bits each
         wire_bytes = (count // 128) * 40 + 8 + (count % 128 + 3) // 4
-    else:  # blocks of 256: a float, and 8 kept elements as an index byte and 4 bits each
-        tail = min(8, count % 256)
-        wire_bytes = (count // 256) * 16 + 4 + tail + (tail + 1) // 2
+    else:  # blocks of 256: a float, and `keep` kept elements as an index byte and 4 bits each
+        kept = keep or 8
+        tail = min(kept, count % 256)
+        wire_bytes = (count // 256) * (4 + kept + (kept + 1) // 2) + 4 + tail + (tail + 1) // 2
     for x, algo, sent in members(n, fn):
         assert algo == wccl.Algo.ALLGATHER
         np.testing.assert_array_equal(x, want)
@@ -108,6 +111,10 @@ def test_bad_calls_raise_named_errors(members):
     def fn(comm):
         with pytest.raises(wccl.InvalidArgumentError, match="wire"):
             comm.allreduce(np.ones(8, np.float64), wire=wccl.Wire.INT8)
+        with pytest.raises(wccl.InvalidArgumentError, match="only the TOPK wire keeps elements"):
+            comm.allreduce(np.ones(8, np.float32), wire=wccl.Wire.INT8, topk_keep=4)
+        with pytest.raises(wccl.InvalidArgumentError, match="topk_keep 65 is not 1..64"):
+            comm.allreduce(np.ones(8, np.float32), wire=wccl.Wire.TOPK, topk_keep=65)
         with pytest.raises(ValueError, match="not contiguous"):
             comm.allreduce(np.ones((4, 4), np.float32)[:, 1])
         readonly = np.ones(4, np.float32)
@@ -229,6 +236,18 @@ def test_wire_roundtrip_is_what_the_wire_keeps():
         assert not out.any(), "a refused roundtrip wrote its output"
     with pytest.raises(TypeError, match="float32"):
         wccl.wire_roundtrip(np.zeros(4, np.float64), wccl.Wire.INT8)
+    # TOPK keeps what topk_keep says: the largest 1, 8 (the default) or 64 of each block of 256.
+    for keep in (1, 8, 64):
+        y = wccl.wire_roundtrip(x, wccl.Wire.TOPK, out=np.empty_like(x), topk_keep=keep)
+        for b in range(0, len(x), 256):
+            block, kept = x[b:b + 256], y[b:b + 256]
+            assert np.count_nonzero(kept) <= keep
+            largest = np.sort(np.abs(block))[::-1][:min(keep, len(block))]
+            assert np.all(np.abs(block[kept != 0]) >= largest[-1])
+    np.testing.assert_array_equal(wccl.wire_roundtrip(x, wccl.Wire.TOPK, out=np.empty_like(x)),
+                                  wccl.wire_roundtrip(x, wccl.Wire.TOPK, out=np.empty_like(x), topk_keep=8))
+    with pytest.raises(wccl.InvalidArgumentError, match="topk_keep 0 is not|topk_keep -1 is not"):
+        wccl.wire_roundtrip(x, wccl.Wire.TOPK, out=np.empty_like(x), topk_keep=-1)
     if torch is not None:
         t = torch.from_numpy(x.copy())
         wccl.wire_roundtrip(t, wccl.Wire.FP8)

@@ -184,18 +184,21 @@ def test_torchft_over_wccl_beside_this_trainer_on_the_wan_emulator(tmp_path):
 
 def test_the_wire_study_on_a_short_job(tmp_path):
     """examples/diloco/wires.py, docs/trainer.md's wire table, on a short job (one seed, 3 outer
-    steps): INT8 and TOPK with error feedback, both nodes identical in each, the table and its
-    bytes per token (TOPK's 16 bytes per 256 elements against INT8's 1032 per 1024)."""
+    steps): INT8, and TOPK with error feedback keeping 8 and 2 of each block of 256 (--topk-keep),
+    both nodes identical in each, the table and its bytes per token (TOPK's 16 and 7 bytes per 256
+    elements against INT8's 1032 per 1024)."""
     out = tmp_path / "wires"
     proc = subprocess.run([sys.executable, str(LOCAL_RUN.parent / "wires.py"), "--out", str(out), "--seeds", "0",
-                           "--only", "int8,topk + EF", "--", "--outer-steps", "3", "--inner-steps", "3", *MODEL],
+                           "--only", "int8,topk + EF,topk2 + EF", "--", "--outer-steps", "3", "--inner-steps", "3", *MODEL],
                           env=job_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
-    assert proc.stdout.count("models identical") == 2, proc.stdout
+    assert proc.stdout.count("models identical") == 3, proc.stdout
     rows = [line.split("|")[1:-1] for line in (out / "table.md").read_text().splitlines()[2:]]
     per_token = {r[0].strip(): float(r[-2]) for r in rows}
-    assert set(per_token) == {"int8", "topk + EF"}
+    assert set(per_token) == {"int8", "topk + EF", "topk2 + EF"}
     assert 15 < per_token["int8"] / per_token["topk + EF"] < 17, per_token
+    # --topk-keep 2: 7 bytes per block of 256 against 16 at the default 8.
+    assert 2.1 < per_token["topk + EF"] / per_token["topk2 + EF"] < 2.4, per_token
 
 
 def test_streaming_flags_are_checked():

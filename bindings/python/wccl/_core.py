@@ -404,12 +404,13 @@ class Communicator:
         return request if async_op else request.wait()
 
 
-def wire_roundtrip(tensor: Any, wire: Wire, *, out: Any = None) -> Any:
+def wire_roundtrip(tensor: Any, wire: Wire, *, out: Any = None, topk_keep: int = 0) -> Any:
     """What ``wire`` keeps of an F32 tensor or array (encoded as one member's contribution and
-    decoded again), written to ``out`` (default: in place); returns ``out``. For error feedback: the
-    residual ``tensor - result`` goes into the next contribution. CUDA tensors (``out`` on the same
-    GPU) are encoded and decoded by the GPU, bit for bit as on the CPU, after this call synchronizes
-    their current stream."""
+    decoded again), written to ``out`` (default: in place); returns ``out``. ``topk_keep``: on the
+    TOPK wire, the elements kept of each block of 256 (1..64; 0, the default, keeps 8), as the
+    collectives' option of that name. For error feedback: the residual ``tensor - result`` goes
+    into the next contribution. CUDA tensors (``out`` on the same GPU) are encoded and decoded by
+    the GPU, bit for bit as on the CPU, after this call synchronizes their current stream."""
     send = export(tensor, out is None, "tensor")
     recv = export(out, True, "out") if out is not None else send
     try:
@@ -417,7 +418,8 @@ def wire_roundtrip(tensor: Any, wire: Wire, *, out: Any = None) -> Any:
         if send.dtype != DType.F32:
             raise TypeError(f"wccl: wire_roundtrip takes float32 data, not {send.dtype.name}")
         synchronize_cuda([send, recv])  # the library runs on the default stream
-        check(lib.wccl_wire_roundtrip(send.ptr, recv.ptr, send.count, int(wire)))
+        options = _options({"wire": wire, "topk_keep": topk_keep}, None)
+        check(lib.wccl_wire_roundtrip(send.ptr, recv.ptr, send.count, byref(options)))
     finally:
         send.release()
         recv.release()
@@ -433,16 +435,18 @@ def _same_shape(a: Buffer, b: Buffer, count: int, what: str) -> None:
         raise ValueError("wccl: the input and the output must both be on the CPU or both on CUDA")
 
 
-_OPTION_NAMES = ("wire", "algo", "compress", "timeout")
+_OPTION_NAMES = ("wire", "topk_keep", "algo", "compress", "timeout")
 
 
 def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
-    """wccl_opts_t from keyword options: wire=Wire, algo=Algo, compress=Compress, timeout=seconds."""
+    """wccl_opts_t from keyword options: wire=Wire, topk_keep=int (TOPK: elements kept of each block
+    of 256, 1..64; 0: 8), algo=Algo, compress=Compress, timeout=seconds."""
     unknown = set(opts) - set(_OPTION_NAMES)
     if unknown:
         raise TypeError(f"wccl: unknown option(s) {', '.join(sorted(unknown))}; options are {', '.join(_OPTION_NAMES)}")
     o: _lib.Opts = lib.wccl_opts_default()
     o.wire = int(opts.get("wire", Wire.NATIVE))
+    o.topk_keep = int(opts.get("topk_keep", 0))
     o.algo = int(opts.get("algo", Algo.AUTO))
     o.compress = int(opts.get("compress", Compress.OFF))
     timeout = opts.get("timeout")

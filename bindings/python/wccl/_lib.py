@@ -132,7 +132,7 @@ class Opts(ctypes.Structure):
         ("wire", c_int32),
         ("algo", c_int32),
         ("compress", c_int32),
-        ("reserved", c_int32),
+        ("topk_keep", c_int32),
         ("cuda_stream", c_void_p),
         ("timeout_ms", c_int64),
     ]
@@ -242,7 +242,7 @@ _SIGNATURES = {
     "wccl_comm_epoch_origin": ([_P], c_int),
     "wccl_comm_destroy": ([_P], None),
     "wccl_opts_default": ([], Opts),
-    "wccl_wire_roundtrip": ([_P, _P, c_size_t, c_int], _R),
+    "wccl_wire_roundtrip": ([_P, _P, c_size_t, POINTER(Opts)], _R),
     "wccl_allreduce": ([_P, _P, c_size_t, c_int, c_int, _P, POINTER(Opts)], _R),
     "wccl_broadcast": ([_P, _P, c_size_t, c_int, c_int, _P, POINTER(Opts)], _R),
     "wccl_allgather": ([_P, _P, c_size_t, c_int, _P, POINTER(Opts)], _R),

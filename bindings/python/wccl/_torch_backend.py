@@ -57,10 +57,12 @@ class Options:
 
     ``wire`` applies to float32, float16 and bfloat16 SUM and AVG all-reduces and reduce-scatters
     (the codecs carry F32 sums, half data widened to F32; every other operation travels NATIVE;
-    TOPK, which a reduce-scatter would re-encode, to the all-reduces only);
+    TOPK, which a reduce-scatter would re-encode, to the all-reduces only; ``topk_keep``: the
+    elements TOPK keeps of each block of 256, 1..64, 0 for its default 8);
     ``algo`` and ``compress`` to every operation; ``config`` holds wccl config keys (``wccl.config_keys()``) over the ``WCCL_*`` environment."""
 
     wire: Wire = Wire.NATIVE
+    topk_keep: int = 0
     algo: Algo = Algo.AUTO
     compress: Compress = Compress.OFF
     config: Dict[str, Any] = field(default_factory=dict)
@@ -258,8 +260,9 @@ class ProcessGroupWccl(dist.ProcessGroup):
         a reduce-scatter), else NATIVE."""
         o = self._options
         wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and dtype in _FLOATS and not (scatter and o.wire == Wire.TOPK)
-        return {"wire": o.wire if wire_ok else Wire.NATIVE, "algo": o.algo, "compress": o.compress,
-                "timeout": self._timeout}
+        wire = o.wire if wire_ok else Wire.NATIVE
+        return {"wire": wire, "topk_keep": o.topk_keep if wire == Wire.TOPK else 0, "algo": o.algo,
+                "compress": o.compress, "timeout": self._timeout}
 
     @staticmethod
     def _one(items: Sequence[_T], what: str) -> _T:

@@ -122,12 +122,13 @@ class PendingAllreduce:
     """An all-reduce of ElasticDeviceMesh.allreduce_start in flight over this local rank's group."""
 
     def __init__(self, mesh: "ElasticDeviceMesh", tensor: torch.Tensor, out: torch.Tensor, op: ReduceOp,
-                 wire: Wire) -> None:
+                 wire: Wire, topk_keep: int = 0) -> None:
         self._mesh = mesh
         self._request: Optional[Request] = None
         self._error: Optional[WcclError] = None
         try:
-            self._request = mesh._member().allreduce(tensor, op, out=out, wire=wire, async_op=True)
+            self._request = mesh._member().allreduce(tensor, op, out=out, wire=wire, topk_keep=topk_keep,
+                                                     async_op=True)
         except (PeerLostError, WcclTimeoutError) as e:  # the epoch was revoked before it started
             self._error = e
 
@@ -357,21 +358,22 @@ class ElasticDeviceMesh:
     # --- collectives over the node's groups -------------------------------------------------------
 
     def allreduce(self, tensor: torch.Tensor, out: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
-                  wire: Wire = Wire.INT8) -> Optional[OpStats]:
-        """``out`` = op over this local rank's group, out of place (``tensor`` is left as it is).
+                  wire: Wire = Wire.INT8, topk_keep: int = 0) -> Optional[OpStats]:
+        """``out`` = op over this local rank's group, out of place (``tensor`` is left as it is);
+        ``topk_keep`` as Communicator.allreduce's (the TOPK wire's elements kept per block).
         Returns the stats when every group of the node committed, None when any group lost a peer
         or gave up waiting for one (TIMEOUT: a straggler; the epoch is revoked for the others, so
         every node updates and retries together): then call update() and retry with the same
         ``tensor`` (the outputs of the groups that did commit are overwritten by the retry)."""
-        return self.allreduce_start(tensor, out, op, wire).wait()
+        return self.allreduce_start(tensor, out, op, wire, topk_keep).wait()
 
     def allreduce_start(self, tensor: torch.Tensor, out: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
-                        wire: Wire = Wire.INT8) -> "PendingAllreduce":
+                        wire: Wire = Wire.INT8, topk_keep: int = 0) -> "PendingAllreduce":
         """allreduce() without blocking: the caller goes on (inner steps of a streaming DiLoCo)
         and later calls ``wait()`` on the result, which returns what allreduce() returns. Neither
         ``tensor`` nor ``out`` may be touched until then. Every local rank starts and waits for its
         all-reduces in the same order."""
-        return PendingAllreduce(self, tensor, out, op, wire)
+        return PendingAllreduce(self, tensor, out, op, wire, topk_keep)
 
     def sync_state(self, tensors: Dict[str, torch.Tensor], revision: int, mode: SyncMode) -> Optional[int]:
         """``wccl_state_sync`` in every group: the elected revision when every group succeeded, None
