@@ -47,7 +47,9 @@ class Replica:
 
     def finish(self):
         final = self.until(lambda x: "final" in x)
-        assert self.proc.wait(60) == 0
+        code = self.proc.wait(60)
+        self.log.flush()
+        assert code == 0, f"exit {code}: {Path(self.log.name).read_text()[-6000:]}"
         return final
 
     def kill(self):

@@ -6,6 +6,7 @@ default async, or sync; ALONE_PACE: the same while the last sync had this replic
 a restarted replica finds the job still running however long its start takes). Prints one JSON line per
 committed sync and a last one with the final parameters' hash; wccl configuration comes from WCCL_*."""
 
+import faulthandler
 import json
 import sys
 import time
@@ -50,6 +51,7 @@ def main():
                       world_size=1, lighthouse_addr=lighthouse, port=0, timeout=timeout,
                       quorum_timeout=timedelta(seconds=60), init_sync=False,
                       use_async_quorum=async_quorum)
+    faulthandler.enable()  # a crash (SIGSEGV at exit, seen once) leaves every thread's stack in the log
     say(replica=replica, started=True)
     g = torch.Generator().manual_seed(1000 + replica)
     participants = 0  # in the last sync; 0 before the first

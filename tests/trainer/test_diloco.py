@@ -365,7 +365,7 @@ deltas = [torch.randn(10000) * 1e-3 * (1 + 100 * (torch.rand(10000) < 0.01)) for
 sent = torch.zeros(10000, dtype=torch.float64)
 for d in deltas:
     d = d.clone()
-    train.feed_back(d, residual, wccl.Wire.INT4)
+    train.feed_back(d, residual, wccl.Wire.INT4, 0)
     sent += wccl.wire_roundtrip(d.clone(), wccl.Wire.INT4).double()
 total = sum(d.double() for d in deltas)
 gap = (sent + residual.double() - total).abs().max().item()
