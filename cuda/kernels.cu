@@ -598,6 +598,7 @@ Status launch_encode(const float *src, size_t n, uint8_t *dst, void *stream,
 }
 
 Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stream, size_t first) {
+  WCCL_RETURN_IF_ERROR(codec::check_keep(w));
   const codec::BlockFormat *f = codec::block_format(w);
   if (f == nullptr)
     return WCCL_ERROR(WCCL_ERR_INTERNAL, "the %s wire is not block-quantized", codec::wire_name(w));
@@ -649,6 +650,7 @@ Status block_encode(Wire w, const float *src, size_t n, uint8_t *dst, void *stre
 }
 
 Status block_decode(Wire w, const uint8_t *src, size_t n, float *dst, void *stream) {
+  WCCL_RETURN_IF_ERROR(codec::check_keep(w));
   if (n == 0) return Status();
   switch (w.kind) {
     case WireKind::kInt8:
@@ -679,6 +681,7 @@ Status block_decode(Wire w, const uint8_t *src, size_t n, float *dst, void *stre
 
 Status block_decode_add(Wire w, const uint8_t *src, size_t n, float *dst, const float *mine,
                         void *stream) {
+  WCCL_RETURN_IF_ERROR(codec::check_keep(w));
   if (n == 0) return Status();
   switch (w.kind) {
     case WireKind::kInt8:

@@ -220,8 +220,14 @@ TEST(WireRoundtrip, IsWhatTheWireKeepsAndRefusesWithoutWriting) {
   o = wccl_opts_default();
   int stream = 0;
   o.cuda_stream = &stream;
-  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), 4, &o), WCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(wccl_last_error()).find("opts->cuda_stream orders device buffers"),
+  // With host buffers: INVALID_ARGUMENT where CUDA runs, UNSUPPORTED where it does not (as the
+  // collectives answer).
+  const bool cuda = wccl::gpu::available();
+  EXPECT_EQ(wccl_wire_roundtrip(x.data(), y.data(), 4, &o),
+            cuda ? WCCL_ERR_INVALID_ARGUMENT : WCCL_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(wccl_last_error())
+                .find(cuda ? "opts->cuda_stream orders device buffers"
+                           : "opts->cuda_stream is set, but this library has no CUDA"),
             std::string::npos)
       << wccl_last_error();
   EXPECT_EQ(y, before);
@@ -318,6 +324,41 @@ TEST(WireRoundtrip, OnAGpuIsTheHostsAfterTheDefaultStreamsWork) {
   EXPECT_NE(std::string(wccl_last_error()).find("in is in host memory and out in emulated-gpu"),
             std::string::npos)
       << wccl_last_error();
+  gpu.free(din);
+  gpu.free(dout);
+  EXPECT_EQ(gpu.live_allocations(), 0u);
+}
+
+// opts.cuda_stream orders the GPU's roundtrip after the work queued on that stream (a copy that
+// runs only when the stream is synchronized: were the roundtrip on the default stream, it would
+// read the buffer's old contents), and opts.topk_keep is kept on the GPU as on the host.
+TEST(WireRoundtrip, OnAGpuFollowsTheOptionsStreamAndKeep) {
+  wccl::test::EmulatedGpu gpu;
+  gpu.install();
+  std::vector<float> x(3000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 0.37f);
+  const size_t bytes = x.size() * sizeof(float);
+  const std::vector<float> sevens(x.size(), 7.0f);
+  void *din = gpu.alloc_copy(sevens.data(), bytes);
+  void *dout = gpu.alloc_copy(sevens.data(), bytes);
+  wccl::gpu::Stream stream = nullptr;
+  ASSERT_TRUE(gpu.create_stream(&stream).ok());
+  ASSERT_TRUE(gpu.copy(din, x.data(), bytes, stream).ok());  // queued on the stream, not run yet
+  wccl_opts_t o = wccl_opts_default();
+  o.wire = WCCL_WIRE_TOPK;
+  o.topk_keep = 2;
+  o.cuda_stream = stream;
+  ASSERT_EQ(wccl_wire_roundtrip(static_cast<const float *>(din), static_cast<float *>(dout),
+                                x.size(), &o),
+            WCCL_OK)
+      << wccl_last_error();
+  std::vector<float> want(x.size());
+  ASSERT_EQ(roundtrip(x.data(), want.data(), x.size(), WCCL_WIRE_TOPK, 2), WCCL_OK);
+  std::vector<float> got(x.size());
+  const std::vector<uint8_t> b = gpu.read(dout, bytes);
+  std::memcpy(got.data(), b.data(), bytes);
+  EXPECT_EQ(got, want);
+  gpu.destroy_stream(stream);
   gpu.free(din);
   gpu.free(dout);
   EXPECT_EQ(gpu.live_allocations(), 0u);

@@ -348,6 +348,18 @@ TEST(BlockCodecs, TopkKeepsTheLargestMagnitudesInIndexOrder) {
   for (size_t i = 256; i < 261; ++i) EXPECT_NEAR(y[i], x[i], 1.0 / 7) << "element " << i;
 }
 
+// The indices of a block's `keep` largest magnitudes (ties: the lower index), ascending: a stable
+// sort, what TOPK's encoder must pick.
+std::vector<uint8_t> largest(const std::vector<float> &x, size_t keep) {
+  std::vector<size_t> order(x.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  std::vector<uint8_t> want(order.begin(), order.begin() + static_cast<long>(keep));
+  std::sort(want.begin(), want.end());
+  return want;
+}
+
 // Each keep is its own format: the same block keeps its keep largest (ties: the lower index;
 // every magnitude here is held twice), whether the encoder picks them one at a time (few) or by
 // the keep-th largest (many), the bytes grow by an index and a code per element kept, and a keep
@@ -360,12 +372,7 @@ TEST(BlockCodecs, TopkKeepsAsManyAsItsKeepSays) {
     Bytes enc(codec::wire_size(w, x.size()));
     ASSERT_EQ(enc.size(), 4 + keep + (keep + 1) / 2);
     ASSERT_TRUE(codec::encode(w, x.data(), x.size(), enc.data()).ok());
-    std::vector<size_t> order(x.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
-    std::vector<uint8_t> want(order.begin(), order.begin() + static_cast<long>(keep));
-    std::sort(want.begin(), want.end());
+    const std::vector<uint8_t> want = largest(x, keep);
     EXPECT_EQ(std::vector<uint8_t>(enc.begin() + 4, enc.begin() + 4 + static_cast<long>(keep)),
               want)
         << "keep " << keep;
@@ -385,6 +392,18 @@ TEST(BlockCodecs, TopkKeepsAsManyAsItsKeepSays) {
     EXPECT_EQ(codec::decode(other, enc.data(), enc.size(), x.size(), untouched.data()).code(),
               WCCL_ERR_PROTOCOL);
     EXPECT_EQ(untouched, std::vector<float>(x.size(), 42.0f));
+  }
+  // A short tail block mostly of zeros (ties among the zeros where the keep reaches them): every
+  // keep picks as a stable sort does, both ways of picking included.
+  std::vector<float> tail(100, 0.0f);
+  for (size_t i = 0; i < tail.size(); i += 3) tail[i] = static_cast<float>(i % 7) - 3.0f;
+  for (size_t keep = 1; keep <= codec::kTopkMaxKeep; ++keep) {
+    const Wire w = Wire::topk(keep);
+    Bytes enc(codec::wire_size(w, tail.size()));
+    ASSERT_TRUE(codec::encode(w, tail.data(), tail.size(), enc.data()).ok());
+    EXPECT_EQ(std::vector<uint8_t>(enc.begin() + 4, enc.begin() + 4 + static_cast<long>(keep)),
+              largest(tail, keep))
+        << "tail, keep " << keep;
   }
   for (size_t keep : {size_t{0}, size_t{65}}) {
     Bytes enc(64);

@@ -345,19 +345,23 @@ int run(int argc, char **argv) {
                             : work.op.kind == algo::Kind::kBroadcast
                                 ? 1.0
                                 : static_cast<double>(n - 1) / n;
+  // The wire as rows name it: TOPK with its keep ("topk/2").
+  const std::string wire =
+      std::string(codec::wire_name(work.op.wire)) +
+      (work.op.wire.kind == codec::WireKind::kTopk ? "/" + std::to_string(work.op.wire.keep) : "");
   if (json) {
     std::printf(
         "{\"topology\": \"%s\", \"peers\": %d, \"op\": \"%s\", \"algo\": \"%s\", \"wire\": \"%s\", "
         "\"streams\": %d, \"rows\": [",
-        argv[1], n, algo::kind_name(work.op.kind), algo::algo_name(work.op.algo),
-        codec::wire_name(work.op.wire), tcp.streams);
+        argv[1], n, algo::kind_name(work.op.kind), algo::algo_name(work.op.algo), wire.c_str(),
+        tcp.streams);
   } else {
     std::printf(
         "# wccl-sim %s: %d peers, %s%s%s, wire %s, %d stream%s per link, window %zu, %s%s\n",
         argv[1], n, algo::kind_name(work.op.kind),
         work.op.kind == algo::Kind::kAllreduce ? " " : "",
-        work.op.kind == algo::Kind::kAllreduce ? algo::algo_name(work.op.algo) : "",
-        codec::wire_name(work.op.wire), tcp.streams, tcp.streams == 1 ? "" : "s", tcp.window_bytes,
+        work.op.kind == algo::Kind::kAllreduce ? algo::algo_name(work.op.algo) : "", wire.c_str(),
+        tcp.streams, tcp.streams == 1 ? "" : "s", tcp.window_bytes,
         tcp.cc == sim::TcpOptions::Cc::kCubic ? "cubic" : "reno",
         tcp.slow_start_after_idle ? "" : ", no slow start after idle");
     std::printf("%14s %12s %10s %10s %10s %10s %9s\n", "size(B)", "count", "time(ms)", "data(ms)",

@@ -171,6 +171,11 @@ bool parse(int argc, char **argv, Options *o) {
       return false;
     }
   }
+  if (o->topk_keep != 0 &&
+      std::find(o->wires.begin(), o->wires.end(), WCCL_WIRE_TOPK) == o->wires.end()) {
+    std::fprintf(stderr, "wccl-perf: --topk-keep is for --wire topk\n");
+    return false;
+  }
   const std::string error = sweep::ValidateOptions(o->sweep, SIZE_MAX);
   if (!error.empty()) {
     std::fprintf(stderr, "wccl-perf: %s\n", error.c_str());

@@ -50,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--host", required=True, help="the address other replicas reach this one at")
     p.add_argument("--backend", choices=["gloo", "wccl"], default="gloo")
     p.add_argument("--wire", choices=list(WIRES), default="native", help="wccl's wire for the all-reduces")
+    p.add_argument("--topk-keep", type=int, default=0, metavar="K",
+                   help="with --wire topk: elements kept of each block of 256, 1..64 (0: the default 8)")
     p.add_argument("--min-replicas", type=int, default=1, help="torchft's min_replica_size")
     p.add_argument("--timeout", type=float, default=60.0, help="torchft's timeout for collectives and quorums (s)")
     p.add_argument("--outer-steps", type=int, default=50)
@@ -98,7 +100,8 @@ def main(argv=None) -> None:
         outer.load_state_dict(sd["outer"])
 
     timeout = timedelta(seconds=a.timeout)
-    pg = (ProcessGroupWccl(timeout=timeout, options=Options(wire=WIRES[a.wire])) if a.backend == "wccl"
+    pg = (ProcessGroupWccl(timeout=timeout, options=Options(wire=WIRES[a.wire], topk_keep=a.topk_keep))
+          if a.backend == "wccl"
           else ProcessGroupGloo(timeout=timeout))
     store = dist.TCPStore(a.host, 0, is_master=True, wait_for_workers=False)
     manager = Manager(pg=pg, load_state_dict=load_state_dict, state_dict=state_dict, min_replica_size=a.min_replicas,

@@ -96,9 +96,9 @@ def parse_args(argv=None):
     t.add_argument("--outer-lr", type=float, default=0.7, help="outer Nesterov SGD learning rate (DiLoCo's 0.7)")
     t.add_argument("--outer-momentum", type=float, default=0.9, help="outer Nesterov momentum (DiLoCo's 0.9)")
     t.add_argument("--wire", choices=list(WIRES), default="int8", help="wire format of the pseudo-gradient all-reduce")
-    t.add_argument("--topk-keep", type=int, default=0, metavar="K",
+    t.add_argument("--topk-keep", type=int, metavar="K",
                    help="elements the topk wire keeps of each block of 256, 1..64 (default 8: 64x fewer bytes "
-                        "than F32; 2: 146x)")
+                        "than F32; 2: 146x); with the topk wire of the mode (--wire, --sync-wire)")
     t.add_argument("--error-feedback", action="store_true",
                    help="keep what the wire drops of each pseudo-gradient (per local rank) and add it to the next")
     t.add_argument("--sync-wire", choices=list(WIRES), default="native", help="wire format of the baseline's gradients")
@@ -212,7 +212,7 @@ class Trainer:
             inner_steps=a.inner_steps, fragments=a.fragments, overlap=a.overlap, mix=a.mix, inner_lr=a.inner_lr,
             weight_decay=a.weight_decay, outer_lr=a.outer_lr,
             outer_momentum=a.outer_momentum, wire=a.wire, error_feedback=a.error_feedback, sync_wire=a.sync_wire,
-            topk_keep=a.topk_keep, seed=a.seed)
+            topk_keep=self.topk_keep(WIRES[a.wire if a.mode == "diloco" else a.sync_wire]), seed=a.seed)
         self.n_contrib = 0
         self.nodes = 0
         self.waiting_since: "float | None" = None  # since when no node here holds the job's state (Wait)
@@ -387,8 +387,9 @@ class Trainer:
         return nodes * self.local_size * self.args.batch_size * self.args.seq_len
 
     def topk_keep(self, wire: "wccl.Wire") -> int:
-        """--topk-keep where the wire is TOPK (the option the all-reduce and the roundtrip take)."""
-        return self.args.topk_keep if wire == wccl.Wire.TOPK else 0
+        """The elements the TOPK wire keeps per block (--topk-keep, else its default 8), 0 for another
+        wire: the option the all-reduce and the roundtrip take, and what the fingerprint holds."""
+        return (self.args.topk_keep or 8) if wire == wccl.Wire.TOPK else 0
 
     def reduce(self, send: torch.Tensor, out: torch.Tensor, op, wire) -> "wccl.OpStats":
         """All-reduce over the nodes, updating and retrying with the same input until it commits."""
@@ -691,8 +692,10 @@ def main(argv=None) -> None:
         raise SystemExit(f"--overlap {args.overlap}: from 0 to H/P = {args.inner_steps // args.fragments} inner steps")
     if not 0.0 <= args.mix < 1.0:
         raise SystemExit(f"--mix {args.mix}: from 0 (take the outer parameters) to below 1")
-    if args.topk_keep and not (1 <= args.topk_keep <= 64 and "topk" in (args.wire, args.sync_wire)):
-        raise SystemExit(f"--topk-keep {args.topk_keep}: 1..64, with --wire topk or --sync-wire topk")
+    mode_wire = args.wire if args.mode == "diloco" else args.sync_wire
+    if args.topk_keep is not None and not (1 <= args.topk_keep <= 64 and mode_wire == "topk"):
+        raise SystemExit(f"--topk-keep {args.topk_keep}: 1..64, with the topk wire of --mode {args.mode} "
+                         f"({'--wire' if args.mode == 'diloco' else '--sync-wire'} is {mode_wire})")
     if args.mode == "sync" and (args.fragments != 1 or args.overlap or args.mix):
         raise SystemExit("--fragments, --overlap and --mix are for --mode diloco")
     if args.tls == "on" and not (args.tls_cert and args.tls_key and args.tls_ca):

@@ -302,9 +302,10 @@ typedef enum wccl_wire {
   WCCL_WIRE_TOPK = 7    /* sparse: of each block of 256 elements the opts.topk_keep (1..64,
                            default 8) largest in magnitude, each as an index byte and a 4-bit
                            sign and magnitude under a float scale, the rest 0: 4 + 1.5 keep
-                           bytes per 256 elements (at 8: 16, 64 times fewer than F32; at 2: 7,
-                           146 times fewer). Never re-encoded: all-reduce only by ALLGATHER (AUTO
-                           picks it), broadcast and all-gather; reduce-scatter refuses it */
+                           bytes (rounded up) per 256 elements (at 8: 16, 64 times fewer than
+                           F32; at 2: 7, 146 times fewer). Never re-encoded: all-reduce only
+                           by ALLGATHER (AUTO picks it), broadcast and all-gather;
+                           reduce-scatter refuses it */
 } wccl_wire_t;
 
 typedef enum wccl_algo {

@@ -52,6 +52,16 @@ Status device_roundtrip(gpu::Device &dev, codec::Wire w, const float *in, float 
 
 void set_last_error(const Status &status) { t_last_error = status.to_string(); }
 
+Status stream_with_host_buffers(const char *fn) {
+  if (!gpu::available())
+    return WCCL_ERROR(WCCL_ERR_UNSUPPORTED,
+                      "%s: opts->cuda_stream is set, but this library has no CUDA", fn);
+  return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                    "%s: opts->cuda_stream orders device buffers, and these are host memory "
+                    "(synchronize the stream first)",
+                    fn);
+}
+
 }  // namespace wccl
 
 extern "C" {
@@ -203,10 +213,7 @@ wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count,
                    "memory",
                    fn, in_dev != nullptr ? in_dev->name().c_str() : "host memory",
                    out_dev != nullptr ? out_dev->name().c_str() : "host memory");
-    WCCL_CHECK_ARG(o.cuda_stream == nullptr || in_dev != nullptr,
-                   "%s: opts->cuda_stream orders device buffers, and these are host memory "
-                   "(synchronize the stream first)",
-                   fn);
+    if (o.cuda_stream != nullptr && in_dev == nullptr) return wccl::stream_with_host_buffers(fn);
     if (in_dev != nullptr)
       return wccl::device_roundtrip(*in_dev, codec_wire, in, out, count, o.cuda_stream);
     std::vector<uint8_t> bytes(wccl::codec::wire_size(codec_wire, count));

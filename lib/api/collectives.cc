@@ -75,15 +75,7 @@ Status check_buffers(const char *fn, algo::Collective &c, wccl_comm_t *comm, boo
         out_dev != nullptr ? out_dev->name().c_str() : "host memory");
   }
   c.device = in_dev != nullptr ? in_dev : out_dev;
-  if (c.after != nullptr && c.device == nullptr) {
-    if (!gpu::available())
-      return WCCL_ERROR(WCCL_ERR_UNSUPPORTED,
-                        "%s: opts->cuda_stream is set, but this library has no CUDA", fn);
-    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
-                      "%s: opts->cuda_stream orders device buffers, and these are host memory "
-                      "(synchronize the stream first)",
-                      fn);
-  }
+  if (c.after != nullptr && c.device == nullptr) return stream_with_host_buffers(fn);
   return Status();
 }
 

@@ -12,6 +12,10 @@ namespace wccl {
 // Records status as this thread's wccl_last_error() detail.
 void set_last_error(const Status &status);
 
+// The refusal of opts->cuda_stream given with host buffers to `fn`: UNSUPPORTED in a library
+// without CUDA, else INVALID_ARGUMENT.
+Status stream_with_host_buffers(const char *fn);
+
 template <typename Fn>
 wccl_result_t api_call(Fn &&fn) noexcept {
   try {

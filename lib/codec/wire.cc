@@ -144,20 +144,22 @@ const BlockCodec *block_codec(const Kernels &k, Wire w) {
   return nullptr;
 }
 
-namespace {
-
-// A TOPK wire keeps 1..kTopkMaxKeep elements per block (wire_from_api checks what callers give).
 Status check_keep(Wire w) {
   if (w.kind != WireKind::kTopk || (w.keep >= 1 && w.keep <= kTopkMaxKeep)) return Status();
   return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
                     "a topk wire keeping %zu elements per block: not 1..%zu", w.keep, kTopkMaxKeep);
 }
 
-}  // namespace
-
 Status validate(Wire w, const uint8_t *src, size_t len, size_t count) {
   WCCL_RETURN_IF_ERROR(check_keep(w));
   const size_t want = wire_size(w, count);
+  if (len != want && w.kind == WireKind::kTopk) {
+    return WCCL_ERROR(
+        WCCL_ERR_PROTOCOL,
+        "topk data for %zu elements is %zu bytes, not the %zu of keep %zu (every member "
+        "must pass the same wire and topk_keep)",
+        count, len, want, w.keep);
+  }
   if (len != want) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "%s data for %zu elements is %zu bytes, not %zu",
                       wire_name(w), count, len, want);

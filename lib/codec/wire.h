@@ -22,7 +22,8 @@
 //                magnitude in steps of a seventh of the block's largest; the rest decode to 0. A
 //                kept x decodes to within amax / 14 of x (amax the block's largest magnitude, plus
 //                float rounding); a dropped x is at most the keep-th largest magnitude.
-//                4 + 1.5 keep bytes per 256 elements: at 8, 16 (64 times fewer than F32).
+//                4 + 1.5 keep bytes per 256 elements, rounded up: at 8, 16 (64 times fewer
+//                than F32).
 //                Never re-encoded: all-reduce sums it by the all-gather schedule only; broadcast
 //                and all-gather send it; reduce-scatter cannot.
 //   kFp8         blocks of 1024 elements: a power-of-two scale 2^k putting the block's largest
@@ -92,6 +93,10 @@ struct Wire {
 Status wire_from_api(int32_t wire, int32_t topk_keep, const char *fn, Wire *out);
 
 const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp8", "int2", "topk"
+
+// OK, or INVALID_ARGUMENT for a TOPK wire whose keep is not 1..kTopkMaxKeep (what the kernels
+// trust: every encoder and decoder, CPU and GPU, checks it first).
+Status check_keep(Wire w);
 
 // The block format of a block-quantized wire (INT8, INT4, INT2, FP8, TOPK), or null (also for a
 // TOPK keep outside 1..kTopkMaxKeep); its kernels in table k.

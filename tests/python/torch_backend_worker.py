@@ -107,13 +107,20 @@ def collectives(rank, n):
     gathered = [torch.empty_like(x) for _ in range(n)]
     dist.all_gather(gathered, x)
     check(all(torch.equal(g, gathered[0]) for g in gathered), "INT8 result bit-identical on every rank")
-    # a TOPK group: all-reduces are the sum of each rank's top-k roundtrip; a reduce-scatter,
-    # which the wire would re-encode, travels NATIVE
-    topk = dist.new_group(backend="wccl", pg_options=wccl.torch.Options(wire=wccl.Wire.TOPK))
+    # a TOPK group keeping 3 of each block of 256: all-reduces are the sum of each rank's top-k
+    # roundtrip at that keep; a reduce-scatter, which the wire would re-encode, travels NATIVE (the
+    # keep dropped with the wire: the library refuses a keep on another wire)
+    try:
+        wccl.torch.Options(wire=wccl.Wire.INT8, topk_keep=3)
+        check(False, "Options refuse a topk_keep without the TOPK wire")
+    except ValueError:
+        pass
+    topk = dist.new_group(backend="wccl", pg_options=wccl.torch.Options(wire=wccl.Wire.TOPK, topk_keep=3))
     x = torch.randn(4096, generator=torch.Generator().manual_seed(rank))
     sparse = x.clone()
     dist.all_reduce(sparse, group=topk)
-    mine = wccl.wire_roundtrip(x.clone(), wccl.Wire.TOPK)
+    mine = wccl.wire_roundtrip(x.clone(), wccl.Wire.TOPK, topk_keep=3)
+    check(int((mine != 0).sum()) <= 3 * 4096 // 256, "the group's roundtrip keeps 3 of each block")
     kept = [torch.empty_like(mine) for _ in range(n)]
     dist.all_gather(kept, mine)
     order = topk._torch_rank  # the torch rank of each wccl rank: the order the library sums in

@@ -62,10 +62,15 @@ class Options:
     ``algo`` and ``compress`` to every operation; ``config`` holds wccl config keys (``wccl.config_keys()``) over the ``WCCL_*`` environment."""
 
     wire: Wire = Wire.NATIVE
-    topk_keep: int = 0
     algo: Algo = Algo.AUTO
     compress: Compress = Compress.OFF
     config: Dict[str, Any] = field(default_factory=dict)
+    topk_keep: int = 0
+
+    def __post_init__(self) -> None:
+        if self.topk_keep and (self.wire != Wire.TOPK or not 1 <= self.topk_keep <= 64):
+            raise ValueError(f"wccl: Options(topk_keep={self.topk_keep}) is 1..64 with wire=Wire.TOPK "
+                             f"(wire is {Wire(self.wire).name})")
 
 
 _REDUCE_OPS = {
