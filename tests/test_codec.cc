@@ -348,13 +348,15 @@ TEST(BlockCodecs, TopkKeepsTheLargestMagnitudesInIndexOrder) {
   for (size_t i = 256; i < 261; ++i) EXPECT_NEAR(y[i], x[i], 1.0 / 7) << "element " << i;
 }
 
-// The indices of a block's `keep` largest magnitudes (ties: the lower index), ascending: a stable
-// sort, what TOPK's encoder must pick.
+// The indices of a block's `keep` largest magnitudes (ties: the lower index), ascending: a sort by
+// magnitude then index, what TOPK's encoder must pick.
 std::vector<uint8_t> largest(const std::vector<float> &x, size_t keep) {
   std::vector<size_t> order(x.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const float ma = std::fabs(x[a]), mb = std::fabs(x[b]);
+    return ma != mb ? ma > mb : a < b;
+  });
   std::vector<uint8_t> want(order.begin(), order.begin() + static_cast<long>(keep));
   std::sort(want.begin(), want.end());
   return want;
