@@ -37,12 +37,6 @@ const Wire kEveryBlockWire[] = {WireKind::kInt8, WireKind::kInt4, WireKind::kInt
                                 WireKind::kFp8,  WireKind::kTopk, Wire::topk(1),
                                 Wire::topk(2),   Wire::topk(63),  Wire::topk(64)};
 
-// The wire's name, with TOPK's keep ("topk/2").
-std::string name_of(Wire w) {
-  return std::string(codec::wire_name(w)) +
-         (w.kind == WireKind::kTopk ? "/" + std::to_string(w.keep) : "");
-}
-
 // Byte-equal (memcmp, which may not be given the null data() of an empty vector).
 bool same(const void *a, const void *b, size_t bytes) {
   return bytes == 0 || std::memcmp(a, b, bytes) == 0;
@@ -187,7 +181,7 @@ TEST(CodecTiers, WireCodecsAreBitIdenticalToScalar) {
       for (Wire w : kEveryBlockWire) {
         const codec::BlockCodec &r = *codec::block_codec(ref, w), &c = *codec::block_codec(*k, w);
         const codec::BlockFormat f = *codec::block_format(w);
-        const std::string name = name_of(w);
+        const std::string name = codec::wire_label(w);
         Bytes want(codec::wire_size(w, n)), got(want.size());
         ASSERT_EQ(r.encode(f, x.data(), n, want.data()), n);
         ASSERT_EQ(c.encode(f, x.data(), n, got.data()), n);
@@ -245,7 +239,8 @@ double error_bound(Wire w, float x, float lo, float hi) {
 void expect_within_bound(Wire w, const std::vector<float> &x, const char *what) {
   const size_t n = x.size(), block = codec::block_format(w)->block, keep = w.keep;
   Bytes enc(codec::wire_size(w, n));
-  ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok()) << name_of(w) << " " << what;
+  ASSERT_TRUE(codec::encode(w, x.data(), n, enc.data()).ok())
+      << codec::wire_label(w) << " " << what;
   std::vector<float> y(n);
   ASSERT_TRUE(codec::decode(w, enc.data(), enc.size(), n, y.data()).ok()) << what;
   double worst = 0;
@@ -265,15 +260,15 @@ void expect_within_bound(Wire w, const std::vector<float> &x, const char *what) 
         amax / 14 + amax * std::ldexp(1.0, -20) + (amax < 7 * FLT_MIN ? amax : 0.0), dropped);
     for (size_t i = b; i < e; ++i) {
       const double bound = w.kind == WireKind::kTopk ? topk_bound : error_bound(w, x[i], lo, hi);
-      ASSERT_TRUE(std::isfinite(y[i])) << name_of(w) << " " << what << " element " << i;
+      ASSERT_TRUE(std::isfinite(y[i])) << codec::wire_label(w) << " " << what << " element " << i;
       const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
-      ASSERT_LE(err, bound) << name_of(w) << " " << what << " element " << i << ": " << x[i]
-                            << " came back as " << y[i];
+      ASSERT_LE(err, bound) << codec::wire_label(w) << " " << what << " element " << i << ": "
+                            << x[i] << " came back as " << y[i];
       if (bound > 0) worst = std::max(worst, err / bound);
     }
   }
-  std::printf("%-7s %-14s n=%-6zu worst error %.3f of the bound\n", name_of(w).c_str(), what, n,
-              worst);
+  std::printf("%-7s %-14s n=%-6zu worst error %.3f of the bound\n", codec::wire_label(w).c_str(),
+              what, n, worst);
 }
 
 TEST(BlockCodecs, ErrorStaysWithinTheBound) {

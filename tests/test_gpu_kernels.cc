@@ -83,7 +83,7 @@ TEST_F(GpuTest, WireCodecsMatchTheCpuBitForBit) {
     for (Wire w :
          {Wire(WireKind::kInt8), Wire(WireKind::kInt4), Wire(WireKind::kInt2), Wire(WireKind::kFp8),
           Wire(WireKind::kTopk), Wire::topk(1), Wire::topk(2), Wire::topk(64)}) {
-      const std::string name = std::string(codec::wire_name(w)) + "/" + std::to_string(w.keep);
+      const std::string name = codec::wire_label(w);
       Bytes want(codec::wire_size(w, n));
       ASSERT_TRUE(codec::encode(w, x.data(), n, want.data()).ok());
       DeviceBuffer denc(want.size()), dmine(mine.data(), n * 4);

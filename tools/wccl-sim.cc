@@ -345,10 +345,7 @@ int run(int argc, char **argv) {
                             : work.op.kind == algo::Kind::kBroadcast
                                 ? 1.0
                                 : static_cast<double>(n - 1) / n;
-  // The wire as rows name it: TOPK with its keep ("topk/2").
-  const std::string wire =
-      std::string(codec::wire_name(work.op.wire)) +
-      (work.op.wire.kind == codec::WireKind::kTopk ? "/" + std::to_string(work.op.wire.keep) : "");
+  const std::string wire = codec::wire_label(work.op.wire);
   if (json) {
     std::printf(
         "{\"topology\": \"%s\", \"peers\": %d, \"op\": \"%s\", \"algo\": \"%s\", \"wire\": \"%s\", "

@@ -175,6 +175,12 @@ const char *wire_name(Wire w) {
   return i >= 0 && i < kWireCount ? kNames[i] : "?";
 }
 
+std::string wire_label(Wire w) {
+  std::string label = wire_name(w);
+  if (w.kind == WireKind::kTopk) label += "/" + std::to_string(w.keep);
+  return label;
+}
+
 size_t wire_size(Wire w, size_t count) {
   switch (w.kind) {
     case WireKind::kNative:

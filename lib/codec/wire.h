@@ -42,6 +42,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "codec/kernels.h"
 #include "codec/reduce.h"
@@ -93,6 +94,8 @@ struct Wire {
 Status wire_from_api(int32_t wire, int32_t topk_keep, const char *fn, Wire *out);
 
 const char *wire_name(Wire w);  // "native", "fp16", "bf16", "int8", "int4", "fp8", "int2", "topk"
+// The wire's name with TOPK's keep, as logs and tools print a wire: "int8", "topk/2".
+std::string wire_label(Wire w);
 
 // OK, or INVALID_ARGUMENT for a TOPK wire whose keep is not 1..kTopkMaxKeep (what the kernels
 // trust: every encoder and decoder, CPU and GPU, checks it first).
