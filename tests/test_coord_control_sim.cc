@@ -478,17 +478,26 @@ void Sim::crash(int i) {
     const int c = m.conn;
     after(jitter(1, 30), [this, c] { close_conn(c); });
   }
-  // Its links close: every member running an operation of an epoch it was in fails it.
+  // Its links close: every member of an epoch it was in hears its link break, and the member's
+  // rule (MemberView::link_broken) reports it and fails the operation running there.
   for (const auto &[epoch, ring] : rings_) {
     if (std::find(ring.begin(), ring.end(), m.id) != ring.end())
       dead_in_epoch_.insert({epoch, m.id});
   }
   for (Member &o : members_) {
-    if (!o.alive || !o.running) continue;
-    const auto op = *o.running;
-    const auto &ring = epoch_rings_[op];
-    if (std::find(ring.begin(), ring.end(), m.id) == ring.end()) continue;
-    end_data_phase(o.index, op, jitter(1, 30), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
+    if (!o.alive || o.index == i) continue;
+    const std::vector<coord::Member> &ring = o.view->ring();
+    if (std::none_of(ring.begin(), ring.end(),
+                     [&](const coord::Member &r) { return r.id == m.id; }))
+      continue;
+    const uint64_t epoch = o.view->epoch();
+    const PeerId dead = m.id;
+    after(jitter(1, 30), [this, o = o.index, epoch, dead, i] {
+      on_member(o, [this, o, epoch, dead, i] {
+        const Status why = WCCL_ERROR(WCCL_ERR_IO, "link with m%d closed", i);
+        carry_out(o, members_[static_cast<size_t>(o)].view->link_broken(epoch, dead, why, false));
+      });
+    });
   }
 }
 
@@ -819,6 +828,70 @@ TEST(ControlSim, AJoinerForgottenWhileItWaitsRegistersAgain) {
   ASSERT_TRUE(joiner.call_answered()) << "the forgotten joiner was never admitted";
   EXPECT_TRUE(joiner.call_status().ok()) << joiner.call_status().to_string();
   EXPECT_EQ(joiner.size(), 2);
+}
+
+// A neighbour's link breaks while an operation runs: the member reports it and fails the running
+// data phase with the link's error at once, so the operation's error names that peer (before, a
+// member whose transfers on that link were done waited for its other neighbour or the
+// coordinator, and named whichever came first: a survivor that closed its links after losing the
+// same peer, in test_torch_backend's flake). An operation whose DONE went out only reports; a
+// link of an earlier epoch, or of a revoked one, is nobody's news.
+TEST(ControlSim, ABrokenLinkFailsTheRunningOperationNamingItsPeer) {
+  coord::Membership coord(options(3, 0));
+  MemberView a(0x1001, "g", coord::PeerInfo{"a", "sim:1", ""});
+  MemberView b(0x1002, "g", coord::PeerInfo{"b", "sim:2", ""});
+  MemberView c(0x1003, "g", coord::PeerInfo{"c", "sim:3", ""});
+  for (MemberView *v : {&a, &b, &c}) {
+    const ControlMessage hello = v->begin_join();
+    ASSERT_TRUE(coord.join(hello.peer, hello.info, at(0)).ok());
+  }
+  coord.tick(at(100));
+  exchange(coord, {&a, &b, &c}, 100);
+  ASSERT_TRUE(b.call_answered() && b.call_status().ok()) << b.call_status().to_string();
+  const uint64_t epoch = b.epoch();
+  auto kinds = [](const Actions &acts) {
+    std::string s;
+    for (const Action &x : acts) {
+      s += x.kind == Action::Kind::kSend
+               ? "send" + std::to_string(static_cast<int>(x.message.type)) + " "
+           : x.kind == Action::Kind::kCancelRunning ? "cancel "
+                                                    : "other ";
+    }
+    return s;
+  };
+  const std::string broken = std::to_string(static_cast<int>(MessageType::kLinkBroken));
+  const Status why = WCCL_ERROR(WCCL_ERR_IO, "link with c: the peer closed the connection");
+
+  // Awaiting its commit: reported, not cancelled.
+  Actions acts;
+  uint64_t seq = 0;
+  ASSERT_TRUE(b.submit(&seq, &acts).ok());
+  ASSERT_TRUE(b.start(epoch, seq));
+  (void)b.finished(epoch, seq, Status(), false);
+  EXPECT_EQ(kinds(b.link_broken(epoch, c.id(), why, false)), "send" + broken + " ");
+  EXPECT_EQ(b.op_state(epoch, seq), MemberView::OpState::kAwaiting);
+
+  // Running: reported, and the data phase is cancelled with the link's error, which decides it.
+  uint64_t seq2 = 0;
+  ASSERT_TRUE(b.submit(&seq2, &acts).ok());
+  ASSERT_TRUE(b.start(epoch, seq2));
+  acts = b.link_broken(epoch, c.id(), why, false);
+  ASSERT_EQ(kinds(acts), "send" + broken + " cancel ");
+  EXPECT_EQ(acts[0].message.other, c.id());
+  EXPECT_EQ(acts[1].status.message(), why.message());
+  Status outcome;
+  for (const Action &x : b.finished(epoch, seq2, acts[1].status, false)) {
+    if (x.kind == Action::Kind::kDecide && x.seq == seq2) outcome = x.status;
+  }
+  EXPECT_EQ(outcome.code(), WCCL_ERR_PEER_LOST) << outcome.to_string();
+  EXPECT_NE(outcome.message().find("link with c"), std::string::npos) << outcome.to_string();
+
+  // The epoch is revoked here now: its links close on purpose, nothing is reported.
+  ASSERT_TRUE(b.revoked());
+  EXPECT_EQ(kinds(b.link_broken(epoch, a.id(), why, false)), "");
+  // A link that cannot be opened is still reported; another epoch's link is not.
+  EXPECT_EQ(kinds(b.link_broken(epoch, a.id(), why, true)), "send" + broken + " ");
+  EXPECT_EQ(kinds(b.link_broken(epoch - 1, a.id(), why, true)), "");
 }
 
 // The coordinator is restarted while a joiner waits for the job's next update, and the joiner

@@ -366,17 +366,17 @@ void Communicator::wake() {
   cv_.notify_all();
 }
 
-// A link of this member's epoch broke, or could not be opened: the coordinator probes that peer.
+// A link of this member's epoch broke, or could not be opened: the coordinator probes that peer,
+// and the operation running on it fails (MemberView::link_broken).
 void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Status &why,
                                   bool connecting) {
-  ControlMessage report;
+  Effects effects;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (epoch != view_->epoch()) return;
-    if (!connecting &&
-        (view_->revoked() || view_->aborted() || view_->left() || why.code() == WCCL_ERR_ABORTED))
-      return;
-    report = view_->link_broken(peer);
+    if (!connecting && why.code() == WCCL_ERR_ABORTED) return;  // closed here
+    Actions actions = view_->link_broken(epoch, peer, why, connecting);
+    if (actions.empty()) return;  // an earlier epoch's link, or a revoked epoch's
+    effects = apply(std::move(actions));
   }
   if (connecting) {
     WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s",
@@ -387,7 +387,7 @@ void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Stat
     WCCL_LOG(log_, kInfo, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
   }
-  (void)send(report);
+  carry_out(effects);
 }
 
 }  // namespace wccl::comm

@@ -348,6 +348,26 @@ ControlMessage MemberView::fail_here(OpKey key, const Status &why, Actions *out)
   return report;
 }
 
+Actions MemberView::link_broken(uint64_t epoch, coord::PeerId suspect, const Status &why,
+                                bool connecting) {
+  Actions out;
+  if (epoch != epoch_ || (!connecting && (revoked_ || aborted_ || left_))) return out;
+  Action report;
+  report.message = message(MessageType::kLinkBroken);
+  report.message.other = suspect;
+  out.push_back(std::move(report));
+  for (const auto &[key, state] : ops_) {
+    if (key.first == epoch_ && state == OpState::kRunning) {
+      Action cancel;
+      cancel.kind = Action::Kind::kCancelRunning;
+      cancel.status = why;
+      out.push_back(std::move(cancel));
+      break;  // one data phase runs at a time
+    }
+  }
+  return out;
+}
+
 Actions MemberView::abort(const Status &why) {
   Actions out;
   aborted_ = true;

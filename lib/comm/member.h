@@ -97,11 +97,14 @@ class MemberView {
   uint64_t awaited_epoch() const { return awaited_epoch_; }
   // Messages that need no state but who this peer is (so any thread may build them).
   coord::ControlMessage heartbeat() const { return message(coord::MessageType::kHeartbeat); }
-  coord::ControlMessage link_broken(coord::PeerId suspect) const {  // its link to `suspect` broke
-    coord::ControlMessage m = message(coord::MessageType::kLinkBroken);
-    m.other = suspect;
-    return m;
-  }
+  // Its link of `epoch` to `suspect` broke (`why`), or could not be opened (`connecting`): if that
+  // is the current epoch, LINK_BROKEN goes to the coordinator, which probes the suspect, and a
+  // running data phase is cancelled with `why`. An operation cannot complete without every link of
+  // its epoch, and so it fails naming the peer whose link broke, not whatever reaches it next
+  // (another neighbour that lost the same peer, gave up and closed its links, or the coordinator's
+  // revocation). Nothing once the epoch is revoked, or this member aborted or left: members close
+  // a revoked epoch's links on purpose (a link that cannot be opened is still reported).
+  Actions link_broken(uint64_t epoch, coord::PeerId suspect, const Status &why, bool connecting);
 
   // --- state ----------------------------------------------------------------------------------
   coord::PeerId id() const { return id_; }
