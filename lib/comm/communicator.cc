@@ -366,17 +366,17 @@ void Communicator::wake() {
   cv_.notify_all();
 }
 
-// A link of this member's epoch broke, or could not be opened: the coordinator probes that peer,
-// and the operation running on it fails (MemberView::link_broken).
+// A link of this member's epoch broke, or could not be opened: the coordinator probes that peer.
 void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Status &why,
                                   bool connecting) {
-  Effects effects;
+  ControlMessage report;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!connecting && why.code() == WCCL_ERR_ABORTED) return;  // closed here
-    Actions actions = view_->link_broken(epoch, peer, why, connecting);
-    if (actions.empty()) return;  // an earlier epoch's link, or a revoked epoch's
-    effects = apply(std::move(actions));
+    if (epoch != view_->epoch()) return;
+    if (!connecting &&
+        (view_->revoked() || view_->aborted() || view_->left() || why.code() == WCCL_ERR_ABORTED))
+      return;
+    report = view_->link_broken(peer, why);
   }
   if (connecting) {
     WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s",
@@ -387,7 +387,7 @@ void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Stat
     WCCL_LOG(log_, kInfo, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
   }
-  carry_out(effects);
+  (void)send(report);
 }
 
 }  // namespace wccl::comm

@@ -156,6 +156,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
         revoked_ = false;
         removed_ = false;
         epoch_failure_ = Status();
+        first_broken_ = Status();
         next_seq_ = 0;
         committed_seq_ = 0;
         barrier_ops_ = kNoBarrier;
@@ -307,12 +308,27 @@ Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, boo
     a.message.seq = seq;
     out.push_back(std::move(a));
   } else {
-    // A broken link, the deadline, a data error: the epoch is revoked for everyone.
+    // A broken link, the deadline, a data error: the epoch is revoked for everyone. A link that
+    // broke before (its why not in st) is named first: the cause, where st may be a consequence.
+    const bool earlier =
+        !first_broken_.ok() && st.message().find(first_broken_.message()) == std::string::npos;
     Action report;
-    report.message = fail_here(key, st, &out);
+    report.message =
+        fail_here(key,
+                  earlier ? WCCL_ERROR(st.code(), "%s; then %s", first_broken_.message().c_str(),
+                                       st.message().c_str())
+                          : st,
+                  &out);
     out.push_back(std::move(report));
   }
   return out;
+}
+
+ControlMessage MemberView::link_broken(coord::PeerId suspect, const Status &why) {
+  if (first_broken_.ok()) first_broken_ = why;
+  ControlMessage m = message(MessageType::kLinkBroken);
+  m.other = suspect;
+  return m;
 }
 
 Actions MemberView::give_up(uint64_t epoch, uint64_t seq, const Status &why) {
@@ -346,26 +362,6 @@ ControlMessage MemberView::fail_here(OpKey key, const Status &why, Actions *out)
   d.status = own ? why : lost;
   out->push_back(std::move(d));
   return report;
-}
-
-Actions MemberView::link_broken(uint64_t epoch, coord::PeerId suspect, const Status &why,
-                                bool connecting) {
-  Actions out;
-  if (epoch != epoch_ || (!connecting && (revoked_ || aborted_ || left_))) return out;
-  Action report;
-  report.message = message(MessageType::kLinkBroken);
-  report.message.other = suspect;
-  out.push_back(std::move(report));
-  for (const auto &[key, state] : ops_) {
-    if (key.first == epoch_ && state == OpState::kRunning) {
-      Action cancel;
-      cancel.kind = Action::Kind::kCancelRunning;
-      cancel.status = why;
-      out.push_back(std::move(cancel));
-      break;  // one data phase runs at a time
-    }
-  }
-  return out;
 }
 
 Actions MemberView::abort(const Status &why) {

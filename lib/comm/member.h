@@ -97,14 +97,13 @@ class MemberView {
   uint64_t awaited_epoch() const { return awaited_epoch_; }
   // Messages that need no state but who this peer is (so any thread may build them).
   coord::ControlMessage heartbeat() const { return message(coord::MessageType::kHeartbeat); }
-  // Its link of `epoch` to `suspect` broke (`why`), or could not be opened (`connecting`): if that
-  // is the current epoch, LINK_BROKEN goes to the coordinator, which probes the suspect, and a
-  // running data phase is cancelled with `why`. An operation cannot complete without every link of
-  // its epoch, and so it fails naming the peer whose link broke, not whatever reaches it next
-  // (another neighbour that lost the same peer, gave up and closed its links, or the coordinator's
-  // revocation). Nothing once the epoch is revoked, or this member aborted or left: members close
-  // a revoked epoch's links on purpose (a link that cannot be opened is still reported).
-  Actions link_broken(uint64_t epoch, coord::PeerId suspect, const Status &why, bool connecting);
+  // Its link of the current (sound) epoch to `suspect` broke, or could not be opened (`why`): the
+  // LINK_BROKEN report, which makes the coordinator probe the suspect. The epoch's first broken
+  // link is remembered: an operation that then fails here on another link names it first. A
+  // survivor whose own link to a killed peer broke closes all its links when its operation fails,
+  // and a member whose transfers to the killed peer were done hears that close before anything
+  // else; its error then names the killed peer, followed by the survivor that closed.
+  coord::ControlMessage link_broken(coord::PeerId suspect, const Status &why);
 
   // --- state ----------------------------------------------------------------------------------
   coord::PeerId id() const { return id_; }
@@ -166,6 +165,7 @@ class MemberView {
   int pending_ = 0;
   uint64_t awaited_epoch_ = 0;
   Status epoch_failure_;
+  Status first_broken_;         // the current epoch's first broken link (link_broken)
   uint64_t next_seq_ = 0;       // the last number given in this epoch
   uint64_t committed_seq_ = 0;  // the last COMMIT heard in this epoch
   static constexpr uint64_t kNoBarrier = ~0ULL;

@@ -356,10 +356,11 @@ void World::fault(const Fault &f) {
     if (o.stopped || o.view.rank_of(id(d)) < 0) continue;
     engine.at(engine.now() + delay(me.host, o.host), -1, [this, x, d, e = o.view.epoch()] {
       Peer &nb = peer(x);
-      if (nb.stopped) return;
-      // As the Communicator: the member reports the broken link and fails its data phase.
+      if (nb.stopped || nb.view.epoch() != e) return;
+      // As the Communicator: the data phase fails on the closed link, and the member reports it.
       const Status why = WCCL_ERROR(WCCL_ERR_IO, "the link to member %d closed", d);
-      carry_out(x, -1, nb.view.link_broken(e, id(d), why, /*connecting=*/false));
+      if (nb.running != nullptr) nb.running->abort(why);
+      send(x, -1, nb.view.link_broken(id(d), why));
       engine.touch(x);
     });
   }
