@@ -866,6 +866,42 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   EXPECT_LT(m.find("link with c"), m.find("link with a")) << m;
   EXPECT_EQ(text.find("link with c"), 0u) << "the coordinator hears the cause first: " << text;
 
+  // A data phase that fails closes its own links with its error, which comes back as a broken
+  // link naming the neighbour: no neighbour is blamed for this member's own failure.
+  auto fresh_epoch = [&](int64_t now) {
+    for (MemberView *v : {&a, &b, &c}) {
+      Actions acts;
+      ASSERT_TRUE(v->call(MessageType::kUpdate, &acts).ok());
+      for (const Action &x : acts) {
+        if (x.kind != Action::Kind::kSend) continue;
+        bool drop = false;
+        ASSERT_TRUE(coord.on_message(x.message, at(now), &drop).ok());
+      }
+    }
+    exchange(coord, {&a, &b, &c}, now);
+    ASSERT_TRUE(b.call_answered() && b.call_status().ok()) << b.call_status().to_string();
+  };
+  fresh_epoch(150);
+  const Status late = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time");
+  (void)b.link_broken(a.id(),
+                      WCCL_ERROR(WCCL_ERR_TIMEOUT, "link with a: %s", late.message().c_str()));
+  outcome = fail_one(late).first;
+  EXPECT_EQ(outcome.message().find("link with a"), std::string::npos) << outcome.to_string();
+  // Nor is an earlier broken link put before this member's own data error.
+  fresh_epoch(170);
+  (void)b.link_broken(c.id(), c_closed);
+  {
+    Actions acts;
+    uint64_t seq = 0;
+    ASSERT_TRUE(b.submit(&seq, &acts).ok());
+    ASSERT_TRUE(b.start(b.epoch(), seq));
+    const Status nan = WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element 3 is NaN");
+    for (const Action &x : b.finished(b.epoch(), seq, nan, true)) {
+      if (x.kind != Action::Kind::kDecide || x.seq != seq) continue;
+      EXPECT_EQ(x.status.message().find("link with c"), std::string::npos) << x.status.to_string();
+    }
+  }
+
   // The next epoch (every member updates after the revocation) has no broken link yet.
   for (MemberView *v : {&a, &b, &c}) {
     Actions acts;

@@ -308,17 +308,20 @@ Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, boo
     a.message.seq = seq;
     out.push_back(std::move(a));
   } else {
-    // A broken link, the deadline, a data error: the epoch is revoked for everyone. A link that
-    // broke before (its why not in st) is named first: the cause, where st may be a consequence.
-    const bool earlier =
-        !first_broken_.ok() && st.message().find(first_broken_.message()) == std::string::npos;
+    // A broken link, the deadline, a data error: the epoch is revoked for everyone. A link of this
+    // epoch that broke before is named first: the cause, where st may be a consequence. Not for
+    // this member's own data errors, nor when either message holds the other: a data phase that
+    // fails closes its links with its own error (LinkChannel::abort), which comes back here as a
+    // broken link whose why is st with the peer's name.
+    const std::string &first = first_broken_.message();
+    const bool earlier = !data_error && epoch == epoch_ && !first_broken_.ok() &&
+                         st.message().find(first) == std::string::npos &&
+                         first.find(st.message()) == std::string::npos;
     Action report;
-    report.message =
-        fail_here(key,
-                  earlier ? WCCL_ERROR(st.code(), "%s; then %s", first_broken_.message().c_str(),
-                                       st.message().c_str())
-                          : st,
-                  &out);
+    report.message = fail_here(
+        key,
+        earlier ? WCCL_ERROR(st.code(), "%s; then %s", first.c_str(), st.message().c_str()) : st,
+        &out);
     out.push_back(std::move(report));
   }
   return out;
