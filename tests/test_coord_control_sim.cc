@@ -903,17 +903,7 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   }
 
   // The next epoch (every member updates after the revocation) has no broken link yet.
-  for (MemberView *v : {&a, &b, &c}) {
-    Actions acts;
-    ASSERT_TRUE(v->call(MessageType::kUpdate, &acts).ok());
-    for (const Action &x : acts) {
-      if (x.kind != Action::Kind::kSend) continue;
-      bool drop = false;
-      ASSERT_TRUE(coord.on_message(x.message, at(200), &drop).ok());
-    }
-  }
-  exchange(coord, {&a, &b, &c}, 200);
-  ASSERT_TRUE(b.call_answered() && b.call_status().ok()) << b.call_status().to_string();
+  fresh_epoch(200);
   ASSERT_FALSE(b.revoked());
   outcome = fail_one(a_closed).first;
   EXPECT_EQ(outcome.message().find("link with c"), std::string::npos) << outcome.to_string();
