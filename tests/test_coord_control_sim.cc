@@ -856,9 +856,11 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
     return got;
   };
 
-  const ControlMessage report = b.link_broken(c.id(), c_closed);
-  EXPECT_EQ(report.type, MessageType::kLinkBroken);
-  EXPECT_EQ(report.other, c.id());
+  EXPECT_FALSE(b.link_broken(b.epoch() + 1, c.id(), c_closed)) << "not this member's epoch";
+  const std::optional<ControlMessage> report = b.link_broken(b.epoch(), c.id(), c_closed);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->type, MessageType::kLinkBroken);
+  EXPECT_EQ(report->other, c.id());
   auto [outcome, text] = fail_one(a_closed);
   EXPECT_EQ(outcome.code(), WCCL_ERR_PEER_LOST) << outcome.to_string();
   const std::string m = outcome.message();
@@ -867,8 +869,12 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   EXPECT_LT(m.find("link with c"), m.find("link with a")) << m;
   EXPECT_EQ(text.find("link with c"), 0u) << "the coordinator hears the cause first: " << text;
 
-  // A data phase that fails closes its own links with its error, which comes back as a broken
-  // link naming the neighbour: no neighbour is blamed for this member's own failure.
+  // Once the epoch is revoked here, a break is the revocation's doing: not reported.
+  ASSERT_TRUE(b.revoked());
+  EXPECT_FALSE(b.link_broken(b.epoch(), a.id(), a_closed));
+
+  // A data phase that fails closes its own links (LinkChannel::abort, ABORTED), which come back
+  // as broken links: not reported, and no neighbour is blamed for this member's own failure.
   auto fresh_epoch = [&](int64_t now) {
     for (MemberView *v : {&a, &b, &c}) {
       Actions acts;
@@ -884,14 +890,16 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   };
   fresh_epoch(150);
   const Status late = WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time");
-  (void)b.link_broken(a.id(),
-                      WCCL_ERROR(WCCL_ERR_TIMEOUT, "link with a: %s", late.message().c_str()));
+  EXPECT_FALSE(b.link_broken(
+      b.epoch(), a.id(),
+      WCCL_ERROR(WCCL_ERR_ABORTED, "link with a: operation 1 of epoch %llu failed here: %s",
+                 static_cast<unsigned long long>(b.epoch()), late.message().c_str())));
   outcome = fail_one(late).first;
   EXPECT_NE(outcome.message().find(late.message()), std::string::npos) << outcome.to_string();
   EXPECT_EQ(outcome.message().find("link with a"), std::string::npos) << outcome.to_string();
   // Nor is an earlier broken link put before this member's own data error.
   fresh_epoch(170);
-  (void)b.link_broken(c.id(), c_closed);
+  ASSERT_TRUE(b.link_broken(b.epoch(), c.id(), c_closed));
   outcome = fail_one(WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "element 3 is NaN"), true).first;
   EXPECT_NE(outcome.message().find("element 3 is NaN"), std::string::npos) << outcome.to_string();
   EXPECT_EQ(outcome.message().find("link with c"), std::string::npos) << outcome.to_string();
@@ -902,6 +910,14 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   outcome = fail_one(a_closed).first;
   EXPECT_EQ(outcome.message().find("link with c"), std::string::npos) << outcome.to_string();
   EXPECT_NE(outcome.message().find("link with a"), std::string::npos) << outcome.to_string();
+
+  // An operation that fails on the link that broke first names it once.
+  fresh_epoch(230);
+  ASSERT_TRUE(b.link_broken(b.epoch(), a.id(), a_closed));
+  const std::string once = fail_one(a_closed).first.message();
+  const size_t at_a = once.find("link with a");
+  ASSERT_NE(at_a, std::string::npos) << once;
+  EXPECT_EQ(once.find("link with a", at_a + 1), std::string::npos) << once;
 }
 
 // The coordinator is restarted while a joiner waits for the job's next update, and the joiner

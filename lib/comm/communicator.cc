@@ -369,15 +369,12 @@ void Communicator::wake() {
 // A link of this member's epoch broke, or could not be opened: the coordinator probes that peer.
 void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Status &why,
                                   bool connecting) {
-  ControlMessage report;
+  std::optional<ControlMessage> report;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (epoch != view_->epoch()) return;
-    if (!connecting &&
-        (view_->revoked() || view_->aborted() || view_->left() || why.code() == WCCL_ERR_ABORTED))
-      return;
-    report = view_->link_broken(peer, why);
+    report = view_->link_broken(epoch, peer, why, connecting);
   }
+  if (!report) return;
   if (connecting) {
     WCCL_LOG(log_, kWarn, "cannot open the link to peer %016llx: %s",
              static_cast<unsigned long long>(peer), why.to_string().c_str());
@@ -387,7 +384,7 @@ void Communicator::on_link_broken(uint64_t epoch, coord::PeerId peer, const Stat
     WCCL_LOG(log_, kInfo, "link to peer %016llx broke: %s", static_cast<unsigned long long>(peer),
              why.to_string().c_str());
   }
-  (void)send(report);
+  (void)send(*report);
 }
 
 }  // namespace wccl::comm

@@ -24,8 +24,13 @@ Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, size_t 
 }
 
 void LinkChannel::abort(const Status &why) {
+  // ABORTED, whatever failed: closed here, so no neighbour is suspected of it (MemberView::
+  // link_broken); the text says why, in this member's log of the link.
+  const Status closed = WCCL_ERROR(WCCL_ERR_ABORTED, "operation %llu of epoch %llu failed here: %s",
+                                   static_cast<unsigned long long>(seq_),
+                                   static_cast<unsigned long long>(epoch_), why.message().c_str());
   for (auto &[rank, l] : links_) {
-    if (l) l->close(why);
+    if (l) l->close(closed);
   }
 }
 

@@ -1,6 +1,7 @@
 // The real Channel: one operation's messages over the epoch's links to its neighbours, keyed
-// (epoch, operation number, tag) on the wire (docs/protocol.md). abort() closes those links: it
-// is only called when the operation failed, which revokes the epoch anyway.
+// (epoch, operation number, tag) on the wire (docs/protocol.md). abort() closes those links with
+// ABORTED (closed here, naming what failed): it is only called when the operation failed, which
+// revokes the epoch anyway.
 #pragma once
 
 #include <map>

@@ -310,13 +310,10 @@ Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, boo
   } else {
     // A broken link, the deadline, a data error: the epoch is revoked for everyone. A link of this
     // epoch that broke before is named first: the cause, where st may be a consequence. Not for
-    // this member's own data errors, nor when either message holds the other: a data phase that
-    // fails closes its links with its own error (LinkChannel::abort), which comes back here as a
-    // broken link whose why is st with the peer's name.
+    // this member's own data errors, nor when st already holds it (it failed on that link).
     const std::string &first = first_broken_.message();
     const bool earlier = !data_error && epoch == epoch_ && !first_broken_.ok() &&
-                         st.message().find(first) == std::string::npos &&
-                         first.find(st.message()) == std::string::npos;
+                         st.message().find(first) == std::string::npos;
     Action report;
     report.message = fail_here(
         key,
@@ -327,7 +324,11 @@ Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, boo
   return out;
 }
 
-ControlMessage MemberView::link_broken(coord::PeerId suspect, const Status &why) {
+std::optional<ControlMessage> MemberView::link_broken(uint64_t epoch, coord::PeerId suspect,
+                                                      const Status &why, bool connecting) {
+  if (epoch != epoch_) return std::nullopt;
+  if (!connecting && (revoked_ || aborted_ || left_ || why.code() == WCCL_ERR_ABORTED))
+    return std::nullopt;
   if (first_broken_.ok()) first_broken_ = why;
   ControlMessage m = message(MessageType::kLinkBroken);
   m.other = suspect;

@@ -97,13 +97,17 @@ class MemberView {
   uint64_t awaited_epoch() const { return awaited_epoch_; }
   // Messages that need no state but who this peer is (so any thread may build them).
   coord::ControlMessage heartbeat() const { return message(coord::MessageType::kHeartbeat); }
-  // Its link of the current (sound) epoch to `suspect` broke, or could not be opened (`why`): the
-  // LINK_BROKEN report, which makes the coordinator probe the suspect. The epoch's first broken
-  // link is remembered: an operation that then fails here on another link names it first. A
-  // survivor whose own link to a killed peer broke closes all its links when its operation fails,
-  // and a member whose transfers to the killed peer were done hears that close before anything
-  // else; its error then names the killed peer, followed by the survivor that closed.
-  coord::ControlMessage link_broken(coord::PeerId suspect, const Status &why);
+  // Its link of `epoch` to `suspect` broke, or could not be opened (`connecting`), with `why`:
+  // the LINK_BROKEN report, which makes the coordinator probe the suspect; none if the epoch is
+  // not the current one, or (a break, not a failed open) if it is over here (revoked, aborted,
+  // left) or this member closed the link itself (ABORTED: its own operation failed, or it was
+  // aborted), which blames no neighbour. The epoch's first reported break is remembered: an
+  // operation that then fails here on another link names it first. A survivor whose own link to
+  // a killed peer broke closes all its links when its operation fails, and a member whose
+  // transfers to the killed peer were done hears that close before anything else; its error
+  // then names the killed peer, followed by the survivor that closed.
+  std::optional<coord::ControlMessage> link_broken(uint64_t epoch, coord::PeerId suspect,
+                                                   const Status &why, bool connecting = false);
 
   // --- state ----------------------------------------------------------------------------------
   coord::PeerId id() const { return id_; }

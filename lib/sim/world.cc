@@ -360,7 +360,7 @@ void World::fault(const Fault &f) {
       // As the Communicator: the data phase fails on the closed link, and the member reports it.
       const Status why = WCCL_ERROR(WCCL_ERR_IO, "the link to member %d closed", d);
       if (nb.running != nullptr) nb.running->abort(why);
-      send(x, -1, nb.view.link_broken(id(d), why));
+      if (auto report = nb.view.link_broken(e, id(d), why)) send(x, -1, *report);
       engine.touch(x);
     });
   }
