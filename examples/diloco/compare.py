@@ -49,9 +49,28 @@ def run_local(label: str, folder: Path, job: list) -> bool:
     return False
 
 
-def report(out: Path, table: str, draw) -> int:
-    """Writes OUT/table.md and the plot OUT/loss.png (``draw(path)``), prints where; returns 0."""
+def numerics(folders) -> str:
+    """What the runs in FOLDERS computed with (each lead node's joined record): one line, or each
+    difference named, since losses compare only between runs that agree on it (docs/trainer.md)."""
+    seen = {}
+    for folder in folders:
+        joined = next((r for r in local_run.read_records(Path(folder) / "node0.jsonl") if r["event"] == "joined"), {})
+        n = joined.get("numerics")
+        key = (f"torch {n['torch']}, {n['cpu_kernels']} kernels, corpus sha256 {n['corpus_sha256'][:12]} "
+               f"({n['corpus_bytes']} bytes)") if n else "not recorded"
+        seen.setdefault(key, []).append(Path(folder).name)
+    if len(seen) == 1:
+        return f"numerics: {next(iter(seen))}"
+    return "numerics DIFFER between these runs, so their losses do not compare: " + "; ".join(
+        f"{key}: {', '.join(names)}" for key, names in seen.items())
+
+
+def report(out: Path, table: str, draw, folders=()) -> int:
+    """Writes OUT/table.md (with the numerics of the runs in FOLDERS) and the plot OUT/loss.png
+    (``draw(path)``), prints where; returns 0."""
     out.mkdir(parents=True, exist_ok=True)
+    if folders:
+        table += "\n\n" + numerics(folders)
     (out / "table.md").write_text(table + "\n")
     draw(out / "loss.png")
     print(table)
@@ -108,7 +127,7 @@ def main(argv=None) -> int:
         if not run_local(label, folder, job):
             return 1
     return report(out, markdown_table([row(label, folder) for label, folder in runs.items()]),
-                  lambda path: plot(runs, path))
+                  lambda path: plot(runs, path), runs.values())
 
 
 if __name__ == "__main__":

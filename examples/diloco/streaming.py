@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     table = "\n\n".join(markdown_table([r for r in rows if (KILL_COST in r) == k]) for k in (False, True)
                         if any((KILL_COST in r) == k for r in rows))
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
-    return report(out, table, lambda path: plot(runs, path))
+    return report(out, table, lambda path: plot(runs, path), [folder for _, folder, _, _ in jobs])
 
 
 if __name__ == "__main__":

@@ -192,7 +192,14 @@ class Trainer:
         self.residual = torch.zeros_like(self.outer) if args.error_feedback else None
         self.counters = torch.zeros(2, dtype=torch.int64)  # tokens trained on by the job, inner steps of this job
         # Seeded again once the node knows the outer step it joins at (run()).
-        self.data = Batches(load_corpus(args.data, args.data_bytes), args.seq_len, seed=0)
+        corpus = load_corpus(args.data, args.data_bytes)
+        # What a run's losses depend on beyond its flags: the same seed ends elsewhere on another corpus
+        # (the default one is whatever this interpreter's library holds) or with torch's kernels for
+        # another CPU (docs/trainer.md, "Comparing runs").
+        self.numerics = {"torch": torch.__version__, "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+                         "corpus_bytes": len(corpus),
+                         "corpus_sha256": hashlib.sha256(corpus.to(torch.uint8).numpy().tobytes()).hexdigest()}
+        self.data = Batches(corpus, args.seq_len, seed=0)
         self.eval_x, self.eval_y = (t.to(self.device) for t in self.data.eval_batch(16))
         tls = {"tls": "off"} if args.tls == "off" else {"tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_ca": args.tls_ca}
         self.startup = {"import_s": IMPORTED - STARTED, "setup_s": time.time() - IMPORTED}
@@ -635,7 +642,8 @@ class Log:
     def joined(self) -> None:
         t = self.t
         self.write({"event": "joined", "node": self.args.node_name, "mode": self.args.mode, "step": t.pos.step,
-                    "nodes": t.nodes, "params": t.n_params, "device": str(t.device), **t.startup,
+                    "nodes": t.nodes, "params": t.n_params, "device": str(t.device), "numerics": t.numerics,
+                    **t.startup,
                     "time": time.time() - self.start},
                    f"[{self.args.node_name}] joined at outer step {t.pos.step}: {t.nodes} nodes, "
                    f"{t.n_params} parameters over {t.local_size} local ranks")

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     configs = [c for c in CONFIGS if not args.only or c[0] in args.only.split(",")]
     out = Path(args.out)
-    rows, curves = [], {}
+    rows, curves, folders = [], {}, []
     for label, options in configs:
         finals, sent, tokens, per_step = [], 0, 0, []
         for seed in seeds:
@@ -73,6 +73,7 @@ def main(argv=None) -> int:
             tokens += r["tokens"]
             _, steps, _ = compare.load(folder)
             per_step.append([(s["step"], s["eval_loss"]) for s in steps["node0"]])
+            folders.append(folder)
         mean = sum(finals) / len(finals)
         rows.append({"wire": label, **{f"loss, seed {s}": f for s, f in zip(seeds, finals)}, "mean loss": mean,
                      "bytes / token": sent / tokens})
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
     int8 = next((r["mean loss"] for r in rows if r["wire"] == "int8"), None)
     for r in rows:
         r["mean loss vs int8"] = f"{(r['mean loss'] / int8 - 1) * 100:+.1f}%" if int8 else "-"
-    return compare.report(out, compare.markdown_table(rows), lambda path: plot(curves, path))
+    return compare.report(out, compare.markdown_table(rows), lambda path: plot(curves, path), folders)
 
 
 if __name__ == "__main__":

@@ -186,19 +186,43 @@ def test_the_wire_study_on_a_short_job(tmp_path):
     """examples/diloco/wires.py, docs/trainer.md's wire table, on a short job (one seed, 3 outer
     steps): INT8, and TOPK with error feedback keeping 8 and 2 of each block of 256 (--topk-keep),
     both nodes identical in each, the table and its bytes per token (TOPK's 16 and 7 bytes per 256
-    elements against INT8's 1032 per 1024)."""
+    elements against INT8's 1032 per 1024), and the numerics the runs shared."""
     out = tmp_path / "wires"
     proc = subprocess.run([sys.executable, str(LOCAL_RUN.parent / "wires.py"), "--out", str(out), "--seeds", "0",
                            "--only", "int8,topk + EF,topk2 + EF", "--", "--outer-steps", "3", "--inner-steps", "3", *MODEL],
                           env=job_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     assert proc.stdout.count("models identical") == 3, proc.stdout
-    rows = [line.split("|")[1:-1] for line in (out / "table.md").read_text().splitlines()[2:]]
+    lines = (out / "table.md").read_text().splitlines()
+    rows = [line.split("|")[1:-1] for line in lines[2:] if line.startswith("|")]
+    # The three runs computed alike (one line naming torch, its CPU kernels and the corpus).
+    assert lines[-1].startswith("numerics: torch ") and "corpus sha256 " in lines[-1], lines[-1]
     per_token = {r[0].strip(): float(r[-2]) for r in rows}
     assert set(per_token) == {"int8", "topk + EF", "topk2 + EF"}
     assert 15 < per_token["int8"] / per_token["topk + EF"] < 17, per_token
     # --topk-keep 2: 7 bytes per block of 256 against 16 at the default 8.
     assert 2.1 < per_token["topk + EF"] / per_token["topk2 + EF"] < 2.4, per_token
+
+
+def test_a_table_of_runs_that_computed_differently_says_so(tmp_path):
+    """compare.numerics: runs whose torch kernels (or corpus) differ do not compare, and the
+    table's last line names which run had which."""
+    def job(name, kernels):
+        folder = tmp_path / name
+        folder.mkdir()
+        n = {"torch": "2.13.0+cpu", "cpu_kernels": kernels, "corpus_bytes": 100, "corpus_sha256": "ab" * 32}
+        (folder / "node0.jsonl").write_text(json.dumps({"event": "joined", "numerics": n}) + "\n")
+        return folder
+    code = f"""
+import sys; sys.path.insert(0, {str(LOCAL_RUN.parent)!r}); import compare
+print(compare.numerics([{str(job("a", "AVX512"))!r}, {str(job("b", "AVX512"))!r}]))
+print(compare.numerics([{str(tmp_path / "a")!r}, {str(job("c", "AVX2"))!r}]))
+"""
+    same, differ = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True, text=True,
+                                  timeout=120, check=True).stdout.splitlines()
+    assert same == "numerics: torch 2.13.0+cpu, AVX512 kernels, corpus sha256 abababababab (100 bytes)", same
+    assert differ.startswith("numerics DIFFER"), differ
+    assert "AVX512 kernels" in differ and ": a" in differ and "AVX2 kernels" in differ and ": c" in differ, differ
 
 
 def test_streaming_flags_are_checked():
