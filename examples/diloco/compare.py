@@ -51,18 +51,22 @@ def run_local(label: str, folder: Path, job: list) -> bool:
 
 def numerics(folders) -> str:
     """What the runs in FOLDERS computed with (each lead node's joined record): one line, or each
-    difference named, since losses compare only between runs that agree on it (docs/trainer.md)."""
-    seen = {}
+    difference named, since losses compare only between runs that agree on it (docs/trainer.md).
+    Runs from before the trainer recorded it (a study widened with --reuse) are named as such."""
+    seen, unknown = {}, []
     for folder in folders:
         joined = next((r for r in local_run.read_records(Path(folder) / "node0.jsonl") if r["event"] == "joined"), {})
         n = joined.get("numerics")
+        if not n:
+            unknown.append(Path(folder).name)
+            continue
         key = (f"torch {n['torch']}, {n['cpu_kernels']} kernels, corpus sha256 {n['corpus_sha256'][:12]} "
-               f"({n['corpus_bytes']} bytes)") if n else "not recorded"
+               f"({n['corpus_bytes']} bytes), {joined.get('device', '?')}")
         seen.setdefault(key, []).append(Path(folder).name)
-    if len(seen) == 1:
-        return f"numerics: {next(iter(seen))}"
-    return "numerics DIFFER between these runs, so their losses do not compare: " + "; ".join(
-        f"{key}: {', '.join(names)}" for key, names in seen.items())
+    line = (f"numerics: {next(iter(seen))}" if len(seen) == 1 else
+            "numerics DIFFER between these runs, so their losses do not compare: " + "; ".join(
+                f"{key}: {', '.join(names)}" for key, names in seen.items()) if seen else "numerics: not recorded")
+    return line + (f"; not recorded for {', '.join(unknown)}" if unknown and seen else "")
 
 
 def report(out: Path, table: str, draw, folders=()) -> int:

@@ -310,10 +310,13 @@ Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, boo
   } else {
     // A broken link, the deadline, a data error: the epoch is revoked for everyone. A link of this
     // epoch that broke before is named first: the cause, where st may be a consequence. Not for
-    // this member's own data errors, nor when st already holds it (it failed on that link).
+    // this member's own data errors, nor when either message holds the other: the operation
+    // failed on that link (a peer closing between frames fails a send with "...closed the
+    // connection" and then the link with "...closed the connection in the middle of a frame").
     const std::string &first = first_broken_.message();
     const bool earlier = !data_error && epoch == epoch_ && !first_broken_.ok() &&
-                         st.message().find(first) == std::string::npos;
+                         st.message().find(first) == std::string::npos &&
+                         first.find(st.message()) == std::string::npos;
     Action report;
     report.message = fail_here(
         key,

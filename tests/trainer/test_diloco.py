@@ -206,21 +206,25 @@ def test_the_wire_study_on_a_short_job(tmp_path):
 
 def test_a_table_of_runs_that_computed_differently_says_so(tmp_path):
     """compare.numerics: runs whose torch kernels (or corpus) differ do not compare, and the
-    table's last line names which run had which."""
+    table's last line names which run had which; runs that recorded none are named apart."""
     def job(name, kernels):
         folder = tmp_path / name
         folder.mkdir()
         n = {"torch": "2.13.0+cpu", "cpu_kernels": kernels, "corpus_bytes": 100, "corpus_sha256": "ab" * 32}
-        (folder / "node0.jsonl").write_text(json.dumps({"event": "joined", "numerics": n}) + "\n")
+        joined = {"event": "joined", "device": "cpu", **({"numerics": n} if kernels else {})}
+        (folder / "node0.jsonl").write_text(json.dumps(joined) + "\n")
         return folder
     code = f"""
 import sys; sys.path.insert(0, {str(LOCAL_RUN.parent)!r}); import compare
 print(compare.numerics([{str(job("a", "AVX512"))!r}, {str(job("b", "AVX512"))!r}]))
 print(compare.numerics([{str(tmp_path / "a")!r}, {str(job("c", "AVX2"))!r}]))
+print(compare.numerics([{str(tmp_path / "a")!r}, {str(job("old", None))!r}]))
 """
-    same, differ = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True, text=True,
-                                  timeout=120, check=True).stdout.splitlines()
-    assert same == "numerics: torch 2.13.0+cpu, AVX512 kernels, corpus sha256 abababababab (100 bytes)", same
+    same, differ, older = subprocess.run([sys.executable, "-c", code], env=job_env(), capture_output=True,
+                                         text=True, timeout=120, check=True).stdout.splitlines()
+    assert same == "numerics: torch 2.13.0+cpu, AVX512 kernels, corpus sha256 abababababab (100 bytes), cpu", same
+    # A run recorded before numerics were (a study widened with --reuse) is named, not a difference.
+    assert older == same + "; not recorded for old", older
     assert differ.startswith("numerics DIFFER"), differ
     assert "AVX512 kernels" in differ and ": a" in differ and "AVX2 kernels" in differ and ": c" in differ, differ
 
@@ -441,10 +445,10 @@ def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, mo
     """node1 is SIGSTOPped for 4 s, past a 1.5 s op_timeout_ms but within peer_timeout_ms (5 s):
     node0's all-reduce and then its updates time out while node1 is frozen. node0 updates again
     each time; it used to retreat (leave its groups and join again), and node1, resumed, then
-    committed the step alone and node0 lost its work of it. Either node1 is in every step, or a
-    probe declares it lost (node0's cancelled all-reduce broke their links), in both of node1's
-    groups at once, and it is admitted again later; once this livelocked when only one group lost
-    it. node0 commits every step, in order; both end identical.
+    committed the step alone and node0 lost its work of it. Either node1 is in every step, or it
+    is declared lost (it used to be by a probe after node0's cancelled all-reduce closed their
+    links; those closes are not reported now, so by heartbeats) in both of node1's groups at once,
+    and it is admitted again later; once this livelocked when only one group lost it. node0 commits every step, in order; both end identical.
     drop: the coordinator's straggler policy (straggler_timeout_ms 1000) drops node1 from the
     barrier node0 waits at, so node0 commits a step alone (one contributor) while node1 is frozen,
     and node1 is admitted again after it resumes."""
