@@ -10,10 +10,38 @@
 #include <optional>
 
 #include "comm/control_session.h"
+#include "comm/link_channel.h"
 #include "comm_fixture.h"
 
 namespace wccl::comm {
 namespace {
+
+// A failed operation closes its links as closed here (ABORTED, naming the operation and what
+// failed), which MemberView::link_broken does not report: no neighbour is suspected of this
+// member's own failure. The neighbour sees its link closed (not ABORTED): that one it reports.
+TEST(LinkChannel, AFailedOperationClosesItsLinksAsClosedHere) {
+  test::LinkPair p;
+  test::open_pair(p, test::make_config("server", nullptr), test::make_config("client", nullptr));
+  ASSERT_NE(p.client_link, nullptr);
+  test::Done closed_here, closed_there, pending;
+  ASSERT_TRUE(p.client_link->on_close(closed_here.callback()).ok());
+  ASSERT_TRUE(p.server_link->on_close(closed_there.callback()).ok());
+  LinkChannel ch(7, 3, 0, 2, std::map<int, std::shared_ptr<net::Link>>{{1, p.client_link}});
+  std::vector<uint8_t> buf(64);
+  size_t got = 0;
+  ASSERT_TRUE(ch.recv(1, 5, buf.data(), buf.size(), &got, pending.callback()).ok());
+  ch.abort(WCCL_ERROR(WCCL_ERR_TIMEOUT, "the operation did not complete in time"));
+  const Status here = closed_here.wait();
+  EXPECT_EQ(here.code(), WCCL_ERR_ABORTED) << here.to_string();
+  EXPECT_NE(here.message().find("operation 3 of epoch 7 failed here: the operation did not "
+                                "complete in time"),
+            std::string::npos)
+      << here.to_string();
+  EXPECT_EQ(pending.wait().code(), WCCL_ERR_ABORTED);
+  const Status there = closed_there.wait();
+  EXPECT_FALSE(there.ok());
+  EXPECT_NE(there.code(), WCCL_ERR_ABORTED) << there.to_string();
+}
 
 TEST_F(CommFourTest, FourPeersAgreeAndAFifthIsAdmittedAtUpdate) {
   auto comms = join_all(4);

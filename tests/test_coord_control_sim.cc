@@ -872,6 +872,8 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   // Once the epoch is revoked here, a break is the revocation's doing: not reported.
   ASSERT_TRUE(b.revoked());
   EXPECT_FALSE(b.link_broken(b.epoch(), a.id(), a_closed));
+  // A link that cannot be opened is reported all the same: its peer may be why.
+  EXPECT_TRUE(b.link_broken(b.epoch(), a.id(), a_closed, /*connecting=*/true));
 
   // A data phase that fails closes its own links (LinkChannel::abort, ABORTED), which come back
   // as broken links: not reported, and no neighbour is blamed for this member's own failure.
@@ -922,6 +924,11 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
     ASSERT_NE(at_a, std::string::npos) << once;
     EXPECT_EQ(once.find("link with a", at_a + 1), std::string::npos) << once;
   }
+
+  // An aborted member reports nothing: its links close because it was aborted.
+  fresh_epoch(now += 30);
+  (void)b.abort(WCCL_ERROR(WCCL_ERR_ABORTED, "the communicator was aborted"));
+  EXPECT_FALSE(b.link_broken(b.epoch(), a.id(), a_closed));
 }
 
 // The coordinator is restarted while a joiner waits for the job's next update, and the joiner
