@@ -63,10 +63,14 @@ def numerics(folders) -> str:
         key = (f"torch {n['torch']}, {n['cpu_kernels']} kernels, corpus sha256 {n['corpus_sha256'][:12]} "
                f"({n['corpus_bytes']} bytes), {joined.get('device', '?')}")
         seen.setdefault(key, []).append(Path(folder).name)
-    line = (f"numerics: {next(iter(seen))}" if len(seen) == 1 else
-            "numerics DIFFER between these runs, so their losses do not compare: " + "; ".join(
-                f"{key}: {', '.join(names)}" for key, names in seen.items()) if seen else "numerics: not recorded")
-    return line + (f"; not recorded for {', '.join(unknown)}" if unknown and seen else "")
+    if not seen:
+        return "numerics: not recorded"
+    if len(seen) == 1:
+        line = f"numerics: {next(iter(seen))}"
+    else:
+        line = "numerics DIFFER between these runs, so their losses do not compare: " + "; ".join(
+            f"{key}: {', '.join(names)}" for key, names in seen.items())
+    return line + (f"; not recorded for {', '.join(unknown)}" if unknown else "")
 
 
 def report(out: Path, table: str, draw, folders=()) -> int:

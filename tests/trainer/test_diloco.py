@@ -448,7 +448,8 @@ def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, mo
     committed the step alone and node0 lost its work of it. Either node1 is in every step, or it
     is declared lost (it used to be by a probe after node0's cancelled all-reduce closed their
     links; those closes are not reported now, so by heartbeats) in both of node1's groups at once,
-    and it is admitted again later; once this livelocked when only one group lost it. node0 commits every step, in order; both end identical.
+    and it is admitted again later; once this livelocked when only one group lost it. node0
+    commits every step, in order; both end identical.
     drop: the coordinator's straggler policy (straggler_timeout_ms 1000) drops node1 from the
     barrier node0 waits at, so node0 commits a step alone (one contributor) while node1 is frozen,
     and node1 is admitted again after it resumes."""
