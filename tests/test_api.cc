@@ -471,6 +471,13 @@ TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
          "opts->compress 3");
   o = wccl_opts_default();
+  o.max_link_rate = 1000;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "opts->max_link_rate is 1000; 0 (unpaced) or at least 125000 bytes per second");
+  o.max_link_rate = -1;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "opts->max_link_rate is -1");
+  o = wccl_opts_default();
   o.algo = 7;
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
          "opts->algo");

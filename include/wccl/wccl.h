@@ -334,17 +334,24 @@ typedef enum wccl_compress {
 /* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later
  * releases add fields without breaking callers built against this one. */
 typedef struct wccl_opts {
-  size_t size;        /* sizeof(wccl_opts_t), set by wccl_opts_default */
-  int32_t wire;       /* wccl_wire_t */
-  int32_t algo;       /* wccl_algo_t */
-  int32_t compress;   /* wccl_compress_t */
-  int32_t topk_keep;  /* TOPK wire: elements kept of each block of 256, 1..64 (0: 8); 0 on the
-                         other wires */
-  void *cuda_stream;  /* device buffers: a cudaStream_t whose work enqueued before the call the
-                         operation waits for before reading sendbuf (NULL: the legacy default
-                         stream); the result is in recvbuf when wccl_wait returns. Must be NULL
-                         with host buffers */
-  int64_t timeout_ms; /* the whole operation, call to outcome; 0: config key op_timeout_ms */
+  size_t size;           /* sizeof(wccl_opts_t), set by wccl_opts_default */
+  int32_t wire;          /* wccl_wire_t */
+  int32_t algo;          /* wccl_algo_t */
+  int32_t compress;      /* wccl_compress_t */
+  int32_t topk_keep;     /* TOPK wire: elements kept of each block of 256, 1..64 (0: 8); 0 on the
+                            other wires */
+  void *cuda_stream;     /* device buffers: a cudaStream_t whose work enqueued before the call the
+                            operation waits for before reading sendbuf (NULL: the legacy default
+                            stream); the result is in recvbuf when wccl_wait returns. Must be NULL
+                            with host buffers */
+  int64_t timeout_ms;    /* the whole operation, call to outcome; 0: config key op_timeout_ms */
+  int64_t max_link_rate; /* bytes per second at which each of this member's links sends this
+                            operation's messages, at most: the kernel paces the link's streams,
+                            each at its share (SO_MAX_PACING_RATE), so a transfer that need not
+                            finish soon (an overlapped all-reduce) leaves the link to other
+                            traffic. 0: as fast as TCP goes; else at least 125000 (1 Mbit/s).
+                            Set per operation; the state sync and the control channel are not
+                            paced. wccl-sim does not model it */
 } wccl_opts_t;
 
 /* NATIVE wire, AUTO algorithm, no compression, the default CUDA stream, op_timeout_ms. */

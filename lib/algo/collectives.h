@@ -51,6 +51,9 @@ struct Collective {
   // zstd on the wire (opts.compress; algo/send_codec.h): lossless, so results are unchanged. A
   // peer decides for its own sends; every peer accepts both forms.
   Compress compress = Compress::kOff;
+  // Bytes per second each link of the member may send this operation's messages at (opts
+  // max_link_rate; net::Link::pace); 0: unpaced. The communicator applies it, not the schedules.
+  uint64_t max_link_rate = 0;
   const void *in = nullptr;
   void *out = nullptr;
   // Device buffers: the GPU holding in and out (null: host memory), and the caller's stream whose

@@ -17,6 +17,9 @@ namespace wccl {
 namespace {
 
 constexpr int kNoOp = -1000;  // prepare(): the collective takes no reduction operator
+// The lowest opts.max_link_rate (1 Mbit/s): below it a paced stream's packets (64 KiB on loopback)
+// could come further apart than a link's silence timeout allows.
+constexpr int64_t kMinLinkRate = 125000;
 
 // Validates what every collective shares and fills c's type, op and options.
 // dtype and op are the raw ints the caller passed (see enum_value); op is kNoOp where there is
@@ -40,6 +43,9 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
   WCCL_CHECK_ARG(o.compress >= WCCL_COMPRESS_OFF && o.compress <= WCCL_COMPRESS_AUTO,
                  "%s: opts->compress %d is not a wccl_compress_t", fn, o.compress);
   WCCL_CHECK_ARG(o.timeout_ms >= 0, "%s: opts->timeout_ms is negative", fn);
+  WCCL_CHECK_ARG(o.max_link_rate == 0 || o.max_link_rate >= kMinLinkRate,
+                 "%s: opts->max_link_rate is %lld; 0 (unpaced) or at least %lld bytes per second",
+                 fn, static_cast<long long>(o.max_link_rate), static_cast<long long>(kMinLinkRate));
   if (o.compress != WCCL_COMPRESS_OFF && !codec::compression_available()) {
     return WCCL_ERROR(WCCL_ERR_UNSUPPORTED,
                       "%s: compression needs zstd, which this library was built without", fn);
@@ -49,6 +55,7 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
   c->compress = o.compress == WCCL_COMPRESS_ZSTD   ? algo::Compress::kAlways
                 : o.compress == WCCL_COMPRESS_AUTO ? algo::Compress::kAuto
                                                    : algo::Compress::kOff;
+  c->max_link_rate = static_cast<uint64_t>(o.max_link_rate);
   *timeout = std::chrono::milliseconds(o.timeout_ms);
   return Status();
 }

@@ -166,6 +166,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     return end(lock, ready,
                /*data_error=*/true);  // this member's own failure, whatever else happened
   }
+  for (auto &[rank, link] : links) link->pace(c.max_link_rate);
   LinkChannel channel(op->epoch, op->seq, op->rank, op->size, std::move(links));
   algo::Exchange ex(channel, op->deadline);
   {

@@ -1,7 +1,11 @@
 // The loop-thread side of a link: the send queue cut into frames over the streams, the receives
 // that frames are placed into, set-up and failure. Everything here runs on the loop thread except
 // the Link methods, which post to it.
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "net/link_state.h"
@@ -45,6 +49,32 @@ Status LinkState::recv(const MessageKey &key, void *data, size_t len, size_t *go
 }
 
 Status LinkState::run(std::function<void()> fn) { return core_->post(std::move(fn)); }
+
+void LinkState::pace(uint64_t bytes_per_s) {
+  if (pace_asked_.exchange(bytes_per_s) == bytes_per_s) return;
+  Status st = core_->post([self = shared_from_this(), bytes_per_s] {
+    self->pace_ = bytes_per_s;
+    if (self->state_ == State::kOpen) self->apply_pace();  // else when it opens
+  });
+  (void)st;  // a stopped loop has closed the link: nothing to pace
+}
+
+void LinkState::apply_pace() {
+  // Each stream carries an equal share of a large message (stripe_frame_bytes), so equal shares
+  // of the cap keep the link's total at it. The kernel takes 64 bits; ~0 is unlimited.
+  const uint64_t share = pace_ == 0
+                             ? ~uint64_t{0}
+                             : (pace_ + static_cast<uint64_t>(stream_count_) - 1) / stream_count_;
+  for (Stream *s : streams_) {
+    uv_os_fd_t fd;
+    if (s == nullptr || uv_fileno(reinterpret_cast<uv_handle_t *>(&s->tcp_), &fd) != 0) continue;
+    if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &share, sizeof(share)) != 0 &&
+        core_->log.enabled(LogLevel::kWarn)) {
+      WCCL_LOG(core_->log, kWarn, "link to %s: pacing at %llu bytes/s: %s", peer_name_.c_str(),
+               static_cast<unsigned long long>(share), std::strerror(errno));
+    }
+  }
+}
 
 void LinkState::close(Status why) {
   if (why.ok()) why = WCCL_ERROR(WCCL_ERR_ABORTED, "link closed locally");
@@ -167,7 +197,7 @@ void LinkState::sample_tcp(bool all_streams_busy) {
   // many such samples application-limited, between a ring step's messages; they still bound the
   // rate from below, which the maximum over samples then approaches.) Streams sampled apart could
   // each have had the path to themselves: their sum would overstate it.
-  if (all_streams_busy && rate > delivery_rate_.load(std::memory_order_relaxed)) {
+  if (all_streams_busy && pace_ == 0 && rate > delivery_rate_.load(std::memory_order_relaxed)) {
     delivery_rate_.store(rate, std::memory_order_relaxed);
   }
 }
@@ -262,6 +292,7 @@ void LinkState::stream_ready() {
   if (++ready_ < stream_count_) return;
   state_ = State::kOpen;
   last_rx_ = Clock::now();
+  if (pace_ != 0) apply_pace();
   sample_tcp(/*all_streams_busy=*/false);
   WCCL_LOG(core_->log, kInfo, "link %s %s (%s) open, %d stream(s)%s", is_client_ ? "to" : "from",
            peer_address_.c_str(), peer_name_.c_str(), stream_count_,

@@ -56,6 +56,7 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   void close(Status why) override;
   Status on_close(Completion fn) override;
   Status run(std::function<void()> fn) override;
+  void pace(uint64_t bytes_per_s) override;
   const std::string &peer_name() const override { return peer_name_; }
   const std::string &peer_subject() const override { return peer_subject_; }
   const std::string &peer_address() const override { return peer_address_; }
@@ -104,7 +105,9 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   std::atomic<uint32_t> min_rtt_us_{0};
   std::atomic<uint64_t> delivery_rate_{0};
   Clock::time_point tcp_sampled_{};
-  bool peer_closing_ = false;  // see peer_closing()
+  std::atomic<uint64_t> pace_asked_{0};  // the last rate pace() was given
+  uint64_t pace_{0};                     // loop thread: the rate the streams are paced at
+  bool peer_closing_ = false;            // see peer_closing()
   Status peer_closed_why_;
   Clock::time_point peer_closed_at_{};
 
@@ -113,6 +116,8 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   void do_recv(const MessageKey &key, RecvOp op);
   void pump();
   void sample_tcp(bool all_streams_busy);
+  // Sets every stream's SO_MAX_PACING_RATE to its share of pace_ (unlimited for 0).
+  void apply_pace();
   void defer(std::function<void()> fn);
   // Every queued send completes with why, and the queue is emptied.
   void fail_sends(const Status &why);

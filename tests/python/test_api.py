@@ -153,6 +153,11 @@ def test_bad_calls_raise_named_errors(members):
             comm.allgather(np.ones(2, np.int8), np.empty(3, np.int8))
         with pytest.raises(TypeError, match="unknown option"):
             comm.barrier(wires=1)
+        with pytest.raises(wccl.InvalidArgumentError, match="max_link_rate is 1000; 0 .unpaced. or at least 125000"):
+            comm.allreduce(np.ones(4, np.float32), max_link_rate=1000)
+        paced = np.ones(4, np.float32)
+        comm.allreduce(paced, max_link_rate=125000)
+        assert np.array_equal(paced, np.full(4, 2, np.float32))
         z = np.arange(10000, dtype=np.float32) % 7
         stats = comm.allreduce(z, compress=wccl.Compress.ZSTD)
         assert np.array_equal(z, np.arange(10000) % 7 * 2) and stats.bytes_sent < 10000 * 4 // 4, stats

@@ -26,7 +26,7 @@ def test_every_exported_symbol_is_declared():
 def test_structures_match_the_library():
     assert _lib.lib.wccl_opts_default().size == ctypes.sizeof(_lib.Opts)
     opts = _lib.lib.wccl_opts_default()
-    assert (opts.wire, opts.algo, opts.compress, opts.cuda_stream, opts.timeout_ms) == (0, 0, 0, None, 0)
+    assert (opts.wire, opts.algo, opts.compress, opts.cuda_stream, opts.timeout_ms, opts.max_link_rate) == (0, 0, 0, None, 0, 0)
 
 
 def test_every_result_code_has_its_exception():

@@ -435,12 +435,14 @@ def _same_shape(a: Buffer, b: Buffer, count: int, what: str) -> None:
         raise ValueError("wccl: the input and the output must both be on the CPU or both on CUDA")
 
 
-_OPTION_NAMES = ("wire", "topk_keep", "algo", "compress", "timeout")
+_OPTION_NAMES = ("wire", "topk_keep", "algo", "compress", "timeout", "max_link_rate")
 
 
 def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
     """wccl_opts_t from keyword options: wire=Wire, topk_keep=int (TOPK: elements kept of each block
-    of 256, 1..64; 0: 8), algo=Algo, compress=Compress, timeout=seconds."""
+    of 256, 1..64; 0: 8), algo=Algo, compress=Compress, timeout=seconds, max_link_rate=bytes per
+    second each link may send the operation's messages at (None or 0: unpaced; else at least
+    125000)."""
     unknown = set(opts) - set(_OPTION_NAMES)
     if unknown:
         raise TypeError(f"wccl: unknown option(s) {', '.join(sorted(unknown))}; options are {', '.join(_OPTION_NAMES)}")
@@ -454,6 +456,7 @@ def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
         if not float(timeout) > 0:
             raise ValueError(f"wccl: timeout must be a positive number of seconds, not {timeout!r}")
         o.timeout_ms = max(1, round(float(timeout) * 1000))
+    o.max_link_rate = int(opts.get("max_link_rate") or 0)
     o.cuda_stream = cuda_stream
     return o
 

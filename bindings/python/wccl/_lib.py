@@ -135,6 +135,7 @@ class Opts(ctypes.Structure):
         ("topk_keep", c_int32),
         ("cuda_stream", c_void_p),
         ("timeout_ms", c_int64),
+        ("max_link_rate", c_int64),
     ]
 
 
