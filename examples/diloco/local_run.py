@@ -180,7 +180,7 @@ def main(argv=None) -> int:
                    help="the coordinator's log threshold (its log: OUT/coordinator.log)")
     p.add_argument("--wan", default="", metavar="TOPOLOGY",
                    help="run node i on host i of the WAN emulator (tools/wan; root), the coordinator on host 0; "
-                        "the forwarder's counters go into the summary")
+                        "the forwarder's counters and each host's bytes per 100 ms go into the summary")
     p.add_argument("--forwarder", default=None, help="the wccl-wan-forward program (default: found in a build)")
     p.add_argument("--out", default="diloco-run", help="folder for metrics and logs")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's options")
@@ -200,7 +200,7 @@ def main(argv=None) -> int:
         if wan:
             wan.down()
     if wan:
-        summary["wan"] = {"topology": args.wan, "counters": wan.counters()}
+        summary["wan"] = {"topology": args.wan, "counters": wan.counters(), "wire": wan.wire()}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return 1 if failed else 0
 

@@ -1,9 +1,9 @@
 """Blocking against streaming DiLoCo on the WAN emulator (docs/trainer.md, "Streaming DiLoCo on a
-WAN"): for each seed a blocking job and a streaming one (same model, data, H and tokens), then one
-of each with a third node that dies in an all-reduce; a Markdown table (compute utilisation per
-node, bytes per sync, mean wire rate, final held-out loss of the job's model, wall time, what the
-kill cost) and a plot of the held-out loss against tokens and against wall time. Needs root (the
-emulator's namespaces).
+WAN"): for each seed a blocking job and a streaming one of each configuration (same model, data,
+H and tokens), then one blocking and one of the first configuration with a third node that dies
+in an all-reduce; a Markdown table (compute utilisation per node, bytes per sync, mean and peak
+wire rate, final held-out loss of the job's model, wall time, what the kill cost) and a plot of
+the held-out loss against tokens and against wall time. Needs root (the emulator's namespaces).
 
     python examples/diloco/streaming.py --wan tools/wan/topologies/three-10mbit-50ms.wan \\
         --streaming 4,2,0.5 --seeds 0 1 --out runs/streaming -- --outer-steps 20 --inner-steps 8
@@ -36,6 +36,7 @@ def measures(label: str, folder: Path, kill_step: int = -1) -> dict:
     row = {"run": label, "utilisation per node": " ".join(f"{u:.2f}" for u in utilisation.values()),
            "MB per sync (node0)": max(r["bytes_sent"] for r in lead) / 1e6,
            "mean wire rate per host (Mbit/s)": sent * 8 / 1e6 / wall / sum(1 for c in wire.values() if c["sent(B)"]),
+           "peak wire rate (Mbit/s)": peak_rate(summary["wan"].get("wire", {}), lead),
            "final eval loss": finals["node0"]["eval_loss"], "tokens": finals["node0"]["tokens"],
            "wall s (node0's steps)": wall, "identical": summary["identical"]}
     if kill_step >= 0:  # the time node0's compute stood still in the sync the kill hit, above the usual
@@ -43,6 +44,19 @@ def measures(label: str, folder: Path, kill_step: int = -1) -> dict:
         hit = next(r for r in lead if r["step"] == kill_step + 1)
         row[KILL_COST] = hit["outer_s"] - usual
     return row
+
+
+def peak_rate(wire: dict, lead: list) -> float:
+    """The most any host's uplink sent in one of the forwarder's 100 ms bins, as Mbit/s, while
+    node0 ran its steady syncs: from the end of its first to the end of its last but one. The first
+    and the last sync go unpaced whatever --pace says (nothing measured yet; nothing to overlap)."""
+    if not wire or len(lead) < 3:
+        return float("nan")
+    begin, end = lead[0]["unix_time"], lead[-2]["unix_time"]
+    inside = [b for w in wire.values() for i, b in enumerate(w["bytes"])
+              if begin <= w["start"] + i * w["bin_s"] and w["start"] + (i + 1) * w["bin_s"] <= end]
+    bin_s = next(iter(wire.values()))["bin_s"]
+    return max(inside, default=0) * 8 / 1e6 / bin_s
 
 
 def plot(runs: dict, path: Path) -> None:
@@ -69,7 +83,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--wan", required=True, help="topology file (3 hosts at least: the kill runs have 3 nodes)")
     p.add_argument("--forwarder", default=None, help="the wccl-wan-forward program (default: found in a build)")
-    p.add_argument("--streaming", default="4,2,0.5", help="P,TAU,ALPHA of the streaming runs")
+    p.add_argument("--streaming", nargs="+", default=["4,2,0.5"], metavar="P,TAU,ALPHA[,PACE]",
+                   help="the streaming runs of each seed, one job per configuration (PACE: train.py's --pace F, "
+                        "default 0, unpaced); the kill runs take the first")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--kill-at", type=int, default=5, help="kill runs: node2 dies in the all-reduce after this "
                                                           "outer step (sync KILL_AT * P of a streaming run)")
@@ -78,19 +94,24 @@ def main(argv=None) -> int:
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's options, shared by every run")
     args = p.parse_args(argv)
     extra = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    fragments, overlap, mix = args.streaming.split(",")
-    streaming = ["--fragments", fragments, "--overlap", overlap, "--mix", mix]
+    configs = []  # (label, folder name, train.py's flags, syncs per outer step)
+    for spec in args.streaming:
+        fragments, overlap, mix, pace = (spec.split(",") + ["0"])[:4]
+        paced = f" pace={pace}" if float(pace) else ""
+        configs.append((f"streaming P={fragments} tau={overlap} alpha={mix}{paced}",
+                        f"streaming-P{fragments}-tau{overlap}-alpha{mix}" + (f"-pace{pace}" if paced else ""),
+                        ["--fragments", fragments, "--overlap", overlap, "--mix", mix, "--pace", pace], int(fragments)))
     out = Path(args.out)
     base = ["--wan", args.wan, "--local-ranks", "1", "--tls", "on"] + (["--forwarder", args.forwarder] if args.forwarder else [])
     jobs = []  # (label, folder, local_run arguments, the sync after which a node dies or -1)
     for seed in args.seeds:
-        for name, flags in (("blocking", []), (f"streaming P={fragments} tau={overlap} alpha={mix}", streaming)):
-            jobs.append((f"{name}, seed {seed}", out / f"{name.split()[0]}-{seed}",
+        for name, folder, flags, _ in [("blocking", "blocking", [], 1)] + configs:
+            jobs.append((f"{name}, seed {seed}", out / f"{folder}-{seed}",
                          base + ["--nodes", "2", "--", *extra, "--seed", str(seed), *flags], -1))
     if not args.no_kill:
-        for name, flags, per in (("blocking", [], 1), ("streaming", streaming, int(fragments))):
+        for name, folder, flags, per in (("blocking", "blocking", [], 1), configs[0]):
             kill = args.kill_at * per
-            jobs.append((f"{name}, 3 nodes, node2 killed in sync {kill + 1}", out / f"{name}-kill",
+            jobs.append((f"{name}, 3 nodes, node2 killed in sync {kill + 1}", out / f"{folder}-kill",
                          base + ["--nodes", "3", "--kill", f"node2@{kill}", "--", *extra, "--seed", str(args.seeds[0]),
                                  *flags], kill))
     rows, runs = [], {}

@@ -90,6 +90,10 @@ def parse_args(argv=None):
     t.add_argument("--overlap", type=int, default=0,
                    help="tau: a fragment's all-reduce runs while the next tau inner steps do (at most H/P); "
                         "0 waits for it")
+    t.add_argument("--pace", type=float, default=0.0, metavar="F",
+                   help="with --overlap: each overlapped all-reduce's links are paced so that its bytes take F times "
+                        "the time of the inner steps it overlaps (both measured at the previous overlapped sync), "
+                        "which lowers the peak rate on the wire; 0: unpaced")
     t.add_argument("--mix", type=float, default=0.0,
                    help="alpha: a synchronised fragment becomes alpha * local + (1 - alpha) * outer (0: the outer "
                         "parameters, DiLoCo's rule)")
@@ -514,6 +518,8 @@ class DilocoCalls:
         self.settle_started = time.time()
         self.stats: "wccl.OpStats | None" = None
         self.fragment, self.bytes_sent = 0, 0.0
+        self.overlap_s = 0.0  # the last overlapped sync's: time of its overlapped inner steps
+        self.pace_rate = 0  # the current sync's max_link_rate (--pace), bytes per second
         self.next_sync()
         self.t2 = self.t0
 
@@ -560,19 +566,24 @@ class DilocoCalls:
             _, _, _, delta, avg = self.views()  # a settle may have brought this node to another sync
             if not c.send:
                 delta.zero_()  # admitted (or brought up to date) at this sync's all-reduce: adds nothing
-            pending = t.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, self.wire, t.topk_keep(self.wire))
             overlap = not self.ahead and args.overlap > 0 and c.step + 1 < self.syncs
+            self.pace_rate = self.pace() if overlap else 0
+            pending = t.mesh.allreduce_start(delta, avg, wccl.ReduceOp.SUM, self.wire, t.topk_keep(self.wire),
+                                             max_link_rate=self.pace_rate)
             probe = None
             if overlap and c.step % args.fragments == args.fragments - 1:
                 # The last sync of an outer step, overlapped: a one-element all-reduce of the nodes'
                 # waiting joiners travels with it, so the boundary's roster (a round trip the compute
                 # would wait for) is taken only when a node waits to be admitted.
                 self.probe_in[0] = t.mesh.groups().pending
-                probe = t.mesh.allreduce_start(self.probe_in, self.probe_out, wccl.ReduceOp.SUM, wccl.Wire.NATIVE)
+                # (At the fragment's rate: a rate of 0 would unpace the fragment's bytes still queued.)
+                probe = t.mesh.allreduce_start(self.probe_in, self.probe_out, wccl.ReduceOp.SUM, wccl.Wire.NATIVE,
+                                               max_link_rate=self.pace_rate)
             if overlap:
                 o0 = time.perf_counter()
                 self.ahead = [float(t.inner_step_and_update()) for _ in range(args.overlap)]
-                self.inner_s += time.perf_counter() - o0
+                self.overlap_s = time.perf_counter() - o0
+                self.inner_s += self.overlap_s
                 self.overlapped = args.overlap
             self.stats = pending.wait()
             waiting = None if probe is None or probe.wait() is None else int(self.probe_out[0])
@@ -601,9 +612,18 @@ class DilocoCalls:
         t3 = time.perf_counter()
         self.log.step(self.train_loss, t.eval_loss(), inner_s=self.inner_s, outer_s=t3 - self.t0 - self.inner_s,
                       allreduce_s=self.t2 - self.t1, bytes_sent=self.bytes_sent, contributors=c.contributors,
-                      nodes=c.nodes, epoch=self.stats.epoch, fragment=self.fragment, overlapped=self.overlapped)
+                      nodes=c.nodes, epoch=self.stats.epoch, fragment=self.fragment, overlapped=self.overlapped,
+                      max_link_rate=self.pace_rate)
         self.next_sync()
         return None
+
+    def pace(self) -> int:
+        """--pace's max_link_rate for an overlapped all-reduce: this rank's bytes of the last
+        committed sync (the fragments differ by at most one element) over F times the time of the
+        last overlapped sync's inner steps; 0 (unpaced) before both are known."""
+        if not self.args.pace or self.stats is None or not self.overlap_s:
+            return 0
+        return max(125000, round(self.stats.bytes_sent / (self.args.pace * self.overlap_s)))
 
     def next_sync(self) -> None:
         """The next sync's clock starts: a node that does not train it (admitted at its all-reduce)
@@ -651,9 +671,10 @@ class Log:
             self.bar.update(t.pos.step)
 
     def step(self, train_loss, eval_loss, *, inner_s, outer_s, allreduce_s, bytes_sent, contributors, nodes, epoch,
-             fragment=0, overlapped=0) -> None:
+             fragment=0, overlapped=0, max_link_rate=0) -> None:
         """One committed sync (diloco: of ``fragment``, with ``overlapped`` inner steps run during
-        its all-reduce) or one outer step of the baseline."""
+        its all-reduce, paced at ``max_link_rate`` bytes per second per link, 0 unpaced) or one
+        outer step of the baseline."""
         t, a = self.t, self.args
         tokens = t.tokens_per_inner_step(contributors) * (a.inner_steps // a.fragments)
         elapsed = inner_s + outer_s if a.mode == "diloco" else inner_s + allreduce_s
@@ -661,11 +682,13 @@ class Log:
                   "eval_loss": eval_loss, "tokens": int(t.counters[0]), "tokens_per_s": tokens / max(elapsed, 1e-9),
                   "inner_s": inner_s, "outer_s": outer_s, "allreduce_s": allreduce_s,
                   "utilisation": inner_s / max(elapsed, 1e-9), "fragment": fragment, "overlapped": overlapped,
+                  "max_link_rate": max_link_rate,
                   "bytes_sent": int(bytes_sent), "nodes": nodes, "contributors": contributors, "epoch": epoch,
                   "retreats": t.mesh.retreats, "time": time.time() - self.start,
                   "wire": a.wire if a.mode == "diloco" else a.sync_wire}
         where = (f" fragment {fragment} overlap {overlapped} util {record['utilisation']:.2f}"
                  if a.fragments > 1 or a.overlap > 0 else "")
+        where += f" pace {max_link_rate * 8 / 1e6:.1f} Mbit/s" if max_link_rate else ""
         self.write(record, f"[{a.node_name}] step {t.pos.step}/{a.outer_steps * a.fragments}{where} loss {train_loss:.4f} "
                            f"eval {eval_loss:.4f} tok/s {record['tokens_per_s']:.0f} inner {inner_s:.2f}s outer "
                            f"{outer_s:.2f}s all-reduce {allreduce_s:.3f}s sent {bytes_sent / 1e6:.2f} MB nodes {nodes} "
@@ -698,14 +721,16 @@ def main(argv=None) -> None:
         raise SystemExit(f"--fragments {args.fragments}: must be at least 1 and divide --inner-steps {args.inner_steps}")
     if not 0 <= args.overlap <= args.inner_steps // args.fragments:
         raise SystemExit(f"--overlap {args.overlap}: from 0 to H/P = {args.inner_steps // args.fragments} inner steps")
+    if not 0.0 <= args.pace <= 1.0 or (args.pace and not args.overlap):
+        raise SystemExit(f"--pace {args.pace}: from 0 (unpaced) to 1, with --overlap")
     if not 0.0 <= args.mix < 1.0:
         raise SystemExit(f"--mix {args.mix}: from 0 (take the outer parameters) to below 1")
     mode_wire = args.wire if args.mode == "diloco" else args.sync_wire
     if args.topk_keep is not None and not (1 <= args.topk_keep <= 64 and mode_wire == "topk"):
         raise SystemExit(f"--topk-keep {args.topk_keep}: 1..64, with the topk wire of --mode {args.mode} "
                          f"({'--wire' if args.mode == 'diloco' else '--sync-wire'} is {mode_wire})")
-    if args.mode == "sync" and (args.fragments != 1 or args.overlap or args.mix):
-        raise SystemExit("--fragments, --overlap and --mix are for --mode diloco")
+    if args.mode == "sync" and (args.fragments != 1 or args.overlap or args.mix or args.pace):
+        raise SystemExit("--fragments, --overlap, --mix and --pace are for --mode diloco")
     if args.tls == "on" and not (args.tls_cert and args.tls_key and args.tls_ca):
         raise SystemExit("--tls on needs --tls-cert, --tls-key and --tls-ca (docs/tls.md), or --tls off")
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")

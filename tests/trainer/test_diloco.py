@@ -138,13 +138,16 @@ def test_streaming_fragments_overlap_a_joiner_and_a_kill(tmp_path):
                     reason="the WAN emulator needs root, /dev/net/tun and wccl-wan-forward (meson test names it)")
 def test_streaming_against_blocking_on_the_wan_emulator(tmp_path):
     """examples/diloco/streaming.py, docs/trainer.md's WAN comparison, on a short job (one seed, 3
-    outer steps; its kill runs included): nodes on emulated hosts at 10 Mbit/s and 50 ms, TLS.
-    Every job ends with identical models and the same tokens, and a streaming sync moves a quarter
-    of a blocking outer step's bytes (P = 4)."""
+    outer steps; its kill runs included; streaming paced, --pace 0.5): nodes on emulated hosts at
+    10 Mbit/s and 50 ms, TLS. Every job ends with identical models and the same tokens, a
+    streaming sync moves a quarter of a blocking outer step's bytes (P = 4), every overlapped sync
+    after the first is paced and the others are not, and no host's wire carried more than its
+    10 Mbit/s in any 100 ms."""
     out = tmp_path / "streaming"
     proc = subprocess.run([sys.executable, str(LOCAL_RUN.parent / "streaming.py"), "--wan",
                            str(ROOT / "tools" / "wan" / "topologies" / "three-10mbit-50ms.wan"), "--forwarder",
                            os.environ["WCCL_WAN_FORWARDER"], "--seeds", "0", "--kill-at", "1", "--out", str(out),
+                           "--streaming", "4,2,0.5,0.5",
                            "--", "--outer-steps", "3", "--inner-steps", "8", *MODEL],
                           env=job_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
@@ -154,6 +157,13 @@ def test_streaming_against_blocking_on_the_wan_emulator(tmp_path):
     assert streaming["tokens"] == blocking["tokens"]
     assert 0.24 <= streaming["MB per sync (node0)"] / blocking["MB per sync (node0)"] <= 0.26, rows
     assert all(0 < u <= 1 for r in rows for u in map(float, r["utilisation per node"].split()))
+    assert all(0 < r["peak wire rate (Mbit/s)"] <= 10 + 8 * 1500 / 1e5 for r in rows), rows  # a packet's slack
+    steps = [json.loads(line) for line in (out / "streaming-P4-tau2-alpha0.5-pace0.5-0" / "node0.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if r["event"] == "step"]
+    overlapped = [r for r in steps if r["overlapped"]]
+    assert len(overlapped) == len(steps) - 1, steps  # all but the last sync
+    assert overlapped[0]["max_link_rate"] == 0 and all(r["max_link_rate"] >= 125000 for r in overlapped[1:]), steps
+    assert steps[-1]["max_link_rate"] == 0, steps
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/net/tun") or not os.environ.get("WCCL_WAN_FORWARDER"),
@@ -233,7 +243,7 @@ def test_streaming_flags_are_checked():
     out = train_py("""
 print(train.fragment_bounds(10, 3), train.fragment_bounds(4, 1))
 for flags in (["--fragments", "3"], ["--fragments", "2", "--overlap", "3"], ["--mix", "1"],
-              ["--mode", "sync", "--fragments", "2"]):
+              ["--mode", "sync", "--fragments", "2"], ["--pace", "0.5"], ["--overlap", "1", "--pace", "1.5"]):
     try:
         train.main(["--coordinator", "h:1", "--tls", "off", "--inner-steps", "4", *flags])
     except SystemExit as e:
@@ -243,7 +253,9 @@ for flags in (["--fragments", "3"], ["--fragments", "2", "--overlap", "3"], ["--
                    "--fragments 3: must be at least 1 and divide --inner-steps 4",
                    "--overlap 3: from 0 to H/P = 2 inner steps",
                    "--mix 1.0: from 0 (take the outer parameters) to below 1",
-                   "--fragments, --overlap and --mix are for --mode diloco"]
+                   "--fragments, --overlap, --mix and --pace are for --mode diloco",
+                   "--pace 0.5: from 0 (unpaced) to 1, with --overlap",
+                   "--pace 1.5: from 0 (unpaced) to 1, with --overlap"]
 
 
 def test_synchronous_baseline_agrees_and_sends_more(tmp_path):

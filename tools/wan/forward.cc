@@ -9,8 +9,9 @@
 //
 // Creates one TUN device per host of the topology (wccl-w0, wccl-w1, ...), prints one line per host
 // ("host NAME ADDRESS DEVICE") and then "ready" on stdout, and forwards IPv4 packets between the
-// devices until SIGTERM or SIGINT, when it prints per-host counters on stderr. wan.py moves each
-// device into its host's network namespace and gives it the address; any program can do the same.
+// devices until SIGTERM or SIGINT, when it prints per-host counters (and bytes per 100 ms) on
+// stderr. wan.py moves each device into its host's network namespace and gives it the address; any
+// program can do the same.
 //
 // A packet that host i sends to host j crosses, in order:
 //   i's uplink     a FIFO at i's `up` rate with a tail-drop queue of `queue` bytes;
@@ -65,10 +66,16 @@ constexpr size_t kMaxInFlight = size_t{1} << 30;  // packet buffers on the emula
 // queues are the only drops.
 constexpr int kDeviceQueuePackets = 1 << 15;
 
+constexpr int64_t kWireBinNs = 100'000'000;  // Counters::wire_bins: 100 ms each,
+constexpr size_t kMaxWireBins = 1 << 20;     // the first 29 hours
+
 struct Counters {
   uint64_t sent = 0, sent_bytes = 0;            // read from this host's device
   uint64_t delivered = 0, delivered_bytes = 0;  // written to this host's device
   uint64_t drop_up = 0, drop_down = 0, lost = 0, unroutable = 0;
+  // Bytes that left the host's uplink in each kWireBinNs since the forwarder started (at most
+  // kMaxWireBins): the rate on its wire over time, whose peaks the means above hide.
+  std::vector<uint64_t> wire_bins;
 };
 
 struct Host : wccl::sim::Host {
@@ -147,7 +154,7 @@ struct Event {
 
 class Forwarder {
  public:
-  explicit Forwarder(Topology topo) : t_(std::move(topo)), rng_(t_.seed) {
+  explicit Forwarder(Topology topo) : t_(std::move(topo)), rng_(t_.seed), start_ns_(now_ns()) {
     const size_t n = t_.hosts.size();
     last_arrival_.assign(n, std::vector<int64_t>(n, 0));
   }
@@ -218,6 +225,16 @@ class Forwarder {
                    h.name.c_str(), h.n.sent, h.n.sent_bytes, h.n.delivered, h.n.delivered_bytes,
                    h.n.drop_up, h.n.drop_down, h.n.lost, h.n.unroutable);
     }
+    // Per host: "wire HOST START BIN_S B0 B1 ...", START the Unix time at which bin 0 began.
+    timespec real{};
+    clock_gettime(CLOCK_REALTIME, &real);
+    const double start_unix = static_cast<double>(real.tv_sec) + real.tv_nsec / 1e9 -
+                              static_cast<double>(now_ns() - start_ns_) / 1e9;
+    for (const Host &h : t_.hosts) {
+      std::fprintf(stderr, "wire %s %.6f %.3f", h.name.c_str(), start_unix, kWireBinNs / 1e9);
+      for (uint64_t b : h.n.wire_bins) std::fprintf(stderr, " %" PRIu64, b);
+      std::fprintf(stderr, "\n");
+    }
   }
 
  private:
@@ -281,6 +298,11 @@ class Forwarder {
       return give_back(p);
     }
     src.up_free = std::max(src.up_free, now) + transmit_ns(p->len, src.up_bps);
+    const size_t bin = static_cast<size_t>((src.up_free - start_ns_) / kWireBinNs);
+    if (bin < kMaxWireBins) {
+      if (bin >= src.n.wire_bins.size()) src.n.wire_bins.resize(bin + 1, 0);
+      src.n.wire_bins[bin] += p->len;
+    }
     if (uniform_(rng_) < src.loss + dst.loss) {
       ++src.n.lost;
       return give_back(p);
@@ -327,6 +349,7 @@ class Forwarder {
 
   Topology t_;
   std::mt19937_64 rng_;
+  const int64_t start_ns_;  // bin 0 of Counters::wire_bins begins here
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t order_ = 0;

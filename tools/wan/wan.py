@@ -124,6 +124,13 @@ class Wan:
         return {l[0]: dict(zip(head[1:], map(int, l[1:])), **{"dev-drop": self.device_drops.get(l[0], -1)})
                 for l in lines if len(l) == len(head) and l[0] in self.names}
 
+    def wire(self):
+        """The bytes each host's uplink sent in every 100 ms, once the forwarder has stopped:
+        {host: {"start": Unix time at which the first bin began, "bin_s": 0.1, "bytes": [...]}}."""
+        return {l[1]: {"start": float(l[2]), "bin_s": float(l[3]), "bytes": [int(b) for b in l[4:]]}
+                for l in (line.split() for line in self.log.read_text().splitlines())
+                if len(l) >= 4 and l[0] == "wire" and l[1] in self.names}
+
     def __enter__(self):
         return self.up()
 

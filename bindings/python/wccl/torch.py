@@ -122,13 +122,13 @@ class PendingAllreduce:
     """An all-reduce of ElasticDeviceMesh.allreduce_start in flight over this local rank's group."""
 
     def __init__(self, mesh: "ElasticDeviceMesh", tensor: torch.Tensor, out: torch.Tensor, op: ReduceOp,
-                 wire: Wire, topk_keep: int = 0) -> None:
+                 wire: Wire, topk_keep: int = 0, max_link_rate: int = 0) -> None:
         self._mesh = mesh
         self._request: Optional[Request] = None
         self._error: Optional[WcclError] = None
         try:
             self._request = mesh._member().allreduce(tensor, op, out=out, wire=wire, topk_keep=topk_keep,
-                                                     async_op=True)
+                                                     max_link_rate=max_link_rate, async_op=True)
         except (PeerLostError, WcclTimeoutError) as e:  # the epoch was revoked before it started
             self._error = e
 
@@ -368,12 +368,14 @@ class ElasticDeviceMesh:
         return self.allreduce_start(tensor, out, op, wire, topk_keep).wait()
 
     def allreduce_start(self, tensor: torch.Tensor, out: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
-                        wire: Wire = Wire.INT8, topk_keep: int = 0) -> "PendingAllreduce":
+                        wire: Wire = Wire.INT8, topk_keep: int = 0, max_link_rate: int = 0) -> "PendingAllreduce":
         """allreduce() without blocking: the caller goes on (inner steps of a streaming DiLoCo)
         and later calls ``wait()`` on the result, which returns what allreduce() returns. Neither
         ``tensor`` nor ``out`` may be touched until then. Every local rank starts and waits for its
-        all-reduces in the same order."""
-        return PendingAllreduce(self, tensor, out, op, wire, topk_keep)
+        all-reduces in the same order. ``max_link_rate``: bytes per second each link of this
+        rank's group may send it at (0: unpaced; the option of that name, docs/python.md), so a
+        transfer that the compute hides anyway leaves the link to other traffic."""
+        return PendingAllreduce(self, tensor, out, op, wire, topk_keep, max_link_rate)
 
     def sync_state(self, tensors: Dict[str, torch.Tensor], revision: int, mode: SyncMode) -> Optional[int]:
         """``wccl_state_sync`` in every group: the elected revision when every group succeeded, None
