@@ -63,8 +63,13 @@ class MembershipTest : public testing::Test {
     return o;
   }
   // Forms epoch 1 from the given peers.
+  // The first epoch of `peers`, in that order: their names ("m<position>-...") sort so.
   void form(Membership &m, std::vector<PeerId> peers) {
-    for (PeerId p : peers) ASSERT_TRUE(m.join(p, info(p), t).ok());
+    for (size_t k = 0; k < peers.size(); ++k) {
+      PeerInfo named = info(peers[k]);
+      named.name = "m" + std::to_string(k) + "-" + named.name;
+      ASSERT_TRUE(m.join(peers[k], named, t).ok());
+    }
     t += 250ms;
     m.tick(t);
     expect_announced(m.take_notices(), 1, peers);
@@ -153,6 +158,27 @@ TEST_F(MembershipTest, JoinerWaitsAndIsAdmittedWhenEveryMemberUpdates) {
   EXPECT_EQ(m.epoch(), 2u);
   expect_announced(m.take_notices(), 2, {A, B, C, D, E});
   EXPECT_EQ(m.joiners(), 0u);
+}
+
+// Peers admitted together take the natural order of their names, whatever order they arrived in:
+// a job's first ring (and so its ranks, and the order in which a coded wire's partial sums are
+// made) is the same in every run. Members stay where they are; joiners admitted at one update
+// follow them, among themselves by name.
+TEST_F(MembershipTest, PeersAdmittedTogetherAreOrderedByName) {
+  Membership m(options());
+  const PeerId F = 0xf;
+  const std::vector<std::pair<PeerId, std::string>> arriving = {
+      {A, "node10.0"}, {B, "node2.0"}, {C, "node2.1"}, {D, "node02.0"}};
+  for (const auto &[id, name] : arriving)
+    ASSERT_TRUE(m.join(id, {name, info(id).address, ""}, t).ok());
+  t += 250ms;
+  m.tick(t);
+  // node02.0 and node2.0 name the same number: their order of arrival decides.
+  expect_announced(m.take_notices(), 1, {B, D, C, A});
+  ASSERT_TRUE(m.join(E, {"b", info(E).address, ""}, t).ok());
+  ASSERT_TRUE(m.join(F, {"a", info(F).address, ""}, t).ok());
+  for (PeerId p : {B, D, C, A}) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
+  EXPECT_EQ(ids(m.ring()), (std::vector<PeerId>{B, D, C, A, F, E}));
 }
 
 TEST_F(MembershipTest, ReformDropsTheLostButAdmitsNoJoinerUntilAPlainUpdate) {
@@ -679,7 +705,7 @@ TEST_F(MembershipTest, RoundTripsAreKeptOnlyFromMembersAboutMembersOfTheirEpoch)
   EXPECT_EQ(m.rtt(A, B), 0u) << "a lost peer's round trips are forgotten";
 }
 
-TEST_F(MembershipTest, OrderOfArrivalWhenMeasuredOrderIsOff) {
+TEST_F(MembershipTest, TheFormedOrderStaysWhenMeasuredOrderIsOff) {
   Membership::Options o = options();
   o.measured_order = false;
   Membership m(o);

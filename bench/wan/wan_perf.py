@@ -2,7 +2,7 @@
 """The all-reduce benchmark on the WAN emulator: one peer per emulated host.
 
   wan_perf.py TOPOLOGY [--build DIR] [--tool T] [--tls on|off] [--ping] [--sysctl KEY=VALUE ...]
-              [--stagger-ms MS] -- [flags of the tool]
+              -- [flags of the tool]
 
 Brings up tools/wan (root), optionally prints each pair's ping round trip from the first host,
 then runs the tool on every host and prints rank 0's output (its table, or its JSON with
@@ -39,9 +39,9 @@ def ping_ms(wan, a, b, count=5):
     return float(m.group(1)) if m else None
 
 
-def start_wccl(wan, build, tls, perf_args, tmp, stagger_s=0.0):
-    """wccl-coord on the first host, then wccl-perf on each, stagger_s apart (so that they join in
-    the topology's order); the coordinator is the last process."""
+def start_wccl(wan, build, tls, perf_args, tmp):
+    """wccl-coord on the first host, then wccl-perf on each, named after its host (the first ring
+    is in the natural order of the names); the coordinator is the last process."""
     hosts = list(wan.hosts)
     env = dict(os.environ, WCCL_TLS="on" if tls else "off", WCCL_LOG_LEVEL="error")
     if tls:
@@ -53,8 +53,6 @@ def start_wccl(wan, build, tls, perf_args, tmp, stagger_s=0.0):
                       stderr=open(tmp / "coord.log", "w"))
     peers = []
     for h in hosts:
-        if peers and stagger_s > 0:
-            time.sleep(stagger_s)
         peers.append(wan.popen(h, [str(build / "bench" / "perf" / "wccl-perf"), "--coordinator", coord_addr] + perf_args,
                                env=dict(env, WCCL_NAME=h, WCCL_LISTEN=f"{wan.address(h)}:0"),
                                stdout=open(tmp / f"{h}.out", "w")))
@@ -73,7 +71,7 @@ def start_gloo(wan, build, algo, perf_args, tmp, timeout_s):
             for k, h in enumerate(hosts)]
 
 
-def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl", sysctls=(), stagger_s=0.0):
+def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl", sysctls=()):
     """Returns (the tool's exit status, rank 0's output, the forwarder's counters, pings, the
     coordinator's log lines of the rings it formed)."""
     build = Path(build)
@@ -90,7 +88,7 @@ def run(topology, build, tls, perf_args, ping=False, timeout_s=600, tool="wccl",
             rings = []
             try:
                 if tool == "wccl":
-                    procs = start_wccl(wan, build, tls, perf_args, tmp, stagger_s)
+                    procs = start_wccl(wan, build, tls, perf_args, tmp)
                     peers = procs[:-1]
                 else:
                     procs = peers = start_gloo(wan, build, tool[len("gloo-"):], perf_args, tmp, timeout_s)
@@ -119,15 +117,13 @@ def main():
     parser.add_argument("--ping", action="store_true", help="print each host's round trip from the first")
     parser.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE",
                         help="a kernel setting for every host's namespace (repeatable)")
-    parser.add_argument("--stagger-ms", type=float, default=0,
-                        help="wccl: start the peers this far apart, in the topology's order (their order of arrival)")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
     perf_args = argv[cut + 1:]
     start = time.monotonic()
     status, out, counters, pings, rings = run(args.topology, args.build, args.tls == "on", perf_args, ping=args.ping,
-                                       tool=args.tool, sysctls=args.sysctl, stagger_s=args.stagger_ms / 1000)
+                                       tool=args.tool, sysctls=args.sysctl)
     for (a, b), ms in pings.items():
         print(f"# ping {a} -> {b}: {ms} ms")
     print(out, end="")

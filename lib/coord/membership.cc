@@ -12,6 +12,43 @@ namespace {
 
 long long ms(std::chrono::milliseconds d) { return static_cast<long long>(d.count()); }
 
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// The natural order of names: runs of digits compare as numbers ("node2" before "node10"),
+// everything else byte by byte.
+bool name_before(const std::string &a, const std::string &b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (is_digit(a[i]) && is_digit(b[j])) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && is_digit(a[ei])) ++ei;
+      while (ej < b.size() && is_digit(b[ej])) ++ej;
+      size_t zi = i, zj = j;  // past leading zeros
+      while (zi + 1 < ei && a[zi] == '0') ++zi;
+      while (zj + 1 < ej && b[zj] == '0') ++zj;
+      if (ei - zi != ej - zj) return ei - zi < ej - zj;
+      const int c = a.compare(zi, ei - zi, b, zj, ej - zj);
+      if (c != 0) return c < 0;
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// Peers admitted together, in the natural order of their names (arrival breaks ties): the ring
+// of a job's first epoch does not depend on which node reached the coordinator first.
+std::vector<Member> by_name(std::vector<Member> peers) {
+  std::stable_sort(peers.begin(), peers.end(), [](const Member &x, const Member &y) {
+    return name_before(x.info.name, y.info.name);
+  });
+  return peers;
+}
+
 }  // namespace
 
 // A live member of the current epoch: in its ring, heard from, and not waiting to join again (a
@@ -432,7 +469,7 @@ void Membership::maybe_form_first(Clock::time_point now) {
   // A peer reported an epoch this coordinator (restarted) never adopted: the job's members may be
   // on their way back with it. They get peer_timeout to return before joiners form a new one.
   if (epoch_floor_ > epoch_ && now - floor_heard_ < opt_.peer_timeout) return;
-  ring_ = std::move(joiners_);
+  ring_ = by_name(std::move(joiners_));
   joiners_.clear();
   const bool first = epoch_ == 0 && epoch_floor_ == 0;  // heard of no job yet
   if (first) gives_way_until_ = now + opt_.peer_timeout;
@@ -488,7 +525,8 @@ void Membership::maybe_complete_update() {
                              : last_member_left_ ? EpochOrigin::kAfterLeave
                                                  : EpochOrigin::kAfterLoss;
   if (admit) {
-    next.insert(next.end(), joiners_.begin(), joiners_.end());
+    const std::vector<Member> admitted = by_name(std::move(joiners_));
+    next.insert(next.end(), admitted.begin(), admitted.end());
     joiners_.clear();
   }
   if (opt_.measured_order && next.size() <= kMaxMeasuredRing) {

@@ -11,7 +11,8 @@
 // - An update is a barrier over the live members of the current epoch: each calls update() (or
 //   leave(), which is an update that leaves). When every live member has arrived, the next epoch
 //   is the survivors in their ring order minus the leavers, followed by the admitted joiners in
-//   arrival order. If nothing changed and the epoch was not revoked, the same epoch is confirmed.
+//   the natural order of their names (so is a first epoch: "node2" before "node10"). If nothing
+//   changed and the epoch was not revoked, the same epoch is confirmed.
 // - A member silent for `peer_timeout`, whose control connection closed, or that fails a probe
 //   after a neighbour reported a broken link, is lost: the epoch is revoked (every live member is
 //   told) and the barrier no longer waits for it. A lost peer never slips back: its later
@@ -81,7 +82,7 @@ struct LinkEstimate {
 int rank_in(const std::vector<Member> &ring, PeerId id);
 
 // Rings of at most this many members are ordered from measured round trips (coord/ring_order.h);
-// larger ones keep the order of arrival.
+// larger ones keep the order they were formed in.
 inline constexpr size_t kMaxMeasuredRing = 64;
 
 struct Notice {
@@ -137,7 +138,7 @@ class Membership {
     // with a number its predecessor used, even before any member of the job is back to report one.
     uint64_t epoch_base = 0;
     // Order each new epoch's ring from the round trips members report (ring_order.h), and re-form
-    // an epoch whose order a better one beats by kReorderMargin; false: the order of arrival.
+    // an epoch whose order a better one beats by kReorderMargin; false: the order of admission.
     bool measured_order = true;
     // Send with each epoch formed at an update barrier algo=AUTO's crossovers, computed from the
     // links members report (coord/algo_choice.h); false: members use their tree_max_bytes and never
