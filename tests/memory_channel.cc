@@ -58,6 +58,12 @@ void Fabric::kill_at_send(int rank, uint64_t after_sends) {
   kill_at_[rank] = after_sends;
 }
 
+Status Fabric::death(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = dead_.find(rank);
+  return it != dead_.end() ? it->second : Status();
+}
+
 uint64_t Fabric::sends(int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   return sends_[rank];

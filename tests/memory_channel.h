@@ -40,6 +40,8 @@ class Fabric {
   // then on its operations, and its peers' operations with it, fail with IO.
   void kill_at_send(int rank, uint64_t after_sends);
   void kill(int rank, const Status &why);
+  // Why the rank died (its channel's abort, kill, kill_at_send); OK while it lives.
+  Status death(int rank);
   uint64_t sends(int rank);
 
   std::unique_ptr<algo::Channel> channel(int rank);

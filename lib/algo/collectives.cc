@@ -591,6 +591,7 @@ Algo choose(const Collective &c, int n, const Crossovers &x) {
 
 Status run(Exchange &ex, const Collective &c, Undo *undo) {
   Status st = dispatch(ex, c, undo);
+  if (!st.ok()) ex.cancel(st);  // so the channel's abort names the cause (first cause wins)
   ex.finish();
   return st;
 }

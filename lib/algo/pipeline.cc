@@ -106,6 +106,14 @@ void Pipeline::land(int peer, uint32_t tag, uint8_t *dst, size_t len, bool in_bu
 }
 
 Status Pipeline::run() {
+  // A failure of this member's own (a NaN the wire cannot carry) becomes the exchange's, so the
+  // channel's abort at ~Pipeline names it rather than the messages left in flight.
+  Status st = run_steps();
+  if (!st.ok()) ex_.cancel(st);
+  return st;
+}
+
+Status Pipeline::run_steps() {
   const bool device = !mem_.host();
   auto staged = [&](const Step &s) { return s.dst == nullptr || (s.in_buffer && device); };
   size_t slot_bytes = 0;

@@ -106,10 +106,11 @@ class Pipeline {
   void land(int peer, uint32_t tag, uint8_t *dst, size_t len, bool in_buffer, size_t gate,
             Action then);
 
-  // Runs the steps, then waits for every send.
+  // Runs the steps, then waits for every send. A failure cancels the exchange with it.
   Status run();
 
  private:
+  Status run_steps();
   struct Step {
     int peer = -1;
     uint32_t tag = 0;
