@@ -619,11 +619,15 @@ class DilocoCalls:
 
     def pace(self) -> int:
         """--pace's max_link_rate for an overlapped all-reduce: this rank's bytes of the last
-        committed sync (the fragments differ by at most one element) over F times the time of the
-        last overlapped sync's inner steps; 0 (unpaced) before both are known."""
-        if not self.args.pace or self.stats is None or not self.overlap_s:
+        sync's all-reduce (the fragments differ by at most one element) over F times the time of
+        the last overlapped sync's inner steps; 0 (unpaced) before both are known, after a failed
+        attempt, and when the last all-reduce ran among another number of nodes or sent nothing
+        (a node alone), whose bytes say nothing of this one's."""
+        s, comm = self.stats, self.t.mesh.comm
+        if (not self.args.pace or s is None or not self.overlap_s or not s.bytes_sent or comm is None
+                or s.world_size != comm.size):
             return 0
-        return max(125000, round(self.stats.bytes_sent / (self.args.pace * self.overlap_s)))
+        return max(125000, round(s.bytes_sent / (self.args.pace * self.overlap_s)))
 
     def next_sync(self) -> None:
         """The next sync's clock starts: a node that does not train it (admitted at its all-reduce)

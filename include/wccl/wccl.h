@@ -331,8 +331,9 @@ typedef enum wccl_compress {
                              zstd outpaces the link (docs/algorithms.md) */
 } wccl_compress_t;
 
-/* Per-operation options. Get them from wccl_opts_default() and change fields; `size` lets later
- * releases add fields without breaking callers built against this one. */
+/* Per-operation options. Get them from wccl_opts_default() and change fields. A field is added
+ * only with a new major version (the soname's): `size` lets the library refuse, with
+ * INVALID_ARGUMENT, options of a caller built against another one (max_link_rate came with 2). */
 typedef struct wccl_opts {
   size_t size;           /* sizeof(wccl_opts_t), set by wccl_opts_default */
   int32_t wire;          /* wccl_wire_t */

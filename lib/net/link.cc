@@ -52,19 +52,23 @@ Status LinkState::run(std::function<void()> fn) { return core_->post(std::move(f
 
 void LinkState::pace(uint64_t bytes_per_s) {
   if (pace_asked_.exchange(bytes_per_s) == bytes_per_s) return;
-  Status st = core_->post([self = shared_from_this(), bytes_per_s] {
-    self->pace_ = bytes_per_s;
+  // The loop applies the latest rate asked for, whichever post runs last.
+  Status st = core_->post([self = shared_from_this()] {
+    self->pace_ = self->pace_asked_.load();
     if (self->state_ == State::kOpen) self->apply_pace();  // else when it opens
   });
-  (void)st;  // a stopped loop has closed the link: nothing to pace
+  // Not posted (a loop stopped or overloaded): the next call, whatever its rate, tries again.
+  if (!st.ok()) pace_asked_.store(kPaceUnknown);
 }
 
 void LinkState::apply_pace() {
   // Each stream carries an equal share of a large message (stripe_frame_bytes), so equal shares
-  // of the cap keep the link's total at it. The kernel takes 64 bits; ~0 is unlimited.
-  const uint64_t share = pace_ == 0
-                             ? ~uint64_t{0}
-                             : (pace_ + static_cast<uint64_t>(stream_count_) - 1) / stream_count_;
+  // of the cap keep the link's total at it; a share is at least kMinStreamPace. The kernel takes
+  // 64 bits; ~0 is unlimited.
+  const uint64_t share =
+      pace_ == 0 ? ~uint64_t{0}
+                 : std::max(kMinStreamPace,
+                            (pace_ + static_cast<uint64_t>(stream_count_) - 1) / stream_count_);
   for (Stream *s : streams_) {
     uv_os_fd_t fd;
     if (s == nullptr || uv_fileno(reinterpret_cast<uv_handle_t *>(&s->tcp_), &fd) != 0) continue;

@@ -83,9 +83,10 @@ class Link {
   // returning, when called on that thread).
   virtual Status run(std::function<void()> fn) = 0;
   // Caps the rate at which the link sends, in bytes per second (0: as fast as TCP goes): the
-  // kernel paces each stream at its share (SO_MAX_PACING_RATE), from the next packet on, bytes
-  // already written included. Any thread; a rate equal to the last one asked for costs nothing.
-  // While paced, the link takes no delivery_rate samples (they would measure the cap).
+  // kernel paces each stream at its share (SO_MAX_PACING_RATE; at least 31250 bytes/s each), from
+  // the next packet on, bytes already written included. Any thread: the link ends at the rate of
+  // the last call; a rate equal to the last one asked for costs nothing. While paced, the link
+  // takes no delivery_rate samples (they would measure the cap).
   virtual void pace(uint64_t bytes_per_s) = 0;
 
   // Set on the loop thread before the link is handed out; stable afterwards.

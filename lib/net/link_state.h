@@ -105,9 +105,15 @@ class LinkState final : public Link, public std::enable_shared_from_this<LinkSta
   std::atomic<uint32_t> min_rtt_us_{0};
   std::atomic<uint64_t> delivery_rate_{0};
   Clock::time_point tcp_sampled_{};
-  std::atomic<uint64_t> pace_asked_{0};  // the last rate pace() was given
-  uint64_t pace_{0};                     // loop thread: the rate the streams are paced at
-  bool peer_closing_ = false;            // see peer_closing()
+  // The last rate pace() was given, or kPaceUnknown when its post failed. A rate is at most
+  // INT64_MAX (wccl_opts_t.max_link_rate), so no call asks for kPaceUnknown.
+  static constexpr uint64_t kPaceUnknown = ~uint64_t{0};
+  std::atomic<uint64_t> pace_asked_{0};
+  uint64_t pace_{0};  // loop thread: the rate the streams are paced at
+  // The least a paced stream sends per second: slower, on loopback (64 KiB segments, sent two at a
+  // time), its packets could come further apart than a link's silence timeout.
+  static constexpr uint64_t kMinStreamPace = 31250;
+  bool peer_closing_ = false;  // see peer_closing()
   Status peer_closed_why_;
   Clock::time_point peer_closed_at_{};
 

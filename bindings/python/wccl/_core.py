@@ -456,7 +456,10 @@ def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
         if not float(timeout) > 0:
             raise ValueError(f"wccl: timeout must be a positive number of seconds, not {timeout!r}")
         o.timeout_ms = max(1, round(float(timeout) * 1000))
-    o.max_link_rate = int(opts.get("max_link_rate") or 0)
+    rate = int(opts.get("max_link_rate") or 0)
+    if not 0 <= rate < 2**63:
+        raise ValueError(f"wccl: max_link_rate must be 0 (unpaced) or a number of bytes per second, not {rate!r}")
+    o.max_link_rate = rate
     o.cuda_stream = cuda_stream
     return o
 
