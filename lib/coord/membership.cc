@@ -1,6 +1,8 @@
 #include "coord/membership.h"
 
 #include <algorithm>
+#include <numeric>
+#include <string>
 #include <utility>
 
 #include "coord/algo_choice.h"
@@ -43,10 +45,18 @@ bool name_before(const std::string &a, const std::string &b) {
 // Peers admitted together, in the natural order of their names (arrival breaks ties): the ring
 // of a job's first epoch does not depend on which node reached the coordinator first.
 std::vector<Member> by_name(std::vector<Member> peers) {
-  std::stable_sort(peers.begin(), peers.end(), [](const Member &x, const Member &y) {
-    return name_before(x.info.name, y.info.name);
+  // std::sort over positions, ties by position: std::stable_sort's temporary buffer is deprecated
+  // in the C++ library clang 19 builds against (-Werror).
+  std::vector<size_t> order(peers.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    const std::string &a = peers[x].info.name, &b = peers[y].info.name;
+    return name_before(a, b) || (!name_before(b, a) && x < y);
   });
-  return peers;
+  std::vector<Member> sorted;
+  sorted.reserve(peers.size());
+  for (size_t k : order) sorted.push_back(std::move(peers[k]));
+  return sorted;
 }
 
 }  // namespace
