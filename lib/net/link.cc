@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "net/link_state.h"
@@ -75,7 +74,7 @@ void LinkState::apply_pace() {
     if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &share, sizeof(share)) != 0 &&
         core_->log.enabled(LogLevel::kWarn)) {
       WCCL_LOG(core_->log, kWarn, "link to %s: pacing at %llu bytes/s: %s", peer_name_.c_str(),
-               static_cast<unsigned long long>(share), std::strerror(errno));
+               static_cast<unsigned long long>(share), uv_strerror(uv_translate_sys_error(errno)));
     }
   }
 }
