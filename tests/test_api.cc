@@ -474,6 +474,9 @@ TEST_F(CollectiveApi, ArgumentsAreCheckedAndNamed) {
   o.max_link_rate = 1000;
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
          "opts->max_link_rate is 1000; 0 (unpaced) or at least 125000 bytes per second");
+  o.max_link_rate = WCCL_MIN_LINK_RATE - 1;
+  expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
+         "opts->max_link_rate is 124999");
   o.max_link_rate = -1;
   expect(wccl_allreduce(v, v, 4, WCCL_F32, WCCL_SUM, comm_, &o), WCCL_ERR_INVALID_ARGUMENT,
          "opts->max_link_rate is -1");

@@ -627,7 +627,7 @@ class DilocoCalls:
         if (not self.args.pace or s is None or not self.overlap_s or not s.bytes_sent or comm is None
                 or s.world_size != comm.size):
             return 0
-        return max(125000, round(s.bytes_sent / (self.args.pace * self.overlap_s)))
+        return max(wccl.MIN_LINK_RATE, round(s.bytes_sent / (self.args.pace * self.overlap_s)))
 
     def next_sync(self) -> None:
         """The next sync's clock starts: a node that does not train it (admitted at its all-reduce)

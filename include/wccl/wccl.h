@@ -331,6 +331,11 @@ typedef enum wccl_compress {
                              zstd outpaces the link (docs/algorithms.md) */
 } wccl_compress_t;
 
+/* The lowest nonzero wccl_opts_t.max_link_rate, in bytes per second (1 Mbit/s): below it a paced
+ * stream's packets (64 KiB bursts on loopback) could come further apart than a link's silence
+ * timeout (io_timeout_ms) allows. */
+#define WCCL_MIN_LINK_RATE 125000
+
 /* Per-operation options. Get them from wccl_opts_default() and change fields. A field is added
  * only with a new major version (the soname's): `size` lets the library refuse, with
  * INVALID_ARGUMENT, options of a caller built against another one (max_link_rate came with 2). */
@@ -350,7 +355,7 @@ typedef struct wccl_opts {
                             operation's messages, at most: the kernel paces the link's streams,
                             each at its share (SO_MAX_PACING_RATE), so a transfer that need not
                             finish soon (an overlapped all-reduce) leaves the link to other
-                            traffic. 0: as fast as TCP goes; else at least 125000 (1 Mbit/s).
+                            traffic. 0: as fast as TCP goes; else at least WCCL_MIN_LINK_RATE.
                             Set per operation; the state sync and the control channel are not
                             paced. wccl-sim does not model it */
 } wccl_opts_t;

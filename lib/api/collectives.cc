@@ -17,9 +17,7 @@ namespace wccl {
 namespace {
 
 constexpr int kNoOp = -1000;  // prepare(): the collective takes no reduction operator
-// The lowest opts.max_link_rate (1 Mbit/s): below it a paced stream's packets (64 KiB on loopback)
-// could come further apart than a link's silence timeout allows.
-constexpr int64_t kMinLinkRate = 125000;
+constexpr int64_t kMinLinkRate = WCCL_MIN_LINK_RATE;
 
 // Validates what every collective shares and fills c's type, op and options.
 // dtype and op are the raw ints the caller passed (see enum_value); op is kNoOp where there is

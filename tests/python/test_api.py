@@ -155,10 +155,12 @@ def test_bad_calls_raise_named_errors(members):
             comm.barrier(wires=1)
         with pytest.raises(wccl.InvalidArgumentError, match="max_link_rate is 1000; 0 .unpaced. or at least 125000"):
             comm.allreduce(np.ones(4, np.float32), max_link_rate=1000)
+        with pytest.raises(wccl.InvalidArgumentError, match=f"at least {wccl.MIN_LINK_RATE} bytes"):
+            comm.allreduce(np.ones(4, np.float32), max_link_rate=wccl.MIN_LINK_RATE - 1)
         with pytest.raises(ValueError, match="max_link_rate must be 0"):
             comm.allreduce(np.ones(4, np.float32), max_link_rate=2**64)
         paced = np.ones(4, np.float32)
-        comm.allreduce(paced, max_link_rate=125000)
+        comm.allreduce(paced, max_link_rate=wccl.MIN_LINK_RATE)
         assert np.array_equal(paced, np.full(4, 2, np.float32))
         z = np.arange(10000, dtype=np.float32) % 7
         stats = comm.allreduce(z, compress=wccl.Compress.ZSTD)

@@ -92,7 +92,8 @@ def test_every_collective_over_tls_with_the_coordinator_in_rank_0(jobs, tmp_path
     runs the coordinator and publishes it in the store. all_reduce (five ops, float and int,
     strided), async Work and futures, broadcast from every root, all_gather (list and single),
     reduce_scatter (list and single), all_reduce_coalesced, barrier, all_gather_object, a subgroup,
-    and an INT8 group whose result is bit-identical on every rank."""
+    an INT8 group whose result is bit-identical on every rank, and a paced group
+    (Options.max_link_rate) whose all-reduce takes the time its rate allows."""
     results = jobs("collectives", 4, tmp_path, tls_env(pki)).results()
     for rank, lines in enumerate(results):
         assert {"rank": rank, "ok": True} == {k: v for k, v in lines[-1].items() if k != "wccl_order"}
@@ -201,6 +202,10 @@ def test_pg_options_of_another_type_are_refused():
     with pytest.raises(TypeError, match="wccl.torch.Options"):
         create(None, object())
     assert wccl.torch.Options().wire == wccl.Wire.NATIVE
+    assert wccl.torch.Options(max_link_rate=wccl.MIN_LINK_RATE).max_link_rate == wccl.MIN_LINK_RATE
+    for rate in (wccl.MIN_LINK_RATE - 1, -1, 2**63):
+        with pytest.raises(ValueError, match="max_link_rate"):
+            wccl.torch.Options(max_link_rate=rate)
 
 
 def test_the_overhead_benchmark_runs():

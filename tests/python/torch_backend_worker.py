@@ -131,6 +131,18 @@ def collectives(rank, n):
     reduce_scatter_single(scattered, whole.clone(), group=topk)
     reduce_scatter_single(exact_share, whole.clone())
     check(torch.equal(scattered, exact_share), "TOPK group's reduce-scatter travels NATIVE")
+    # a paced group: whatever the algorithm, some link carries at least (n-1)/n of the buffer, at
+    # no more than max_link_rate (the kernel paces its packets, so allow half that time: a
+    # stream's last packet ends its transfer without its gap); unpaced it takes milliseconds here
+    rate = 16 * wccl.MIN_LINK_RATE
+    paced = dist.new_group(backend="wccl", pg_options=wccl.torch.Options(max_link_rate=rate))
+    big = torch.full((1 << 18,), float(rank + 1))
+    dist.barrier(group=paced)  # ranks start together (the time is each rank's own)
+    start = time.monotonic()
+    dist.all_reduce(big, group=paced)
+    took = time.monotonic() - start
+    check(torch.equal(big, torch.full((1 << 18,), float(n * (n + 1) // 2))), "paced all_reduce")
+    check(took >= 0.5 * (n - 1) / n * big.numel() * 4 / rate, f"paced all_reduce took {took:.3f} s")
     wccl_ranks = pg._torch_rank
     say(rank=rank, ok=True, wccl_order=wccl_ranks)
 

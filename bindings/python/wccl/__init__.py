@@ -16,7 +16,7 @@ torch are optional and never imported by this package unless a CUDA tensor is pa
 """
 
 from ._buffers import DType
-from ._core import (Algo, Communicator, Compress, Coordinator, EpochOrigin, OpStats, ReduceOp, Request, SyncMode,
+from ._core import (MIN_LINK_RATE, Algo, Communicator, Compress, Coordinator, EpochOrigin, OpStats, ReduceOp, Request, SyncMode,
                     SyncStats, Wire, config_keys, version, wire_roundtrip)
 from ._lib import (AbortedError, AuthError, CoordinatorUnreachableError, CudaError, InProgressError, InternalError,
                    InvalidArgumentError, InvalidUsageError, IoError, LIBRARY_PATH, NcclError, NoMemoryError,
@@ -27,7 +27,7 @@ __version__ = version()
 __all__ = [
     "AbortedError", "Algo", "AuthError", "Communicator", "Compress", "Coordinator", "CoordinatorUnreachableError",
     "CudaError", "DType", "EpochOrigin", "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "IoError",
-    "LIBRARY_PATH", "NcclError", "NoMemoryError", "OpStats", "PeerLostError", "ProtocolError", "ReduceOp", "Request",
+    "LIBRARY_PATH", "MIN_LINK_RATE", "NcclError", "NoMemoryError", "OpStats", "PeerLostError", "ProtocolError", "ReduceOp", "Request",
     "SyncMode", "SyncStats", "TimeoutError", "TooFewPeersError", "UnsupportedError", "WcclError", "Wire", "config_keys", "version",
     "wire_roundtrip",
 ]

@@ -435,6 +435,9 @@ def _same_shape(a: Buffer, b: Buffer, count: int, what: str) -> None:
         raise ValueError("wccl: the input and the output must both be on the CPU or both on CUDA")
 
 
+# The lowest nonzero max_link_rate, bytes per second (WCCL_MIN_LINK_RATE of include/wccl/wccl.h).
+MIN_LINK_RATE = 125000
+
 _OPTION_NAMES = ("wire", "topk_keep", "algo", "compress", "timeout", "max_link_rate")
 
 
@@ -442,7 +445,7 @@ def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
     """wccl_opts_t from keyword options: wire=Wire, topk_keep=int (TOPK: elements kept of each block
     of 256, 1..64; 0: 8), algo=Algo, compress=Compress, timeout=seconds, max_link_rate=bytes per
     second each link may send the operation's messages at (None or 0: unpaced; else at least
-    125000)."""
+    MIN_LINK_RATE)."""
     unknown = set(opts) - set(_OPTION_NAMES)
     if unknown:
         raise TypeError(f"wccl: unknown option(s) {', '.join(sorted(unknown))}; options are {', '.join(_OPTION_NAMES)}")
@@ -464,5 +467,5 @@ def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
     return o
 
 
-__all__ = ["Algo", "Communicator", "Compress", "Coordinator", "DType", "OpStats", "ReduceOp", "Request", "SyncMode",
+__all__ = ["Algo", "Communicator", "Compress", "Coordinator", "DType", "MIN_LINK_RATE", "OpStats", "ReduceOp", "Request", "SyncMode",
            "SyncStats", "Wire", "config_keys", "version", "wire_roundtrip"]

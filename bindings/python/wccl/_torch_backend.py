@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store
 
-from ._core import Algo, Communicator, Compress, Coordinator, ReduceOp, Request, Wire
+from ._core import MIN_LINK_RATE, Algo, Communicator, Compress, Coordinator, ReduceOp, Request, Wire
 from ._lib import AbortedError, PeerLostError, WcclError, error
 
 _T = TypeVar("_T")
@@ -59,18 +59,26 @@ class Options:
     (the codecs carry F32 sums, half data widened to F32; every other operation travels NATIVE;
     TOPK, which a reduce-scatter would re-encode, to the all-reduces only; ``topk_keep``: the
     elements TOPK keeps of each block of 256, 1..64, 0 for its default 8);
-    ``algo`` and ``compress`` to every operation; ``config`` holds wccl config keys (``wccl.config_keys()``) over the ``WCCL_*`` environment."""
+    ``algo``, ``compress`` and ``max_link_rate`` to every operation (``max_link_rate``: bytes per
+    second at which each of this member's links sends, at most, so that the group's transfers
+    leave the link to other traffic; 0: unpaced, else at least ``wccl.MIN_LINK_RATE``; docs/wan.md,
+    "Pacing an operation"); ``config`` holds wccl config keys (``wccl.config_keys()``) over the
+    ``WCCL_*`` environment."""
 
     wire: Wire = Wire.NATIVE
     algo: Algo = Algo.AUTO
     compress: Compress = Compress.OFF
     config: Dict[str, Any] = field(default_factory=dict)
     topk_keep: int = 0
+    max_link_rate: int = 0
 
     def __post_init__(self) -> None:
         if self.topk_keep and (self.wire != Wire.TOPK or not 1 <= self.topk_keep <= 64):
             raise ValueError(f"wccl: Options(topk_keep={self.topk_keep}) is 1..64 with wire=Wire.TOPK "
                              f"(wire is {Wire(self.wire).name})")
+        if self.max_link_rate and not MIN_LINK_RATE <= self.max_link_rate < 2**63:
+            raise ValueError(f"wccl: Options(max_link_rate={self.max_link_rate}) is 0 (unpaced) or "
+                             f"{MIN_LINK_RATE} bytes per second and more")
 
 
 _REDUCE_OPS = {
@@ -262,12 +270,12 @@ class ProcessGroupWccl(dist.ProcessGroup):
     def _opts(self, op: Optional[ReduceOp] = None, dtype: Optional[torch.dtype] = None,
               scatter: bool = False) -> Dict[str, Any]:
         """The operation's options: the group's wire for float SUM and AVG reductions (TOPK: not for
-        a reduce-scatter), else NATIVE."""
+        a reduce-scatter), else NATIVE; the group's algorithm, compression and pacing."""
         o = self._options
         wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and dtype in _FLOATS and not (scatter and o.wire == Wire.TOPK)
         wire = o.wire if wire_ok else Wire.NATIVE
         return {"wire": wire, "topk_keep": o.topk_keep if wire == Wire.TOPK else 0, "algo": o.algo,
-                "compress": o.compress, "timeout": self._timeout}
+                "compress": o.compress, "timeout": self._timeout, "max_link_rate": o.max_link_rate}
 
     @staticmethod
     def _one(items: Sequence[_T], what: str) -> _T:
