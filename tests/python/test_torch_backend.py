@@ -206,6 +206,9 @@ def test_pg_options_of_another_type_are_refused():
     for rate in (wccl.MIN_LINK_RATE - 1, -1, 2**63):
         with pytest.raises(ValueError, match="max_link_rate"):
             wccl.torch.Options(max_link_rate=rate)
+    for rate in (1.5e6, None, "1000000"):
+        with pytest.raises(TypeError):
+            wccl.torch.Options(max_link_rate=rate)
 
 
 def test_the_overhead_benchmark_runs():

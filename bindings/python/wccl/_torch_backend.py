@@ -29,6 +29,7 @@ is how it works:
 
 from __future__ import annotations
 
+import operator
 import os
 import queue
 import threading
@@ -62,7 +63,8 @@ class Options:
     ``algo``, ``compress`` and ``max_link_rate`` to every operation (``max_link_rate``: bytes per
     second at which each of this member's links sends, at most, so that the group's transfers
     leave the link to other traffic; 0: unpaced, else at least ``wccl.MIN_LINK_RATE``; docs/wan.md,
-    "Pacing an operation"); ``config`` holds wccl config keys (``wccl.config_keys()``) over the
+    "Pacing an operation"; every operation still ends within the group's timeout, and a paced group
+    measures no link rates, so AUTO picks by the configured defaults); ``config`` holds wccl config keys (``wccl.config_keys()``) over the
     ``WCCL_*`` environment."""
 
     wire: Wire = Wire.NATIVE
@@ -76,6 +78,7 @@ class Options:
         if self.topk_keep and (self.wire != Wire.TOPK or not 1 <= self.topk_keep <= 64):
             raise ValueError(f"wccl: Options(topk_keep={self.topk_keep}) is 1..64 with wire=Wire.TOPK "
                              f"(wire is {Wire(self.wire).name})")
+        self.max_link_rate = operator.index(self.max_link_rate)  # an int (TypeError for a float or None)
         if self.max_link_rate and not MIN_LINK_RATE <= self.max_link_rate < 2**63:
             raise ValueError(f"wccl: Options(max_link_rate={self.max_link_rate}) is 0 (unpaced) or "
                              f"{MIN_LINK_RATE} bytes per second and more")
