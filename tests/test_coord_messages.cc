@@ -8,7 +8,7 @@ namespace wccl::coord {
 namespace {
 
 std::vector<Member> sample_ring() {
-  return {{0x1111, {"node-a", "10.1.0.1:7000", ""}},
+  return {{0x1111, {"node-a", "10.1.0.1:7000", "host a"}},
           {0x2222, {"node-b", "[2001:db8::2]:7000", ""}}};
 }
 
@@ -98,6 +98,10 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(out.epoch, m.epoch);
     EXPECT_EQ(out.seq, m.seq);
     EXPECT_EQ(out.ring, m.ring);
+    ASSERT_EQ(out.ring.size(), m.ring.size());
+    for (size_t i = 0; i < m.ring.size(); ++i) {
+      EXPECT_EQ(out.ring[i].info.node, m.ring[i].info.node) << "ring member " << i;
+    }
     EXPECT_EQ(out.other, m.other);
     EXPECT_EQ(out.code, m.code);
     EXPECT_EQ(out.count, m.count);

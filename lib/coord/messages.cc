@@ -116,10 +116,13 @@ class Reader {
 // Io is a Writer (M a const ControlMessage) or a Reader (M a ControlMessage).
 template <typename Io, typename M>
 void ring(Io &io, M &m) {
-  io.list("ring size", "ring members", 10, m.ring, [&io](auto &member) {
+  io.list("ring size", "ring members", 11, m.ring, [&io](auto &member) {
     io.peer("ring member id", member.id);
     io.text("ring member name", kWords, member.info.name);
     io.text("ring member address", kWords, member.info.address);
+    // A restarted coordinator adopting the ring knows each member's node before it is back, so
+    // a member lost then takes its node's communicators in the other groups with it.
+    io.text("ring member node", kProse, member.info.node);
   });
 }
 
