@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "algo/call.h"
 #include "algo/collectives.h"
 #include "codec/half.h"
 #include "emulated_device.h"
@@ -20,7 +21,10 @@ namespace wccl::test {
 namespace {
 
 using algo::Algo;
+using algo::Call;
+using algo::CallBytes;
 using algo::Collective;
+using algo::Compress;
 using algo::Kind;
 using codec::Dtype;
 using codec::RedOp;
@@ -412,6 +416,63 @@ INSTANTIATE_TEST_SUITE_P(Topk, WireTest,
                                             ::testing::Values<size_t>(0, 1, 7, 1009, 65537),
                                             kTopkShapes, ::testing::Values(codec::WireKind::kTopk)),
                          wire_param_name);
+
+// A member's call as its neighbours compare it (algo/call.h): every field that applies to the
+// kind is kept and compared, fields that do not apply are not (a broadcast's reduce op), and
+// bytes that are not a call are refused naming the field.
+TEST(Call, RoundTripsComparesWhatAppliesAndRefusesBadBytes) {
+  Collective c;
+  c.kind = Kind::kAllreduce;
+  c.count = 1000;
+  c.dtype = codec::Dtype::kBF16;
+  c.op = codec::RedOp::kMax;
+  c.algo = Algo::kTree;
+  c.wire = codec::Wire::topk(7);
+  c.compress = Compress::kAlways;
+  c.chunk_bytes = 65536;
+  const Call call = Call::of(c);
+  const CallBytes bytes = algo::encode(call);
+  Call back;
+  ASSERT_TRUE(algo::decode(bytes.data(), bytes.size(), &back).ok());
+  EXPECT_TRUE(back == call);
+  EXPECT_EQ(
+      algo::to_string(back, true),
+      "allreduce(1000 x bf16, max, wire topk/7, algo tree, compress zstd, chunk_bytes 65536)");
+  Collective other = c;
+  other.dtype = codec::Dtype::kF16;
+  other.count = 999;
+  EXPECT_EQ(algo::differences(Call::of(other), call), "dtype, count");
+  Status why = algo::disagreement(3, algo::encode(Call::of(other)), 1, call);
+  EXPECT_EQ(why.code(), WCCL_ERR_MISMATCH);
+  EXPECT_NE(why.message().find("calls differ in dtype, count: rank 3 called allreduce(999 x f16"),
+            std::string::npos)
+      << why.to_string();
+
+  // A broadcast's reduce op and algo do not apply; its root does.
+  Collective b = c;
+  b.kind = Kind::kBroadcast;
+  Collective b2 = b;
+  b2.op = codec::RedOp::kSum;
+  b2.algo = Algo::kRing;
+  EXPECT_TRUE(Call::of(b) == Call::of(b2));
+  b2.root = 1;
+  EXPECT_EQ(algo::differences(Call::of(b), Call::of(b2)), "root");
+  // A barrier is its kind alone.
+  Collective bar;
+  bar.kind = Kind::kBarrier;
+  Collective bar2 = c;
+  bar2.kind = Kind::kBarrier;
+  EXPECT_TRUE(Call::of(bar) == Call::of(bar2));
+
+  EXPECT_EQ(algo::decode(bytes.data(), bytes.size() - 1, &back).code(), WCCL_ERR_PROTOCOL);
+  for (size_t i : {0, 1, 2, 3, 4, 5, 6, 12}) {
+    CallBytes bad = bytes;
+    bad[i] = 0xEE;
+    const Status st = algo::decode(bad.data(), bad.size(), &back);
+    EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL) << "byte " << i;
+    EXPECT_EQ(algo::disagreement(2, bad, 1, call).code(), WCCL_ERR_PROTOCOL) << "byte " << i;
+  }
+}
 
 TEST(Algo, Int8RingSendsAQuarterOfTheBytes) {
   const int n = 4;

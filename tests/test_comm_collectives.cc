@@ -538,6 +538,96 @@ TEST_F(CollectivesTest, ConcurrentOperationsWithOneFailing) {
   }
 }
 
+// One member's call differs from the others' in one field (docs/fault-tolerance.md, "Calls that
+// differ"): every member fails the operation with MISMATCH naming that field, well before the
+// operation's timeout, with its buffer as it was, and nobody is lost: after an update the same
+// call on every member succeeds. Without the call check, the same-width cases (another dtype of 4
+// bytes, another reduce op) returned OK with results that differ, and the others failed a link
+// as if a live neighbour had broken it.
+struct Differing {
+  const char *name;
+  const char *field;  // named in every member's error
+  Kind kind;          // everyone's call: 8 F32 elements, summed on the ring (a broadcast: root 0)
+  std::function<void(Collective &)> change;  // rank 2's call instead
+};
+
+class MismatchTest : public CollectivesTest, public testing::WithParamInterface<Differing> {};
+
+TEST_P(MismatchTest, EveryMemberFailsWithMismatchNamingTheFieldAndTheRetrySucceeds) {
+  const Differing &d = GetParam();
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  constexpr size_t kCount = 8;
+  auto call_of = [&](Communicator *c, void *buf, bool differ) {
+    Collective op = allreduce(buf, buf, kCount, algo::Algo::kRing);
+    op.kind = d.kind;
+    if (differ) d.change(op);
+    return op;
+  };
+  // Room for 8 F64 elements; the F32 view holds rank + 1 in every element.
+  std::vector<std::vector<double>> buf(4, std::vector<double>(kCount));
+  std::vector<std::vector<double>> before(4);
+  for (size_t k = 0; k < 4; ++k) {
+    auto *f = reinterpret_cast<float *>(buf[k].data());
+    for (size_t i = 0; i < 2 * kCount; ++i) f[i] = static_cast<float>(comms[k]->rank() + 1);
+    before[k] = buf[k];
+  }
+  const auto t0 = Clock::now();
+  std::vector<std::future<Status>> calls;
+  for (size_t k = 0; k < 4; ++k) {
+    calls.push_back(std::async(std::launch::async, [&, k] {
+      Communicator *c = comms[k].get();
+      return run_op(c, call_of(c, buf[k].data(), c->rank() == 2));
+    }));
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    const Status st = calls[k].get();
+    EXPECT_EQ(st.code(), WCCL_ERR_MISMATCH)
+        << "rank " << comms[k]->rank() << ": " << st.to_string();
+    EXPECT_NE(st.message().find(std::string("calls differ in ") + d.field), std::string::npos)
+        << st.to_string();
+    EXPECT_NE(st.message().find("rank 2"), std::string::npos) << st.to_string();
+    EXPECT_TRUE(buf[k] == before[k]) << "rank " << comms[k]->rank() << "'s buffer changed";
+  }
+  EXPECT_LT(Clock::now() - t0, 10s) << "not the operation's timeout (20 s)";
+  for (const Status &st : CommTest::update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_EQ(comms[0]->size(), 4) << "a mismatch loses nobody";
+  calls.clear();
+  for (size_t k = 0; k < 4; ++k) {
+    calls.push_back(std::async(std::launch::async, [&, k] {
+      Communicator *c = comms[k].get();
+      return run_op(c, call_of(c, buf[k].data(), false));
+    }));
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    const Status st = calls[k].get();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const float want = d.kind == Kind::kBroadcast ? 1.0F : 1.0F + 2 + 3 + 4;  // root 0: rank 0's
+    EXPECT_EQ(reinterpret_cast<float *>(buf[k].data())[kCount - 1], want);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, MismatchTest,
+    testing::Values(Differing{"DtypeOfTheSameWidth", "dtype", Kind::kAllreduce,
+                              [](Collective &c) { c.dtype = codec::Dtype::kI32; }},
+                    Differing{"WiderDtype", "dtype", Kind::kAllreduce,
+                              [](Collective &c) { c.dtype = codec::Dtype::kF64; }},
+                    Differing{"Count", "count", Kind::kAllreduce,
+                              [](Collective &c) { c.count = 7; }},
+                    Differing{"ReduceOp", "reduce op", Kind::kAllreduce,
+                              [](Collective &c) { c.op = codec::RedOp::kMax; }},
+                    Differing{"Wire", "wire", Kind::kAllreduce,
+                              [](Collective &c) { c.wire = codec::WireKind::kInt8; }},
+                    Differing{"Algo", "algo", Kind::kAllreduce,
+                              [](Collective &c) { c.algo = algo::Algo::kTree; }},
+                    Differing{"Compress", "compress", Kind::kAllreduce,
+                              [](Collective &c) { c.compress = algo::Compress::kAlways; }},
+                    Differing{"Collective", "collective", Kind::kAllreduce,
+                              [](Collective &c) { c.kind = Kind::kBroadcast; }},
+                    Differing{"Root", "root", Kind::kBroadcast, [](Collective &c) { c.root = 1; }}),
+    [](const testing::TestParamInfo<Differing> &p) { return std::string(p.param.name); });
+
 TEST_F(CollectivesTest, APeerThatNeverCallsMakesTheOthersTimeOutAndRevokesTheEpoch) {
   auto comms = join_all(4);
   ASSERT_EQ(comms.size(), 4u);

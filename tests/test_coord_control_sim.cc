@@ -840,18 +840,39 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   ASSERT_TRUE(b.call_answered() && b.call_status().ok()) << b.call_status().to_string();
   const Status c_closed = WCCL_ERROR(WCCL_ERR_IO, "link with c: peer 1 closed the connection");
   const Status a_closed = WCCL_ERROR(WCCL_ERR_IO, "link with a: peer 2 closed the connection");
+  int64_t now_ms = 100;
   // Runs one operation on b whose data phase fails with `st` (b's own data error if
-  // `data_error`): its outcome and the OP_FAILED's text.
+  // `data_error`): its outcome and the OP_FAILED's text. A failure that is not b's own is decided
+  // by the REVOKED that its OP_FAILED makes the coordinator send, as every member's is.
   auto fail_one = [&](const Status &st, bool data_error = false) {
     Actions acts;
     uint64_t seq = 0;
     EXPECT_TRUE(b.submit(&seq, &acts).ok());
     EXPECT_TRUE(b.start(b.epoch(), seq));
     std::pair<Status, std::string> got;
+    bool decided = false;
     for (const Action &x : b.finished(b.epoch(), seq, st, data_error)) {
-      if (x.kind == Action::Kind::kDecide && x.seq == seq) got.first = x.status;
-      if (x.kind == Action::Kind::kSend && x.message.type == MessageType::kOpFailed)
+      if (x.kind == Action::Kind::kDecide && x.seq == seq) {
+        got.first = x.status;
+        decided = true;
+      }
+      if (x.kind == Action::Kind::kSend && x.message.type == MessageType::kOpFailed) {
         got.second = x.message.text;
+        bool drop = false;
+        EXPECT_TRUE(coord.on_message(x.message, at(now_ms), &drop).ok());
+      }
+    }
+    EXPECT_EQ(decided, data_error || st.code() == WCCL_ERR_TIMEOUT) << st.to_string();
+    for (const coord::Notice &n : coord.take_notices()) {
+      for (MemberView *v : {&a, &b, &c}) {
+        if (v->id() != n.to) continue;
+        for (const Action &x : v->on_message(coord::to_message(n))) {
+          if (v == &b && x.kind == Action::Kind::kDecide && x.seq == seq) {
+            EXPECT_FALSE(decided) << "decided twice";
+            got.first = x.status;
+          }
+        }
+      }
     }
     return got;
   };
@@ -878,6 +899,7 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   // A data phase that fails closes its own links (LinkChannel::abort, ABORTED), which come back
   // as broken links: not reported, and no neighbour is blamed for this member's own failure.
   auto fresh_epoch = [&](int64_t now) {
+    now_ms = now;
     for (MemberView *v : {&a, &b, &c}) {
       Actions acts;
       ASSERT_TRUE(v->call(MessageType::kUpdate, &acts).ok());

@@ -51,7 +51,8 @@ extern "C" {
   X(WCCL_ERR_CUDA, 13, "CUDA error")                                                              \
   X(WCCL_ERR_NCCL, 14, "NCCL error")                                                              \
   X(WCCL_ERR_IN_PROGRESS, 15, "in progress")                                                      \
-  X(WCCL_ERR_INTERNAL, 16, "internal error (a bug in wccl)")
+  X(WCCL_ERR_INTERNAL, 16, "internal error (a bug in wccl)")                                      \
+  X(WCCL_ERR_MISMATCH, 17, "the members called different operations; buffers are intact")
 
 typedef enum wccl_result_t {
 #define WCCL_RESULT_ENUM_(name, value, message) name = (value),
@@ -227,12 +228,22 @@ WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
  * Collective operations.
  *
  * Every member of the epoch must call the same collectives in the same order, with matching
- * count, dtype, op and root (as in MPI and NCCL). Each operation ends with a commit decided by the
- * coordinator (docs/fault-tolerance.md), so its outcome is the same on every member:
+ * count, dtype, op and root (as in MPI and NCCL), and the same wire (TOPK's keep included), algo
+ * and compress. Unlike MPI and NCCL, wccl checks it: each member's call is compared with its ring
+ * neighbours' before any of its messages is read, as soon as both have made it (one message delay
+ * after the later of the two calls). Each operation ends with a commit decided by the coordinator
+ * (docs/fault-tolerance.md), so its outcome is the same on every member:
  * - WCCL_OK: the result is final, and bit-identical on every member;
  * - WCCL_ERR_PEER_LOST: a member was lost or failed during the operation (or the epoch was already
  *   revoked). The caller's buffers hold exactly what they held before the call, in-place
  *   operations included. Call wccl_comm_update, then retry the same call.
+ * - WCCL_ERR_MISMATCH: the members' calls differ (another collective, dtype, count, op, root, wire,
+ *   algo, compress or chunk_bytes); wccl_last_error() names two members' calls and what differs.
+ *   Every member gets it, within a message delay to the coordinator of the check, its buffers as
+ *   they were; nobody is lost, but the epoch is revoked: call wccl_comm_update before the next
+ *   call. An extra call on one member is compared with the others' next one; if they make none
+ *   but reach wccl_comm_update, it fails with PEER_LOST there (docs/fault-tolerance.md, "Members
+ *   in different operations"), else at its timeout.
  * Other results: INVALID_ARGUMENT (names the argument), INVALID_USAGE (after leave; more than 256
  * operations in flight), UNSUPPORTED (an option this build does not have: compression without zstd,
  * a CUDA stream without CUDA), CUDA (a CUDA call failed on this member, device buffers only; the

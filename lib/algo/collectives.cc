@@ -570,7 +570,7 @@ Status check(const Collective &c, int n, int rank) {
                               ? c.count
                               : split(c.count, c.algo == Algo::kTree ? 2 : n, 0).count;
   const size_t messages = segments(c, per_step) * 2 * static_cast<size_t>(n);
-  if (messages > std::numeric_limits<uint32_t>::max()) {
+  if (messages >= kCallTag) {  // tags 0 .. messages - 1; kCallTag is the call check's
     return WCCL_ERROR(
         WCCL_ERR_INVALID_ARGUMENT,
         "%zu elements in chunks of %zu bytes need more than 2^32 messages; raise chunk_bytes",
@@ -591,7 +591,8 @@ Algo choose(const Collective &c, int n, const Crossovers &x) {
 
 Status run(Exchange &ex, const Collective &c, Undo *undo) {
   Status st = dispatch(ex, c, undo);
-  if (!st.ok()) ex.cancel(st);  // so the channel's abort names the cause (first cause wins)
+  if (st.ok()) st = ex.agreed();  // every neighbour's call matched (a no-op without agree())
+  if (!st.ok()) ex.cancel(st);    // so the channel's abort names the cause (first cause wins)
   ex.finish();
   return st;
 }

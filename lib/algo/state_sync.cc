@@ -361,8 +361,9 @@ Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, SendSlots *slo
 
 Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
   SendSlots slots;
-  const Status st = transfer(ex, job, stage, &slots);
-  ex.finish();  // before slots go: after a failure, sends may still read them
+  Status st = transfer(ex, job, stage, &slots);
+  if (st.ok()) st = ex.agreed();  // the neighbours' calls (Exchange::agree), before finish()
+  ex.finish();                    // before slots go: after a failure, sends may still read them
   WCCL_RETURN_IF_ERROR(st);
   for (size_t t = 0; t < job.stage_offset.size(); ++t) {
     if (job.stage_offset[t] == SyncJob::kNotReceived) continue;

@@ -4,6 +4,7 @@
 // revokes the epoch anyway.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -23,12 +24,16 @@ class LinkChannel : public algo::Channel {
   Status recv(int peer, uint32_t tag, void *data, size_t len, size_t *got,
               algo::Completion done) override;
   void abort(const Status &why) override;
+  // Runs in abort(), before the links close (Communicator::run: a call that differs is reported
+  // to the coordinator before any neighbour can see a link close).
+  void before_close(std::function<void(const Status &)> f) { before_close_ = std::move(f); }
 
  private:
   Result<net::Link *> link(int peer);
   const uint64_t epoch_, seq_;
   const int rank_, size_;
   std::map<int, std::shared_ptr<net::Link>> links_;
+  std::function<void(const Status &)> before_close_;
 };
 
 }  // namespace wccl::comm

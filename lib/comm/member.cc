@@ -68,6 +68,7 @@ ControlMessage MemberView::revoke_here(uint64_t seq, const Status &why, Actions 
   ControlMessage report = message(MessageType::kOpFailed);
   report.epoch = epoch_;
   report.seq = seq;
+  report.code = WCCL_ERR_PEER_LOST;
   report.text = why.message();
   return report;
 }
@@ -117,6 +118,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
         report.message = message(MessageType::kOpFailed);
         report.message.epoch = epoch_;
         report.message.seq = next_seq_ + 1;
+        report.message.code = WCCL_ERR_PEER_LOST;
         report.message.text =
             "epoch " + std::to_string(epoch_) + " was revoked before the coordinator restarted";
         out.push_back(std::move(report));
@@ -157,6 +159,8 @@ Actions MemberView::on_message(const ControlMessage &m) {
         removed_ = false;
         epoch_failure_ = Status();
         first_broken_ = Status();
+        verdict_.reset();
+        verdict_given_ = false;
         next_seq_ = 0;
         committed_seq_ = 0;
         barrier_ops_ = kNoBarrier;
@@ -175,6 +179,18 @@ Actions MemberView::on_message(const ControlMessage &m) {
       revoked_ = true;
       const Status why = WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu was revoked: %s",
                                     static_cast<unsigned long long>(m.epoch), m.text.c_str());
+      // The operation whose failure revoked the epoch fails with that failure's code here too
+      // (MISMATCH, TIMEOUT, ...: one outcome for one fault); a code this library does not know
+      // reads as PEER_LOST.
+      if (m.failed != 0 && m.code != WCCL_OK && m.code != WCCL_ERR_PEER_LOST &&
+          m.code < static_cast<uint32_t>(WCCL_ERR_MISMATCH) + 1 && m.code != WCCL_ERR_IN_PROGRESS) {
+        verdict_ = {m.failed,
+                    WCCL_ERROR(static_cast<wccl_result_t>(m.code), "epoch %llu was revoked: %s",
+                               static_cast<unsigned long long>(m.epoch), m.text.c_str())};
+        auto it = ops_.find({epoch_, m.failed});
+        if (it != ops_.end() && it->second != OpState::kRunning)
+          decide(it->first, verdict_->second, &out);
+      }
       fail_undecided(why, &out);
       Action a;
       a.kind = Action::Kind::kWarn;
@@ -253,6 +269,12 @@ Status MemberView::submit(uint64_t *seq, Actions *out) {
   if (left_ || rank_ < 0)
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "this peer is not a member (it left)");
   if (revoked_) {
+    if (verdict_ && verdict_->first == next_seq_ + 1 && !verdict_given_) {
+      // The operation whose failure revoked the epoch, called here only now: it fails as it did
+      // everywhere (calls that differ: MISMATCH).
+      verdict_given_ = true;
+      return verdict_->second;
+    }
     return WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu is revoked%s%s; call update and retry",
                       static_cast<unsigned long long>(epoch_), epoch_failure_.ok() ? "" : ": ",
                       epoch_failure_.message().c_str());
@@ -298,7 +320,8 @@ Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, boo
     decide(key,
            epoch_failure_.ok() || epoch != epoch_
                ? WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended")
-               : epoch_failure_,
+           : verdict_ && verdict_->first == seq ? verdict_->second
+                                                : epoch_failure_,
            &out);
   } else if (st.ok()) {
     ops_[key] = OpState::kAwaiting;
@@ -338,6 +361,19 @@ std::optional<ControlMessage> MemberView::link_broken(uint64_t epoch, coord::Pee
   return m;
 }
 
+Actions MemberView::report_mismatch(uint64_t epoch, uint64_t seq, const Status &why) const {
+  Actions out;
+  if (epoch != epoch_ || revoked_ || aborted_ || ops_.count({epoch, seq}) == 0) return out;
+  Action report;
+  report.message = message(MessageType::kOpFailed);
+  report.message.epoch = epoch;
+  report.message.seq = seq;
+  report.message.code = why.code();
+  report.message.text = why.message();
+  out.push_back(std::move(report));
+  return out;
+}
+
 Actions MemberView::give_up(uint64_t epoch, uint64_t seq, const Status &why) {
   Actions out;
   if (ops_.count({epoch, seq}) == 0) return out;
@@ -348,26 +384,36 @@ Actions MemberView::give_up(uint64_t epoch, uint64_t seq, const Status &why) {
 }
 
 ControlMessage MemberView::fail_here(OpKey key, const Status &why, Actions *out) {
-  ops_.erase(key);  // decided here, not by the revocation
+  // Running out of time or memory, data the wire codec cannot carry (a NaN on the INT8 wire), or
+  // a neighbour whose call differs is this peer's own outcome, which the others hear in the
+  // REVOKED; anything else (a broken link, a refused frame) may be the consequence of a failure
+  // elsewhere (a neighbour that failed closes its links), so the REVOKED decides it: every member
+  // reports the one outcome of the fault that revoked the epoch.
+  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY ||
+                   why.code() == WCCL_ERR_CUDA || why.code() == WCCL_ERR_INVALID_ARGUMENT ||
+                   why.code() == WCCL_ERR_MISMATCH;
+  const bool current = key.first == epoch_;
+  if (own || !current)
+    ops_.erase(key);  // decided here
+  else
+    ops_[key] = OpState::kFailed;  // until the REVOKED (or its deadline: give_up)
   const Status lost =
       WCCL_ERROR(WCCL_ERR_PEER_LOST, "operation %llu failed on this peer: %s",
                  static_cast<unsigned long long>(key.second), why.message().c_str());
   ControlMessage report = message(MessageType::kOpFailed);
-  if (key.first == epoch_) report = revoke_here(key.second, lost, out);
+  if (current) report = revoke_here(key.second, lost, out);
   report.epoch = key.first;
   report.seq = key.second;
+  report.code = own ? why.code() : WCCL_ERR_PEER_LOST;
   report.text = why.message();
-  // Running out of time or memory, or data the wire codec cannot carry (a NaN on the INT8 wire),
-  // is this peer's own outcome; anything else (a broken link, a refused frame) means the epoch is
-  // lost, as the others will hear.
-  const bool own = why.code() == WCCL_ERR_TIMEOUT || why.code() == WCCL_ERR_NO_MEMORY ||
-                   why.code() == WCCL_ERR_CUDA || why.code() == WCCL_ERR_INVALID_ARGUMENT;
-  Action d;
-  d.kind = Action::Kind::kDecide;
-  d.epoch = key.first;
-  d.seq = key.second;
-  d.status = own ? why : lost;
-  out->push_back(std::move(d));
+  if (own || !current) {
+    Action d;
+    d.kind = Action::Kind::kDecide;
+    d.epoch = key.first;
+    d.seq = key.second;
+    d.status = own ? why : lost;
+    out->push_back(std::move(d));
+  }
   return report;
 }
 

@@ -10,7 +10,8 @@
 // Operations are numbered 1, 2, ... within an epoch; every member must submit the same
 // operations in the same order. An operation is queued, then running (its data phase), then
 // awaiting its commit (DONE sent), then decided: OK on the coordinator's COMMIT, PEER_LOST when the
-// epoch is revoked or ends, or this member's own error. A data phase that fails here revokes the
+// epoch is revoked or ends (the operation whose failure revoked it: that failure's code, on every
+// member), or this member's own error. A data phase that fails here revokes the
 // epoch for everyone (OP_FAILED). A member that learns that another waits at the update barrier
 // after fewer operations than it has submitted revokes the epoch too (BARRIER, issue 15): the
 // group never waits with its members in different operations.
@@ -56,7 +57,8 @@ class MemberView {
   // --- events ---------------------------------------------------------------------------------
   Actions on_message(const coord::ControlMessage &m);
   // The application submits the next operation. On success *seq is its number in the current
-  // epoch. PEER_LOST while the epoch is revoked (or when it had to be revoked because another
+  // epoch. PEER_LOST while the epoch is revoked (the operation whose failure revoked it, once:
+  // that failure, MISMATCH) (or when it had to be revoked because another
   // member waits at the update barrier: an OP_FAILED is among the actions), INVALID_USAGE if this
   // peer is not a member, its update or reform waits at the barrier, or kMaxOpsInFlight operations
   // are undecided. On error nothing is queued.
@@ -64,7 +66,9 @@ class MemberView {
   // The worker is about to run operation seq of `epoch`: false if it was decided meanwhile.
   bool start(uint64_t epoch, uint64_t seq);
   // Where an undecided operation is; none once it is decided (or if it never was submitted).
-  enum class OpState { kQueued, kRunning, kAwaiting };
+  // kFailed: its data phase failed here, not by this member's own fault (a link broke); the
+  // coordinator's REVOKED decides it, with the code of the failure that revoked the epoch.
+  enum class OpState { kQueued, kRunning, kAwaiting, kFailed };
   std::optional<OpState> op_state(uint64_t epoch, uint64_t seq) const {
     auto it = ops_.find({epoch, seq});
     if (it == ops_.end()) return std::nullopt;
@@ -73,6 +77,12 @@ class MemberView {
   // Its data phase ended with st. `data_error` (the member's own data could not be sent: a NaN on
   // the INT8 wire, a GPU failure) decides it with st even if the epoch was revoked meanwhile.
   Actions finished(uint64_t epoch, uint64_t seq, const Status &st, bool data_error);
+  // Its data phase found that a neighbour's call differs (MISMATCH, `why`) and has not yet closed
+  // its links: the OP_FAILED goes to the coordinator now, before any neighbour can see a link
+  // close and report it first (which would revoke the epoch with PEER_LOST, not MISMATCH, for the
+  // members that hear of it only through the REVOKED). Nothing is decided: finished() does that.
+  // No actions once the epoch is revoked here or over.
+  Actions report_mismatch(uint64_t epoch, uint64_t seq, const Status &why) const;
   // The caller stopped waiting for seq (its deadline passed while queued or awaiting the commit):
   // decided with `why`, and the epoch is revoked (this peer cannot know the outcome).
   Actions give_up(uint64_t epoch, uint64_t seq, const Status &why);
@@ -169,7 +179,11 @@ class MemberView {
   int pending_ = 0;
   uint64_t awaited_epoch_ = 0;
   Status epoch_failure_;
-  Status first_broken_;         // the current epoch's first broken link (link_broken)
+  Status first_broken_;  // the current epoch's first broken link (link_broken)
+  // The operation whose failure revoked the current epoch, and its outcome (REVOKED), for the
+  // running operation's finished().
+  std::optional<std::pair<uint64_t, Status>> verdict_;
+  bool verdict_given_ = false;  // to a submit() after the REVOKED of that operation's number
   uint64_t next_seq_ = 0;       // the last number given in this epoch
   uint64_t committed_seq_ = 0;  // the last COMMIT heard in this epoch
   static constexpr uint64_t kNoBarrier = ~0ULL;

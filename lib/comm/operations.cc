@@ -3,6 +3,8 @@
 #include "comm/communicator.h"
 #include "comm/link_channel.h"
 
+#include "algo/call.h"
+
 namespace wccl::comm {
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -168,7 +170,27 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   }
   for (auto &[rank, link] : links) link->pace(c.max_link_rate);
   LinkChannel channel(op->epoch, op->seq, op->rank, op->size, std::move(links));
+  // Calls that differ fail every member with MISMATCH only if the coordinator hears of them
+  // before anyone hears of a closed link (docs/fault-tolerance.md, "One outcome for one fault"):
+  // this member reports first and closes its links once the epoch is revoked (bounded by the
+  // deadline).
+  channel.before_close([&](const Status &why) {
+    if (why.code() != WCCL_ERR_MISMATCH) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    Effects effects = apply(view_->report_mismatch(op->epoch, op->seq, why));
+    lock.unlock();
+    carry_out(effects);
+    lock.lock();
+    cv_.wait_until(lock, op->deadline, [&] {
+      return view_->revoked() || view_->aborted() || view_->epoch() != op->epoch;
+    });
+  });
   algo::Exchange ex(channel, op->deadline);
+  // Every member's call is compared with its neighbours' before a message of it is read.
+  const algo::Call call = algo::Call::of(op->c);
+  ex.agree(algo::encode(call), [&call, rank = op->rank](int peer, const algo::CallBytes &theirs) {
+    return algo::disagreement(peer, theirs, rank, call);
+  });
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_exchange_ = &ex;
@@ -192,9 +214,12 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   op->scratch = std::move(scratch);
   op->scratch_bytes = scratch_bytes;
   // Data this peer's wire codec cannot carry (a NaN on the INT8 wire) could never have been
-  // sent: that is the operation's outcome here even if the revocation it causes (its neighbours
-  // see its links close) reached this peer first.
-  end(lock, st, st.code() == WCCL_ERR_INVALID_ARGUMENT || st.code() == WCCL_ERR_CUDA);
+  // sent, and a call that differs from a neighbour's never succeeds: that is the operation's
+  // outcome here even if the revocation it causes (its neighbours see its links close) reached
+  // this peer first.
+  end(lock, st,
+      st.code() == WCCL_ERR_INVALID_ARGUMENT || st.code() == WCCL_ERR_CUDA ||
+          st.code() == WCCL_ERR_MISMATCH);
 }
 
 Status Communicator::finish(const std::shared_ptr<Op> &op, OpStats *stats,
@@ -246,7 +271,8 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
       const Status timeout =
           WCCL_ERROR(WCCL_ERR_TIMEOUT, "operation %llu: no outcome within its timeout%s",
                      static_cast<unsigned long long>(op->seq),
-                     view_->op_state(op->epoch, op->seq) == MemberView::OpState::kAwaiting
+                     view_->op_state(op->epoch, op->seq) == MemberView::OpState::kAwaiting ||
+                             view_->op_state(op->epoch, op->seq) == MemberView::OpState::kFailed
                          ? " (the coordinator did not decide)"
                          : "");
       Effects effects = apply(view_->give_up(op->epoch, op->seq, timeout));

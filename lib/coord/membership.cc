@@ -127,7 +127,7 @@ Status Membership::on_message(const ControlMessage &m, Clock::time_point now, bo
     case MessageType::kDone:
       return done(m.peer, m.epoch, m.seq, now);
     case MessageType::kOpFailed:
-      op_failed(m.peer, m.epoch, m.seq, m.text, now);
+      op_failed(m.peer, m.epoch, m.seq, m.text, now, m.code);
       return Status();
     default:
       *drop = true;
@@ -398,10 +398,11 @@ void Membership::lose(PeerId id, const std::string &reason) {
   notify(Notice::Kind::kRemoved, id).reason = "declared lost: " + reason;
 }
 
-void Membership::revoke(PeerId because, const std::string &reason) {
+void Membership::revoke(PeerId because, const std::string &reason, uint64_t failed, uint32_t code) {
   revoked_ = true;
   done_.clear();
-  if (!revocation_pending_) revoked_by_ = {because, reason};  // a pending one keeps its first cause
+  if (!revocation_pending_)
+    revoked_by_ = {because, reason, failed, code};  // a pending one keeps its first cause
   revocation_pending_ = true;
   announce_revocation();
 }
@@ -413,12 +414,17 @@ void Membership::announce_revocation() {
   if (!revocation_pending_ || !unconfirmed_.empty()) return;
   revocation_pending_ = false;
   for (const Member &m : ring_) {
-    if (!is_member(m.id)) continue;
-    Notice &n = notify(Notice::Kind::kRevoked, m.id);
-    n.lost = revoked_by_.first;
-    n.reason = revoked_by_.second;
-    n.seq = committed_;  // what stays committed, for a member that has not heard the COMMIT yet
+    if (is_member(m.id)) notify_revoked(m.id);
   }
+}
+
+void Membership::notify_revoked(PeerId to) {
+  Notice &n = notify(Notice::Kind::kRevoked, to);
+  n.lost = revoked_by_.lost;
+  n.reason = revoked_by_.reason;
+  n.failed = revoked_by_.failed;
+  n.code = revoked_by_.code;
+  n.seq = committed_;  // what stays committed, for a member that has not heard the COMMIT yet
 }
 
 Status Membership::done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now) {
@@ -460,14 +466,20 @@ void Membership::maybe_commit() {
 }
 
 void Membership::op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason,
-                           Clock::time_point now) {
+                           Clock::time_point now, uint32_t code) {
   if (!is_member(id)) return;
   live_[id].last_seen = now;
   // Even after seq was committed: the member's view of the epoch is broken (it may have given
   // up waiting for the commit), so every member must update. Committed operations stay committed.
   if (epoch != epoch_ || revoked_) return;
-  revoke(id, format("operation %llu failed on %s: %s", static_cast<unsigned long long>(seq),
-                    live_[id].info.name.c_str(), reason.c_str()));
+  // Calls that differ are every member's failure, and a retry would differ again: the operation
+  // fails with MISMATCH everywhere. Any other failure is the reporting member's own (its deadline,
+  // its GPU, its data) or a broken link: for the others a peer of the epoch was lost, and an update
+  // and retry may succeed without it.
+  revoke(id,
+         format("operation %llu failed on %s: %s", static_cast<unsigned long long>(seq),
+                live_[id].info.name.c_str(), reason.c_str()),
+         seq, code == WCCL_ERR_MISMATCH ? WCCL_ERR_MISMATCH : WCCL_ERR_PEER_LOST);
 }
 
 // With no live member, waiting joiners form the next epoch once there are enough of them and no

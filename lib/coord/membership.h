@@ -107,9 +107,13 @@ struct Notice {
   algo::Crossovers crossovers;  // kEpoch: algo=AUTO's (coord/algo_choice.h); 0s: none
   EpochOrigin origin = EpochOrigin::kContinues;  // kEpoch
   PeerId lost = 0;                               // kRevoked
-  std::string reason;                            // kRevoked, kRemoved, kRefused
-  uint32_t joiners = 0;                          // kPending
-  uint64_t seq = 0;  // kCommit, kBarrier; kRevoked: the last committed operation
+  // kRevoked: the operation whose failure revoked the epoch (0: a loss) and that failure's
+  // wccl_result_t, which that operation reports on every member (the others: PEER_LOST).
+  uint64_t failed = 0;
+  uint32_t code = WCCL_ERR_PEER_LOST;
+  std::string reason;    // kRevoked, kRemoved, kRefused
+  uint32_t joiners = 0;  // kPending
+  uint64_t seq = 0;      // kCommit, kBarrier; kRevoked: the last committed operation
 };
 
 // Peers declared lost that the coordinator remembers, so that their next update re-registers
@@ -213,10 +217,11 @@ class Membership {
   // revoked one are ignored (the revocation already decided them); PROTOCOL for a seq more than
   // kMaxOpsAhead past the last committed operation.
   Status done(PeerId id, uint64_t epoch, uint64_t seq, Clock::time_point now);
-  // Operation seq failed on a member (a broken link, a timeout): the epoch is revoked. Operations
-  // already committed stay committed.
+  // Operation seq failed on a member (a broken link, a timeout, calls that differ) with `code`:
+  // the epoch is revoked; seq fails on every member with MISMATCH if that is `code`, else with
+  // PEER_LOST (REVOKED's code). Operations already committed stay committed.
   void op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::string &reason,
-                 Clock::time_point now);
+                 Clock::time_point now, uint32_t code = WCCL_ERR_PEER_LOST);
   // A member of `epoch` reports what its links measured (LINK_REPORT). Kept for pairs of members
   // of the current epoch (the latest report of either side wins; a delivery rate of 0, a link
   // that was never busy, keeps the last one) and used when the next epoch's ring is ordered and
@@ -290,8 +295,11 @@ class Membership {
   // Tells every member the current epoch; `barrier`: as the answer to the calls at the barrier.
   void announce_epoch(bool barrier);
   // Every member is told; ops of the epoch have failed unless committed.
-  void revoke(PeerId because, const std::string &reason);
+  // `failed` and `code`: the operation whose failure revoked it, and that failure (Notice).
+  void revoke(PeerId because, const std::string &reason, uint64_t failed = 0,
+              uint32_t code = WCCL_ERR_PEER_LOST);
   void announce_revocation();  // tells every member of revoked_by_, once no member is unconfirmed
+  void notify_revoked(PeerId to);  // the current epoch's REVOKED, from revoked_by_
   void maybe_commit();
   // Queues a notice of `kind` for `to` about the current epoch; the caller fills in the rest.
   Notice &notify(Notice::Kind kind, PeerId to);
@@ -319,7 +327,13 @@ class Membership {
   // After a restart: members of the adopted epoch not back yet. A revocation waits for them before
   // it is announced (revocation_pending_).
   std::set<PeerId> unconfirmed_;
-  std::pair<PeerId, std::string> revoked_by_;  // the current epoch's revocation: lost peer, reason
+  struct Revocation {
+    PeerId lost = 0;  // or the member whose operation failed
+    std::string reason;
+    uint64_t failed = 0;  // Notice::failed
+    uint32_t code = WCCL_ERR_PEER_LOST;
+  };
+  Revocation revoked_by_;  // the current epoch's
   bool revocation_pending_ = false;
   std::map<PeerId, Clock::time_point> probes_;  // suspect -> deadline for its heartbeat
   // Declared lost (an update from one rejoins it), the kMaxLostRemembered most recent only.

@@ -166,7 +166,10 @@ bool fields(Io &io, M &m) {
       io.peer("peer id", m.peer);
       io.u64("epoch", m.epoch);
       io.u64("operation", m.seq);
-      if (m.type == MessageType::kOpFailed) io.text("reason", kProse, m.text);
+      if (m.type == MessageType::kOpFailed) {
+        io.u32("result code", m.code);
+        io.text("reason", kProse, m.text);
+      }
       return true;
     case MessageType::kLinkBroken:
       io.peer("peer id", m.peer);
@@ -193,6 +196,8 @@ bool fields(Io &io, M &m) {
       io.u64("committed operation", m.seq);
       io.peer("lost peer id", m.other);
       io.text("reason", kProse, m.text);
+      io.u64("failed operation", m.failed);
+      io.u32("result code", m.code);
       return true;
     case MessageType::kRemoved:
       io.u64("epoch", m.epoch);
@@ -295,6 +300,8 @@ ControlMessage to_message(const Notice &n) {
       m.seq = n.seq;
       m.other = n.lost;
       m.text = n.reason;
+      m.failed = n.failed;
+      m.code = n.code;
       break;
     case Notice::Kind::kRemoved:
       m.type = MessageType::kRemoved;

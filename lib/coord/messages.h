@@ -29,13 +29,14 @@ enum class MessageType : uint8_t {
   kLeave = 5,       // peer, epoch, seq, count
   kLinkBroken = 6,  // peer, other (the suspect)
   kDone = 7,        // peer, epoch, seq: this peer's data phase of operation seq completed
-  kOpFailed = 8,    // peer, epoch, seq, text: operation seq failed here; revoke the epoch
+  kOpFailed = 8,    // peer, epoch, seq, code, text: operation seq failed here; revoke the epoch
   kReform = 9,      // peer, epoch, seq, count: an update that admits no joiner (state sync's retry)
   kLinkReport = 10,  // peer, epoch, links: what this peer's links measured (ring order, algo=AUTO)
   // coordinator -> peer
   kEpoch = 16,    // epoch, count (the recipient's call it answers; 0: an announcement), ring,
                   // crossovers, origin
-  kRevoked = 17,  // epoch, seq (the last committed operation), other (the lost peer), text (reason)
+  kRevoked = 17,  // epoch, seq (the last committed operation), other (the lost peer), text
+                  // (reason), failed (the operation that failed, 0: none), code (its failure)
   kRemoved = 18,  // epoch, text (reason)
   kProbe = 19,    // epoch
   kError = 20,    // code, text: the coordinator refused the last request
@@ -57,7 +58,8 @@ struct ControlMessage {
           // this peer submitted in the epoch; kRejoin: the last one it saw committed
   std::vector<Member> ring;  // kRejoin, kEpoch
   PeerId other = 0;          // kLinkBroken (suspect), kRevoked (lost)
-  uint32_t code = 0;         // kError: a wccl_result_t
+  uint32_t code = 0;         // kError, kOpFailed, kRevoked: a wccl_result_t
+  uint64_t failed = 0;       // kRevoked: the operation whose failure revoked the epoch
   uint32_t count =
       0;  // kPending; kUpdate, kReform, kLeave: the call's number; kEpoch: the call it answers
   std::string text;                    // kRevoked, kRemoved, kError, kOpFailed

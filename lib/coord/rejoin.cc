@@ -126,10 +126,7 @@ void Membership::member_returns(PeerId id, const PeerInfo &info, uint64_t epoch,
     announce_revocation();
   } else if (revoked_ && !revocation_pending_) {
     // It missed the revocation while it was away: the epoch's operations fail for it too.
-    Notice &n = notify(Notice::Kind::kRevoked, id);
-    n.lost = revoked_by_.first;
-    n.reason = revoked_by_.second;
-    n.seq = committed_;
+    notify_revoked(id);
   }
 }
 

@@ -66,7 +66,9 @@ constexpr KeySpec kKeys[] = {
     {"join_timeout_ms", "600000", Kind::kInteger, 1, 86400000,
      "how long wccl_comm_join waits for admission"},
     {"op_timeout_ms", "600000", Kind::kInteger, 1, 86400000,
-     "how long a membership call (update, leave) waits for the coordinator's decision"},
+     "how long a membership call (update, leave) waits for the coordinator's decision, and a "
+     "collective without opts.timeout_ms from the call to its outcome (the whole operation: its "
+     "data phase over the WAN included)"},
     {"order_ring_by_rtt", "on", Kind::kOnOff, 0, 0,
      "on: the coordinator orders each epoch's ring from the round trips members measure on their "
      "links (docs/algorithms.md); off: the order of arrival"},

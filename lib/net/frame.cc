@@ -3,21 +3,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/little_endian.h"
+
 namespace wccl::net {
 namespace {
 
-template <typename T>
-void put(uint8_t *p, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i)
-    p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
-}
-
-template <typename T>
-T get(const uint8_t *p) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return static_cast<T>(v);
-}
+using wccl::get_le;
+using wccl::put_le;
 
 // Header layout, byte offsets.
 enum : size_t {
@@ -47,20 +39,20 @@ uint32_t stripe_frame_bytes(uint64_t msg_len, int streams, uint32_t frame_bytes)
 }
 
 void encode_header(const FrameHeader &h, uint8_t out[kFrameHeaderBytes]) {
-  put<uint32_t>(out + kOffMagic, kFrameMagic);
-  put<uint16_t>(out + kOffVersion, kProtocolVersion);
-  put<uint8_t>(out + kOffType, static_cast<uint8_t>(h.type));
-  put<uint8_t>(out + kOffFlags, h.flags);
-  put<uint32_t>(out + kOffTag, h.key.tag);
-  put<uint32_t>(out + kOffLength, h.length);
-  put<uint64_t>(out + kOffEpoch, h.key.epoch);
-  put<uint64_t>(out + kOffSeq, h.key.seq);
-  put<uint64_t>(out + kOffOffset, h.offset);
-  put<uint64_t>(out + kOffMsgLen, h.msg_len);
+  put_le<uint32_t>(out + kOffMagic, kFrameMagic);
+  put_le<uint16_t>(out + kOffVersion, kProtocolVersion);
+  put_le<uint8_t>(out + kOffType, static_cast<uint8_t>(h.type));
+  put_le<uint8_t>(out + kOffFlags, h.flags);
+  put_le<uint32_t>(out + kOffTag, h.key.tag);
+  put_le<uint32_t>(out + kOffLength, h.length);
+  put_le<uint64_t>(out + kOffEpoch, h.key.epoch);
+  put_le<uint64_t>(out + kOffSeq, h.key.seq);
+  put_le<uint64_t>(out + kOffOffset, h.offset);
+  put_le<uint64_t>(out + kOffMsgLen, h.msg_len);
 }
 
 Status decode_header(const uint8_t in[kFrameHeaderBytes], uint32_t max_payload, FrameHeader *out) {
-  const uint32_t magic = get<uint32_t>(in + kOffMagic);
+  const uint32_t magic = get_le<uint32_t>(in + kOffMagic);
   if (magic != kFrameMagic) {
     // A TLS record (handshake 0x16 or alert 0x15, version 0x03 0x0N) where a frame should be means
     // the peer speaks TLS and this side does not.
@@ -71,7 +63,7 @@ Status decode_header(const uint8_t in[kFrameHeaderBytes], uint32_t max_payload, 
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "bad frame magic 0x%08x (expected 0x%08x)", magic,
                       kFrameMagic);
   }
-  const uint16_t version = get<uint16_t>(in + kOffVersion);
+  const uint16_t version = get_le<uint16_t>(in + kOffVersion);
   if (version != kProtocolVersion) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL,
                       "peer speaks wccl protocol version %u, this library speaks version %u",
@@ -86,12 +78,12 @@ Status decode_header(const uint8_t in[kFrameHeaderBytes], uint32_t max_payload, 
   h.type = static_cast<FrameType>(type);
   h.flags = in[kOffFlags];
   if (h.flags != 0) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "undefined frame flags 0x%02x", h.flags);
-  h.key.tag = get<uint32_t>(in + kOffTag);
-  h.length = get<uint32_t>(in + kOffLength);
-  h.key.epoch = get<uint64_t>(in + kOffEpoch);
-  h.key.seq = get<uint64_t>(in + kOffSeq);
-  h.offset = get<uint64_t>(in + kOffOffset);
-  h.msg_len = get<uint64_t>(in + kOffMsgLen);
+  h.key.tag = get_le<uint32_t>(in + kOffTag);
+  h.length = get_le<uint32_t>(in + kOffLength);
+  h.key.epoch = get_le<uint64_t>(in + kOffEpoch);
+  h.key.seq = get_le<uint64_t>(in + kOffSeq);
+  h.offset = get_le<uint64_t>(in + kOffOffset);
+  h.msg_len = get_le<uint64_t>(in + kOffMsgLen);
   if (h.length > max_payload) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "frame payload of %u bytes exceeds the limit of %u",
                       h.length, max_payload);
@@ -130,10 +122,10 @@ size_t encode_hello(const Hello &hello, uint8_t *out) {
   const size_t name_len =
       hello.name.size() < kMaxPeerNameBytes ? hello.name.size() : kMaxPeerNameBytes;
   std::memcpy(out, hello.link_id, 16);
-  put<uint16_t>(out + 16, hello.stream_index);
-  put<uint16_t>(out + 18, hello.stream_count);
-  put<uint16_t>(out + 20, static_cast<uint16_t>(name_len));
-  put<uint16_t>(out + 22, 0);
+  put_le<uint16_t>(out + 16, hello.stream_index);
+  put_le<uint16_t>(out + 18, hello.stream_count);
+  put_le<uint16_t>(out + 20, static_cast<uint16_t>(name_len));
+  put_le<uint16_t>(out + 22, 0);
   std::copy_n(hello.name.data(), name_len, out + kHelloFixedBytes);
   return kHelloFixedBytes + name_len;
 }
@@ -144,10 +136,11 @@ Status decode_hello(const uint8_t *in, size_t length, bool from_connector, Hello
   }
   Hello h;
   std::memcpy(h.link_id, in, 16);
-  h.stream_index = get<uint16_t>(in + 16);
-  h.stream_count = get<uint16_t>(in + 18);
-  const uint16_t name_len = get<uint16_t>(in + 20);
-  if (get<uint16_t>(in + 22) != 0) return WCCL_ERROR(WCCL_ERR_PROTOCOL, "hello reserved field set");
+  h.stream_index = get_le<uint16_t>(in + 16);
+  h.stream_count = get_le<uint16_t>(in + 18);
+  const uint16_t name_len = get_le<uint16_t>(in + 20);
+  if (get_le<uint16_t>(in + 22) != 0)
+    return WCCL_ERROR(WCCL_ERR_PROTOCOL, "hello reserved field set");
   if (kHelloFixedBytes + name_len != length) {
     return WCCL_ERROR(WCCL_ERR_PROTOCOL, "hello name length %u does not match payload of %zu bytes",
                       name_len, length);

@@ -108,24 +108,70 @@ def test_int2_and_topk_are_the_sum_of_each_members_roundtrip(members, wire, keep
 
 
 def test_members_with_different_topk_keeps_fail_together_and_go_on(members):
-    """TOPK's keep is part of the operation, as the wire is: two members that pass different keeps
-    send blocks of different lengths, which the receiver refuses as a bad frame (PROTOCOL); the
-    coordinator revokes the epoch, so the call fails at once on both (PEER_LOST, or PROTOCOL where
-    the refusal is heard first) instead of waiting out its timeout; after an update they
+    """TOPK's keep is part of the operation's call, as the wire is: members that pass different keeps
+    fail the call at once with MismatchError, naming the wire, instead of waiting out its timeout
+    (or a refused frame blaming a live neighbour, before the call check); after an update they
     all-reduce again."""
     x = np.linspace(-1, 1, 5000, dtype=np.float32)
 
     def fn(comm):
         start = time.monotonic()
-        with pytest.raises((wccl.ProtocolError, wccl.PeerLostError)) as refused:
+        with pytest.raises(wccl.MismatchError, match="calls differ in wire") as refused:
             comm.allreduce(x.copy(), wire=wccl.Wire.TOPK, topk_keep=2 + comm.rank, timeout=60)
         waited = time.monotonic() - start
         comm.update()
         out = comm.allreduce(x.copy(), wire=wccl.Wire.TOPK, topk_keep=3)
-        return type(refused.value).__name__, waited < 30, out.algo == wccl.Algo.ALLGATHER
+        return "topk/2" in refused.value.detail, waited < 30, out.algo == wccl.Algo.ALLGATHER
 
     results = members(2, fn)
-    assert all(r[1] and r[2] for r in results), results
+    assert all(all(r) for r in results), results
+
+
+# Rank 2's call, and the field every member's MismatchError names; the others all-reduce 8 float32
+# elements (sum) in place. (name, field, rank 2's call on its buffer x of 8 float64 elements)
+_DIFFERING_CALLS = [
+    ("int32 against float32", "dtype", lambda c, x: c.allreduce(x.view(np.int32)[:8])),
+    ("max against sum", "reduce op", lambda c, x: c.allreduce(x.view(np.float32)[:8], wccl.ReduceOp.MAX)),
+    ("7 elements against 8", "count", lambda c, x: c.allreduce(x.view(np.float32)[:7])),
+    ("float64 against float32", "dtype", lambda c, x: c.allreduce(x)),
+    ("int8 wire against native", "wire", lambda c, x: c.allreduce(x.view(np.float32)[:8], wire=wccl.Wire.INT8)),
+    ("broadcast against allreduce", "collective", lambda c, x: c.broadcast(x.view(np.float32)[:8], root=0)),
+]
+
+
+def test_a_call_that_differs_fails_on_every_member(members):
+    """docs/fault-tolerance.md, "Calls that differ": one member's call differs in one field; every
+    member gets MismatchError naming the field and rank 2, in well under the operation's timeout, its
+    array as it was, and nobody is lost: after update() the same call everywhere succeeds. Before
+    the call check, int32 against float32 and max against sum returned OK with results that
+    differed, and the other cases blamed a live rank with PeerLostError."""
+
+    def fn(comm):
+        seen = []
+        for name, field, odd in _DIFFERING_CALLS:
+            x = np.zeros(8, np.float64)
+            x.view(np.float32)[:] = comm.rank + 1
+            before = x.copy()
+            start = time.monotonic()
+            with pytest.raises(wccl.MismatchError) as failed:
+                if comm.rank == 2:
+                    odd(comm, x)
+                else:
+                    comm.allreduce(x.view(np.float32)[:8], timeout=60)
+            waited = time.monotonic() - start
+            detail = failed.value.detail
+            seen.append((name, f"calls differ in {field}" in detail and "rank 2" in detail, waited < 20,
+                         np.array_equal(x, before)))
+            comm.update()
+            assert comm.size == 3, "a mismatch loses nobody"
+            y = np.full(8, comm.rank + 1, np.float32)
+            comm.allreduce(y)
+            assert (y == 6).all()
+        return seen
+
+    for rank, seen in enumerate(members(3, fn)):
+        for name, named, prompt, intact in seen:
+            assert named and prompt and intact, (rank, name, named, prompt, intact)
 
 
 def test_bad_calls_raise_named_errors(members):

@@ -19,7 +19,7 @@ from ._buffers import DType
 from ._core import (MIN_LINK_RATE, Algo, Communicator, Compress, Coordinator, EpochOrigin, OpStats, ReduceOp, Request, SyncMode,
                     SyncStats, Wire, config_keys, version, wire_roundtrip)
 from ._lib import (AbortedError, AuthError, CoordinatorUnreachableError, CudaError, InProgressError, InternalError,
-                   InvalidArgumentError, InvalidUsageError, IoError, LIBRARY_PATH, NcclError, NoMemoryError,
+                   InvalidArgumentError, InvalidUsageError, IoError, LIBRARY_PATH, MismatchError, NcclError, NoMemoryError,
                    PeerLostError, ProtocolError, TimeoutError, TooFewPeersError, UnsupportedError, WcclError)
 
 __version__ = version()
@@ -27,7 +27,7 @@ __version__ = version()
 __all__ = [
     "AbortedError", "Algo", "AuthError", "Communicator", "Compress", "Coordinator", "CoordinatorUnreachableError",
     "CudaError", "DType", "EpochOrigin", "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "IoError",
-    "LIBRARY_PATH", "MIN_LINK_RATE", "NcclError", "NoMemoryError", "OpStats", "PeerLostError", "ProtocolError", "ReduceOp", "Request",
+    "LIBRARY_PATH", "MIN_LINK_RATE", "MismatchError", "NcclError", "NoMemoryError", "OpStats", "PeerLostError", "ProtocolError", "ReduceOp", "Request",
     "SyncMode", "SyncStats", "TimeoutError", "TooFewPeersError", "UnsupportedError", "WcclError", "Wire", "config_keys", "version",
     "wire_roundtrip",
 ]

@@ -100,6 +100,13 @@ class InternalError(WcclError):
     """WCCL_ERR_INTERNAL: a bug in wccl."""
 
 
+class MismatchError(WcclError):
+    """WCCL_ERR_MISMATCH: the members' calls of one operation differ (collective, dtype, count,
+    reduce op, root, wire, algorithm, compression or chunk size); ``detail`` names the members and
+    what differs. Every member gets it, its buffers as they were; the epoch is revoked, so the next
+    call needs an ``update()`` first."""
+
+
 # Keyed by enumerator name, so the table cannot drift from the header's numbering: the codes are
 # looked up through wccl_result_name() once the library is loaded.
 _ERROR_CLASSES = {
@@ -119,6 +126,7 @@ _ERROR_CLASSES = {
     "WCCL_ERR_NCCL": NcclError,
     "WCCL_ERR_IN_PROGRESS": InProgressError,
     "WCCL_ERR_INTERNAL": InternalError,
+    "WCCL_ERR_MISMATCH": MismatchError,
 }
 
 # --- structures (include/wccl/wccl.h) ------------------------------------------------------------
