@@ -115,6 +115,20 @@ def test_ranks_in_another_order_than_wccls_and_joining_one_by_one(jobs, tmp_path
         assert lines[-1]["ok"]
 
 
+def test_ddp_buckets_that_differ_fail_on_every_rank(jobs, tmp_path):
+    """docs/fault-tolerance.md, "Calls that differ": DDP with torch's fp16 compression hook on rank 2
+    only all-reduces its buckets as float16 there and float32 elsewhere; every rank fails with
+    wccl's MismatchError naming the dtype, promptly, instead of training on diverged replicas. Before it,
+    a broadcast root outside the group and an unsupported reduce op raise ValueError naming them."""
+    start = time.monotonic()
+    results = jobs("mistakes", 3, tmp_path, {"WCCL_TLS": "off"}).results()
+    assert time.monotonic() - start < 50, "well under the group's 60 s timeout"
+    for rank, lines in enumerate(results):
+        last = lines[-1]
+        assert last["rank"] == rank and last["error"] is not None, last
+        assert "MismatchError" in last["error"] + last["text"] and "calls differ in dtype" in last["text"], last
+
+
 @pytest.mark.parametrize("mode", ["ddp", "hsdp"])
 def test_training_matches_gloo(jobs, tmp_path, mode):
     """DDP (several buckets), and FSDP2's HSDP on a 2x2 mesh with the replicate dimension over wccl

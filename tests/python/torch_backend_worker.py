@@ -209,6 +209,33 @@ def train(rank, n, backend, mode):
     say(rank=rank, losses=losses)
 
 
+def mistakes(rank, n):
+    """A caller's mistakes, named: a broadcast root outside the group, an unsupported reduce op,
+    then DDP whose buckets differ on rank 2 (torch's fp16 compression hook there only: its buckets
+    are all-reduced as float16, the others' as float32, of the same element count), which must fail
+    on every rank with wccl's MismatchError, not train on with replicas that differ."""
+    t = torch.ones(4)
+    for call, want in [(lambda: dist.broadcast(t, src=n + 2), f"in a group of {n}"),
+                       (lambda: dist.all_reduce(t, op=dist.ReduceOp.BAND), "reduce op BAND is not supported")]:
+        try:
+            call()
+            check(False, f"{want}: no error")
+        except ValueError as e:
+            check(want in str(e), f"{want!r} not in {e!r}")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    if rank == 2:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    x = torch.randn(32, 16)
+    try:
+        torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+        say(rank=rank, error=None)
+    except Exception as e:  # noqa: BLE001 (reported, and judged by the test)
+        say(rank=rank, error=type(e).__name__, text=str(e))
+
+
 def survive(rank, n):
     """All-reduces until the group fails; reports the error, then what the next call raises."""
     say(rank=rank, ready=True)
@@ -250,6 +277,10 @@ def main():
         train(rank, n, backend, scenario)
     elif scenario == "survive":
         survive(rank, n)
+    elif scenario == "mistakes":
+        mistakes(rank, n)
+        sys.stdout.flush()
+        os._exit(0)  # the group failed: its leave would wait for nothing
     dist.destroy_process_group()
     if pg_backend == "gloo":
         # torch's gloo worker threads can still hold work with tensors when the interpreter is torn

@@ -115,7 +115,8 @@ def _reduce_op(opts: Any) -> ReduceOp:
     op = dist.ReduceOp.SUM if opts is None else getattr(opts, "reduceOp", opts)
     kind = getattr(op, "op", op)
     if kind not in _REDUCE_OPS:
-        raise ValueError(f"wccl: reduce op {op} is not supported (SUM, AVG, MIN, MAX and PRODUCT are)")
+        name = getattr(kind, "name", None) or str(kind)  # dist.ReduceOp objects print as addresses
+        raise ValueError(f"wccl: reduce op {name} is not supported (SUM, AVG, MIN, MAX and PRODUCT are)")
     return _REDUCE_OPS[kind]
 
 
@@ -130,7 +131,11 @@ class _Work(dist.Work):
         self._outputs = outputs
         self._finish = finish
         self._on_error = on_error
-        self._future: torch.futures.Future[List[torch.Tensor]] = torch.futures.Future()
+        # The future the work hands out is a .then() of one that always completes with the outputs:
+        # a callback that raises fails its future in C++ (torch's Future.set_exception only stores
+        # the exception as the value, which DDP's reducer then reads as tensors and crashes on).
+        self._source: torch.futures.Future[List[torch.Tensor]] = torch.futures.Future()
+        self._future: torch.futures.Future[List[torch.Tensor]] = self._source.then(self._outcome)
         self._lock = threading.RLock()  # a future's callback may wait on its own work
         self._completing = False
         self._error: Optional[BaseException] = None
@@ -158,12 +163,14 @@ class _Work(dist.Work):
                 self._on_error(e)
             self._request = None
             try:
-                if self._error is None:
-                    self._future.set_result(self._outputs)
-                else:
-                    self._future.set_exception(self._error)  # type: ignore[arg-type]  # torch types it as the result
+                self._source.set_result(self._outputs)  # runs _outcome: the future completes
             finally:
                 self._done.set()
+
+    def _outcome(self, source: torch.futures.Future[List[torch.Tensor]]) -> List[torch.Tensor]:
+        if self._error is not None:
+            raise self._error
+        return source.value()
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         """Raises the operation's error; a positive ``timeout`` raises TimeoutError once it passes
@@ -347,7 +354,10 @@ class ProcessGroupWccl(dist.ProcessGroup):
     def broadcast(self,  # type: ignore[override]  # the C++ form the trampoline calls
                 tensors: List[torch.Tensor], opts: Any = None) -> _Work:
         t = self._one(tensors, "broadcast")
-        root = self._wccl_rank[opts.rootRank if opts is not None else 0]
+        src = opts.rootRank if opts is not None else 0
+        if not 0 <= src < self.size():
+            raise ValueError(f"wccl: broadcast from rank {src} in a group of {self.size()} (ranks 0..{self.size() - 1})")
+        root = self._wccl_rank[src]
         buf = t if t.is_contiguous() else t.contiguous()
         finish = None if buf is t else (lambda: t.copy_(buf))
         return self._submit(lambda: self._comm.broadcast(buf, root, async_op=True, **self._opts()), [t], finish)
