@@ -606,6 +606,79 @@ TEST_F(CollectiveApi, HierarchicalAllReduceOverALocalGroupOfThreads) {
   wccl_comm_destroy(comm1);
 }
 
+// Two members whose calls differ (docs/fault-tolerance.md, "Calls that differ"), through the C
+// API: an int32 all-reduce against a float32 one of the same byte width returns
+// WCCL_ERR_MISMATCH on both, naming the dtype, both buffers as they were; after wccl_comm_update
+// (nobody lost) the matching call succeeds. Without the check both returned OK with different
+// results.
+TEST(CallsThatDiffer, FailOnEveryMemberWithMismatchNamingTheField) {
+  wccl_config_t *cfg = nullptr;
+  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "log_level", "error"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "listen", "127.0.0.1:0"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "min_peers", "2"), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "settle_ms", "10"), WCCL_OK);
+  wccl_coord_t *coord = nullptr;
+  ASSERT_EQ(wccl_coord_start(&coord, cfg), WCCL_OK) << wccl_last_error();
+  const std::string address = "127.0.0.1:" + std::to_string(wccl_coord_port(coord));
+  ASSERT_EQ(wccl_config_set(cfg, "coordinator", address.c_str()), WCCL_OK);
+  wccl_comm_t *comm[2] = {nullptr, nullptr};
+  wccl_result_t joined[2] = {WCCL_ERR_INTERNAL, WCCL_ERR_INTERNAL};
+  {
+    std::thread other([&] { joined[1] = wccl_comm_join(&comm[1], cfg); });
+    joined[0] = wccl_comm_join(&comm[0], cfg);
+    other.join();
+  }
+  wccl_config_destroy(cfg);
+  ASSERT_EQ(joined[0], WCCL_OK);
+  ASSERT_EQ(joined[1], WCCL_OK);
+  // Member k's buffer: four 4-byte elements, as float32 on comm[0] and int32 on comm[1].
+  float f[4] = {1, 2, 3, 4};
+  int32_t i[4] = {1, 2, 3, 4};
+  wccl_result_t got[2] = {WCCL_OK, WCCL_OK};
+  std::string why[2];
+  {
+    std::thread other([&] {
+      got[1] = wccl_allreduce(i, i, 4, WCCL_I32, WCCL_SUM, comm[1], nullptr);
+      why[1] = wccl_last_error();
+    });
+    got[0] = wccl_allreduce(f, f, 4, WCCL_F32, WCCL_SUM, comm[0], nullptr);
+    why[0] = wccl_last_error();
+    other.join();
+  }
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(got[k], WCCL_ERR_MISMATCH) << why[k];
+    EXPECT_NE(why[k].find("calls differ in dtype"), std::string::npos) << why[k];
+    EXPECT_NE(why[k].find("x i32"), std::string::npos) << why[k];
+    EXPECT_NE(why[k].find("x f32"), std::string::npos) << why[k];
+  }
+  EXPECT_EQ(f[3], 4.0F);
+  EXPECT_EQ(i[3], 4);
+  {
+    std::thread other([&] { got[1] = wccl_comm_update(comm[1]); });
+    got[0] = wccl_comm_update(comm[0]);
+    other.join();
+  }
+  ASSERT_EQ(got[0], WCCL_OK) << wccl_last_error();
+  ASSERT_EQ(got[1], WCCL_OK);
+  EXPECT_EQ(wccl_comm_size(comm[0]), 2) << "a mismatch loses nobody";
+  float g[4] = {1, 2, 3, 4};
+  {
+    std::thread other(
+        [&] { got[1] = wccl_allreduce(g, g, 4, WCCL_F32, WCCL_SUM, comm[1], nullptr); });
+    got[0] = wccl_allreduce(f, f, 4, WCCL_F32, WCCL_SUM, comm[0], nullptr);
+    other.join();
+  }
+  EXPECT_EQ(got[0], WCCL_OK) << wccl_last_error();
+  EXPECT_EQ(got[1], WCCL_OK);
+  EXPECT_EQ(f[3], 8.0F);
+  EXPECT_EQ(g[3], 8.0F);
+  wccl_comm_destroy(comm[0]);
+  wccl_comm_destroy(comm[1]);
+  wccl_coord_stop(coord);
+}
+
 // Device buffers as the C API sees them, on an emulated GPU (tests/emulated_device.h).
 TEST_F(CollectiveApi, DeviceBuffersAreFoundCheckedAndOrderedAfterTheCallersStream) {
   wccl::test::EmulatedGpu gpu;
