@@ -26,7 +26,8 @@ TEST(LinkChannel, AFailedOperationClosesItsLinksAsClosedHere) {
   test::Done closed_here, closed_there, pending;
   ASSERT_TRUE(p.client_link->on_close(closed_here.callback()).ok());
   ASSERT_TRUE(p.server_link->on_close(closed_there.callback()).ok());
-  LinkChannel ch(7, 3, 0, 2, std::map<int, std::shared_ptr<net::Link>>{{1, p.client_link}});
+  LinkChannel ch(7, 3, /*call_key=*/0, 0, 2,
+                 std::map<int, std::shared_ptr<net::Link>>{{1, p.client_link}});
   std::vector<uint8_t> buf(64);
   size_t got = 0;
   ASSERT_TRUE(ch.recv(1, 5, buf.data(), buf.size(), &got, pending.callback()).ok());

@@ -230,9 +230,10 @@ WCCL_API void wccl_comm_destroy(wccl_comm_t *comm);
  * Every member of the epoch must call the same collectives in the same order, with matching
  * count, dtype, op and root (as in MPI and NCCL), and the same wire (TOPK's keep included), algo
  * and compress. Unlike MPI and NCCL, wccl checks it: each member's call is compared with its ring
- * neighbours' before any of its messages is read, as soon as both have made it (one message delay
- * after the later of the two calls). Each operation ends with a commit decided by the coordinator
- * (docs/fault-tolerance.md), so its outcome is the same on every member:
+ * neighbours' as soon as both have made it (one message delay after the later of the two calls),
+ * and no message of a call that differs is ever read into another's buffers. Each operation ends
+ * with a commit decided by the coordinator (docs/fault-tolerance.md), so its outcome is the same
+ * on every member:
  * - WCCL_OK: the result is final, and bit-identical on every member;
  * - WCCL_ERR_PEER_LOST: a member was lost or failed during the operation (or the epoch was already
  *   revoked). The caller's buffers hold exactly what they held before the call, in-place

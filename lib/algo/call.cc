@@ -1,5 +1,6 @@
 #include "algo/call.h"
 
+#include "codec/hash.h"
 #include "core/little_endian.h"
 
 namespace wccl::algo {
@@ -44,6 +45,10 @@ Call Call::of(const Collective &c) {
 }
 
 bool operator==(const Call &a, const Call &b) { return encode(a) == encode(b); }
+
+uint32_t call_key(const CallBytes &call) {
+  return static_cast<uint32_t>(codec::hash64(call.data(), call.size()) >> 32);
+}
 
 CallBytes encode(const Call &call) {
   CallBytes b{};

@@ -39,6 +39,9 @@ struct Call {
 };
 
 CallBytes encode(const Call &call);  // kCallBytes (algo/exchange.h)
+// 32 bits of a hash of the call, which comm::LinkChannel puts into its messages' keys: two calls
+// that differ have different keys but once in 2^32.
+uint32_t call_key(const CallBytes &call);
 // PROTOCOL, naming the field, for a length other than kCallBytes, a value out of its range or a
 // reserved byte other than 0.
 Status decode(const uint8_t *data, size_t size, Call *out);

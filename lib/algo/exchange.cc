@@ -17,7 +17,10 @@ struct Exchange::Shared {
   // completion it does not wait for (most sends) would cost it a futex call and a context switch.
   Ticket awaited = kNobody;
   bool awaiting_all = false;
-  bool calls_arrived = false;  // a neighbour's call (agree()) arrived since the last check_calls
+  // The call check (agree()): this member's call, its predecessor's as received, and whether the
+  // two differ, which the completion that receives it finds (so a call that matches wakes no one).
+  CallBytes mine{}, theirs{};
+  bool call_differs = false;
   static constexpr Ticket kNobody = ~Ticket{0};
 };
 
@@ -26,18 +29,18 @@ Exchange::Exchange(Channel &channel, Clock::time_point deadline)
 
 Exchange::~Exchange() { finish(); }
 
-Exchange::Ticket Exchange::ticket(size_t len, bool any_length, size_t **got) {
-  std::lock_guard<std::mutex> lock(s_->mu);
-  const Ticket t = s_->states.size();
-  s_->states.push_back(State::kPending);
-  s_->lengths.push_back(len);
-  *got = any_length ? &s_->lengths.back() : nullptr;  // deque: stays put as more are pushed
-  ++s_->outstanding;
-  return t;
-}
-
-void Exchange::start(Ticket t, bool is_send, int peer, uint32_t tag, void *data, size_t len,
-                     size_t *got, Message kind) {
+Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len,
+                                bool any_length, Message kind) {
+  Ticket t;
+  size_t *got = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    t = s_->states.size();
+    s_->states.push_back(State::kPending);
+    s_->lengths.push_back(len);
+    if (any_length) got = &s_->lengths.back();  // deque: stays put as more are pushed
+    ++s_->outstanding;
+  }
   auto shared = s_;
   const bool counted = kind == Message::kData;
   const bool call_arrives = kind == Message::kCall && !is_send;
@@ -48,9 +51,9 @@ void Exchange::start(Ticket t, bool is_send, int peer, uint32_t tag, void *data,
       shared->states[t] = st.ok() ? State::kOk : State::kFailed;
       if (st.ok() && !is_send && counted) shared->received += shared->lengths[t];
       if (!st.ok() && shared->failure.ok()) shared->failure = st;
-      if (call_arrives) shared->calls_arrived = true;  // the operation's thread compares it
+      if (call_arrives && st.ok()) shared->call_differs = shared->theirs != shared->mine;
       --shared->outstanding;
-      wake = !st.ok() || call_arrives || shared->awaited == t ||
+      wake = !st.ok() || shared->call_differs || shared->awaited == t ||
              (shared->awaiting_all && shared->outstanding == 0);
     }
     if (wake) shared->cv.notify_all();
@@ -66,13 +69,6 @@ void Exchange::start(Ticket t, bool is_send, int peer, uint32_t tag, void *data,
   } else if (is_send && counted) {
     bytes_sent_ += len;
   }
-}
-
-Exchange::Ticket Exchange::post(bool is_send, int peer, uint32_t tag, void *data, size_t len,
-                                bool any_length, Message kind) {
-  size_t *got = nullptr;
-  const Ticket t = ticket(len, any_length, &got);
-  start(t, is_send, peer, tag, data, len, got, kind);
   return t;
 }
 
@@ -80,92 +76,40 @@ void Exchange::agree(const CallBytes &mine, Disagreement why) {
   const int n = size(), r = rank();
   if (agreeing_ || n < 2) return;
   agreeing_ = true;
-  mine_ = mine;
+  s_->mine = mine;  // no completion runs yet
   disagreement_ = std::move(why);
-  for (int peer : {(r + n - 1) % n, (r + 1) % n}) {
-    send_call(peer);
-    await_call(peer);
-  }
+  predecessor_ = (r + n - 1) % n;
+  call_sent_ =
+      post(true, (r + 1) % n, kCallTag, s_->mine.data(), s_->mine.size(), false, Message::kCall);
+  call_received_ = post(false, predecessor_, kCallTag, s_->theirs.data(), s_->theirs.size(), false,
+                        Message::kCall);
 }
 
-void Exchange::send_call(int peer) {
-  Neighbour &nb = neighbours_[peer];
-  if (nb.sent) return;
-  nb.sent = true;
-  nb.call_sent = post(true, peer, kCallTag, mine_.data(), mine_.size(), false, Message::kCall);
-}
-
-void Exchange::await_call(int peer) {
-  Neighbour &nb = neighbours_[peer];
-  if (nb.awaited) return;
-  nb.awaited = true;
-  nb.call_received =
-      post(false, peer, kCallTag, nb.theirs.data(), nb.theirs.size(), false, Message::kCall);
-}
-
-void Exchange::check_calls(bool forced) {
-  if (!agreeing_) return;
+void Exchange::check_call() {
+  if (!agreeing_ || checked_) return;
+  CallBytes theirs;
   {
     std::lock_guard<std::mutex> lock(s_->mu);
-    if (!s_->calls_arrived && !forced) return;
-    s_->calls_arrived = false;
+    if (!s_->call_differs) return;
+    theirs = s_->theirs;
   }
-  for (auto &[peer, nb] : neighbours_) {
-    if (!nb.awaited || nb.checked) continue;
-    {
-      std::lock_guard<std::mutex> lock(s_->mu);
-      if (s_->states[nb.call_received] != State::kOk) continue;  // not yet, or failed (sticky)
-    }
-    nb.checked = true;
-    if (nb.theirs != mine_) {
-      cancel(disagreement_(peer, nb.theirs));
-      continue;
-    }
-    for (const Deferred &d : nb.deferred)
-      start(d.t, false, peer, d.tag, d.data, d.len, d.got, Message::kData);
-    nb.deferred.clear();
-  }
-}
-
-void Exchange::drop_deferred(const Status &why) {
-  std::lock_guard<std::mutex> lock(s_->mu);
-  for (auto &[peer, nb] : neighbours_) {
-    for (const Deferred &d : nb.deferred) {
-      s_->states[d.t] = State::kFailed;
-      --s_->outstanding;
-      if (s_->failure.ok()) s_->failure = why;
-    }
-    nb.deferred.clear();
-  }
+  checked_ = true;
+  cancel(disagreement_(predecessor_, theirs));
 }
 
 Status Exchange::agreed() {
   if (!agreeing_) return Status();
-  for (auto &[peer, nb] : neighbours_) {
-    if (nb.sent) WCCL_RETURN_IF_ERROR(wait(nb.call_sent));
-    if (nb.awaited) WCCL_RETURN_IF_ERROR(wait(nb.call_received));
-  }
-  check_calls(/*forced=*/true);
+  WCCL_RETURN_IF_ERROR(wait(call_sent_));
+  WCCL_RETURN_IF_ERROR(wait(call_received_));
+  check_call();
   return failure();
 }
 
 Exchange::Ticket Exchange::send(int peer, uint32_t tag, const void *data, size_t len) {
-  if (agreeing_) send_call(peer);
   return post(true, peer, tag, const_cast<void *>(data), len, false);
 }
 
 Exchange::Ticket Exchange::recv(int peer, uint32_t tag, void *data, size_t len, bool any_length) {
-  if (agreeing_) {
-    check_calls();
-    Neighbour &nb = neighbours_[peer];
-    if (!nb.checked) {  // held back until the peer's call has arrived and matched
-      await_call(peer);
-      size_t *got = nullptr;
-      const Ticket t = ticket(len, any_length, &got);
-      nb.deferred.push_back({t, tag, data, len, got});
-      return t;
-    }
-  }
   return post(false, peer, tag, data, len, any_length);
 }
 
@@ -182,11 +126,12 @@ uint64_t Exchange::bytes_received() const {
 Status Exchange::wait(Ticket t) {
   bool ended;
   for (;;) {
-    check_calls();  // a receive held back for a call that has arrived is posted first
+    check_call();  // a call that differs ends the wait
     std::unique_lock<std::mutex> lock(s_->mu);
     s_->awaited = t;
     ended = ch_.wait_until(lock, s_->cv, deadline_, [&] {
-      return s_->states[t] != State::kPending || !s_->failure.ok() || s_->calls_arrived;
+      return s_->states[t] != State::kPending || !s_->failure.ok() ||
+             (s_->call_differs && !checked_);
     });
     s_->awaited = Shared::kNobody;
     if (!ended || s_->states[t] != State::kPending || !s_->failure.ok()) break;
@@ -210,11 +155,11 @@ bool Exchange::done(Ticket t) const {
 Status Exchange::wait_all() {
   bool ended;
   for (;;) {
-    check_calls();
+    check_call();  // a call that differs ends the wait
     std::unique_lock<std::mutex> lock(s_->mu);
     s_->awaiting_all = true;
     ended = ch_.wait_until(lock, s_->cv, deadline_, [&] {
-      return s_->outstanding == 0 || !s_->failure.ok() || s_->calls_arrived;
+      return s_->outstanding == 0 || !s_->failure.ok() || (s_->call_differs && !checked_);
     });
     s_->awaiting_all = false;
     if (!ended || s_->outstanding == 0 || !s_->failure.ok()) break;
@@ -246,7 +191,6 @@ Status Exchange::failure() const {
 void Exchange::finish() {
   if (finished_) return;
   finished_ = true;
-  drop_deferred(WCCL_ERROR(WCCL_ERR_ABORTED, "the operation ended with receives not posted"));
   Status why;
   {
     std::lock_guard<std::mutex> lock(s_->mu);

@@ -7,12 +7,12 @@
 // channel if anything failed and waits until no completion can touch them any more.
 //
 // The call check (algo/call.h, docs/protocol.md "Agreeing on the call"): after agree(mine), the
-// exchange sends this member's call to its ring neighbours (ranks r - 1 and r + 1) at once and to
-// any other peer just before its first message there, and posts a receive from a peer only once
-// that peer's call has arrived and equals this member's: a receive is never misread. A call that
-// differs fails the operation with MISMATCH naming both. Sends are never held back. agreed() waits
-// for the ring neighbours' calls: every member's call was compared with its neighbours', so along
-// the ring, with every other member's.
+// exchange sends this member's call to its ring successor (rank r + 1) and receives its
+// predecessor's (rank r - 1), which it compares with its own as soon as it arrives: a call that
+// differs fails the operation with MISMATCH naming both. Around the ring every member's call is
+// compared with every other's. agreed() waits for both. (No message of a call that differs is
+// ever read into this member's buffers: the channel keys an operation's messages by its call,
+// comm::LinkChannel.)
 #pragma once
 
 #include <array>
@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 
@@ -68,10 +67,10 @@ class Exchange {
   void finish();
 
   // The call check (above); before the first send or receive, at most once. `why` says what
-  // differs when a neighbour's call is not `mine`.
+  // differs when the predecessor's call is not `mine`.
   void agree(const CallBytes &mine, Disagreement why);
-  // Once the schedule has succeeded: waits until the ring neighbours' calls have arrived and
-  // matched (and this member's went out), then the first failure if any. OK without agree().
+  // Once the schedule has succeeded: waits until this member's call went out and the
+  // predecessor's arrived and matched, then the first failure if any. OK without agree().
   Status agreed();
 
   uint64_t bytes_sent() const { return bytes_sent_; }  // the calls compared are not counted
@@ -81,40 +80,18 @@ class Exchange {
   struct Shared;  // outlives the Exchange if a completion is somehow still due
   enum class State : uint8_t { kPending, kOk, kFailed };
   enum class Message : uint8_t { kData, kCall };  // kCall: the call check's, not counted
-  // A new ticket, pending; *got where an any-length receive's channel writes its length.
-  Ticket ticket(size_t len, bool any_length, size_t **got);
-  void start(Ticket t, bool is_send, int peer, uint32_t tag, void *data, size_t len, size_t *got,
-             Message kind);
   Ticket post(bool is_send, int peer, uint32_t tag, void *data, size_t len, bool any_length,
               Message kind = Message::kData);
-  // The call check's per-peer state, on the operation's thread only.
-  struct Deferred {
-    Ticket t;
-    uint32_t tag;
-    void *data;
-    size_t len;
-    size_t *got;
-  };
-  struct Neighbour {
-    bool sent = false;     // this member's call went to it (ticket `call_sent`)
-    bool awaited = false;  // its call is being received (ticket `call_received`, into `theirs`)
-    bool checked = false;  // its call arrived and matched: receives from it are posted directly
-    Ticket call_sent = 0, call_received = 0;
-    CallBytes theirs{};
-    std::deque<Deferred> deferred;  // receives from it waiting for its call, in order
-  };
-  void send_call(int peer);
-  void await_call(int peer);
-  // Compares the calls that have arrived and posts the receives they held back (forced: every
-  // arrived call, not only when a completion said one came).
-  void check_calls(bool forced = false);
-  // The deferred receives fail with why: they were never posted.
-  void drop_deferred(const Status &why);
+  // Fails the exchange with MISMATCH once the predecessor's call has arrived and differs (on the
+  // operation's thread).
+  void check_call();
 
+  // The call check's state, on the operation's thread only (the calls are in Shared).
   bool agreeing_ = false;
-  CallBytes mine_{};
+  bool checked_ = false;  // a call that differs was reported
+  int predecessor_ = -1;
+  Ticket call_sent_ = 0, call_received_ = 0;
   Disagreement disagreement_;
-  std::map<int, Neighbour> neighbours_;
 
   Channel &ch_;
   Clock::time_point deadline_;

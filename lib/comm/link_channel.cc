@@ -1,5 +1,7 @@
 #include "comm/link_channel.h"
 
+#include "algo/exchange.h"
+
 namespace wccl::comm {
 
 Result<net::Link *> LinkChannel::link(int peer) {
@@ -11,16 +13,20 @@ Result<net::Link *> LinkChannel::link(int peer) {
   return it->second.get();
 }
 
+net::MessageKey LinkChannel::key(uint32_t tag) const {
+  return {epoch_, tag == algo::kCallTag ? seq_ : data_seq_, tag};
+}
+
 Status LinkChannel::send(int peer, uint32_t tag, const void *data, size_t len,
                          algo::Completion done) {
   WCCL_ASSIGN_OR_RETURN(net::Link * l, link(peer));
-  return l->send(net::MessageKey{epoch_, seq_, tag}, data, len, std::move(done));
+  return l->send(key(tag), data, len, std::move(done));
 }
 
 Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, size_t *got,
                          algo::Completion done) {
   WCCL_ASSIGN_OR_RETURN(net::Link * l, link(peer));
-  return l->recv(net::MessageKey{epoch_, seq_, tag}, data, len, got, std::move(done));
+  return l->recv(key(tag), data, len, got, std::move(done));
 }
 
 void LinkChannel::abort(const Status &why) {

@@ -1,5 +1,8 @@
 // The real Channel: one operation's messages over the epoch's links to its neighbours, keyed
-// (epoch, operation number, tag) on the wire (docs/protocol.md). abort() closes those links with
+// (epoch, operation number, tag) on the wire (docs/protocol.md), the number's upper 32 bits the
+// call's key (algo::call_key): members whose calls differ post and send under different keys, so
+// a message of one is never read into a receive of the other (the call check's own message,
+// algo::kCallTag, goes under the plain number). abort() closes those links with
 // ABORTED (closed here, naming what failed): it is only called when the operation failed, which
 // revokes the epoch anyway.
 #pragma once
@@ -15,9 +18,14 @@ namespace wccl::comm {
 
 class LinkChannel : public algo::Channel {
  public:
-  LinkChannel(uint64_t epoch, uint64_t seq, int rank, int size,
+  LinkChannel(uint64_t epoch, uint64_t seq, uint32_t call_key, int rank, int size,
               std::map<int, std::shared_ptr<net::Link>> links)
-      : epoch_(epoch), seq_(seq), rank_(rank), size_(size), links_(std::move(links)) {}
+      : epoch_(epoch),
+        seq_(seq),
+        data_seq_((seq & 0xFFFFFFFFULL) | (uint64_t{call_key} << 32)),
+        rank_(rank),
+        size_(size),
+        links_(std::move(links)) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status send(int peer, uint32_t tag, const void *data, size_t len, algo::Completion done) override;
@@ -30,7 +38,8 @@ class LinkChannel : public algo::Channel {
 
  private:
   Result<net::Link *> link(int peer);
-  const uint64_t epoch_, seq_;
+  net::MessageKey key(uint32_t tag) const;
+  const uint64_t epoch_, seq_, data_seq_;
   const int rank_, size_;
   std::map<int, std::shared_ptr<net::Link>> links_;
   std::function<void(const Status &)> before_close_;

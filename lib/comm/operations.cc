@@ -169,7 +169,10 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
                /*data_error=*/true);  // this member's own failure, whatever else happened
   }
   for (auto &[rank, link] : links) link->pace(c.max_link_rate);
-  LinkChannel channel(op->epoch, op->seq, op->rank, op->size, std::move(links));
+  const algo::Call call = algo::Call::of(op->c);
+  const algo::CallBytes call_bytes = algo::encode(call);
+  LinkChannel channel(op->epoch, op->seq, algo::call_key(call_bytes), op->rank, op->size,
+                      std::move(links));
   // Calls that differ fail every member with MISMATCH only if the coordinator hears of them
   // before anyone hears of a closed link (docs/fault-tolerance.md, "One outcome for one fault"):
   // this member reports first and closes its links once the epoch is revoked (bounded by the
@@ -186,9 +189,9 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     });
   });
   algo::Exchange ex(channel, op->deadline);
-  // Every member's call is compared with its neighbours' before a message of it is read.
-  const algo::Call call = algo::Call::of(op->c);
-  ex.agree(algo::encode(call), [&call, rank = op->rank](int peer, const algo::CallBytes &theirs) {
+  // Every member's call is compared with its ring predecessor's (and so, around the ring, with
+  // every other's).
+  ex.agree(call_bytes, [&call, rank = op->rank](int peer, const algo::CallBytes &theirs) {
     return algo::disagreement(peer, theirs, rank, call);
   });
   {
