@@ -179,9 +179,9 @@ Actions MemberView::on_message(const ControlMessage &m) {
       revoked_ = true;
       const Status why = WCCL_ERROR(WCCL_ERR_PEER_LOST, "epoch %llu was revoked: %s",
                                     static_cast<unsigned long long>(m.epoch), m.text.c_str());
-      // The operation whose failure revoked the epoch fails with that failure's code here too
-      // (MISMATCH, TIMEOUT, ...: one outcome for one fault); a code this library does not know
-      // reads as PEER_LOST.
+      // The operation whose failure revoked the epoch fails with the code the coordinator gives it
+      // (MISMATCH for calls that differ: one outcome for one fault); a code this library does not
+      // know reads as PEER_LOST.
       if (m.failed != 0 && m.code != WCCL_OK && m.code != WCCL_ERR_PEER_LOST &&
           m.code < static_cast<uint32_t>(WCCL_ERR_MISMATCH) + 1 && m.code != WCCL_ERR_IN_PROGRESS) {
         verdict_ = {m.failed,
