@@ -410,16 +410,25 @@ TEST(CoordApi, BadConfigurationIsNamed) {
 
 namespace {
 
+// The configuration of a plaintext group on 127.0.0.1 whose first epoch forms with min_peers
+// members, for its coordinator and (once `coordinator` is set) its members.
+wccl_config_t *local_group_config(int min_peers) {
+  wccl_config_t *cfg = nullptr;
+  EXPECT_EQ(wccl_config_create(&cfg), WCCL_OK);
+  EXPECT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
+  EXPECT_EQ(wccl_config_set(cfg, "log_level", "error"), WCCL_OK);
+  EXPECT_EQ(wccl_config_set(cfg, "listen", "127.0.0.1:0"), WCCL_OK);
+  EXPECT_EQ(wccl_config_set(cfg, "min_peers", std::to_string(min_peers).c_str()), WCCL_OK);
+  EXPECT_EQ(wccl_config_set(cfg, "settle_ms", "10"), WCCL_OK);
+  return cfg;
+}
+
 // One peer alone in a plaintext group: enough to reach every argument check of the collectives.
 class CollectiveApi : public testing::Test {
  protected:
   void SetUp() override {
-    wccl_config_t *cfg = nullptr;
-    ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
-    ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
-    ASSERT_EQ(wccl_config_set(cfg, "log_level", "error"), WCCL_OK);
-    ASSERT_EQ(wccl_config_set(cfg, "listen", "127.0.0.1:0"), WCCL_OK);
-    ASSERT_EQ(wccl_config_set(cfg, "settle_ms", "10"), WCCL_OK);
+    wccl_config_t *cfg = local_group_config(1);
+    ASSERT_NE(cfg, nullptr);
     ASSERT_EQ(wccl_coord_start(&coord_, cfg), WCCL_OK) << wccl_last_error();
     const std::string address = "127.0.0.1:" + std::to_string(wccl_coord_port(coord_));
     ASSERT_EQ(wccl_config_set(cfg, "coordinator", address.c_str()), WCCL_OK);
@@ -612,13 +621,8 @@ TEST_F(CollectiveApi, HierarchicalAllReduceOverALocalGroupOfThreads) {
 // (nobody lost) the matching call succeeds. Without the check both returned OK with different
 // results.
 TEST(CallsThatDiffer, FailOnEveryMemberWithMismatchNamingTheField) {
-  wccl_config_t *cfg = nullptr;
-  ASSERT_EQ(wccl_config_create(&cfg), WCCL_OK);
-  ASSERT_EQ(wccl_config_set(cfg, "tls", "off"), WCCL_OK);
-  ASSERT_EQ(wccl_config_set(cfg, "log_level", "error"), WCCL_OK);
-  ASSERT_EQ(wccl_config_set(cfg, "listen", "127.0.0.1:0"), WCCL_OK);
-  ASSERT_EQ(wccl_config_set(cfg, "min_peers", "2"), WCCL_OK);
-  ASSERT_EQ(wccl_config_set(cfg, "settle_ms", "10"), WCCL_OK);
+  wccl_config_t *cfg = local_group_config(2);
+  ASSERT_NE(cfg, nullptr);
   wccl_coord_t *coord = nullptr;
   ASSERT_EQ(wccl_coord_start(&coord, cfg), WCCL_OK) << wccl_last_error();
   const std::string address = "127.0.0.1:" + std::to_string(wccl_coord_port(coord));

@@ -123,56 +123,43 @@ uint64_t Exchange::bytes_received() const {
   return s_->received;
 }
 
-Status Exchange::wait(Ticket t) {
-  bool ended;
-  for (;;) {
-    check_call();  // a call that differs ends the wait
-    std::unique_lock<std::mutex> lock(s_->mu);
-    s_->awaited = t;
-    ended = ch_.wait_until(lock, s_->cv, deadline_, [&] {
-      return s_->states[t] != State::kPending || !s_->failure.ok() ||
-             (s_->call_differs && !checked_);
-    });
-    s_->awaited = Shared::kNobody;
-    if (!ended || s_->states[t] != State::kPending || !s_->failure.ok()) break;
-  }
-  std::unique_lock<std::mutex> lock(s_->mu);
-  if (!s_->failure.ok()) return s_->failure;
-  if (!ended) {
-    s_->failure =
-        WCCL_ERROR(WCCL_ERR_TIMEOUT,
-                   "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
-    return s_->failure;
-  }
-  return Status();
-}
+Status Exchange::wait(Ticket t) { return block(t); }
 
 bool Exchange::done(Ticket t) const {
   std::lock_guard<std::mutex> lock(s_->mu);
   return s_->states[t] == State::kOk;
 }
 
-Status Exchange::wait_all() {
-  bool ended;
+Status Exchange::wait_all() { return block(Shared::kNobody); }
+
+// Waits for ticket t (kNobody: every posted operation). Between wake-ups it compares a call that
+// has arrived and differs (check_call), which ends the wait with MISMATCH.
+Status Exchange::block(Ticket t) {
+  const bool all = t == Shared::kNobody;
+  std::unique_lock<std::mutex> lock(s_->mu);
+  auto complete = [&] { return all ? s_->outstanding == 0 : s_->states[t] != State::kPending; };
   for (;;) {
-    check_call();  // a call that differs ends the wait
-    std::unique_lock<std::mutex> lock(s_->mu);
-    s_->awaiting_all = true;
-    ended = ch_.wait_until(lock, s_->cv, deadline_, [&] {
-      return s_->outstanding == 0 || !s_->failure.ok() || (s_->call_differs && !checked_);
+    if (all)
+      s_->awaiting_all = true;
+    else
+      s_->awaited = t;
+    const bool ended = ch_.wait_until(lock, s_->cv, deadline_, [&] {
+      return complete() || !s_->failure.ok() || (s_->call_differs && !checked_);
     });
     s_->awaiting_all = false;
-    if (!ended || s_->outstanding == 0 || !s_->failure.ok()) break;
+    s_->awaited = Shared::kNobody;
+    if (!s_->failure.ok()) return s_->failure;
+    if (complete()) return Status();
+    if (!ended) {
+      s_->failure =
+          WCCL_ERROR(WCCL_ERR_TIMEOUT,
+                     "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
+      return s_->failure;
+    }
+    lock.unlock();
+    check_call();  // the predecessor's call differs: the next wake-up sees the failure
+    lock.lock();
   }
-  std::unique_lock<std::mutex> lock(s_->mu);
-  if (!s_->failure.ok()) return s_->failure;
-  if (!ended) {
-    s_->failure =
-        WCCL_ERROR(WCCL_ERR_TIMEOUT,
-                   "the operation did not complete in time (op_timeout_ms / opts.timeout_ms)");
-    return s_->failure;
-  }
-  return Status();
 }
 
 void Exchange::cancel(const Status &why) {

@@ -82,6 +82,8 @@ class Exchange {
   enum class Message : uint8_t { kData, kCall };  // kCall: the call check's, not counted
   Ticket post(bool is_send, int peer, uint32_t tag, void *data, size_t len, bool any_length,
               Message kind = Message::kData);
+  // wait() and wait_all() (kNobody: every operation).
+  Status block(Ticket t);
   // Fails the exchange with MISMATCH once the predecessor's call has arrived and differs (on the
   // operation's thread).
   void check_call();
