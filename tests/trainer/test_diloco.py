@@ -473,7 +473,10 @@ def test_a_node_frozen_past_op_timeout_keeps_the_healthy_node_whole(tmp_path, mo
     monkeypatch.setenv("WCCL_OP_TIMEOUT_MS", "1500")
     if policy == "drop":
         monkeypatch.setenv("WCCL_STRAGGLER_TIMEOUT_MS", "1000")  # read by the coordinator local_run starts
-    steps = 12
+    # Long enough that node0, alone at about 0.15 s a step once node1 is dropped, is still training
+    # when node1 resumes: with 12 steps it finished 0.2 s before, now and then (also at 0faabe4),
+    # and the last step then had one contributor.
+    steps = 30
     summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--tls", "off", "--freeze",
                                "node1@2:4", "--", "--outer-steps", str(steps), "--inner-steps", "3", *MODEL,
                                timeout=300)
