@@ -1,10 +1,11 @@
 """torchft over wccl (wccl.torchft.ProcessGroupWccl): torchft's Manager and LocalSGD, replica groups
-in their own processes (torchft_worker.py) and torchft's lighthouse in this one. The same job on
+in their own processes (examples/torchft_localsgd.py) and torchft's lighthouse in this one. The same job on
 torchft's ProcessGroupGloo ends with the same parameters; a replica SIGKILLed mid-run leaves the
 other training alone, and its restart heals from it and trains with it again."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,15 +18,18 @@ pytest.importorskip("torch")
 pytest.importorskip("torchft")
 from torchft._torchft import LighthouseServer  # noqa: E402
 
-WORKER = Path(__file__).with_name("torchft_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "torchft_localsgd.py"
 
 
 class Replica:
     def __init__(self, backend, replica, lighthouse, steps, min_replicas, tmp_path, env, pace=0.0, quorum="async",
                  alone_pace=None):
         self.log = open(tmp_path / f"replica{replica}-{backend}-{time.monotonic_ns()}.log", "w")
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), backend, str(replica), lighthouse, str(steps),
-                                      str(min_replicas), str(pace), quorum, str(pace if alone_pace is None else alone_pace)],
+        self.proc = subprocess.Popen([sys.executable, str(EXAMPLE), "--replica", str(replica), "--lighthouse", lighthouse,
+                                      "--syncs", str(steps), "--min-replicas", str(min_replicas), "--backend", backend,
+                                      "--timeout", "20", "--quorum", quorum, "--pace", str(pace),
+                                      "--alone-pace", str(pace if alone_pace is None else alone_pace)],
                                      env=dict(os.environ, WCCL_LOG_LEVEL="error", **env), stdout=subprocess.PIPE,
                                      stderr=self.log, text=True)
         self.lines = []
@@ -121,3 +125,40 @@ def test_a_killed_replica_restarts_heals_and_trains_again(job, pki):
     f0, f1 = r0.finish(), r1b.finish()
     assert f0["step"] == f1["step"] == steps
     assert f0["final"] == f1["final"]
+
+
+def test_the_documented_commands_train_two_replicas():
+    """docs/python.md's torchft commands, exactly as written (its sh block that runs
+    examples/torchft_localsgd.py), from the repository root: torchft's lighthouse and two replica
+    groups over wccl in plaintext. Both commit all 6 syncs with 2 participants and end with the same
+    parameter bits."""
+    text = (ROOT / "docs" / "python.md").read_text()
+    blocks = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "examples/torchft_localsgd.py" in b]
+    assert len(blocks) == 1, "docs/python.md shows the torchft commands in one sh block"
+    if not (ROOT / ".venv" / "bin" / "torchft_lighthouse").exists():
+        pytest.skip("the commands need scripts/venv.sh's .venv (torchft_lighthouse)")
+    proc = subprocess.Popen(["bash", "-c", blocks[0]], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, env=dict(os.environ, WCCL_LOG_LEVEL="error"))
+    try:
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the lighthouse, if the block did not end it
+        except ProcessLookupError:
+            pass
+    # Both replicas and the lighthouse write to one pipe: their lines may run into each other.
+    lines = []
+    for text in re.findall(r"\{[^{}]*\}", out):
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            pass
+    for r in (0, 1):
+        syncs = [x for x in lines if x.get("replica") == r and "participants" in x]
+        assert [x["step"] for x in syncs] == list(range(1, 7)), out[-4000:]
+        assert all(x["participants"] == 2 for x in syncs), out[-4000:]
+    finals = {x["final"] for x in lines if "final" in x}
+    assert len([x for x in lines if "final" in x]) == 2 and len(finals) == 1, out[-4000:]
