@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -680,6 +682,91 @@ TEST(CallsThatDiffer, FailOnEveryMemberWithMismatchNamingTheField) {
   EXPECT_EQ(g[3], 8.0F);
   wccl_comm_destroy(comm[0]);
   wccl_comm_destroy(comm[1]);
+  wccl_coord_stop(coord);
+}
+
+// Whole nodes (docs/fault-tolerance.md, "The node is admitted and leaves whole"): two nodes of two
+// communicators (groups g0 and g1, node_groups 2). Node n2's first communicator waits in
+// wccl_comm_join while its second has not joined, through an update of n1's communicators; once
+// both wait, the next update admits n2 into both groups at once and both joins return. A
+// communicator that does not fit its node is refused.
+TEST(WholeNodes, JoinReturnsOnceTheNodeIsAdmittedInEveryGroup) {
+  wccl_config_t *cfg = local_group_config(1);
+  ASSERT_NE(cfg, nullptr);
+  wccl_coord_t *coord = nullptr;
+  ASSERT_EQ(wccl_coord_start(&coord, cfg), WCCL_OK) << wccl_last_error();
+  const std::string address = "127.0.0.1:" + std::to_string(wccl_coord_port(coord));
+  ASSERT_EQ(wccl_config_set(cfg, "coordinator", address.c_str()), WCCL_OK);
+  ASSERT_EQ(wccl_config_set(cfg, "node_groups", "2"), WCCL_OK);
+  auto join = [&](const char *node, int group, wccl_comm_t **comm) {
+    wccl_config_t *c = nullptr;
+    EXPECT_EQ(wccl_config_create(&c), WCCL_OK);
+    for (const char *key : {"tls", "log_level", "listen", "coordinator", "node_groups"}) {
+      char value[256];
+      size_t size = 0;
+      EXPECT_EQ(wccl_config_get(cfg, key, value, sizeof(value), &size), WCCL_OK);
+      EXPECT_EQ(wccl_config_set(c, key, value), WCCL_OK);
+    }
+    EXPECT_EQ(wccl_config_set(c, "node", node), WCCL_OK);
+    EXPECT_EQ(wccl_config_set(c, "group", group == 0 ? "g0" : "g1"), WCCL_OK);
+    EXPECT_EQ(wccl_config_set(c, "name", (std::string(node) + "-" + std::to_string(group)).c_str()),
+              WCCL_OK);
+    const wccl_result_t r = wccl_comm_join(comm, c);
+    wccl_config_destroy(c);
+    return r;
+  };
+  // Both groups' first epochs form with n1 whole.
+  wccl_comm_t *n1[2] = {nullptr, nullptr}, *n2[2] = {nullptr, nullptr};
+  wccl_result_t r[2] = {WCCL_ERR_INTERNAL, WCCL_ERR_INTERNAL};
+  {
+    std::thread other([&] { r[1] = join("n1", 1, &n1[1]); });
+    r[0] = join("n1", 0, &n1[0]);
+    other.join();
+  }
+  ASSERT_EQ(r[0], WCCL_OK);
+  ASSERT_EQ(r[1], WCCL_OK);
+  auto update_n1 = [&] {
+    wccl_result_t u[2];
+    std::thread other([&] { u[1] = wccl_comm_update(n1[1]); });
+    u[0] = wccl_comm_update(n1[0]);
+    other.join();
+    EXPECT_EQ(u[0], WCCL_OK);
+    EXPECT_EQ(u[1], WCCL_OK);
+  };
+  std::atomic<bool> joined0{false};
+  wccl_result_t j2[2] = {WCCL_ERR_INTERNAL, WCCL_ERR_INTERNAL};
+  std::thread first([&] {
+    j2[0] = join("n2", 0, &n2[0]);
+    joined0 = true;
+  });
+  while (wccl_comm_pending(n1[0]) < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  update_n1();  // n2 is half there: nobody is admitted
+  EXPECT_EQ(wccl_comm_size(n1[0]), 1);
+  EXPECT_EQ(wccl_comm_size(n1[1]), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(joined0.load()) << "half a node was admitted";
+  std::thread second([&] { j2[1] = join("n2", 1, &n2[1]); });
+  while (wccl_comm_pending(n1[1]) < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  update_n1();  // n2 is whole: it enters both groups
+  first.join();
+  second.join();
+  ASSERT_EQ(j2[0], WCCL_OK);
+  ASSERT_EQ(j2[1], WCCL_OK);
+  for (wccl_comm_t *c : {n1[0], n1[1], n2[0], n2[1]}) EXPECT_EQ(wccl_comm_size(c), 2);
+  // A second communicator of n2 in group g0 does not fit the node; node_groups without a node is
+  // the caller's mistake.
+  wccl_comm_t *extra = nullptr;
+  const wccl_result_t refused = join("n2", 0, &extra);
+  EXPECT_EQ(refused, WCCL_ERR_INVALID_USAGE) << wccl_last_error();
+  EXPECT_NE(std::string(wccl_last_error()).find("already has a communicator in group"),
+            std::string::npos)
+      << wccl_last_error();
+  EXPECT_EQ(extra, nullptr);
+  ASSERT_EQ(wccl_config_set(cfg, "group", "g0"), WCCL_OK);
+  EXPECT_EQ(wccl_comm_join(&extra, cfg), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("node_groups"), std::string::npos);
+  wccl_config_destroy(cfg);
+  for (wccl_comm_t *c : {n1[0], n1[1], n2[0], n2[1]}) wccl_comm_destroy(c);
   wccl_coord_stop(coord);
 }
 

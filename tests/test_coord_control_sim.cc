@@ -34,6 +34,7 @@
 #include "comm/member.h"
 #include "coord/membership.h"
 #include "coord/messages.h"
+#include "sim_clock.h"
 
 namespace wccl::comm {
 namespace {
@@ -53,12 +54,14 @@ constexpr int kMaxMembers = 8;
 
 enum OpKind : int { kNone = 0, kSync1 = 1, kSync2 = 2, kAllreduce = 3 };
 
-class Sim {
+class Sim : testing_sim::SimClock {
  public:
   // Odd seeds run the coordinator with the straggler policy on (straggler_timeout_ms), even ones
   // with the default (the barrier waits for every live member).
   explicit Sim(uint64_t seed, bool trace)
-      : rng_(seed), trace_(trace), straggler_timeout_ms_(seed % 2 == 1 ? kStragglerTimeoutMs : 0) {}
+      : SimClock(seed),
+        trace_(trace),
+        straggler_timeout_ms_(seed % 2 == 1 ? kStragglerTimeoutMs : 0) {}
 
   // Runs the schedule; returns the first violated invariant, or "" if none.
   std::string run();
@@ -92,19 +95,6 @@ class Sim {
     int64_t last_to_member = 0, last_to_coord = 0;
     PeerId peer = 0;  // once its JOIN or REJOIN arrived
   };
-  struct Event {
-    int64_t at;
-    uint64_t order;
-    std::function<void()> fn;
-    bool operator>(const Event &o) const { return at != o.at ? at > o.at : order > o.order; }
-  };
-
-  void after(int64_t delay, std::function<void()> fn) {
-    events_.push({now_ + delay, order_++, std::move(fn)});
-  }
-  int64_t jitter(int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
-  }
   // A pair's measured round trip in µs: drawn once (1-200 ms), and drawn again now and then (a
   // path that degrades or recovers), so the coordinator's best ring order changes mid-run.
   uint32_t pair_rtt(PeerId a, PeerId b) {
@@ -156,14 +146,10 @@ class Sim {
     if (failure_.empty()) failure_ = "t=" + std::to_string(now_) + " ms: " + why;
   }
 
-  std::mt19937_64 rng_;
   std::map<std::pair<PeerId, PeerId>, uint32_t> rtts_;
   bool trace_;
   const int64_t straggler_timeout_ms_;
   std::string log_, failure_;
-  int64_t now_ = 0;
-  uint64_t order_ = 0;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::vector<Member> members_;
   std::vector<Conn> conns_;
   std::unique_ptr<coord::Membership> coord_;
@@ -747,14 +733,8 @@ std::string Sim::run() {
          }});
   }
   events_.push({kFaultsMs, order_++, [this] { trace("faults end"); }});
-  while (!events_.empty() && failure_.empty()) {
-    Event e = std::move(const_cast<Event &>(events_.top()));  // popped at once
-    events_.pop();
-    if (e.at > kEndMs) break;
-    now_ = e.at;
-    e.fn();
-    check_agreement_in_place();
-  }
+  run_until(
+      kEndMs, [this] { return !failure_.empty(); }, [this] { check_agreement_in_place(); });
   if (!failure_.empty()) return failure_;
   for (const Member &m : members_) {
     if (!m.alive) continue;
@@ -1026,25 +1006,7 @@ TEST(ControlSim, AJoinerReachingARestartedCoordinatorFirstWaitsForTheJob) {
 }
 
 TEST(ControlSim, SeededSchedulesKeepAgreementAndLiveness) {
-  if (const char *one = std::getenv("WCCL_SIM_SEED")) {
-    Sim sim(std::strtoull(one, nullptr, 10), /*trace=*/true);
-    const std::string failure = sim.run();
-    std::printf("%s", sim.log().c_str());
-    EXPECT_EQ(failure, "");
-    return;
-  }
-  const char *n = std::getenv("WCCL_SIM_SEEDS");
-  const uint64_t seeds = n != nullptr ? std::strtoull(n, nullptr, 10) : 2000;
-  int failures = 0;
-  for (uint64_t seed = 1; seed <= seeds && failures < 5; ++seed) {
-    Sim sim(seed, false);
-    const std::string failure = sim.run();
-    if (!failure.empty()) {
-      ++failures;
-      ADD_FAILURE() << "seed " << seed << ": " << failure << "\n  reproduce: WCCL_SIM_SEED=" << seed
-                    << " build/tests/test_coord_control_sim";
-    }
-  }
+  testing_sim::run_seeds<Sim>(2000, "build/tests/test_coord_control_sim");
 }
 
 }  // namespace

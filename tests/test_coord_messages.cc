@@ -22,7 +22,7 @@ std::vector<ControlMessage> one_of_each() {
   ControlMessage &join = add(MessageType::kJoin);
   join.peer = 0xabcdef;
   join.group = "gpu3";
-  join.info = {"node-c", "10.1.0.3:7000", "machine 3"};
+  join.info = {"node-c", "10.1.0.3:7000", "machine 3", 4};
   ControlMessage &rejoin = add(MessageType::kRejoin);
   rejoin.peer = 0x1111;
   rejoin.group = "gpu0";
@@ -95,6 +95,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(out.info.name, m.info.name);
     EXPECT_EQ(out.info.address, m.info.address);
     EXPECT_EQ(out.info.node, m.info.node);
+    EXPECT_EQ(out.info.node_groups, m.info.node_groups);
     EXPECT_EQ(out.epoch, m.epoch);
     EXPECT_EQ(out.seq, m.seq);
     EXPECT_EQ(out.ring, m.ring);

@@ -156,8 +156,12 @@ typedef struct wccl_comm wccl_comm_t;
  * an epoch (join_timeout_ms). Listens on `listen` for its ring neighbours, reachable at
  * `advertise` (default: the address it reaches the coordinator from). INVALID_ARGUMENT without a
  * coordinator address; COORDINATOR_UNREACHABLE if it cannot be reached or drops this peer (its
- * log says why); AUTH with OpenSSL's reason; TIMEOUT after join_timeout_ms. On error *comm is set
- * to NULL. */
+ * log says why); AUTH with OpenSSL's reason; TIMEOUT after join_timeout_ms. With `node` and
+ * `node_groups` set, it returns once the node's communicators in all node_groups groups are
+ * admitted, together (docs/fault-tolerance.md, "The node is admitted and leaves whole");
+ * INVALID_ARGUMENT for node_groups without node; INVALID_USAGE, with the coordinator's reason, for
+ * a communicator that does not fit its node (another node_groups, a second one in a group, more
+ * groups than declared). On error *comm is set to NULL. */
 WCCL_API wccl_result_t wccl_comm_join(wccl_comm_t **comm, const wccl_config_t *config);
 
 /* Waits until the coordinator decides the next epoch: survivors plus admitted joiners, minus
@@ -456,10 +460,14 @@ WCCL_API void wccl_request_free(wccl_request_t *req);
  * A node runs L ranks (one per GPU) that reach each other fast (NVLink, PCIe, shared memory) and
  * the other nodes over the WAN. Each local rank r has a wccl communicator of its own whose members
  * are the local ranks r of every node (each in a group of its own, all naming the same `node` in
- * their configuration, so the coordinator loses a node's communicators together), and a local
- * group: the node's ranks. wccl_hier_allreduce reduce-scatters inside the node, all-reduces each
- * rank's block across nodes over its communicator (any wire), and all-gathers inside the node, so
- * the WAN carries each element once per node instead of once per GPU.
+ * their configuration, so the coordinator loses a node's communicators together; with
+ * `node_groups` set to L as well, it admits the node, and lets it leave, in all L groups at one
+ * update barrier, so no epoch ever holds part of a node: each rank's wccl_comm_join returns as the
+ * whole node is admitted. The L ranks must then call join, update and leave concurrently, each
+ * from its own thread or process), and a local group: the node's ranks. wccl_hier_allreduce
+ * reduce-scatters inside the node, all-reduces each rank's block across nodes over its communicator
+ * (any wire), and all-gathers inside the node, so the WAN carries each element once per node
+ * instead of once per GPU.
  *
  * Its outcome is the node's: if any local rank's all-reduce across nodes fails, every local rank
  * of every node returns an error (that rank its own, the others PEER_LOST naming it), recvbuf is as

@@ -38,12 +38,18 @@ Communicator::Communicator(const Config &cfg)
   info_.name = cfg.peer_name();
   info_.address = cfg.str("advertise");
   info_.node = cfg.str("node");
+  info_.node_groups = static_cast<uint32_t>(cfg.integer("node_groups"));
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   if (cfg.str("coordinator").empty()) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
                       "config key coordinator (the coordinator's host:port) is not set");
+  }
+  if (cfg.integer("node_groups") > 0 && cfg.str("node").empty()) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
+                      "config key node_groups is %lld but node (the node's name) is not set",
+                      static_cast<long long>(cfg.integer("node_groups")));
   }
   std::unique_ptr<Communicator> c(new Communicator(cfg));
   if (!cfg.flag("tls"))

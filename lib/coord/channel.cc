@@ -16,7 +16,18 @@ std::shared_ptr<ControlChannel> ControlChannel::open(std::shared_ptr<net::Link> 
   return ch;
 }
 
-Status ControlChannel::send(const ControlMessage &m) {
+Status ControlChannel::send(const ControlMessage &m) { return queue(m, nullptr); }
+
+Status ControlChannel::send_then_close(const ControlMessage &m, const Status &why) {
+  std::weak_ptr<ControlChannel> weak = shared_from_this();
+  Status st = queue(m, [weak, why] {
+    if (auto self = weak.lock()) self->close(why);
+  });
+  if (!st.ok()) close(why);
+  return st;
+}
+
+Status ControlChannel::queue(const ControlMessage &m, std::function<void()> then) {
   struct Outgoing {
     uint8_t length[4];
     std::vector<uint8_t> body;
@@ -37,7 +48,7 @@ Status ControlChannel::send(const ControlMessage &m) {
     std::lock_guard<std::mutex> lock(unsent_mu_);
     ++unsent_;
   }
-  Status posted = link_->run([self = shared_from_this(), out] {
+  Status posted = link_->run([self = shared_from_this(), out, then = std::move(then)] {
     const uint64_t seq = self->tx_seq_++;
     // Completions keep the buffers alive and count the message out (a failed send fails the link,
     // which on_close reports).
@@ -45,7 +56,10 @@ Status ControlChannel::send(const ControlMessage &m) {
                                   [out](const Status &) {});
     if (st.ok()) {
       st = self->link_->send({kControlEpoch, seq, kBodyTag}, out->body.data(), out->body.size(),
-                             [self, out](const Status &) { self->written(); });
+                             [self, out, then](const Status &) {
+                               self->written();
+                               if (then) then();
+                             });
     }
     if (!st.ok()) {
       self->written();

@@ -34,6 +34,9 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   // Queues m for sending; any thread. Messages go out in the order they reach the loop thread. A
   // failure afterwards closes the link (seen in on_close).
   Status send(const ControlMessage &m);
+  // Sends m, then closes the link with `why` once m is handed to the kernel (or failed): a refusal
+  // the peer reads before the link goes.
+  Status send_then_close(const ControlMessage &m, const Status &why);
   // Waits until every message sent so far was handed to the kernel (or the link closed), at most
   // `timeout`; false if that ran out. Not on the link's loop thread. Destroying a transport drops
   // the frames it has not written yet: a peer flushes what it last said before it goes.
@@ -47,6 +50,7 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
       : link_(std::move(link)),
         on_message_(std::move(on_message)),
         on_close_(std::move(on_close)) {}
+  Status queue(const ControlMessage &m, std::function<void()> then);
   void receive_next();
   void finish(const Status &why);
   void written();  // one message handed to the kernel, or given up on

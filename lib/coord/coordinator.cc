@@ -8,18 +8,20 @@
 namespace wccl::coord {
 
 Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
-  options_.min_peers = static_cast<int>(cfg.integer("min_peers"));
-  options_.settle = std::chrono::milliseconds(cfg.integer("settle_ms"));
-  options_.peer_timeout = std::chrono::milliseconds(cfg.integer("peer_timeout_ms"));
-  options_.straggler_timeout = std::chrono::milliseconds(cfg.integer("straggler_timeout_ms"));
+  Membership::Options options;
+  options.min_peers = static_cast<int>(cfg.integer("min_peers"));
+  options.settle = std::chrono::milliseconds(cfg.integer("settle_ms"));
+  options.peer_timeout = std::chrono::milliseconds(cfg.integer("peer_timeout_ms"));
+  options.straggler_timeout = std::chrono::milliseconds(cfg.integer("straggler_timeout_ms"));
   // A probed peer answers at once; one heartbeat period is ample.
-  options_.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
-  options_.epoch_base =
+  options.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
+  options.epoch_base =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
-  options_.measured_order = cfg.flag("order_ring_by_rtt");
-  options_.measured_crossover = cfg.flag("measured_crossover");
+  options.measured_order = cfg.flag("order_ring_by_rtt");
+  options.measured_crossover = cfg.flag("measured_crossover");
+  job_ = std::make_unique<Job>(options);
 }
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
@@ -35,8 +37,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
         self->on_link(std::move(link));
       }));
   // Timeouts are decided by tick(), run as often as the membership rules ask.
-  WCCL_RETURN_IF_ERROR(
-      c->transport_->every(Membership::tick_period(c->options_), [self] { self->tick(); }));
+  WCCL_RETURN_IF_ERROR(c->transport_->every(c->job_->tick_period(), [self] { self->tick(); }));
   WCCL_LOG(c->log_, kInfo, "coordinator listening on port %d", c->port_);
   return c;
 }
@@ -50,12 +51,6 @@ Coordinator::~Coordinator() {
   transport_.reset();
 }
 
-Membership &Coordinator::group(const std::string &name) {
-  auto it = groups_.find(name);
-  if (it == groups_.end()) it = groups_.emplace(name, std::make_unique<Membership>(options_)).first;
-  return *it->second;
-}
-
 void Coordinator::on_link(std::shared_ptr<net::Link> link) {
   auto session = std::make_unique<Session>();
   Session *s = session.get();
@@ -65,8 +60,11 @@ void Coordinator::on_link(std::shared_ptr<net::Link> link) {
       [this, s](const Status &why) { on_close(s, why); });
 }
 
-// Drops a client that broke the protocol. The warning is logged by on_close, once.
-void Coordinator::refuse(Session *s, const Status &why) { s->channel->close(why); }
+// Drops a client that broke the protocol, or whose JOIN or REJOIN was refused, once it has heard
+// why (an ERROR). The warning is logged by on_close, once.
+void Coordinator::refuse(Session *s, const Status &why) {
+  (void)s->channel->send_then_close(refusal(why), why);
+}
 
 void Coordinator::on_message(Session *s, const ControlMessage &m) {
   const auto now = Clock::now();
@@ -88,7 +86,7 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
   }
   const std::string &name = first ? m.group : s->group;
   bool drop = false;
-  const Status st = group(name).on_message(m, now, &drop);
+  const Status st = job_->on_message(name, m, now, &drop);
   if (drop) return refuse(s, st);
   if (first) {
     s->peer = m.peer;
@@ -102,7 +100,7 @@ void Coordinator::on_message(Session *s, const ControlMessage &m) {
     // The request is refused but the peer stays: it hears why.
     (void)s->channel->send(refusal(st));
   }
-  deliver(s->group);
+  deliver();
 }
 
 void Coordinator::on_close(Session *s, const Status &why) {
@@ -127,18 +125,20 @@ void Coordinator::on_close(Session *s, const Status &why) {
              static_cast<unsigned long long>(s->peer), s->channel->link().peer_name().c_str(),
              s->channel->link().peer_address().c_str(), why.to_string().c_str());
   }
-  group(s->group).disconnected(s->peer, Clock::now());
-  deliver(s->group);
+  job_->disconnected(s->group, s->peer, Clock::now());
+  deliver();
 }
 
-void Coordinator::deliver(const std::string &name) {
+void Coordinator::deliver() {
   PeerId logged_loss = 0;
   uint64_t logged_epoch = 0;
-  Membership &m = group(name);
-  for (const Notice &n : m.take_notices()) {
+  for (const Job::Addressed &addressed : job_->take_notices()) {
+    const std::string &name = addressed.group;
+    const Notice &n = addressed.notice;
     if (n.kind == Notice::Kind::kEpoch && n.epoch != logged_epoch &&
         log_.enabled(LogLevel::kInfo)) {
       logged_epoch = n.epoch;  // once per announcement, not per member
+      const Membership &m = *job_->group(name);
       std::string ring;
       for (const Member &member : n.ring) ring += " " + member.info.name;
       const auto cost = ring_cost(n.ring, [&m](PeerId a, PeerId b) { return m.rtt(a, b); });
@@ -172,25 +172,11 @@ void Coordinator::deliver(const std::string &name) {
         it->second->channel;  // a failed send can end the session
     (void)channel->send(to_message(n));
   }
-  // A node's communicators are lost together: a loss here is one in the node's other groups too
-  // (whose own losses, delivered in turn, find this group's peers of the node gone already).
-  for (const PeerInfo &lost : m.take_lost()) {
-    const std::string reason = format("node %s lost its member %s of group \"%s\"",
-                                      lost.node.c_str(), lost.name.c_str(), name.c_str());
-    for (auto &[other, membership] : groups_) {
-      if (other == name) continue;
-      membership->lose_node(lost.node, reason, Clock::now());
-      deliver(other);
-    }
-  }
 }
 
 void Coordinator::tick() {
-  const auto now = Clock::now();
-  for (auto &[name, membership] : groups_) {
-    membership->tick(now);
-    deliver(name);
-  }
+  job_->tick(Clock::now());
+  deliver();
 }
 
 }  // namespace wccl::coord

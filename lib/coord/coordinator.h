@@ -1,8 +1,8 @@
 // The coordinator: the membership authority of a job (DESIGN §3-§4). It listens for peers'
-// control links (TLS unless tls=off: an unauthenticated client never reaches this code), keeps one
-// Membership per group, feeds it the peers' messages and the passage of time, and sends its
-// notices to the peers they are for. It carries no bulk data. Everything runs on its transport's
-// loop thread.
+// control links (TLS unless tls=off: an unauthenticated client never reaches this code), keeps a
+// session per link around the job's rules (coord::Job: a Membership per group and the node rule),
+// feeds them the peers' messages and the passage of time, and sends their notices to the peers
+// they are for. It carries no bulk data. Everything runs on its transport's loop thread.
 //
 // Reads config keys listen, min_peers, settle_ms, heartbeat_ms and peer_timeout_ms, plus the
 // transport's keys.
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "coord/channel.h"
-#include "coord/membership.h"
+#include "coord/job.h"
 #include "core/config.h"
 #include "net/transport.h"
 
@@ -40,17 +40,15 @@ class Coordinator {
   void on_link(std::shared_ptr<net::Link> link);
   void on_message(Session *s, const ControlMessage &m);
   void on_close(Session *s, const Status &why);
-  Membership &group(const std::string &name);
-  void deliver(const std::string &group);
+  void deliver();
   void tick();
   void refuse(Session *s, const Status &why);
 
   Logger log_;
-  Membership::Options options_;
+  std::unique_ptr<Job> job_;
   std::unique_ptr<net::Transport> transport_;
   int port_ = 0;
   // Loop thread only:
-  std::map<std::string, std::unique_ptr<Membership>> groups_;
   std::map<Session *, std::unique_ptr<Session>> sessions_;
   std::map<PeerId, Session *> by_peer_;
   bool stopping_ = false;

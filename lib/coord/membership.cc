@@ -482,17 +482,39 @@ void Membership::op_failed(PeerId id, uint64_t epoch, uint64_t seq, const std::s
          seq, code == WCCL_ERR_MISMATCH ? WCCL_ERR_MISMATCH : WCCL_ERR_PEER_LOST);
 }
 
+std::vector<Member> Membership::admissible_joiners() const {
+  std::vector<Member> out;
+  for (const Member &j : joiners_) {
+    if (gate_ == nullptr || gate_->admits(*this, j)) out.push_back(j);
+  }
+  return out;
+}
+
+std::vector<Member> Membership::take_admitted() {
+  std::vector<Member> admitted = admissible_joiners();
+  for (const Member &a : admitted) {
+    joiners_.erase(std::find(joiners_.begin(), joiners_.end(), a));
+  }
+  return by_name(std::move(admitted));
+}
+
+bool Membership::can_form(Clock::time_point now) const {
+  if (any_member() || joiners_.empty() || now - last_join_ < opt_.settle) return false;
+  // A peer reported an epoch this coordinator (restarted) never adopted: the job's members may be
+  // on their way back with it. They get peer_timeout to return before joiners form a new one.
+  if (epoch_floor_ > epoch_ && now - floor_heard_ < opt_.peer_timeout) return false;
+  const size_t admissible = admissible_joiners().size();
+  return admissible > 0 && admissible >= static_cast<size_t>(opt_.min_peers);
+}
+
 // With no live member, waiting joiners form the next epoch once there are enough of them and no
 // newcomer has arrived for `settle`.
 void Membership::maybe_form_first(Clock::time_point now) {
-  if (any_member() || joiners_.empty()) return;
-  if (joiners_.size() < static_cast<size_t>(opt_.min_peers) || now - last_join_ < opt_.settle)
-    return;
-  // A peer reported an epoch this coordinator (restarted) never adopted: the job's members may be
-  // on their way back with it. They get peer_timeout to return before joiners form a new one.
-  if (epoch_floor_ > epoch_ && now - floor_heard_ < opt_.peer_timeout) return;
-  ring_ = by_name(std::move(joiners_));
-  joiners_.clear();
+  if (gate_ != nullptr ? gate_->may_form(*this) : can_form(now)) form_first(now);
+}
+
+void Membership::form_first(Clock::time_point now) {
+  ring_ = take_admitted();
   const bool first = epoch_ == 0 && epoch_floor_ == 0;  // heard of no job yet
   if (first) gives_way_until_ = now + opt_.peer_timeout;
   // Joiners alone: after the group's earlier members are all gone, they hold none of their state.
@@ -523,18 +545,29 @@ bool Membership::barrier_open() const {
                      [&](const auto &a) { return leaving_.count(a.first) == 0; });
 }
 
+bool Membership::barrier_full() const {
+  if (arrived_.empty()) return false;
+  return std::all_of(ring_.begin(), ring_.end(), [&](const Member &m) {
+    return !is_member(m.id) || arrived_.count(m.id) != 0;
+  });
+}
+
 // When every live member has arrived at the barrier, decides the next epoch.
 void Membership::maybe_complete_update() {
-  if (arrived_.empty()) return;
-  for (const Member &m : ring_) {
-    if (is_member(m.id) && arrived_.count(m.id) == 0) return;
-  }
+  if (!barrier_full()) return;
+  if (gate_ != nullptr && reforming_.empty() && !gate_->may_complete(*this)) return;
+  complete_barrier();
+}
+
+void Membership::complete_barrier() {
+  if (!barrier_full()) return;
   std::vector<Member> next;
   for (const Member &m : ring_) {
     if (is_member(m.id) && leaving_.count(m.id) == 0) next.push_back(m);
   }
   const bool admit = reforming_.empty();
-  bool changed = revoked_ || (admit && !joiners_.empty()) || next.size() != ring_.size();
+  const std::vector<Member> admitted = admit ? take_admitted() : std::vector<Member>{};
+  bool changed = revoked_ || !admitted.empty() || next.size() != ring_.size();
   const std::set<PeerId> leavers = leaving_;
   for (PeerId id : leavers) {
     forget(id);
@@ -546,11 +579,7 @@ void Membership::maybe_complete_update() {
   const EpochOrigin origin = !next.empty()       ? EpochOrigin::kContinues
                              : last_member_left_ ? EpochOrigin::kAfterLeave
                                                  : EpochOrigin::kAfterLoss;
-  if (admit) {
-    const std::vector<Member> admitted = by_name(std::move(joiners_));
-    next.insert(next.end(), admitted.begin(), admitted.end());
-    joiners_.clear();
-  }
+  next.insert(next.end(), admitted.begin(), admitted.end());
   if (opt_.measured_order && next.size() <= kMaxMeasuredRing) {
     const RttOf rtt_of = [this](PeerId a, PeerId b) { return rtt(a, b); };
     std::vector<Member> ordered = order_ring(next, rtt_of);
@@ -636,6 +665,13 @@ std::vector<Notice> Membership::take_notices() {
   retell_pending_.clear();
   std::vector<Notice> out;
   out.swap(notices_);
+  return out;
+}
+
+std::vector<std::pair<PeerId, PeerInfo>> Membership::live_peers() const {
+  std::vector<std::pair<PeerId, PeerInfo>> out;
+  out.reserve(live_.size());
+  for (const auto &[id, peer] : live_) out.emplace_back(id, peer.info);
   return out;
 }
 

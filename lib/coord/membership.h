@@ -50,6 +50,10 @@ struct PeerInfo {
   std::string name;     // for logs
   std::string address;  // where its peer links are accepted ("host:port")
   std::string node;  // the `node` key: its node's communicators in other groups share it ("": none)
+  // The `node_groups` key: how many groups the node has a communicator in (L), so that the
+  // coordinator admits and drops the node whole (coord::Job); 0: it does not say (the node is
+  // only lost together).
+  uint32_t node_groups = 0;
 };
 
 // How the coordinator formed an epoch (the values of wccl_epoch_origin_t): from the members of the
@@ -158,6 +162,24 @@ class Membership {
   static constexpr uint32_t kReorderMinGainUs = 1000;
   explicit Membership(Options options) : opt_(options) {}
 
+  // The job's rule for whole nodes (coord::Job), consulted wherever this group would admit joiners
+  // or let a member go. Without a gate every joiner is admitted at the next barrier.
+  class Gate {
+   public:
+    virtual ~Gate() = default;
+    // Every live member is at this group's update barrier, admitting (no REFORM). False holds the
+    // barrier: the gate completes it later (complete_barrier()).
+    virtual bool may_complete(Membership &group) = 0;
+    // The group has no live member and joiners wait: whether they form its epoch now (the gate
+    // asks can_form(), which counts the joiners it admits). False: they wait; the gate may form it
+    // later (form_first()).
+    virtual bool may_form(Membership &group) = 0;
+    // Whether `joiner` enters at the barrier or formation under way (else it keeps waiting).
+    virtual bool admits(const Membership &group, const Member &joiner) const = 0;
+  };
+  // `gate` outlives this Membership (nullptr: none).
+  void set_gate(Gate *gate) { gate_ = gate; }
+
   // A message from peer m.peer's control link (the link's own rules are its holder's: its first
   // message is a JOIN or REJOIN, every later one names the same peer), applied through the calls
   // below. Returns OK or the refusal. The link stays and hears the refusal as an ERROR, except
@@ -260,13 +282,33 @@ class Membership {
   // When tick() next has something to decide (a timeout or the settle window), for the timer.
   Clock::time_point next_deadline() const;
 
+  // For a Gate. The live peers (members and joiners) and what each said when it registered.
+  std::vector<std::pair<PeerId, PeerInfo>> live_peers() const;
+  bool is_member(PeerId id) const;
+  bool is_joiner(PeerId id) const;
+  // Every live member is at the update barrier (leavers and re-forming members included).
+  bool barrier_full() const;
+  // Some member at the barrier re-forms (REFORM): the barrier admits nobody.
+  bool reforming() const { return !reforming_.empty(); }
+  // The member is at the update barrier to leave.
+  bool leaving(PeerId id) const { return leaving_.count(id) != 0; }
+  // With no live member, joiners the gate admits could form an epoch now: at least min_peers of
+  // them, none arrived for `settle`, no member of a restarted job's epoch on its way back.
+  bool can_form(Clock::time_point now) const;
+  // Completes the full update barrier now (barrier_full()), whatever the gate said.
+  void complete_barrier();
+  // Forms the epoch from the joiners the gate admits now (can_form()), whatever the gate said.
+  void form_first(Clock::time_point now);
+  // Asks again what the gate held: completes the barrier if it is full, forms the epoch if
+  // joiners can, each if the gate agrees (every event and tick() ask too).
+  void maybe_complete_update();
+  void maybe_form_first(Clock::time_point now);
+
  private:
   struct Peer {
     PeerInfo info;
     Clock::time_point last_seen;
   };
-  bool is_member(PeerId id) const;
-  bool is_joiner(PeerId id) const;
   bool any_member() const;
   Status arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving,
                 bool admit, uint32_t call);
@@ -281,14 +323,16 @@ class Membership {
                       Clock::time_point now);
   void remember_lost(PeerId id, const PeerInfo &info);
   void forget_lost(PeerId id);
-  void maybe_form_first(Clock::time_point now);
+  // The joiners the gate admits now, in arrival order; take_admitted() removes them from the
+  // joiners and returns them in the order of their names.
+  std::vector<Member> admissible_joiners() const;
+  std::vector<Member> take_admitted();
   // The number of the next epoch this coordinator forms: past every number it formed, adopted or
   // heard of.
   uint64_t next_epoch_number();
   bool formed_here(uint64_t epoch) const {
     return epoch > opt_.epoch_base && epoch <= last_formed_;
   }
-  void maybe_complete_update();
   // A member waits at the update barrier with an update or a re-form (not only leavers): the
   // straggler timeout runs from barrier_opened_.
   bool barrier_open() const;
@@ -305,6 +349,7 @@ class Membership {
   Notice &notify(Notice::Kind kind, PeerId to);
 
   Options opt_;
+  Gate *gate_ = nullptr;
   uint64_t epoch_ = 0;
   uint64_t epoch_floor_ =
       0;  // the highest epoch any peer reported: new epochs are numbered past it

@@ -143,6 +143,7 @@ bool fields(Io &io, M &m) {
       io.text("name", kWords, m.info.name);
       io.text("address", kWords, m.info.address);
       io.text("node", kProse, m.info.node);
+      io.u32("node groups", m.info.node_groups);
       if (m.type == MessageType::kRejoin) {
         io.u64("epoch", m.epoch);
         io.u64("committed operation", m.seq);

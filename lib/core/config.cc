@@ -60,6 +60,10 @@ constexpr KeySpec kKeys[] = {
      "other "
      "groups: the coordinator loses them together (docs/fault-tolerance.md); empty: a node of its "
      "own"},
+    {"node_groups", "0", Kind::kInteger, 0, 1024,
+     "how many groups `node` has a communicator in: the coordinator then admits, drops and loses "
+     "the node whole, in every group at the same update barrier (docs/fault-tolerance.md, \"The "
+     "node\"); 0: the node is only lost together"},
     {"advertise", "", Kind::kText, 0, 255,
      "host:port peers reach this peer's links at; empty: the address it reaches the coordinator "
      "from"},

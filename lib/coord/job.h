@@ -1,0 +1,105 @@
+// The coordinator's rules for a whole job, as a state machine without I/O: one Membership per
+// group, and the node rule over them (DESIGN §8, docs/fault-tolerance.md "The node").
+//
+// A node is the machine a set of communicators belongs to: they name it alike in the `node` key,
+// one communicator per group. A node that also declares how many groups it is in (`node_groups`,
+// L) is admitted, dropped and lost whole:
+// - It is admitted once all L of its communicators wait as joiners, in L different groups, and
+//   then into all L at once: at one instant, every group of the node completes its update barrier
+//   (or, with no live epoch, forms its first) with the node in it. A group whose barrier is full
+//   while another group of a node it would admit is not yet at its barrier waits for it, at most
+//   peer_timeout; then it completes without the node, which waits for the next barrier.
+// - It leaves whole: a leave at one group's barrier is completed with the node's barriers in its
+//   other groups, like an admission; a communicator of it that updates there instead of leaving,
+//   or a barrier that completed without the others (the wait above ran out), loses the node in
+//   its other groups.
+// - It is lost whole: a member lost in one group is lost in every group (for any node, declared
+//   L or not).
+// A communicator without a node, or with node_groups 0, is admitted and leaves on its own.
+//
+// Events come in through on_message, disconnected and tick, with the time; decisions come out as
+// notices addressed to a group's peers.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coord/membership.h"
+#include "coord/messages.h"
+
+namespace wccl::coord {
+
+class Job : private Membership::Gate {
+ public:
+  explicit Job(Membership::Options options) : opt_(options) {}
+  Job(const Job &) = delete;
+  Job &operator=(const Job &) = delete;
+
+  // A message from peer m.peer's control link of `group` (a JOIN or REJOIN names the group; the
+  // holder of the link passes it for every later message). As Membership::on_message; a JOIN or
+  // REJOIN whose node does not fit the node's other communicators (another node_groups, a second
+  // communicator in one group, more groups than it declared) is refused (INVALID_USAGE, *drop).
+  Status on_message(const std::string &group, const ControlMessage &m, Clock::time_point now,
+                    bool *drop);
+  // The peer's control link of `group` closed.
+  void disconnected(const std::string &group, PeerId id, Clock::time_point now);
+  // Applies every group's timeouts and the node rule's.
+  void tick(Clock::time_point now);
+  // How often tick() must run.
+  std::chrono::milliseconds tick_period() const { return Membership::tick_period(opt_); }
+
+  struct Addressed {
+    std::string group;
+    Notice notice;
+  };
+  // Every group's decisions since the last call, each group's in the order they were made.
+  std::vector<Addressed> take_notices();
+
+  // The group, nullptr if no peer ever named it.
+  const Membership *group(const std::string &name) const;
+
+ private:
+  Membership &membership(const std::string &name);
+  // After every event: carries each group's losses of a node's members to the node's other groups,
+  // then lets held barriers whose wait ran out complete.
+  void settle(Clock::time_point now);
+  // The node's communicators, by group, as the groups hold them now (members and joiners).
+  std::map<std::string, PeerId> comms_of(const std::string &node) const;
+  // The node's declared group count (0: none, or no such node).
+  uint32_t declared_groups(const std::string &node) const;
+  // The nodes with a declared group count that `group` would admit (all L communicators wait) or
+  // let go (a communicator of the node, in any group, at its barrier to leave) at its next barrier.
+  std::set<std::string> changing_nodes(const Membership &group) const;
+  // The groups that must complete together with `name`: its own and, closed over, those of the
+  // nodes that change in any of them.
+  std::set<std::string> coupled(const std::string &name) const;
+  // Decides that `groups` complete or form together now: sets together_ and entering_.
+  void bring_together(const std::set<std::string> &groups);
+  void lose_node(const std::string &node, const std::string &except, const std::string &reason);
+
+  // Membership::Gate
+  bool may_complete(Membership &group) override;
+  bool may_form(Membership &group) override;
+  bool admits(const Membership &group, const Member &joiner) const override;
+  const std::string &name_of(const Membership &group) const;
+
+  Membership::Options opt_;
+  std::map<std::string, std::unique_ptr<Membership>> groups_;
+  std::map<const Membership *, std::string> names_;
+  Clock::time_point now_{};
+  // The groups completing or forming together right now, and the nodes they admit: those whole
+  // (every communicator a joiner) when the decision was taken.
+  std::set<std::string> together_;
+  std::set<std::string> entering_;
+  // Groups whose full barrier waits for the node's other groups, since when.
+  std::map<std::string, Clock::time_point> held_;
+  // A barrier that completes on its own (held past its wait) lets its leaving nodes go; their
+  // communicators in the other groups are lost after it.
+  bool alone_ = false;
+  std::vector<std::pair<std::string, std::string>> left_alone_;  // (node, group it left)
+};
+
+}  // namespace wccl::coord
