@@ -7,7 +7,7 @@
 #   bench    bench_codec: the GPU kernels' rows next to the CPU tiers' INT8/INT4/INT2/FP8/TOPK rows and memcpy
 #   trainer  examples/diloco with --device cuda: two nodes of one local rank sharing the GPU, TLS,
 #            INT8 wire, blocking and streaming DiLoCo; both nodes must end with the same model
-#   hier     wccl_hier_allreduce on the GPU: tests/test_comm_hier's NCCL local groups (one rank
+#   hier     wccl_hier_allreduce on the GPU: tests/test_hier's NCCL local groups (one rank
 #            per node: NCCL takes one GPU per rank; none may skip), then examples/hier with
 #            --device cuda, INT8 across nodes, as two nodes of one local rank (an NCCL local group)
 #            and two nodes of two (the node's threads, on one GPU); every rank must end with the
@@ -140,7 +140,7 @@ hier_nodes() {  # LOCAL_SIZE: runs two nodes, checks that every rank ends with t
 }
 hier() {
   local got
-  got="$("$build/tests/test_comm_hier" --gtest_color=no --gtest_filter='*Nccl*')" || { echo "$got"; return 1; }
+  got="$("$build/tests/test_hier" --gtest_color=no --gtest_filter='*Nccl*')" || { echo "$got"; return 1; }
   echo "$got"
   echo "$got" | grep -q '^\[  PASSED  \] 1 test' || {
     echo "the NCCL local group's test did not run (skipped, or a build without NCCL)"; return 1; }

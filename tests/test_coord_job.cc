@@ -225,16 +225,43 @@ TEST_F(JobTest, ANodeLeavesEveryGroupAtOneInstant) {
   EXPECT_FALSE(job_.group("g0")->revoked());
 }
 
-TEST_F(JobTest, ANodeThatLeavesOneGroupAndUpdatesAnotherIsGoneFromBoth) {
+TEST_F(JobTest, ALeaveWaitsForTheNodesCommunicatorThatIsOneBarrierBehind) {
+  form(3);
+  for (int g = 0; g < 2; ++g) {
+    ASSERT_TRUE(update(1, g).ok());
+    ASSERT_TRUE(update(2, g).ok());
+  }
+  // Node 3's rank 0 is through this barrier's update already and leaves at its next; its rank 1
+  // is still at this one: group 1 completes with node 3 in it, group 0 waits.
+  ASSERT_TRUE(update(3, 0, MessageType::kLeave).ok());
+  ASSERT_TRUE(update(3, 1).ok());
+  EXPECT_EQ(ring_nodes(0), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(ring_nodes(1), (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(take(Kind::kLeft).empty());
+  EXPECT_TRUE(take(Kind::kRemoved).empty());
+  // Group 1's next barrier: node 3's rank 1 leaves too, and both groups let it go together.
+  ASSERT_TRUE(update(1, 1).ok());
+  ASSERT_TRUE(update(2, 1).ok());
+  ASSERT_TRUE(update(3, 1, MessageType::kLeave).ok());
+  EXPECT_EQ(take(Kind::kLeft).size(), 2u);
+  EXPECT_EQ(ring_nodes(0), (std::vector<int>{1, 2}));
+  EXPECT_EQ(ring_nodes(1), (std::vector<int>{1, 2}));
+  EXPECT_FALSE(job_.group("g1")->revoked());
+}
+
+TEST_F(JobTest, ALeaveThatItsNodesOtherCommunicatorsDoNotFollowLosesTheNode) {
   form(3);
   for (int g = 0; g < 2; ++g) {
     ASSERT_TRUE(update(1, g).ok());
     ASSERT_TRUE(update(2, g).ok());
   }
   ASSERT_TRUE(update(3, 0, MessageType::kLeave).ok());
-  ASSERT_TRUE(update(3, 1).ok());
+  for (int i = 0; i < 52; ++i) {  // node 3's rank 1 trains on and never leaves
+    heartbeat_all({1, 2, 3}, 2);
+    advance(100ms);
+  }
   EXPECT_EQ(ring_nodes(0), (std::vector<int>{1, 2}));
-  EXPECT_EQ(ring_nodes(1), (std::vector<int>{1, 2}));
+  EXPECT_FALSE(job_.group("g1")->live(id_of(3, 1))) << "node 3 is half out";
   std::vector<Job::Addressed> removed = take(Kind::kRemoved);
   EXPECT_TRUE(std::any_of(removed.begin(), removed.end(), [](const Job::Addressed &a) {
     return a.group == "g1" && a.notice.to == id_of(3, 1) &&
@@ -275,6 +302,35 @@ TEST_F(JobTest, AJoinThatDoesNotFitItsNodeIsRefused) {
   m.group = "g0";
   m.info.name = "node1-again";
   EXPECT_EQ(job_.on_message("g0", m, t_, &drop).code(), WCCL_ERR_INVALID_USAGE);
+}
+
+TEST_F(JobTest, ARestartedCoordinatorTakesTheNodesBackFromTheirRings) {
+  form(2);
+  // A fresh coordinator: each communicator comes back with its epoch and ring. A ring carries each
+  // member's node but not its node_groups, so the members not back yet say 0 until they are.
+  Job restarted(options());
+  for (int node = 1; node <= 2; ++node) {
+    for (int g = 0; g < 2; ++g) {
+      const Membership &before = *job_.group(group_name(g));
+      ControlMessage m;
+      m.type = MessageType::kRejoin;
+      m.peer = id_of(node, g);
+      m.group = group_name(g);
+      m.info = {"node" + std::to_string(node) + "-rank" + std::to_string(g), "10.0.0.1:7000",
+                "node" + std::to_string(node), 2};
+      m.epoch = before.epoch();
+      m.ring = before.ring();
+      for (Member &r : m.ring) r.info.node_groups = 0;
+      bool drop = false;
+      const Status st = restarted.on_message(m.group, m, t_, &drop);
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      EXPECT_FALSE(drop);
+    }
+  }
+  for (int g = 0; g < 2; ++g) {
+    EXPECT_EQ(restarted.group(group_name(g))->epoch(), job_.group(group_name(g))->epoch());
+    EXPECT_TRUE(restarted.group(group_name(g))->is_member(id_of(2, g)));
+  }
 }
 
 TEST_F(JobTest, NodesThatDeclareNoGroupCountKeepEachGroupsOwnAdmission) {

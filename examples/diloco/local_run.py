@@ -126,7 +126,7 @@ class Node:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.local_ranks),
                "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
                str(HERE / "train.py"), "--coordinator", coordinator, "--node-name", name, *addresses(args, index),
-               "--metrics", str(self.metrics), "--no-progress", "--admit-skew", str(args.admit_skew)]
+               "--metrics", str(self.metrics), "--no-progress"]
         if args.tls == "off":
             cmd += ["--tls", "off"]
         else:
@@ -165,7 +165,6 @@ def main(argv=None) -> int:
     p.add_argument("--node-args", action="append", default=[], metavar="NODE=OPTIONS",
                    help="train.py options of one node only, after the common ones (e.g. node2='--inner-steps 3')")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each local rank")
-    p.add_argument("--admit-skew", type=float, default=10.0)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before the run is called failed")
     p.add_argument("--sigkill", default="",
                    help="NODE@STEP[+SECONDS]: once node0 has done STEP outer steps (and SECONDS more), SIGKILL every "

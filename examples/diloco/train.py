@@ -66,9 +66,6 @@ def parse_args(argv=None):
                    help="HOST:PORT the other nodes reach local rank 0 at, PORT + r for local rank r (default: the "
                         "address the coordinator sees, with the listening port)")
     j.add_argument("--group-prefix", default="lr", help="wccl group of local rank r: PREFIX + r")
-    j.add_argument("--admit-skew", type=float, default=10.0,
-                   help="seconds a node waits for all its local ranks to be admitted before it retreats and rejoins "
-                        "(a joining node) or nudges its groups (a node in the job)")
     j.add_argument("--admit-timeout", type=float, default=3600.0,
                    help="seconds a node waits to be admitted (joining, or updating after a loss), or for a node "
                         "holding the job's state when none here does, before it stops with an error; above the "
@@ -212,7 +209,7 @@ class Trainer:
                                       listen=rank_address(args.listen, self.local_rank),
                                       advertise=rank_address(args.advertise, self.local_rank),
                                       group_prefix=args.group_prefix,
-                                      admit_skew=args.admit_skew, admit_timeout=args.admit_timeout,
+                                      admit_timeout=args.admit_timeout,
                                       log_level=args.wccl_log, **tls)
         founder = self.mesh.joined_origin in (wccl.EpochOrigin.FIRST, wccl.EpochOrigin.AFTER_LEAVE)
         self.pos = Position(joined_origin=int(self.mesh.joined_origin),
@@ -688,7 +685,7 @@ class Log:
                   "utilisation": inner_s / max(elapsed, 1e-9), "fragment": fragment, "overlapped": overlapped,
                   "max_link_rate": max_link_rate,
                   "bytes_sent": int(bytes_sent), "nodes": nodes, "contributors": contributors, "epoch": epoch,
-                  "retreats": t.mesh.retreats, "time": time.time() - self.start,
+                  "time": time.time() - self.start,
                   "wire": a.wire if a.mode == "diloco" else a.sync_wire}
         where = (f" fragment {fragment} overlap {overlapped} util {record['utilisation']:.2f}"
                  if a.fragments > 1 or a.overlap > 0 else "")

@@ -1,11 +1,15 @@
 // The outer loop of DiLoCo on a node of several GPUs, in C++ on the C API: one thread per local
 // rank, each with a wccl communicator of its own group ("local<r>": the local ranks r of every
-// node) naming this node, and a local group of the node's ranks. Every outer step each rank runs
+// node) naming this node and its group count (node_groups: the coordinator admits, drops and
+// loses the node whole), and a local group of the node's ranks. Every outer step each rank updates
+// its group (admitting nodes that joined meanwhile), brings a new epoch's members to the same
+// state (wccl_state_sync of the model and its momentum, the revision being the outer step), runs
 // its inner steps (here: gradient steps on a quadratic whose target depends on the rank's data),
 // averages its pseudo-gradient over every rank of every node with wccl_hier_allreduce, retrying
-// after wccl_comm_update whenever a node is lost, and applies Nesterov momentum. Every rank of
-// every node ends with the same model; each prints its hash (docs/algorithms.md, "Hierarchical
-// all-reduce").
+// after wccl_comm_update (and a state sync) whenever a node is lost, and applies Nesterov
+// momentum. A node started mid-run joins, takes the job's state and step, and trains with it.
+// Every rank of every node ends with the same model; each prints its hash (docs/algorithms.md,
+// "Hierarchical all-reduce").
 //
 //   WCCL_COORDINATOR=host:48148 WCCL_TLS_CERT=node.pem WCCL_TLS_KEY=node.key WCCL_TLS_CA=ca.pem
 //     wccl-hier-diloco --node NAME [--local-size 2] [--outer-steps 10] [--inner-steps 8]
@@ -13,9 +17,7 @@
 //
 // --device cuda keeps the pseudo-gradient in GPU memory (builds with CUDA; local rank r on GPU
 // r % the GPUs there are) and, in builds with NCCL and as many GPUs as local ranks, takes an NCCL
-// communicator as the local group; otherwise the local group is the node's threads. Nodes that
-// join mid-run are not admitted: that needs the node's ranks to agree on when to update
-// (examples/diloco's ElasticDeviceMesh does it for the Python trainer).
+// communicator as the local group; otherwise the local group is the node's threads.
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -138,6 +140,7 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
   wccl_comm_t *comm = nullptr;
   if ((r = wccl_config_set(cfg, "group", group.c_str())) != WCCL_OK ||
       (r = wccl_config_set(cfg, "node", o.node.c_str())) != WCCL_OK ||
+      (r = wccl_config_set(cfg, "node_groups", std::to_string(o.local_size).c_str())) != WCCL_OK ||
       (r = wccl_config_set(cfg, "name", name.c_str())) != WCCL_OK ||
       (r = wccl_comm_join(&comm, cfg)) != WCCL_OK) {
     wccl_config_destroy(cfg);
@@ -154,7 +157,31 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
   wccl_opts_t opts = wccl_opts_default();
   opts.wire = o.wire;
   const float lr = 0.1f, outer_lr = 0.7f, mu = 0.9f;
-  for (int step = 0; step < o.outer_steps; ++step) {
+  // The state a new epoch's members agree on: the model and its momentum, at the outer step that
+  // the revision counts (a node that joins mid-run holds revision 0 and takes the job's).
+  const wccl_tensor_t state[2] = {
+      {"x", x.data(), x.size(), WCCL_F32, WCCL_DEVICE_HOST},
+      {"momentum", momentum.data(), momentum.size(), WCCL_F32, WCCL_DEVICE_HOST}};
+  uint64_t synced_epoch = 0;
+  int step = 0;
+  // After any update: a new epoch (nodes admitted or lost) syncs the state first.
+  auto sync = [&]() -> wccl_result_t {
+    while (wccl_comm_epoch(comm) != synced_epoch) {
+      uint64_t revision = static_cast<uint64_t>(step);
+      wccl_result_t s = wccl_state_sync(comm, state, 2, &revision, WCCL_SYNC_POPULAR, nullptr);
+      if (s == WCCL_ERR_PEER_LOST) {
+        if ((s = update(comm)) != WCCL_OK) return s;
+        continue;
+      }
+      if (s != WCCL_OK) return s;
+      synced_epoch = wccl_comm_epoch(comm);
+      step = static_cast<int>(revision);
+    }
+    return WCCL_OK;
+  };
+  if ((r = sync()) != WCCL_OK)
+    return fail(o, rank, "state sync", r);  // the job's, if it joined late
+  while (step < o.outer_steps) {
     // Inner steps: gradient descent on 0.5 |x - t|^2, t = 1 + this rank's noise for the step.
     local_x = x;
     double loss = 0;
@@ -178,6 +205,7 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
     while ((r = wccl_hier_allreduce(shared.data(), shared.data(), o.count, WCCL_F32, WCCL_AVG,
                                     local, comm, &opts)) == WCCL_ERR_PEER_LOST) {
       if ((r = update(comm)) != WCCL_OK) return fail(o, rank, "update", r);
+      if ((r = sync()) != WCCL_OK) return fail(o, rank, "state sync", r);
     }
     if (r != WCCL_OK) return fail(o, rank, "hier_allreduce", r);
     shared.get(&delta);
@@ -190,6 +218,10 @@ int run_rank(const Options &o, int rank, wccl_local_group_t *local) {
                   loss / static_cast<double>(o.count), wccl_comm_size(comm), wccl_comm_epoch(comm));
       std::fflush(stdout);
     }
+    ++step;
+    // The outer boundary: nodes that joined meanwhile are admitted here, whole, and take the state.
+    if ((r = update(comm)) != WCCL_OK) return fail(o, rank, "update", r);
+    if ((r = sync()) != WCCL_OK) return fail(o, rank, "state sync", r);
   }
   std::printf("%s rank %d done hash %016" PRIx64 "\n", o.node.c_str(), rank,
               hash_bytes(x.data(), x.size() * sizeof(float)));

@@ -35,13 +35,14 @@ std::map<std::string, PeerId> Job::comms_of(const std::string &node) const {
 }
 
 uint32_t Job::declared_groups(const std::string &node) const {
-  if (node.empty()) return 0;
+  uint32_t declared = 0;
+  if (node.empty()) return declared;
   for (const auto &[name, g] : groups_) {
     for (const auto &[id, info] : g->live_peers()) {
-      if (info.node == node) return info.node_groups;
+      if (info.node == node) declared = std::max(declared, info.node_groups);
     }
   }
-  return 0;
+  return declared;
 }
 
 Status Job::on_message(const std::string &group, const ControlMessage &m, Clock::time_point now,
@@ -51,12 +52,15 @@ Status Job::on_message(const std::string &group, const ControlMessage &m, Clock:
   if ((m.type == MessageType::kJoin || m.type == MessageType::kRejoin) && !m.info.node.empty()) {
     const std::map<std::string, PeerId> comms = comms_of(m.info.node);
     Status refused;
-    if (!comms.empty() && declared_groups(m.info.node) != m.info.node_groups) {
+    // (A member of a ring a restarted coordinator adopted says 0 until it is back: the ring does
+    // not carry node_groups. Its node's count is then that of the communicators back.)
+    const uint32_t declared = declared_groups(m.info.node);
+    if (!comms.empty() && declared != 0 && declared != m.info.node_groups) {
       refused = WCCL_ERROR(WCCL_ERR_INVALID_USAGE,
                            "node %s: this communicator says node_groups=%u, the node's "
                            "communicator in group \"%s\" said %u",
                            m.info.node.c_str(), m.info.node_groups, comms.begin()->first.c_str(),
-                           declared_groups(m.info.node));
+                           declared);
     } else if (m.info.node_groups > 0) {
       auto here = comms.find(group);
       const size_t others = comms.size() - (here != comms.end() ? 1 : 0);
@@ -163,16 +167,10 @@ void Job::settle(Clock::time_point now) {
 }
 
 std::set<std::string> Job::changing_nodes(const Membership &group) const {
-  std::set<std::string> leaving;  // nodes with a communicator at its barrier to leave, anywhere
-  for (const auto &[name, g] : groups_) {
-    for (const auto &[id, info] : g->live_peers()) {
-      if (info.node_groups > 0 && g->leaving(id)) leaving.insert(info.node);
-    }
-  }
   std::set<std::string> out;
   for (const auto &[id, info] : group.live_peers()) {
     if (info.node_groups == 0 || out.count(info.node) != 0) continue;
-    if (leaving.count(info.node) != 0) {
+    if (group.leaving(id)) {
       out.insert(info.node);
       continue;
     }
@@ -225,35 +223,31 @@ bool Job::may_complete(Membership &group) {
     held_.erase(name);
     return true;  // no node changes here: the group's barrier is its own
   }
-  const bool all_full = std::all_of(groups.begin(), groups.end(), [&](const std::string &g) {
+  // Ready together: every barrier full, none re-forming, and a node that leaves one leaves each
+  // (a communicator of it that updates is at an earlier barrier of its group: the leave waits
+  // for its next call there).
+  bool ready = std::all_of(groups.begin(), groups.end(), [&](const std::string &g) {
     const Membership &m = *groups_.at(g);
     return m.barrier_full() && !m.reforming();
   });
-  if (!all_full) {
+  for (auto g = groups.begin(); ready && g != groups.end(); ++g) {
+    const Membership &m = *groups_.at(*g);
+    for (const std::string &node : changing_nodes(m)) {
+      const auto comms = comms_of(node);
+      auto here = comms.find(*g);
+      if (here == comms.end() || !m.leaving(here->second)) continue;
+      ready = std::all_of(comms.begin(), comms.end(), [&](const auto &c) {
+        const Membership &other = *groups_.at(c.first);
+        return !other.is_member(c.second) || other.leaving(c.second);
+      });
+      if (!ready) break;
+    }
+  }
+  if (!ready) {
     held_.emplace(name, now_);  // keeps the first time
     return false;
   }
   bring_together(groups);
-  // A node leaving in some of these groups and updating in others leaves whole: it is lost where
-  // it did not leave (its update there gets PEER_LOST; those epochs are being re-formed anyway).
-  for (const std::string &g : groups) {
-    for (const std::string &node : changing_nodes(*groups_.at(g))) {
-      for (const auto &[other, id] : comms_of(node)) {
-        Membership &m = *groups_.at(other);
-        if (!m.is_member(id) || m.leaving(id)) continue;
-        const auto comms = comms_of(node);
-        const bool leaves_elsewhere = std::any_of(comms.begin(), comms.end(), [&](const auto &c) {
-          return groups_.at(c.first)->leaving(c.second);
-        });
-        if (leaves_elsewhere) {
-          m.lose_node(node,
-                      format("node %s left another group at this barrier: a node leaves whole",
-                             node.c_str()),
-                      now_);
-        }
-      }
-    }
-  }
   for (const std::string &g : groups) {
     held_.erase(g);
     if (g != name) groups_.at(g)->complete_barrier();

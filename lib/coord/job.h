@@ -9,10 +9,10 @@
 //   (or, with no live epoch, forms its first) with the node in it. A group whose barrier is full
 //   while another group of a node it would admit is not yet at its barrier waits for it, at most
 //   peer_timeout; then it completes without the node, which waits for the next barrier.
-// - It leaves whole: a leave at one group's barrier is completed with the node's barriers in its
-//   other groups, like an admission; a communicator of it that updates there instead of leaving,
-//   or a barrier that completed without the others (the wait above ran out), loses the node in
-//   its other groups.
+// - It leaves whole: a leave at one group's barrier waits until the node's communicators in its
+//   other groups leave too (at their barrier now, or at the next one, for a communicator still
+//   updating at an earlier barrier), then all those barriers complete together; if the wait runs
+//   out (peer_timeout), or a communicator goes mid-leave, the node is lost in its other groups.
 // - It is lost whole: a member lost in one group is lost in every group (for any node, declared
 //   L or not).
 // A communicator without a node, or with node_groups 0, is admitted and leaves on its own.

@@ -1,4 +1,4 @@
-"""What the trainer's seeded simulations share (node_sim.py, mesh_sim.py): a discrete-event loop
+"""What the trainer's seeded simulations share (node_sim.py): a discrete-event loop
 whose every draw comes from one seed, the violation a broken rule raises, the loop over seeds, and
 the command line."""
 

@@ -11,28 +11,23 @@ mesh has two dimensions:
 - **global**: one wccl communicator per local rank, in group ``<prefix><local rank>``, so that
   shard r of every node is averaged with shard r of every other node, over TLS.
 
-wccl decides membership per group, so on its own the L groups of a job could disagree about which
-nodes are in: a node whose rank 0 is admitted by group 0's update while its rank 1 still waits for
-group 1's. The mesh keeps one invariant: **every local rank of a node works with the same set of
-nodes**. It holds it in three ways (docs/trainer.md, "Membership"):
+The mesh keeps one invariant: **every local rank of a node works with the same set of nodes**
+(docs/trainer.md, "Membership"):
 
-1. Every decision a node takes is taken by all its local ranks together: each wccl call's outcome
+1. The coordinator admits, lets go and loses the node whole: each rank's communicator names the
+   node (``node``) and its L groups (``node_groups``), so the node enters all L groups at one update
+   barrier or none, leaves them at one, and a node lost in one group is lost in all
+   (docs/fault-tolerance.md, "The node is admitted and leaves whole"). A membership call (join,
+   update) runs on a thread while the local ranks poll each other, so that a rank whose group
+   waits for its update meanwhile makes one, and a failure, or no admission within
+   ``admit_timeout`` seconds, is raised on every local rank (MembershipError): a node that joins
+   after the job ended stops instead of waiting for ever.
+2. Every decision a node takes is taken by all its local ranks together: each wccl call's outcome
    is agreed over the local group (if one group lost a peer, the whole node updates), so the
-   node's ranks never part ways. Outcomes are agreed per wccl group, so every node takes the same
-   decision.
-2. ``roster(info)`` all-gathers one row per node (node id plus the caller's ``info``) in every
+   node's ranks never part ways.
+3. ``roster(info)`` all-gathers one row per node (node id plus the caller's ``info``) in every
    group and compares the L results over the local group; a difference, or a lost peer, makes
    every node update again.
-3. Membership calls (join, update) run on a thread while the local ranks poll each other, by one
-   rule without I/O (``_admission.py``, run by a seeded simulation of nodes of several groups:
-   tests/trainer/mesh_sim.py). If some ranks of a joining node are admitted and the others still
-   wait ``admit_skew`` seconds later, the node retreats: its admitted ranks leave their groups,
-   and so does any rank admitted meanwhile; once none is in a group, the ranks that left join again
-   together, so that one update admits the whole node. A node that is in already never retreats:
-   its ranks wait at their barriers (an update that timed out is made again). A call that has not
-   admitted the whole node within ``admit_timeout`` seconds raises MembershipError on every local
-   rank: a node that joins after the job ended, or that no node admits, stops instead of waiting
-   for ever.
 
 A coordinator that restarts does not stop a node: a membership call (join, update, leave, the
 re-forming inside a state sync) that finds it unreachable is made again, for up to
@@ -52,7 +47,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from ._admission import ADMITTED, DUE, FAILED, OUT, TIMEOUT, WAITING, Admission, Report, Verdict
 from ._core import Communicator, EpochOrigin, OpStats, ReduceOp, Request, SyncMode, Wire
 from ._lib import CoordinatorUnreachableError, PeerLostError, WcclError
 from ._lib import TimeoutError as WcclTimeoutError
@@ -62,6 +56,15 @@ __all__ = ["ElasticDeviceMesh", "GroupsState", "NodeRow", "MembershipError", "Op
            "flat_hash"]
 
 register()  # torch.distributed backend "wccl" (_torch_backend.py; docs/python.md)
+
+# How a local rank's membership call stands (ElasticDeviceMesh._call_state).
+WAITING = "waiting"    # the call is not over
+ADMITTED = "admitted"  # it is over and the rank is a member of its group's epoch
+DUE = "due"            # ... and that epoch waits for its update (Communicator.update_due), or its
+                       # update timed out (it is still a member, waiting at the barrier)
+TIMEOUT = "timeout"    # its join failed with TIMEOUT (it is in no group)
+FAILED = "failed"      # its call failed with another error
+OUT = "out"            # it has no call and is in no group
 
 
 class MembershipError(RuntimeError):
@@ -164,15 +167,14 @@ class ElasticDeviceMesh:
     every local rank of the node is admitted (see the module's text). Every method is collective
     over the node's local ranks and must be called by all of them in the same order."""
 
-    def __init__(self, *, group_prefix: str = "lr", admit_skew: float = 10.0, poll: float = 0.05,
-                 coordinator_grace: float = 60.0, admit_timeout: float = 3600.0, **config: Any) -> None:
+    def __init__(self, *, group_prefix: str = "lr", poll: float = 0.05, coordinator_grace: float = 60.0,
+                 admit_timeout: float = 3600.0, **config: Any) -> None:
         if not dist.is_initialized():
             raise RuntimeError("wccl.torch: torch.distributed must be initialised over the node's local ranks")
         self.local_rank = dist.get_rank()
         self.local_size = dist.get_world_size()
         # A group of its own for the mesh's agreement, apart from the one FSDP uses.
         self.local_group = dist.new_group(backend="gloo")
-        self.admit_skew = float(admit_skew)
         self.poll = float(poll)
         self.coordinator_grace = float(coordinator_grace)
         self.admit_timeout = float(admit_timeout)
@@ -183,16 +185,16 @@ class ElasticDeviceMesh:
         config["group"] = f"{group_prefix}{self.local_rank}"
         if "name" in config:
             config["name"] = f"{config['name']}.{self.local_rank}"
-        # The coordinator loses a node's communicators together: a node lost in one group (silent,
-        # failed probe, closed) is lost in all, so its groups never disagree about it.
+        # The coordinator admits, lets go and loses the node's communicators together, in all its
+        # groups at once, so its groups never disagree about it.
         config["node"] = f"{self.node_id:014x}"
+        config["node_groups"] = str(self.local_size)
         self._config = config
-        self.retreats = 0  # times this node left its groups to be admitted whole (see the module text)
         # Payload bytes this local rank sent in all-reduce attempts that did not commit (a lost peer,
         # a straggler): they cost the link too. The caller reads it and sets it back to 0.
         self.uncommitted_bytes_sent = 0
         self.comm: Optional[Communicator] = None
-        self._membership(self._call(self._join), joining=True)
+        self._membership(self._call(self._join))
         # How the epochs that admitted the node were formed (the group's first, or the first after its
         # nodes all left, makes the node one of those that begin the job), and how many nodes they held.
         joined = self.groups()
@@ -239,73 +241,51 @@ class ElasticDeviceMesh:
     def _call(self, fn: Callable[[], Any]) -> _Call:
         return _Call(lambda: self._through_restarts(fn))
 
-    def _membership(self, call: Optional[_Call], joining: bool) -> None:
-        """Waits until every local rank's membership call (``call``: a join when ``joining``, else
-        an update) admitted it, by the rule of ``_admission.Admission`` (its module text): a rank
-        whose group waits for it updates, a member's update that timed out is made again, a node
-        that is in already nudges its groups and a joining one retreats (its ranks leave and join
-        again together) when some of its ranks are admitted while others still wait
-        ``admit_skew`` seconds later. A call failing otherwise, or no admission within
-        ``admit_timeout`` seconds, is raised on every local rank."""
-        rule = Admission(time.monotonic(), self.admit_skew, self.admit_timeout, joining)
+    def _membership(self, call: _Call) -> None:
+        """Waits until every local rank's membership call (a join or an update) admitted it: the
+        coordinator admits the node whole, so the calls end together. Meanwhile a rank whose group
+        waits for its update (its epoch was revoked, a barrier began, or its own update timed out
+        at the barrier) makes one, so no barrier waits on an idle rank, and a join that timed out
+        is made again. A call failing otherwise, or no admission within ``admit_timeout`` seconds,
+        is raised on every local rank."""
+        started = time.monotonic()
         while True:
-            done = False  # read once per poll: the call may end at any moment
-            if call is not None:
-                done = call.wait(self.poll)
-                if done and call.error is None and isinstance(call.result, Communicator):
-                    self.comm, call.result = call.result, None  # a join that admitted this rank
+            done = call.wait(self.poll)  # read once per poll: the call may end at any moment
+            if done and call.error is None and isinstance(call.result, Communicator):
+                self.comm, call.result = call.result, None  # a join that admitted this rank
             state = self._call_state(call, done)
-            step = rule.step(state)
-            if step == "update":
+            if state == DUE:
                 call, state = self._call(self._member().update), WAITING
-            elif step == "leave":  # on a thread: the node's other ranks go on polling (and leaving)
-                call, state = self._call(self._leave_and_close), WAITING
-            report = rule.report(state, time.monotonic())
-            verdict = rule.decide([Report.from_ints(v) for v in self.gather(report.as_ints())], time.monotonic())
-            if verdict is Verdict.ADMITTED:
+            elif state == TIMEOUT:  # its node waits for it: it registers again
+                call, state = self._call(self._join), WAITING
+            expired = time.monotonic() - started > self.admit_timeout
+            rows = self.gather([int(state == ADMITTED), int(state == FAILED), int(expired)])
+            if any(r[1] for r in rows):
+                why = f"local rank {self.local_rank}: {call.error}" if state == FAILED else "another local rank's call failed"
+                raise MembershipError(f"wccl.torch: the node cannot join its groups ({why})") from call.error
+            if all(r[0] for r in rows):
                 return
-            if verdict is Verdict.FATAL:
-                error = call.error if call is not None else None
-                why = f"local rank {self.local_rank}: {error}" if report.fatal else "another local rank's call failed"
-                raise MembershipError(f"wccl.torch: the node cannot join its groups ({why})") from error
-            if verdict is Verdict.EXPIRED:
+            if any(r[2] for r in rows):
                 raise MembershipError(f"wccl.torch: the node was not admitted to its groups within {self.admit_timeout:g} s "
                                       "(admit_timeout): no node of the job admitted it (has the job ended?)")
-            if verdict is Verdict.RETREAT:
-                self.retreats += 1
-            elif verdict is Verdict.REJOIN:
-                call = self._call(self._join)
 
     def _call_state(self, call: Optional[_Call], done: bool) -> str:
-        """How a membership call stands, in the words of the admission rule."""
+        """How a membership call stands."""
         if call is None:
             return OUT
         if not done:
             return WAITING
         if call.error is not None and not isinstance(call.error, WcclTimeoutError):
             return FAILED
-        if self.comm is None:  # a join that timed out, or a leave that is over (the node retreats)
+        if self.comm is None:  # a join that timed out
             return TIMEOUT if call.error is not None else OUT
         # A member: an update that timed out still waits at the barrier, like one its group waits for.
         return DUE if call.error is not None or self.comm.update_due else ADMITTED
 
-    def _leave_and_close(self) -> None:
-        """Leaves this rank's group (the node retreats) and closes its communicator."""
-        if self.comm is not None:
-            try:
-                self.comm.leave()
-            except Exception:  # gone already: closing is all that is left (a close while leaving is a leave)
-                pass
-            self.comm.close()
-            self.comm = None
-
     def update(self) -> None:
         """Every local rank updates its group (``wccl_comm_update``): a new epoch with the
         survivors and the admitted joiners; returns once the whole node is in it."""
-        if self.comm is None:
-            self._membership(self._call(self._join), joining=True)
-        else:
-            self._membership(self._call(self.comm.update), joining=False)
+        self._membership(self._call(self._join if self.comm is None else self.comm.update))
 
     def groups(self) -> "GroupsState":
         """How this node's groups stand, the same on every local rank (one gather over the node)."""

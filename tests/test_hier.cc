@@ -2,7 +2,7 @@
 // of each node, with the threads local group: results bit-identical on every rank of every node,
 // a node that loses one rank's all-reduce failing on every rank with every buffer as it was, the
 // retry after update, device buffers on an emulated GPU, and the example program (examples/hier) as
-// node processes, one SIGKILLed from outside.
+// node processes, one joining mid-run and one SIGKILLed from outside.
 #include <cstring>
 #include <functional>
 #include <random>
@@ -462,10 +462,13 @@ TEST_F(HierTest, DeviceBuffersGiveTheHostResult) {
 }
 
 // The example program (examples/hier) as three node processes of two local ranks each, over TLS
-// with INT8 across nodes; node 2 is SIGKILLed from outside at a seeded point of its run (after a
-// given outer step, plus up to 40 ms). Nodes 0 and 1 run every outer step once and in order,
-// finish with 2 nodes, their loss falls, and their four ranks end with the same model.
-TEST_F(HierTest, ExampleNodesOutliveANodeKilledFromOutside) {
+// with INT8 across nodes, and a fourth started once node 0 has committed outer step 1 (a node that
+// joins mid-run: node_groups makes the coordinator admit its two ranks together); node 2 is
+// SIGKILLed from outside at a seeded point of its run (after a given outer step, plus up to 40 ms).
+// Nodes 0 and 1 run every outer step once and in order and finish with 2 nodes and the joiner;
+// the joiner runs the steps from the one it was admitted at to the last, once and in order; their
+// loss falls, and the six ranks of nodes 0, 1 and the joiner end with the same model.
+TEST_F(HierTest, ExampleNodesAdmitAJoinerAndOutliveANodeKilledFromOutside) {
   const char *bin = std::getenv("WCCL_TEST_HIER_EXAMPLE");
   ASSERT_NE(bin, nullptr) << "WCCL_TEST_HIER_EXAMPLE is not set; run through meson test";
   const int seeds =
@@ -476,36 +479,52 @@ TEST_F(HierTest, ExampleNodesOutliveANodeKilledFromOutside) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const int kill_after = std::uniform_int_distribution<int>(0, kSteps - 4)(rng);
     std::vector<std::unique_ptr<MemberProcess>> nodes;
-    for (int n = 0; n < kNodes; ++n) {
+    auto start = [&](int n) {
       const std::string name = "node" + std::to_string(n) + "s" + std::to_string(seed);
       const auto files = pki_.node(name);
       nodes.push_back(std::make_unique<MemberProcess>(
           bin,
           std::vector<std::string>{"--node", name, "--local-size", std::to_string(kLocal),
                                    "--outer-steps", std::to_string(kSteps), "--inner-steps", "4",
-                                   "--count", "20000", "--step-ms", "15", "--wire", "int8"},
+                                   "--count", "20000", "--step-ms", "25", "--wire", "int8"},
           std::vector<std::string>{"WCCL_COORDINATOR=127.0.0.1:" + std::to_string(port_),
                                    "WCCL_LISTEN=127.0.0.1:0", "WCCL_HEARTBEAT_MS=100",
                                    "WCCL_LOG_LEVEL=error", "WCCL_TLS_CERT=" + files.cert,
                                    "WCCL_TLS_KEY=" + files.key, "WCCL_TLS_CA=" + files.ca}));
-    }
+    };
+    for (int n = 0; n < kNodes; ++n) start(n);
+    // Reads node n's lines until one holds `mark`; every line read is kept.
+    std::vector<std::vector<std::string>> lines(kNodes + 1);
+    auto until = [&](int n, const std::string &mark) {
+      for (;;) {
+        const std::string l = nodes[static_cast<size_t>(n)]->line(60s);
+        if (l.empty()) return false;
+        lines[static_cast<size_t>(n)].push_back(l);
+        if (l.find(mark) != std::string::npos) return true;
+      }
+    };
+    ASSERT_TRUE(until(0, " step 1 ")) << "node 0 never reached outer step 1";
+    start(kNodes);  // the joiner
     // Node 2: killed once it has committed outer step kill_after.
-    const std::string mark = " step " + std::to_string(kill_after) + " ";
-    for (std::string l = nodes[2]->line(60s); l.find(mark) == std::string::npos;
-         l = nodes[2]->line(60s)) {
-      ASSERT_FALSE(l.empty()) << "node 2 never reached outer step " << kill_after;
-    }
+    ASSERT_TRUE(until(2, " step " + std::to_string(kill_after) + " "))
+        << "node 2 never reached outer step " << kill_after;
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 40)(rng)));
     nodes[2]->signal(SIGKILL);
     EXPECT_EQ(nodes[2]->wait(), 128 + SIGKILL);
     std::set<std::string> hashes;
-    for (int n = 0; n < 2; ++n) {
+    for (int n : {0, 1, kNodes}) {
       std::vector<int> steps;
       std::vector<double> losses;
       int nodes_at_end = 0, done = 0;
       while (done < kLocal) {
-        const std::string l = nodes[n]->line(60s);
+        std::string l;
+        if (!lines[static_cast<size_t>(n)].empty()) {
+          l = lines[static_cast<size_t>(n)].front();
+          lines[static_cast<size_t>(n)].erase(lines[static_cast<size_t>(n)].begin());
+        } else {
+          l = nodes[static_cast<size_t>(n)]->line(60s);
+        }
         ASSERT_FALSE(l.empty()) << "node " << n << " stopped before its end";
         std::istringstream words(l);
         std::string node, what;
@@ -525,15 +544,20 @@ TEST_F(HierTest, ExampleNodesOutliveANodeKilledFromOutside) {
           ++done;
         }
       }
-      EXPECT_EQ(nodes[n]->wait(), 0) << "node " << n;
-      std::vector<int> want(kSteps);
-      for (int k = 0; k < kSteps; ++k) want[k] = k;
+      EXPECT_EQ(nodes[static_cast<size_t>(n)]->wait(), 0) << "node " << n;
+      ASSERT_FALSE(steps.empty()) << "node " << n << " committed no outer step";
+      std::vector<int> want;
+      for (int k = n == kNodes ? steps.front() : 0; k < kSteps; ++k) want.push_back(k);
       EXPECT_EQ(steps, want) << "node " << n << ": every outer step once, in order";
-      EXPECT_EQ(nodes_at_end, 2) << "node " << n;
-      ASSERT_FALSE(losses.empty());
-      EXPECT_LT(losses.back(), losses.front() / 10) << "node " << n << "'s loss did not fall";
+      if (n == kNodes) {
+        EXPECT_GT(steps.front(), 0) << "the joiner was admitted mid-run";
+      } else {
+        EXPECT_LT(losses.back(), losses.front() / 10) << "node " << n << "'s loss did not fall";
+      }
+      EXPECT_EQ(nodes_at_end, 3) << "node " << n;
     }
-    EXPECT_EQ(hashes.size(), 1u) << "the four ranks of nodes 0 and 1 ended with different models";
+    EXPECT_EQ(hashes.size(), 1u)
+        << "the six ranks of nodes 0, 1 and the joiner ended with different models";
   }
 }
 
