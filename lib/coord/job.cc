@@ -80,7 +80,7 @@ Status Job::on_message(const std::string &group, const ControlMessage &m, Clock:
       return refused;
     }
   }
-  const Status st = membership(group).on_message(m, now, drop);
+  Status st = membership(group).on_message(m, now, drop);
   settle(now);
   return st;
 }

@@ -96,9 +96,8 @@ class Job : private Membership::Gate {
   std::set<std::string> entering_;
   // Groups whose full barrier waits for the node's other groups, since when.
   std::map<std::string, Clock::time_point> held_;
-  // A barrier that completes on its own (held past its wait) lets its leaving nodes go; their
+  // A barrier that completed on its own (held past its wait) let its leaving nodes go: their
   // communicators in the other groups are lost after it.
-  bool alone_ = false;
   std::vector<std::pair<std::string, std::string>> left_alone_;  // (node, group it left)
 };
 
