@@ -299,10 +299,6 @@ class Membership {
   void complete_barrier();
   // Forms the epoch from the joiners the gate admits now (can_form()), whatever the gate said.
   void form_first(Clock::time_point now);
-  // Asks again what the gate held: completes the barrier if it is full, forms the epoch if
-  // joiners can, each if the gate agrees (every event and tick() ask too).
-  void maybe_complete_update();
-  void maybe_form_first(Clock::time_point now);
 
  private:
   struct Peer {
@@ -323,6 +319,10 @@ class Membership {
                       Clock::time_point now);
   void remember_lost(PeerId id, const PeerInfo &info);
   void forget_lost(PeerId id);
+  // Every event and tick() ask the gate again what it held: complete the barrier if it is full,
+  // form the epoch if joiners can, each if the gate agrees.
+  void maybe_complete_update();
+  void maybe_form_first(Clock::time_point now);
   // The joiners the gate admits now, in arrival order; take_admitted() removes them from the
   // joiners and returns them in the order of their names.
   std::vector<Member> admissible_joiners() const;
