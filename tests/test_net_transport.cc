@@ -488,6 +488,9 @@ void peer_fault(bool tls, Fault fault) {
 // the sender's link fails within io_timeout_ms. Run in a child process, in network namespaces of
 // its own (root only): the client in one, the server in another, joined by a veth pair whose
 // server end is taken down mid-message, so the client's segments leave and are never answered.
+// The argument that makes this binary the cut-path child instead of a test run (main below).
+constexpr const char *kCutPathChildMode = "--cut-path-child";
+
 int cut_path_child() {
   if (unshare(CLONE_NEWNET) != 0) return 77;
   const std::string ns = "wccl-cut-" + std::to_string(getpid());
@@ -550,18 +553,11 @@ int cut_path_child() {
   return ms >= 900 && ms < 2500 ? 0 : 9;
 }
 
-// The child: a fresh process (a fork of a process that has run threads could not start new ones
-// under ThreadSanitizer), this test binary again with only this case and the variable set.
-TEST(CutPathChild, RunByPeerFailure) {
-  if (std::getenv("WCCL_TEST_CUT_PATH_CHILD") == nullptr)
-    GTEST_SKIP() << "PeerFailure.ACutPathWithDataInFlightTimesOut runs it";
-  std::exit(cut_path_child());
-}
-
 TEST(PeerFailure, ACutPathWithDataInFlightTimesOut) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces of its own)";
-  const pid_t pid = spawn({"/proc/self/exe", "--gtest_filter=CutPathChild.RunByPeerFailure"},
-                          {"WCCL_TEST_CUT_PATH_CHILD=1"});
+  // The child is this binary again in its cut-path mode (main below): a fresh process, since a fork
+  // of a process that has run threads could not start new ones under ThreadSanitizer.
+  const pid_t pid = spawn({"/proc/self/exe", kCutPathChildMode}, {});
   ASSERT_GT(pid, 0);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
@@ -749,3 +745,13 @@ TEST(BadFrames, OtherProtocolVersionIsRejectedAtHello) {
 
 }  // namespace
 }  // namespace wccl::test
+
+// gtest's own main, except in the cut-path child's mode:
+// PeerFailure.ACutPathWithDataInFlightTimesOut starts this binary with kCutPathChildMode, and its
+// exit status is the child's verdict.
+int main(int argc, char **argv) {
+  if (argc == 2 && std::strcmp(argv[1], wccl::test::kCutPathChildMode) == 0)
+    return wccl::test::cut_path_child();
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
