@@ -17,7 +17,7 @@ namespace wccl::comm {
 namespace {
 
 // A failed operation closes its links as closed here (ABORTED, naming the operation and what
-// failed), which MemberView::link_broken does not report: no neighbour is suspected of this
+// failed), which Member::link_broken does not report: no neighbour is suspected of this
 // member's own failure. The neighbour sees its link closed (not ABORTED): that one it reports.
 TEST(LinkChannel, AFailedOperationClosesItsLinksAsClosedHere) {
   test::LinkPair p;

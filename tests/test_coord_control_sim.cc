@@ -1,5 +1,5 @@
 // A deterministic simulation of the control plane (issue 15): the coordinator's rules
-// (coord::Membership) and N members' rules (comm::MemberView, the same code the Communicator runs),
+// (coord::Membership) and N members' rules (comm::Member, the same code the Communicator runs),
 // each member driven by the training loop users write (update, state sync's two operations with
 // its re-form after a loss, an all-reduce; PEER_LOST goes back to the update), over a simulated
 // network in virtual time: per-message delays (in order within a connection, reordered across
@@ -71,7 +71,7 @@ class Sim : testing_sim::SimClock {
   struct Member {
     int index = 0;
     PeerId id = 0;
-    std::unique_ptr<MemberView> view;
+    std::unique_ptr<comm::Member> view;
     bool alive = true, frozen = false, joined = false;
     std::vector<std::function<void()>> deferred;  // events that reached it while frozen
     int conn = -1;                                // its control connection, -1 while none
@@ -187,7 +187,7 @@ int Sim::spawn() {
   Member m;
   m.index = static_cast<int>(members_.size());
   m.id = 0x1000 + static_cast<PeerId>(m.index);
-  m.view = std::make_unique<MemberView>(
+  m.view = std::make_unique<comm::Member>(
       m.id, "g", coord::PeerInfo{"m" + std::to_string(m.index), "sim:1", ""});
   members_.push_back(std::move(m));
   const int i = static_cast<int>(members_.size()) - 1;
@@ -748,7 +748,8 @@ std::string Sim::run() {
   return "";
 }
 
-// --- cases driven by hand: the coordinator's rules and member views, messages handed over at once
+// --- cases driven by hand: the coordinator's rules and members' state machines, messages handed
+// over at once
 
 coord::Clock::time_point at(int64_t ms) {
   return coord::Clock::time_point() + std::chrono::milliseconds(ms);
@@ -756,11 +757,11 @@ coord::Clock::time_point at(int64_t ms) {
 
 // Delivers the coordinator's notices to the views they name, and what the views send back (the
 // UPDATE a removed peer repeats) to the coordinator, until nothing moves.
-void exchange(coord::Membership &coord, const std::vector<MemberView *> &views, int64_t now_ms) {
+void exchange(coord::Membership &coord, const std::vector<Member *> &views, int64_t now_ms) {
   for (int round = 0; round < 4; ++round) {
     std::vector<ControlMessage> replies;
     for (const coord::Notice &n : coord.take_notices()) {
-      for (MemberView *v : views) {
+      for (Member *v : views) {
         if (v->id() != n.to) continue;
         for (const Action &a : v->on_message(coord::to_message(n))) {
           if (a.kind == Action::Kind::kSend) replies.push_back(a.message);
@@ -782,8 +783,8 @@ void exchange(coord::Membership &coord, const std::vector<MemberView *> &views, 
 // min_peers 2, one joiner waits for a second.
 TEST(ControlSim, AJoinerForgottenWhileItWaitsRegistersAgain) {
   coord::Membership coord(options(2, 0));
-  MemberView joiner(0x1001, "g", coord::PeerInfo{"j", "sim:1", ""});
-  MemberView second(0x1002, "g", coord::PeerInfo{"k", "sim:2", ""});
+  Member joiner(0x1001, "g", coord::PeerInfo{"j", "sim:1", ""});
+  Member second(0x1002, "g", coord::PeerInfo{"k", "sim:2", ""});
   const ControlMessage hello = joiner.begin_join();
   ASSERT_TRUE(coord.join(hello.peer, hello.info, at(0)).ok());
   coord.tick(at(kPeerTimeoutMs));  // silent for peer_timeout: forgotten
@@ -808,10 +809,10 @@ TEST(ControlSim, AJoinerForgottenWhileItWaitsRegistersAgain) {
 // break the error is the data phase's alone; a new epoch forgets the broken link.
 TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   coord::Membership coord(options(3, 0));
-  MemberView a(0x1001, "g", coord::PeerInfo{"a", "sim:1", ""});
-  MemberView b(0x1002, "g", coord::PeerInfo{"b", "sim:2", ""});
-  MemberView c(0x1003, "g", coord::PeerInfo{"c", "sim:3", ""});
-  for (MemberView *v : {&a, &b, &c}) {
+  Member a(0x1001, "g", coord::PeerInfo{"a", "sim:1", ""});
+  Member b(0x1002, "g", coord::PeerInfo{"b", "sim:2", ""});
+  Member c(0x1003, "g", coord::PeerInfo{"c", "sim:3", ""});
+  for (Member *v : {&a, &b, &c}) {
     const ControlMessage hello = v->begin_join();
     ASSERT_TRUE(coord.join(hello.peer, hello.info, at(0)).ok());
   }
@@ -844,7 +845,7 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
     }
     EXPECT_EQ(decided, data_error || st.code() == WCCL_ERR_TIMEOUT) << st.to_string();
     for (const coord::Notice &n : coord.take_notices()) {
-      for (MemberView *v : {&a, &b, &c}) {
+      for (Member *v : {&a, &b, &c}) {
         if (v->id() != n.to) continue;
         for (const Action &x : v->on_message(coord::to_message(n))) {
           if (v == &b && x.kind == Action::Kind::kDecide && x.seq == seq) {
@@ -880,7 +881,7 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
   // as broken links: not reported, and no neighbour is blamed for this member's own failure.
   auto fresh_epoch = [&](int64_t now) {
     now_ms = now;
-    for (MemberView *v : {&a, &b, &c}) {
+    for (Member *v : {&a, &b, &c}) {
       Actions acts;
       ASSERT_TRUE(v->call(MessageType::kUpdate, &acts).ok());
       for (const Action &x : acts) {
@@ -940,7 +941,7 @@ TEST(ControlSim, AnOperationFailingAfterABrokenLinkNamesThatLinkFirst) {
 // a group of one); the member rejoins, updates, and admits it. With nobody of the job coming
 // back, the joiner forms its own epoch once peer_timeout has passed.
 TEST(ControlSim, AJoinerReachingARestartedCoordinatorFirstWaitsForTheJob) {
-  auto rejoin = [](coord::Membership &coord, const MemberView &v, int64_t now) {
+  auto rejoin = [](coord::Membership &coord, const Member &v, int64_t now) {
     for (const ControlMessage &m : v.rejoin()) {
       ASSERT_EQ(m.type, MessageType::kRejoin);
       bool drop = false;
@@ -949,8 +950,8 @@ TEST(ControlSim, AJoinerReachingARestartedCoordinatorFirstWaitsForTheJob) {
   };
   for (const bool job_returns : {true, false}) {
     SCOPED_TRACE(job_returns ? "the member comes back" : "nobody of the job comes back");
-    MemberView member(0x1001, "g", coord::PeerInfo{"a", "sim:1", ""});
-    MemberView joiner(0x1002, "g", coord::PeerInfo{"j", "sim:2", ""});
+    Member member(0x1001, "g", coord::PeerInfo{"a", "sim:1", ""});
+    Member joiner(0x1002, "g", coord::PeerInfo{"j", "sim:2", ""});
     coord::Membership first(options(1, 0));
     const ControlMessage a = member.begin_join();
     ASSERT_TRUE(first.join(a.peer, a.info, at(0)).ok());

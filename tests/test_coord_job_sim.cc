@@ -1,6 +1,6 @@
 // A seeded simulation of whole nodes (issue 56, docs/fault-tolerance.md "The node is admitted and
 // leaves whole"): nodes of L communicators (node_groups = L, one per group), each communicator
-// running the member's real rules (comm::MemberView), against the coordinator's real rules
+// running the member's real rules (comm::Member), against the coordinator's real rules
 // (coord::Job), over control connections with per-message delays (in order within a connection)
 // in virtual time. Each node loops as a trainer does at its outer boundaries: inner steps, then
 // every rank updates its group (the ranks' calls up to 300 ms apart; a rank whose update fails, or
@@ -58,7 +58,7 @@ class Sim : testing_sim::SimClock {
   struct Comm {
     int node = 0, group = 0;
     PeerId id = 0;
-    std::unique_ptr<MemberView> view;
+    std::unique_ptr<Member> view;
     bool connected = false, began = false, joined = false;  // began: its JOIN went out
     int64_t last_to_coord = 0, last_to_comm = 0;
   };
@@ -115,9 +115,9 @@ int Sim::spawn(int64_t spread_ms) {
     c.group = g;
     c.id = 0x1000 + static_cast<PeerId>(comms_.size());
     const std::string node = "node" + std::to_string(n);
-    c.view = std::make_unique<MemberView>(c.id, "g" + std::to_string(g),
-                                          coord::PeerInfo{node + "." + std::to_string(g), "sim:1",
-                                                          node, static_cast<uint32_t>(groups_)});
+    c.view = std::make_unique<Member>(c.id, "g" + std::to_string(g),
+                                      coord::PeerInfo{node + "." + std::to_string(g), "sim:1", node,
+                                                      static_cast<uint32_t>(groups_)});
     const int i = static_cast<int>(comms_.size());
     by_id_[c.id] = i;
     comms_.push_back(std::move(c));
@@ -250,7 +250,7 @@ void Sim::node_next(int n) {
     }
     if (node.app != App::kJoining && node.app != App::kUpdating) continue;
     if (!cm.joined) {
-      // MemberView registers a forgotten joiner again by itself; its join never fails here.
+      // Member registers a forgotten joiner again by itself; its join never fails here.
       all_answered = false;
       fail(name(c) + "'s join failed: " + cm.view->call_status().to_string());
     } else if (!cm.view->call_status().ok() || cm.view->update_due()) {

@@ -330,7 +330,7 @@ TEST(SimFaults, AKilledPeerIsRevokedAtOnceAndTheOperationRunsAgainWithoutIt) {
   // Its control link closes: the coordinator hears it one path delay later.
   EXPECT_NEAR(v.revoked, 0.125, 1e-6);
   // The survivors' links to it close as its control link does, so their data phases fail a path
-  // delay after the kill: each member's rules (comm::MemberView) report OP_FAILED and leave the
+  // delay after the kill: each member's rules (comm::Member) report OP_FAILED and leave the
   // outcome to the coordinator's REVOKED (the same for every member: fault-tolerance.md), which
   // reaches ranks 1 and 3 a path delay after the revocation. Their UPDATEs arrive a path delay
   // later and complete the barrier.

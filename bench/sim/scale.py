@@ -65,7 +65,7 @@ def main() -> None:
         local = sim(build, world(m, ["us"]), args.bytes)
         across = sim(build, world(1), max(args.bytes // m, 4096))
         hier = local["seconds"] + across["seconds"]
-        # Links: today each member links to every other member of the epoch (MemberView::neighbours),
+        # Links: today each member links to every other member of the epoch (Member::neighbours),
         # 4 streams each, plus its control connection; the algorithms need at most 8 (the ring's 2
         # and the two trees' parents and children). The coordinator receives and sends one message
         # per member per operation (DONE, COMMIT).

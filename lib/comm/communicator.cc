@@ -83,7 +83,7 @@ Result<std::unique_ptr<Communicator>> Communicator::join(const Config &cfg) {
   ControlMessage hello;
   {
     std::lock_guard<std::mutex> lock(c->mu_);  // the control thread may already read view_
-    c->view_ = std::make_unique<MemberView>(c->id_, c->group_, c->info_);
+    c->view_ = std::make_unique<Member>(c->id_, c->group_, c->info_);
     hello = c->view_->begin_join();
   }
   WCCL_RETURN_IF_ERROR(c->send(hello));
@@ -158,7 +158,7 @@ Status Communicator::wait(std::unique_lock<std::mutex> &lock, std::chrono::milli
 }
 
 // Sends an UPDATE, REFORM or LEAVE for the current epoch and waits for the coordinator's answer
-// (MemberView::call has the rules).
+// (Member::call has the rules).
 Status Communicator::membership_call(MessageType type, const char *what) {
   std::unique_lock<std::mutex> lock(mu_);
   if (view_->aborted())

@@ -4,7 +4,7 @@
 // runs collective operations over them.
 //
 // The protocol's rules (the epoch view, the numbering and outcome of operations, the membership
-// calls) are comm::MemberView's, a state machine without I/O; this class is its shell: it feeds
+// calls) are comm::Member's, a state machine without I/O; this class is its shell: it feeds
 // the view what arrives (coordinator messages, calls, the end of data phases) under one mutex and
 // carries out the actions it returns (sends, decisions, cancelling a data phase, an epoch's links).
 // Two shells of their own carry the I/O: the coordinator session (ControlSession) and the epoch's
@@ -12,7 +12,7 @@
 //
 // Operations. submit() numbers an operation within the epoch and queues it; every member must
 // submit the same operations in the same order (members found in different ones revoke the epoch
-// rather than wait: MemberView). One worker thread runs the data phases in that
+// rather than wait: Member). One worker thread runs the data phases in that
 // order (the next one starts while the previous waits for its commit). A data phase that
 // completes reports DONE to the coordinator; the operation succeeds on its COMMIT and fails with
 // PEER_LOST on the epoch's revocation, on every member alike. A data phase that fails here
@@ -84,7 +84,7 @@ class Communicator {
   uint64_t epoch() const;
   bool revoked() const;     // the current epoch lost a peer; update() to continue
   int pending() const;      // peers waiting to be admitted at the next update
-  bool update_due() const;  // the group waits for this member's update (MemberView::update_due)
+  bool update_due() const;  // the group waits for this member's update (Member::update_due)
   uint32_t epoch_origin()
       const;  // a wccl_epoch_origin_t: how the coordinator formed the current epoch
   std::vector<coord::PeerId> ring() const;  // the current epoch's members, in ring order
@@ -115,7 +115,8 @@ class Communicator {
   Status test(const std::shared_ptr<Op> &op, OpStats *stats);
 
  private:
-  // What the member view decided that must be done outside mu_ (sends, closing links, logging).
+  // What the member's state machine decided that must be done outside mu_ (sends, closing links,
+  // logging).
   struct Effects {
     std::vector<coord::ControlMessage> sends;
     std::vector<std::shared_ptr<net::Link>> closing;  // previous epochs' links
@@ -163,7 +164,7 @@ class Communicator {
   // loop threads those run completions inline, and completions take it.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::unique_ptr<MemberView>
+  std::unique_ptr<Member>
       view_;              // the protocol's rules: epoch, ring, operations' numbering and outcomes
   bool closing_ = false;  // the destructor has begun: the transport may be gone
   std::unique_ptr<EpochLinks> links_;  // the current epoch's links to the other members
@@ -185,6 +186,6 @@ class Communicator {
 };
 
 // Undecided operations a communicator accepts at once.
-inline constexpr size_t kMaxOpsInFlight = MemberView::kMaxOpsInFlight;
+inline constexpr size_t kMaxOpsInFlight = Member::kMaxOpsInFlight;
 
 }  // namespace wccl::comm

@@ -19,7 +19,7 @@ void EpochLinks::accepted(const std::shared_ptr<net::Link> &link) {
   if (!st.ok()) link->close(st);
 }
 
-EpochLinks::Links EpochLinks::begin_epoch(const MemberView &view) {
+EpochLinks::Links EpochLinks::begin_epoch(const Member &view) {
   std::lock_guard<std::mutex> lock(mu_);
   Links previous = std::exchange(links_, {});
   epoch_ = view.epoch();

@@ -45,10 +45,10 @@ class EpochLinks {
 
   // Every link the transport accepts comes here; it waits for its hello.
   void accepted(const std::shared_ptr<net::Link> &link);
-  // The view's new epoch, whose links go to its neighbours (MemberView::neighbours): the previous
+  // The view's new epoch, whose links go to its neighbours (Member::neighbours): the previous
   // epoch's links are returned for the caller to close (outside its locks), the ones already
   // opened to us for this epoch are taken, and open() (outside the caller's locks) starts the rest.
-  Links begin_epoch(const MemberView &view);
+  Links begin_epoch(const Member &view);
   // Connects to the members of higher rank in the epoch begun last.
   void open();
   // The current epoch's links, if every one is open (out: all of them; true for a member alone).

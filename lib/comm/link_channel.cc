@@ -31,7 +31,7 @@ Status LinkChannel::recv(int peer, uint32_t tag, void *data, size_t len, size_t 
 
 void LinkChannel::abort(const Status &why) {
   if (before_close_) before_close_(why);
-  // ABORTED, whatever failed: closed here, so no neighbour is suspected of it (MemberView::
+  // ABORTED, whatever failed: closed here, so no neighbour is suspected of it (Member::
   // link_broken); the text says why, in this member's log of the link.
   const Status closed = WCCL_ERROR(WCCL_ERR_ABORTED, "operation %llu of epoch %llu failed here: %s",
                                    static_cast<unsigned long long>(seq_),

@@ -7,7 +7,7 @@ namespace wccl::comm {
 using coord::ControlMessage;
 using coord::MessageType;
 
-ControlMessage MemberView::message(MessageType type) const {
+ControlMessage Member::message(MessageType type) const {
   ControlMessage m;
   m.type = type;
   m.peer = id_;
@@ -16,13 +16,13 @@ ControlMessage MemberView::message(MessageType type) const {
   return m;
 }
 
-int MemberView::rank_of(coord::PeerId id) const { return coord::rank_in(ring_, id); }
+int Member::rank_of(coord::PeerId id) const { return coord::rank_in(ring_, id); }
 
 // Every other member: the collectives exchange messages with the ring's next and previous peers
 // and the parent and children in both trees (algo::tree_node), and state sync between any donor
 // and any receiver. A link costs its connections and one handshake per epoch, which is small for
 // the tens of members a WAN job has.
-std::set<int> MemberView::neighbours() const {
+std::set<int> Member::neighbours() const {
   std::set<int> out;
   const int n = size();
   for (int r = 0; rank_ >= 0 && r < n; ++r) {
@@ -31,7 +31,7 @@ std::set<int> MemberView::neighbours() const {
   return out;
 }
 
-void MemberView::decide(OpKey op, Status outcome, Actions *out) {
+void Member::decide(OpKey op, Status outcome, Actions *out) {
   if (ops_.erase(op) == 0) return;
   Action a;
   a.kind = Action::Kind::kDecide;
@@ -41,7 +41,7 @@ void MemberView::decide(OpKey op, Status outcome, Actions *out) {
   out->push_back(std::move(a));
 }
 
-void MemberView::fail_undecided(const Status &why, Actions *out, bool keep_awaiting) {
+void Member::fail_undecided(const Status &why, Actions *out, bool keep_awaiting) {
   std::vector<OpKey> undecided;
   bool running = false;
   for (const auto &[key, state] : ops_) {
@@ -62,7 +62,7 @@ void MemberView::fail_undecided(const Status &why, Actions *out, bool keep_await
   }
 }
 
-ControlMessage MemberView::revoke_here(uint64_t seq, const Status &why, Actions *out) {
+ControlMessage Member::revoke_here(uint64_t seq, const Status &why, Actions *out) {
   revoked_ = true;
   fail_undecided(why, out, /*keep_awaiting=*/true);
   ControlMessage report = message(MessageType::kOpFailed);
@@ -73,7 +73,7 @@ ControlMessage MemberView::revoke_here(uint64_t seq, const Status &why, Actions 
   return report;
 }
 
-void MemberView::commit(uint64_t seq, Actions *out) {
+void Member::commit(uint64_t seq, Actions *out) {
   if (seq <= committed_seq_) return;
   committed_seq_ = seq;
   // Operations await their commit in order, ahead of the running and queued ones.
@@ -84,7 +84,7 @@ void MemberView::commit(uint64_t seq, Actions *out) {
   }
 }
 
-void MemberView::revoke_past_barrier(uint64_t seq, Actions *out) {
+void Member::revoke_past_barrier(uint64_t seq, Actions *out) {
   Action report;
   report.message = revoke_here(
       seq,
@@ -99,13 +99,13 @@ void MemberView::revoke_past_barrier(uint64_t seq, Actions *out) {
   out->push_back(std::move(report));
 }
 
-void MemberView::answer(Status st) {
+void Member::answer(Status st) {
   if (call_ == Call::kNone) return;
   call_ = Call::kNone;
   call_status_ = std::move(st);
 }
 
-Actions MemberView::on_message(const ControlMessage &m) {
+Actions Member::on_message(const ControlMessage &m) {
   Actions out;
   switch (m.type) {
     case MessageType::kEpoch:
@@ -265,7 +265,7 @@ Actions MemberView::on_message(const ControlMessage &m) {
   return out;
 }
 
-Status MemberView::submit(uint64_t *seq, Actions *out) {
+Status Member::submit(uint64_t *seq, Actions *out) {
   if (left_ || rank_ < 0)
     return WCCL_ERROR(WCCL_ERR_INVALID_USAGE, "this peer is not a member (it left)");
   if (revoked_) {
@@ -302,14 +302,14 @@ Status MemberView::submit(uint64_t *seq, Actions *out) {
   return Status();
 }
 
-bool MemberView::start(uint64_t epoch, uint64_t seq) {
+bool Member::start(uint64_t epoch, uint64_t seq) {
   auto it = ops_.find({epoch, seq});
   if (it == ops_.end() || it->second != OpState::kQueued) return false;
   it->second = OpState::kRunning;
   return true;
 }
 
-Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, bool data_error) {
+Actions Member::finished(uint64_t epoch, uint64_t seq, const Status &st, bool data_error) {
   Actions out;
   const OpKey key{epoch, seq};
   if (ops_.count(key) == 0) return out;
@@ -350,8 +350,8 @@ Actions MemberView::finished(uint64_t epoch, uint64_t seq, const Status &st, boo
   return out;
 }
 
-std::optional<ControlMessage> MemberView::link_broken(uint64_t epoch, coord::PeerId suspect,
-                                                      const Status &why, bool connecting) {
+std::optional<ControlMessage> Member::link_broken(uint64_t epoch, coord::PeerId suspect,
+                                                  const Status &why, bool connecting) {
   if (epoch != epoch_) return std::nullopt;
   if (!connecting && (revoked_ || aborted_ || left_ || why.code() == WCCL_ERR_ABORTED))
     return std::nullopt;
@@ -361,7 +361,7 @@ std::optional<ControlMessage> MemberView::link_broken(uint64_t epoch, coord::Pee
   return m;
 }
 
-Actions MemberView::report_mismatch(uint64_t epoch, uint64_t seq, const Status &why) const {
+Actions Member::report_mismatch(uint64_t epoch, uint64_t seq, const Status &why) const {
   Actions out;
   if (epoch != epoch_ || revoked_ || aborted_ || ops_.count({epoch, seq}) == 0) return out;
   Action report;
@@ -374,7 +374,7 @@ Actions MemberView::report_mismatch(uint64_t epoch, uint64_t seq, const Status &
   return out;
 }
 
-Actions MemberView::give_up(uint64_t epoch, uint64_t seq, const Status &why) {
+Actions Member::give_up(uint64_t epoch, uint64_t seq, const Status &why) {
   Actions out;
   if (ops_.count({epoch, seq}) == 0) return out;
   Action report;
@@ -383,7 +383,7 @@ Actions MemberView::give_up(uint64_t epoch, uint64_t seq, const Status &why) {
   return out;
 }
 
-ControlMessage MemberView::fail_here(OpKey key, const Status &why, Actions *out) {
+ControlMessage Member::fail_here(OpKey key, const Status &why, Actions *out) {
   // Running out of time or memory, data the wire codec cannot carry (a NaN on the INT8 wire), or
   // a neighbour whose call differs is this peer's own outcome, which the others hear in the
   // REVOKED; anything else (a broken link, a refused frame) may be the consequence of a failure
@@ -417,7 +417,7 @@ ControlMessage MemberView::fail_here(OpKey key, const Status &why, Actions *out)
   return report;
 }
 
-Actions MemberView::abort(const Status &why) {
+Actions Member::abort(const Status &why) {
   Actions out;
   aborted_ = true;
   fail_undecided(why, &out);
@@ -425,12 +425,12 @@ Actions MemberView::abort(const Status &why) {
   return out;
 }
 
-ControlMessage MemberView::begin_join() {
+ControlMessage Member::begin_join() {
   call_ = Call::kJoin;
   return message(MessageType::kJoin);
 }
 
-Status MemberView::call(MessageType type, Actions *out) {
+Status Member::call(MessageType type, Actions *out) {
   const char *what = type == MessageType::kUpdate   ? "update"
                      : type == MessageType::kReform ? "reform"
                                                     : "leave";
@@ -453,7 +453,7 @@ Status MemberView::call(MessageType type, Actions *out) {
   return Status();
 }
 
-std::vector<ControlMessage> MemberView::rejoin() const {
+std::vector<ControlMessage> Member::rejoin() const {
   std::vector<ControlMessage> out;
   ControlMessage again = message(MessageType::kRejoin);
   if (rank_ >= 0 && !removed_) {

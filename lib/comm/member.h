@@ -46,12 +46,12 @@ struct Action {
 };
 using Actions = std::vector<Action>;
 
-class MemberView {
+class Member {
  public:
   // The undecided operations one member takes at once.
   static constexpr size_t kMaxOpsInFlight = 256;
 
-  MemberView(coord::PeerId id, std::string group, coord::PeerInfo info)
+  Member(coord::PeerId id, std::string group, coord::PeerInfo info)
       : id_(id), group_(std::move(group)), info_(std::move(info)) {}
 
   // --- events ---------------------------------------------------------------------------------

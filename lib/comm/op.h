@@ -51,7 +51,7 @@ class Op {
   Clock::time_point start, deadline;
 
   // Guarded by the communicator's mutex, except while deliver() runs: once collected, the op is
-  // its caller's alone. Until its decision the member's rules (MemberView) say where it is
+  // its caller's alone. Until its decision the member's rules (Member) say where it is
   // (queued, running, awaiting its commit); then outcome holds it until the caller collects it
   // (wait or test: the result copied out, or the output's old bytes put back).
   bool decided = false;

@@ -259,7 +259,7 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
   std::unique_lock<std::mutex> lock(mu_);
   auto decided = [&] { return op->decided; };
   if (!cv_.wait_until(lock, op->deadline, decided)) {
-    if (view_->op_state(op->epoch, op->seq) == MemberView::OpState::kRunning) {
+    if (view_->op_state(op->epoch, op->seq) == Member::OpState::kRunning) {
       // Its data phase ends at the same deadline: the worker decides it in a moment.
       if (running_exchange_ != nullptr) {
         running_exchange_->cancel(
@@ -274,8 +274,8 @@ Status Communicator::wait(const std::shared_ptr<Op> &op, OpStats *stats) {
       const Status timeout =
           WCCL_ERROR(WCCL_ERR_TIMEOUT, "operation %llu: no outcome within its timeout%s",
                      static_cast<unsigned long long>(op->seq),
-                     view_->op_state(op->epoch, op->seq) == MemberView::OpState::kAwaiting ||
-                             view_->op_state(op->epoch, op->seq) == MemberView::OpState::kFailed
+                     view_->op_state(op->epoch, op->seq) == Member::OpState::kAwaiting ||
+                             view_->op_state(op->epoch, op->seq) == Member::OpState::kFailed
                          ? " (the coordinator did not decide)"
                          : "");
       Effects effects = apply(view_->give_up(op->epoch, op->seq, timeout));

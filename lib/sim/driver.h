@@ -1,6 +1,6 @@
 // wccl-sim's members (docs/sim.md): one thread per simulated peer runs the workload as a training
 // loop over the library would. Each operation is submitted to the member's rules
-// (comm::MemberView, sim/world.h), its data phase is the project's own algorithm (lib/algo,
+// (comm::Member, sim/world.h), its data phase is the project's own algorithm (lib/algo,
 // unchanged) over a virtual-time algo::Channel whose messages cross the simulated WAN, and its
 // outcome is the one those rules decide. PEER_LOST is answered with an update, waiting joiners are
 // admitted with an update at an operation's boundary, and an epoch that holds a member without the

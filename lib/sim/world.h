@@ -1,6 +1,6 @@
 // wccl-sim's world (docs/sim.md): the simulated WAN (sim/network.h) on the virtual clock
 // (sim/engine.h), the coordinator's rules (coord::Membership, as wccl-coord runs them) on a host
-// of the topology, and one member's rules per peer (comm::MemberView, as the Communicator runs
+// of the topology, and one member's rules per peer (comm::Member, as the Communicator runs
 // them). The two sides exchange the library's own control messages, each a path delay on its way;
 // the world carries out what a member's rules ask (a send, an operation's outcome, cancelling its
 // data phase, its links for a new epoch) as the Communicator would, over simulated links.
@@ -74,7 +74,7 @@ struct Peer {
       : host(on_host), view(id, "sim", {name, "", ""}) {}
   std::vector<int> ring() const;  // its epoch's members (World::index of each), in ring order
   int host = 0;
-  comm::MemberView view;  // the library's rules: epoch, ring, operations' numbering and outcomes
+  comm::Member view;  // the library's rules: epoch, ring, operations' numbering and outcomes
   std::map<std::pair<uint64_t, uint64_t>, Status>
       decided;                       // outcomes of its operations not taken yet
   algo::Channel *running = nullptr;  // the data phase under way
