@@ -333,6 +333,37 @@ TEST_F(JobTest, ARestartedCoordinatorTakesTheNodesBackFromTheirRings) {
   }
 }
 
+// After a restart, node 2 comes back in group 1 only and is killed there: lost. Group 0, rebuilt
+// afterwards from node 1's report of its epoch (which names node 2), loses node 2 at once rather
+// than wait peer_timeout for a communicator of a node already lost.
+TEST_F(JobTest, AGroupRebuiltAfterARestartLosesTheNodesLostMeanwhile) {
+  form(2);
+  Job restarted(options());
+  auto rejoin = [&](int node, int g) {
+    const Membership &before = *job_.group(group_name(g));
+    ControlMessage m;
+    m.type = MessageType::kRejoin;
+    m.peer = id_of(node, g);
+    m.group = group_name(g);
+    m.info = {"node" + std::to_string(node) + "-rank" + std::to_string(g), "10.0.0.1:7000",
+              "node" + std::to_string(node), 2};
+    m.epoch = before.epoch();
+    m.ring = before.ring();
+    bool drop = false;
+    return restarted.on_message(m.group, m, t_, &drop);
+  };
+  ASSERT_TRUE(rejoin(1, 1).ok());
+  ASSERT_TRUE(rejoin(2, 1).ok());
+  restarted.disconnected(group_name(1), id_of(2, 1), t_);
+  EXPECT_FALSE(restarted.group(group_name(1))->is_member(id_of(2, 1)));
+  ASSERT_TRUE(rejoin(1, 0).ok());
+  const Membership &g0 = *restarted.group(group_name(0));
+  EXPECT_EQ(g0.epoch(), job_.group(group_name(0))->epoch()) << "the job's epoch is adopted";
+  EXPECT_TRUE(g0.is_member(id_of(1, 0)));
+  EXPECT_FALSE(g0.is_member(id_of(2, 0))) << "node 2 was lost before group 0 came back";
+  EXPECT_TRUE(g0.revoked());
+}
+
 TEST_F(JobTest, NodesThatDeclareNoGroupCountKeepEachGroupsOwnAdmission) {
   ASSERT_TRUE(join(1, 0, 0).ok());
   advance(300ms);

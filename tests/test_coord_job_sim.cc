@@ -2,16 +2,24 @@
 // leaves whole"): nodes of L communicators (node_groups = L, one per group), each communicator
 // running the member's real rules (comm::Member), against the coordinator's real rules
 // (coord::Job), over control connections with per-message delays (in order within a connection)
-// in virtual time. Each node loops as a trainer does at its outer boundaries: inner steps, then
-// every rank updates its group (the ranks' calls up to 300 ms apart; a rank whose update fails, or
-// whose group waits for it again, updates again), now and then a node leaves (every rank leaves).
-// Faults until kFaultsMs, from the seed: a node SIGKILLed (every communicator's connection
-// closes), a node frozen for less or more than peer_timeout_ms, joining nodes whose ranks register
-// up to 2 s apart.
+// in virtual time; every message goes through the wire's encoding, as on a real connection. Each
+// node loops as a trainer does at its outer boundaries: inner steps, then every rank updates its
+// group (the ranks' calls up to 300 ms apart; a rank whose update fails, or whose group waits for
+// it again, updates again), now and then a node leaves (every rank leaves). Faults until kFaultsMs,
+// from the seed: a node SIGKILLed (every communicator's connection closes), a node frozen for less
+// or more than peer_timeout_ms, joining nodes whose ranks register up to 2 s apart, and the
+// coordinator restarted: every connection closes, a fresh Job comes up within 1 s, and each
+// communicator reconnects with back-off and REJOINs with what it holds; a rank's membership call
+// that the lost coordinator never answered (or that found it down) is made again once reconnected,
+// and a joiner the lost coordinator had not registered fails its join, so its node's process ends
+// (as wccl_comm_join returns COORDINATOR_UNREACHABLE).
 //
 // Checked after every event the coordinator handles: every node is a member of all its L groups
-// or of none (no epoch ever holds part of a node). At the end: every node alive, not frozen and
-// not leaving is a member of all L groups (joiners admitted, nobody waits for ever).
+// or of none (no epoch ever holds part of a node). A restarted coordinator rebuilds each group
+// from the epoch its members report, as the old one's notices left them: from then on, a group is
+// held to it once its epoch is one the restarted coordinator formed. At the end: every node alive,
+// not frozen and not leaving is a member of all L groups (joiners admitted, nobody waits for
+// ever).
 //
 //   WCCL_SIM_SEEDS=N (default 1000) schedules; WCCL_SIM_SEED=S runs only seed S, printing its
 //   trace: the one-line reproduction a failure prints.
@@ -20,11 +28,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/member.h"
 #include "coord/job.h"
+#include "coord/messages.h"
 #include "sim_clock.h"
 
 namespace wccl::comm {
@@ -49,6 +59,7 @@ class Sim : testing_sim::SimClock {
     o.peer_timeout = std::chrono::milliseconds(kPeerTimeoutMs);
     o.probe_timeout = std::chrono::milliseconds(kHeartbeatMs);
     o.epoch_base = 1000;
+    options_ = o;
     job_ = std::make_unique<coord::Job>(o);
   }
   std::string run();
@@ -60,7 +71,12 @@ class Sim : testing_sim::SimClock {
     PeerId id = 0;
     std::unique_ptr<Member> view;
     bool connected = false, began = false, joined = false;  // began: its JOIN went out
-    int64_t last_to_coord = 0, last_to_comm = 0;
+    // The connection's number (messages of a closed one are dropped); lost: this process saw it
+    // close and reconnects; retry: the membership call to make again once reconnected.
+    int conn = 0;
+    bool lost = false, connecting = false;
+    std::optional<MessageType> call, retry;  // call: the last one made
+    int64_t last_to_coord = 0, last_to_comm = 0, backoff = 0, next_attempt = 0;
   };
   enum class App { kJoining, kTraining, kUpdating, kLeaving, kGone };
   struct Node {
@@ -85,6 +101,7 @@ class Sim : testing_sim::SimClock {
 
   int spawn(int64_t spread_ms);
   void as_node(int n, std::function<void()> fn);  // deferred while frozen, dropped once dead
+  ControlMessage over_the_wire(const ControlMessage &m);  // what the other end decodes
   void send_to_coord(int c, const ControlMessage &m);
   void deliver(int c, const ControlMessage &m);
   void carry_out(int c, const Actions &actions);
@@ -95,11 +112,19 @@ class Sim : testing_sim::SimClock {
   void rank_call(int c, MessageType type);
   void kill(int n);
   void freeze(int n, int64_t ms);
+  void restart_coordinator();
+  void connection_closed(int c, int conn);
+  void connect(int c);
   void check_whole();
 
   bool trace_;
   int groups_ = 2;
+  coord::Membership::Options options_;
   std::unique_ptr<coord::Job> job_;
+  bool coord_up_ = true;
+  int restarts_ = 0;
+  // Per group: the highest epoch number the coordinators before the last restart held.
+  std::map<int, uint64_t> old_epochs_;
   std::string log_, failure_;
   std::vector<Comm> comms_;
   std::vector<Node> nodes_;
@@ -125,7 +150,13 @@ int Sim::spawn(int64_t spread_ms) {
     after(jitter(0, spread_ms), [this, n, i] {
       as_node(n, [this, i] {
         Comm &cm = comms_[static_cast<size_t>(i)];
+        if (!coord_up_) {  // wccl_comm_join cannot connect: the node's process ends
+          trace(name(i) + " cannot reach the coordinator: its join fails");
+          kill(comms_[static_cast<size_t>(i)].node);
+          return;
+        }
         cm.connected = cm.began = true;
+        cm.conn = 1;
         trace(name(i) + " joins");
         send_to_coord(i, cm.view->begin_join());
         after(kHeartbeatMs, [this, i] { heartbeat(i); });
@@ -146,13 +177,23 @@ void Sim::as_node(int n, std::function<void()> fn) {
   fn();
 }
 
-void Sim::send_to_coord(int c, const ControlMessage &m) {
+ControlMessage Sim::over_the_wire(const ControlMessage &m) {
+  const std::vector<uint8_t> bytes = coord::encode(m);
+  ControlMessage out;
+  const Status st = coord::decode(bytes.data(), bytes.size(), &out);
+  if (!st.ok()) fail("a message does not decode: " + st.to_string());
+  return out;
+}
+
+void Sim::send_to_coord(int c, const ControlMessage &sent) {
   Comm &cm = comms_[static_cast<size_t>(c)];
   if (!cm.connected) return;
+  const ControlMessage m = over_the_wire(sent);
   const int64_t when = std::max(cm.last_to_coord, now_ + jitter(1, 30));
   cm.last_to_coord = when;
-  at(when, [this, c, m] {
-    if (comms_[static_cast<size_t>(c)].connected) coord_receive(c, m);
+  at(when, [this, c, m, conn = cm.conn] {
+    const Comm &now = comms_[static_cast<size_t>(c)];
+    if (now.connected && now.conn == conn) coord_receive(c, m);
   });
 }
 
@@ -162,7 +203,82 @@ void Sim::heartbeat(int c) {
   after(kHeartbeatMs, [this, c] { heartbeat(c); });
   if (nodes_[static_cast<size_t>(n)].frozen) return;  // a stopped process's timer does not run
   Comm &cm = comms_[static_cast<size_t>(c)];
-  if (!cm.view->left()) send_to_coord(c, cm.view->heartbeat());
+  if (cm.connected) {
+    if (!cm.view->left()) send_to_coord(c, cm.view->heartbeat());
+  } else if (cm.lost && now_ >= cm.next_attempt) {
+    connect(c);
+  }
+}
+
+void Sim::connect(int c) {
+  Comm &cm = comms_[static_cast<size_t>(c)];
+  if (cm.connecting) return;
+  cm.connecting = true;
+  after(jitter(1, 20), [this, c] {
+    as_node(comms_[static_cast<size_t>(c)].node, [this, c] {
+      Comm &m = comms_[static_cast<size_t>(c)];
+      m.connecting = false;
+      if (!coord_up_) {
+        m.backoff = std::min(std::max(m.backoff * 2, kHeartbeatMs), 8 * kHeartbeatMs);
+        m.next_attempt = now_ + m.backoff;
+        return;
+      }
+      m.connected = true;
+      m.lost = false;
+      ++m.conn;
+      m.backoff = 0;
+      m.last_to_coord = m.last_to_comm = now_;
+      trace(name(c) + " reconnects");
+      for (const ControlMessage &msg : m.view->rejoin()) send_to_coord(c, msg);
+      if (m.retry) rank_call(c, *std::exchange(m.retry, std::nullopt));
+    });
+  });
+}
+
+void Sim::connection_closed(int c, int conn) {
+  Comm &cm = comms_[static_cast<size_t>(c)];
+  if (cm.conn != conn || cm.connected) return;
+  const int n = cm.node;
+  if (!cm.joined && cm.view->awaited_epoch() == 0) {
+    // wccl_comm_join returns COORDINATOR_UNREACHABLE: the node's process ends. (A joiner the
+    // coordinator registered for a job's epoch waits on, reconnecting as a member does.)
+    trace(name(c) + "'s join fails: connection closed");
+    kill(n);
+    return;
+  }
+  cm.lost = true;
+  cm.next_attempt = now_;
+  if (cm.joined && !cm.view->call_answered()) {
+    // The call returns COORDINATOR_UNREACHABLE; the loop makes it again.
+    cm.view->cancel_call();
+    cm.retry = cm.call;
+  }
+}
+
+void Sim::restart_coordinator() {
+  if (!coord_up_) return;
+  coord_up_ = false;
+  ++restarts_;
+  trace("coordinator restarts");
+  for (int g = 0; g < groups_; ++g) {
+    const coord::Membership *m = job_->group("g" + std::to_string(g));
+    if (m != nullptr) old_epochs_[g] = std::max(old_epochs_[g], m->epoch());
+  }
+  for (size_t i = 0; i < comms_.size(); ++i) {
+    Comm &cm = comms_[i];
+    if (!cm.connected) continue;
+    cm.connected = false;
+    const int c = static_cast<int>(i);
+    // Whatever the old coordinator sent first arrives first; then the close.
+    at(std::max(cm.last_to_comm, now_) + 1, [this, c, conn = cm.conn] {
+      as_node(comms_[static_cast<size_t>(c)].node, [this, c, conn] { connection_closed(c, conn); });
+    });
+  }
+  after(jitter(0, 1000), [this] {
+    job_ = std::make_unique<coord::Job>(options_);
+    coord_up_ = true;
+    trace("coordinator up");
+  });
 }
 
 void Sim::coord_receive(int c, const ControlMessage &m) {
@@ -184,7 +300,7 @@ void Sim::coord_deliver() {
     const int c = it->second;
     Comm &cm = comms_[static_cast<size_t>(c)];
     if (!cm.connected) continue;
-    const ControlMessage m = coord::to_message(a.notice);
+    const ControlMessage m = over_the_wire(coord::to_message(a.notice));
     const int64_t when = std::max(cm.last_to_comm, now_ + jitter(1, 30));
     cm.last_to_comm = when;
     at(when, [this, c, m] {
@@ -195,16 +311,40 @@ void Sim::coord_deliver() {
 }
 
 void Sim::check_whole() {
+  if (!coord_up_) return;
   for (size_t n = 0; n < nodes_.size(); ++n) {
-    int in = 0;
+    // Per group that exists (and, after a restart, holds an epoch): whether the node is a member,
+    // and whether this coordinator formed the group's epoch (not one adopted from before a
+    // restart).
+    int in = 0, out = 0, formed_in = 0, formed_out = 0;
     for (int c : nodes_[n].comms) {
       const Comm &cm = comms_[static_cast<size_t>(c)];
       const coord::Membership *g = job_->group("g" + std::to_string(cm.group));
-      if (g != nullptr && g->is_member(cm.id)) ++in;
+      // (After a restart, a group without an epoch yet waits for its members to come back.)
+      if (g == nullptr || (restarts_ != 0 && g->epoch() == 0)) continue;
+      const bool member = g->is_member(cm.id);
+      const auto old = old_epochs_.find(cm.group);
+      const bool formed = old == old_epochs_.end() || g->epoch() > old->second;
+      (member ? in : out) += 1;
+      if (formed) (member ? formed_in : formed_out) += 1;
     }
-    if (in != 0 && in != groups_) {
+    // No group holds part of a node; after a restart, an epoch this coordinator formed agrees
+    // with every other group about the node.
+    const bool whole = restarts_ == 0
+                           ? in == 0 || in == groups_
+                           : (formed_in == 0 || out == 0) && (formed_out == 0 || in == 0);
+    if (!whole) {
+      std::string groups;
+      for (int g = 0; g < groups_; ++g) {
+        const coord::Membership *m = job_->group("g" + std::to_string(g));
+        if (m == nullptr) continue;
+        groups += " g" + std::to_string(g) + ": e" + std::to_string(m->epoch()) + " {";
+        for (const coord::Member &r : m->ring()) groups += " " + r.info.name;
+        groups += " }";
+      }
       fail("node" + std::to_string(n) + " is a member of " + std::to_string(in) + " of its " +
-           std::to_string(groups_) + " groups");
+           std::to_string(groups_) + " groups (" + std::to_string(formed_in + formed_out) +
+           " epochs formed since the last restart);" + groups);
     }
   }
 }
@@ -232,6 +372,11 @@ void Sim::carry_out(int c, const Actions &actions) {
 
 void Sim::rank_call(int c, MessageType type) {
   Comm &cm = comms_[static_cast<size_t>(c)];
+  if (!cm.connected) {  // the call returns COORDINATOR_UNREACHABLE; made again once reconnected
+    cm.retry = type;
+    return;
+  }
+  cm.call = type;
   Actions out;
   const Status st = cm.view->call(type, &out);
   if (!st.ok()) fail(name(c) + " cannot call: " + st.to_string());
@@ -244,7 +389,7 @@ void Sim::node_next(int n) {
   bool all_answered = true;
   for (int c : node.comms) {
     Comm &cm = comms_[static_cast<size_t>(c)];
-    if (!cm.began || !cm.view->call_answered()) {
+    if (!cm.began || !cm.view->call_answered() || cm.retry) {
       all_answered = false;
       continue;
     }
@@ -267,7 +412,8 @@ void Sim::node_next(int n) {
     for (int c : node.comms) comms_[static_cast<size_t>(c)].connected = false;
     for (int c : node.comms) {
       const Comm &cm = comms_[static_cast<size_t>(c)];
-      after(jitter(1, 30), [this, cm_group = cm.group, id = cm.id] {
+      after(jitter(1, 30), [this, cm_group = cm.group, id = cm.id, r = restarts_] {
+        if (!coord_up_ || r != restarts_) return;  // that coordinator is gone
         job_->disconnected("g" + std::to_string(cm_group), id, time());
         coord_deliver();
       });
@@ -302,7 +448,8 @@ void Sim::kill(int n) {
     Comm &cm = comms_[static_cast<size_t>(c)];
     if (!cm.connected) continue;
     cm.connected = false;
-    after(jitter(1, 30), [this, g = cm.group, id = cm.id] {
+    after(jitter(1, 30), [this, g = cm.group, id = cm.id, r = restarts_] {
+      if (!coord_up_ || r != restarts_) return;  // that coordinator is gone
       job_->disconnected("g" + std::to_string(g), id, time());
       coord_deliver();
     });
@@ -329,7 +476,7 @@ std::string Sim::run() {
   const int faults = static_cast<int>(jitter(1, 4));
   for (int f = 0; f < faults; ++f) {
     const int64_t at = jitter(500, kFaultsMs - 1000);
-    const int kind = static_cast<int>(jitter(0, 3));
+    const int kind = static_cast<int>(jitter(0, 4));
     after(at, [this, kind] {
       const int n = static_cast<int>(jitter(0, static_cast<int64_t>(nodes_.size()) - 1));
       if (kind == 0) kill(n);
@@ -339,12 +486,14 @@ std::string Sim::run() {
         const int j = spawn(2000);
         nodes_[static_cast<size_t>(j)].leaves = jitter(0, 3) == 0;
       }
+      if (kind == 4) restart_coordinator();
     });
   }
   const int joiners = static_cast<int>(jitter(1, 2));
   for (int j = 0; j < joiners; ++j) after(jitter(0, kFaultsMs), [this] { (void)spawn(2000); });
   for (int64_t t = 0; t <= kEndMs; t += 10) {
     at(t, [this] {
+      if (!coord_up_) return;
       job_->tick(time());
       coord_deliver();
     });

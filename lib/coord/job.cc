@@ -80,7 +80,22 @@ Status Job::on_message(const std::string &group, const ControlMessage &m, Clock:
       return refused;
     }
   }
-  Status st = membership(group).on_message(m, now, drop);
+  Membership &g = membership(group);
+  const uint64_t epoch = g.epoch();
+  Status st = g.on_message(m, now, drop);
+  if (m.type == MessageType::kRejoin && g.epoch() != epoch) {
+    // An epoch adopted from before the restart may hold a node lost since: lost here too.
+    std::set<std::string> lost;
+    for (const Member &r : g.ring()) {
+      if (lost_nodes_.count(r.info.node) != 0) lost.insert(r.info.node);
+    }
+    for (const std::string &node : lost) {
+      g.lose_node(
+          node,
+          format("node %s was lost after the epoch its members reported was formed", node.c_str()),
+          now);
+    }
+  }
   settle(now);
   return st;
 }
@@ -112,6 +127,7 @@ void Job::tick(Clock::time_point now) {
 }
 
 void Job::lose_node(const std::string &node, const std::string &except, const std::string &reason) {
+  if (!node.empty()) lost_nodes_.insert(node);
   for (auto &[name, g] : groups_) {
     if (name != except) g->lose_node(node, reason, now_);
   }

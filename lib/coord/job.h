@@ -14,7 +14,8 @@
 //   updating at an earlier barrier), then all those barriers complete together; if the wait runs
 //   out (peer_timeout), or a communicator goes mid-leave, the node is lost in its other groups.
 // - It is lost whole: a member lost in one group is lost in every group (for any node, declared
-//   L or not).
+//   L or not), also in a group rebuilt after a restart of the coordinator from an epoch its
+//   members report.
 // A communicator without a node, or with node_groups 0, is admitted and leaves on its own.
 //
 // Events come in through on_message, disconnected and tick, with the time; decisions come out as
@@ -94,6 +95,10 @@ class Job : private Membership::Gate {
   // (every communicator a joiner) when the decision was taken.
   std::set<std::string> together_;
   std::set<std::string> entering_;
+  // The nodes this coordinator lost. A group it rebuilds after a restart adopts the epoch its
+  // members report, formed before the restart: any member of a lost node in it is lost there too.
+  // (It grows with the nodes lost over the job, a name each.)
+  std::set<std::string> lost_nodes_;
   // Groups whose full barrier waits for the node's other groups, since when.
   std::map<std::string, Clock::time_point> held_;
   // A barrier that completed on its own (held past its wait) let its leaving nodes go: their

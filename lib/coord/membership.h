@@ -317,6 +317,7 @@ class Membership {
              uint64_t committed, Clock::time_point now, algo::Crossovers crossovers);
   void member_returns(PeerId id, const PeerInfo &info, uint64_t epoch, uint64_t committed,
                       Clock::time_point now);
+  Status rejoin_as_joiner(PeerId id, const PeerInfo &info, Clock::time_point now);
   void remember_lost(PeerId id, const PeerInfo &info);
   void forget_lost(PeerId id);
   // Every event and tick() ask the gate again what it held: complete the barrier if it is full,

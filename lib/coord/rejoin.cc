@@ -31,6 +31,9 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch,
     adopt(id, info, epoch, ring, committed, now, crossovers);
     return Status();
   }
+  if (is_member(id) && seen.count(id) == 0) {  // the job's members name it; it names no ring
+    return rejoin_as_joiner(id, info, now);
+  }
   if (is_member(id)) {  // a member of the current epoch coming back
     member_returns(id, info, epoch, committed, now);
     return Status();
@@ -80,11 +83,15 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
     notify(Notice::Kind::kRemoved, o).reason =
         "its epoch was superseded by the job's; update to join again";
   }
+  std::vector<Member> waiting;  // in the ring, but registered here as joiners
   for (const Member &m : ring_) {
     forget_lost(m.id);
     auto j = std::find_if(joiners_.begin(), joiners_.end(),
                           [&](const Member &x) { return x.id == m.id; });
-    if (j != joiners_.end()) joiners_.erase(j);
+    if (j != joiners_.end()) {
+      waiting.push_back(*j);
+      joiners_.erase(j);
+    }
     if (live_.count(m.id) == 0 && m.id != id) {
       live_[m.id] = {m.info, now};
       unconfirmed_.insert(m.id);  // what it saw committed is not known yet
@@ -94,6 +101,18 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
   done_.clear();
   committed_ = committed;
   announce_epoch(false);
+  for (const Member &w : waiting) (void)rejoin_as_joiner(w.id, live_[w.id].info, now);
+}
+
+// A peer the epoch's ring names told this coordinator it is not a member (it reported no ring):
+// the EPOCH that admitted it never reached it, or it was declared lost before the restart. It is
+// not in an epoch it never entered: lost from it (and so a node's communicators in the other
+// groups with it: Job), and registered as the joiner it is. Taken as a member, a node's
+// communicator would be in this group while the node's others wait to join theirs.
+Status Membership::rejoin_as_joiner(PeerId id, const PeerInfo &info, Clock::time_point now) {
+  lose(id, "it came back as a joiner, outside the epoch the job's members reported");
+  maybe_complete_update();
+  return join(id, info, now);
 }
 
 // A member of the current epoch comes back (its connection was lost, or this coordinator restarted
