@@ -83,8 +83,9 @@ Status Job::on_message(const std::string &group, const ControlMessage &m, Clock:
   Membership &g = membership(group);
   const uint64_t epoch = g.epoch();
   Status st = g.on_message(m, now, drop);
-  if (m.type == MessageType::kRejoin && g.epoch() != epoch) {
+  if (m.type == MessageType::kRejoin && g.epoch() != epoch && g.epoch_adopted()) {
     // An epoch adopted from before the restart may hold a node lost since: lost here too.
+    adopted_ = true;
     std::set<std::string> lost;
     for (const Member &r : g.ring()) {
       if (lost_nodes_.count(r.info.node) != 0) lost.insert(r.info.node);
@@ -127,7 +128,7 @@ void Job::tick(Clock::time_point now) {
 }
 
 void Job::lose_node(const std::string &node, const std::string &except, const std::string &reason) {
-  if (!node.empty()) lost_nodes_.insert(node);
+  if (!node.empty() && adopted_) lost_nodes_.insert(node);
   for (auto &[name, g] : groups_) {
     if (name != except) g->lose_node(node, reason, now_);
   }
@@ -179,6 +180,16 @@ void Job::settle(Clock::time_point now) {
     }
     together_.clear();
     entering_.clear();
+  }
+  // A lost node back in an epoch formed here (admitted whole again) is no longer lost.
+  for (auto it = lost_nodes_.begin(); it != lost_nodes_.end();) {
+    bool back = false;
+    for (const auto &[name, g] : groups_) {
+      if (g->epoch_adopted()) continue;
+      for (const auto &[id, info] : g->live_peers())
+        back = back || (info.node == *it && g->is_member(id));
+    }
+    it = back ? lost_nodes_.erase(it) : std::next(it);
   }
 }
 

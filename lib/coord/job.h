@@ -95,9 +95,11 @@ class Job : private Membership::Gate {
   // (every communicator a joiner) when the decision was taken.
   std::set<std::string> together_;
   std::set<std::string> entering_;
-  // The nodes this coordinator lost. A group it rebuilds after a restart adopts the epoch its
-  // members report, formed before the restart: any member of a lost node in it is lost there too.
-  // (It grows with the nodes lost over the job, a name each.)
+  // A coordinator restarted mid-job rebuilds each group from the epoch its members report, formed
+  // before the restart: any member in it of a node this coordinator lost since is lost there too.
+  // adopted_: some group adopted an epoch (only then are losses kept); lost_nodes_: the nodes
+  // lost since, each until one of its communicators is a member of an epoch formed here.
+  bool adopted_ = false;
   std::set<std::string> lost_nodes_;
   // Groups whose full barrier waits for the node's other groups, since when.
   std::map<std::string, Clock::time_point> held_;

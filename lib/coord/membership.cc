@@ -621,6 +621,7 @@ void Membership::complete_barrier() {
 
 void Membership::announce_epoch(bool barrier) {
   for (const Member &m : ring_) {
+    if (is_joiner(m.id)) continue;  // named by an adopted ring, but outside it (waits_outside)
     Notice &n = notify(Notice::Kind::kEpoch, m.id);
     auto call = arrived_.find(m.id);
     if (barrier && call != arrived_.end()) n.answers = call->second;

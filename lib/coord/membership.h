@@ -270,6 +270,8 @@ class Membership {
   std::vector<Notice> take_notices();
 
   uint64_t epoch() const { return epoch_; }
+  // The current epoch is one a member reported after a restart, not one this coordinator formed.
+  bool epoch_adopted() const { return epoch_ != 0 && !formed_here(epoch_); }
   uint64_t committed() const { return committed_; }
   bool revoked() const { return revoked_; }
   const std::vector<Member> &ring() const { return ring_; }
@@ -304,6 +306,7 @@ class Membership {
   struct Peer {
     PeerInfo info;
     Clock::time_point last_seen;
+    uint64_t reported = 0;  // a joiner by REJOIN: the epoch it reported
   };
   bool any_member() const;
   Status arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving,
@@ -317,7 +320,7 @@ class Membership {
              uint64_t committed, Clock::time_point now, algo::Crossovers crossovers);
   void member_returns(PeerId id, const PeerInfo &info, uint64_t epoch, uint64_t committed,
                       Clock::time_point now);
-  Status rejoin_as_joiner(PeerId id, const PeerInfo &info, Clock::time_point now);
+  void waits_outside(PeerId id, Clock::time_point now);
   void remember_lost(PeerId id, const PeerInfo &info);
   void forget_lost(PeerId id);
   // Every event and tick() ask the gate again what it held: complete the barrier if it is full,

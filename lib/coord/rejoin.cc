@@ -31,8 +31,13 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch,
     adopt(id, info, epoch, ring, committed, now, crossovers);
     return Status();
   }
-  if (is_member(id) && seen.count(id) == 0) {  // the job's members name it; it names no ring
-    return rejoin_as_joiner(id, info, now);
+  if (is_member(id) && ring.empty() && epoch == epoch_) {
+    // The job's members name it in this epoch, but it was declared lost from it (it reports the
+    // epoch and no ring; a joiner whose admitting EPOCH never reached it names the epoch before).
+    live_[id] = {info, now, epoch};
+    waits_outside(id, now);
+    maybe_complete_update();
+    return Status();
   }
   if (is_member(id)) {  // a member of the current epoch coming back
     member_returns(id, info, epoch, committed, now);
@@ -52,7 +57,9 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch,
     notify(Notice::Kind::kRemoved, id).reason =
         "its epoch is not the job's current one; it joins again";
   }
-  return join(id, info, now);
+  WCCL_RETURN_IF_ERROR(join(id, info, now));
+  if (ring.empty()) live_[id].reported = epoch;  // adopt() tells a lost peer from a joiner by it
+  return Status();
 }
 
 // The highest epoch any member reports is the one the job is in, and it supersedes an epoch this
@@ -83,14 +90,19 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
     notify(Notice::Kind::kRemoved, o).reason =
         "its epoch was superseded by the job's; update to join again";
   }
-  std::vector<Member> waiting;  // in the ring, but registered here as joiners
+  std::vector<PeerId> lost_here;  // declared lost from this epoch: they stay joiners
   for (const Member &m : ring_) {
     forget_lost(m.id);
     auto j = std::find_if(joiners_.begin(), joiners_.end(),
                           [&](const Member &x) { return x.id == m.id; });
     if (j != joiners_.end()) {
-      waiting.push_back(*j);
-      joiners_.erase(j);
+      // A joiner that reported an older epoch was admitted to this one by the coordinator that
+      // went, and never heard: a member. One that reported this epoch was declared lost from it.
+      if (live_[m.id].reported == epoch) {
+        lost_here.push_back(m.id);
+      } else {
+        joiners_.erase(j);
+      }
     }
     if (live_.count(m.id) == 0 && m.id != id) {
       live_[m.id] = {m.info, now};
@@ -100,19 +112,25 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
   live_[id] = {info, now};
   done_.clear();
   committed_ = committed;
-  announce_epoch(false);
-  for (const Member &w : waiting) (void)rejoin_as_joiner(w.id, live_[w.id].info, now);
+  announce_epoch(false);  // not to those outside it
+  for (PeerId o : lost_here) waits_outside(o, now);
 }
 
-// A peer the epoch's ring names told this coordinator it is not a member (it reported no ring):
-// the EPOCH that admitted it never reached it, or it was declared lost before the restart. It is
-// not in an epoch it never entered: lost from it (and so a node's communicators in the other
-// groups with it: Job), and registered as the joiner it is. Taken as a member, a node's
+// A peer declared lost from the current epoch before the coordinator restarted, whose REMOVED
+// reached it and the members' next epoch did not: their ring still names it. It waits as the
+// joiner it is, and the epoch, which names a member no longer in it, is revoked (a node's
+// communicators in the other groups are lost with it: Job). Taken back as a member, a node's
 // communicator would be in this group while the node's others wait to join theirs.
-Status Membership::rejoin_as_joiner(PeerId id, const PeerInfo &info, Clock::time_point now) {
-  lose(id, "it came back as a joiner, outside the epoch the job's members reported");
-  maybe_complete_update();
-  return join(id, info, now);
+void Membership::waits_outside(PeerId id, Clock::time_point now) {
+  const PeerInfo info = live_.at(id).info;
+  unconfirmed_.erase(id);
+  if (!is_joiner(id)) {
+    joiners_.push_back({id, info});
+    last_join_ = now;
+    notify(Notice::Kind::kPending, id).joiners = static_cast<uint32_t>(joiners_.size());
+  }
+  if (!info.node.empty()) lost_now_.push_back(info);
+  revoke(id, info.name + ": declared lost from this epoch before the coordinator restarted");
 }
 
 // A member of the current epoch comes back (its connection was lost, or this coordinator restarted
