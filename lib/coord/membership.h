@@ -20,6 +20,8 @@
 // - After a coordinator restart, peers rejoin() with the epoch and ring they hold; the highest
 //   epoch reported is adopted, so numbering continues and members keep their epoch. A joiner
 //   hears the epoch it waits to enter when it registers (kPending) and names it when it rejoins.
+//   A peer the adopted ring names that reports no ring is a member if it names an older epoch
+//   (admitted, its EPOCH lost), else a joiner declared lost from it: the epoch is revoked.
 // - Operations are numbered 1, 2, ... within each epoch (a confirmed epoch continues its
 //   numbering), in the order every member
 //   calls them. A member reports done(seq) when its data phase completed; once every member has,
