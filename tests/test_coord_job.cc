@@ -57,6 +57,22 @@ class JobTest : public testing::Test {
     m.count = 1;
     return send(node, group, m);
   }
+  // Node `node`'s communicator in `group` comes back to a restarted coordinator with the epoch and
+  // ring job_ gave it, as the wire carries them: a ring names each member's node, not its
+  // node_groups.
+  ControlMessage rejoin_message(int node, int group) const {
+    const Membership &before = *job_.group(group_name(group));
+    ControlMessage m;
+    m.type = MessageType::kRejoin;
+    m.peer = id_of(node, group);
+    m.group = group_name(group);
+    m.info = {"node" + std::to_string(node) + "-rank" + std::to_string(group), "10.0.0.1:7000",
+              "node" + std::to_string(node), 2};
+    m.epoch = before.epoch();
+    m.ring = before.ring();
+    for (Member &r : m.ring) r.info.node_groups = 0;
+    return m;
+  }
   void heartbeat_all(const std::vector<int> &nodes, int groups) {
     for (int n : nodes) {
       for (int g = 0; g < groups; ++g) {
@@ -311,16 +327,7 @@ TEST_F(JobTest, ARestartedCoordinatorTakesTheNodesBackFromTheirRings) {
   Job restarted(options());
   for (int node = 1; node <= 2; ++node) {
     for (int g = 0; g < 2; ++g) {
-      const Membership &before = *job_.group(group_name(g));
-      ControlMessage m;
-      m.type = MessageType::kRejoin;
-      m.peer = id_of(node, g);
-      m.group = group_name(g);
-      m.info = {"node" + std::to_string(node) + "-rank" + std::to_string(g), "10.0.0.1:7000",
-                "node" + std::to_string(node), 2};
-      m.epoch = before.epoch();
-      m.ring = before.ring();
-      for (Member &r : m.ring) r.info.node_groups = 0;
+      const ControlMessage m = rejoin_message(node, g);
       bool drop = false;
       const Status st = restarted.on_message(m.group, m, t_, &drop);
       EXPECT_TRUE(st.ok()) << st.to_string();
@@ -340,15 +347,7 @@ TEST_F(JobTest, AGroupRebuiltAfterARestartLosesTheNodesLostMeanwhile) {
   form(2);
   Job restarted(options());
   auto rejoin = [&](int node, int g) {
-    const Membership &before = *job_.group(group_name(g));
-    ControlMessage m;
-    m.type = MessageType::kRejoin;
-    m.peer = id_of(node, g);
-    m.group = group_name(g);
-    m.info = {"node" + std::to_string(node) + "-rank" + std::to_string(g), "10.0.0.1:7000",
-              "node" + std::to_string(node), 2};
-    m.epoch = before.epoch();
-    m.ring = before.ring();
+    const ControlMessage m = rejoin_message(node, g);
     bool drop = false;
     return restarted.on_message(m.group, m, t_, &drop);
   };
