@@ -84,7 +84,7 @@ Report summarize(World &w, const Driver &d, const algo::Collective &base) {
   }
   report.recoveries = w.recoveries;
   report.admissions = w.admissions;
-  for (const coord::Member &x : w.membership.ring())
+  for (const coord::Member &x : w.group().ring())
     report.survivors += !w.peer(World::index(x.id)).stopped;
   for (int k = work.warmup; k < ops; ++k) {
     Time slowest = 0, phase = 0;

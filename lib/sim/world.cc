@@ -81,7 +81,7 @@ World::World(const Topology &t, const std::vector<int> &ranks, const TcpOptions 
       net(engine, t, tcp),
       mail(engine),
       work(w),
-      membership(options(w, static_cast<int>(ranks.size()))),
+      job(options(w, static_cast<int>(ranks.size()))),
       first_peers(static_cast<int>(ranks.size())) {
   peers.reserve(ranks.size() + w.joins.size());
   for (size_t r = 0; r < ranks.size(); ++r)
@@ -111,9 +111,9 @@ void World::start() {
   engine.at(0, -1, [this] {
     for (int r = 0; r < first_peers; ++r) {
       bool drop = false;
-      (void)membership.on_message(peer(r).view.begin_join(), at_time(0), &drop);
+      (void)job.on_message(kGroup, peer(r).view.begin_join(), at_time(0), &drop);
     }
-    membership.tick(at_time(0));
+    job.tick(at_time(0));
     dispatch();
   });
 }
@@ -129,7 +129,7 @@ void World::hear(int m, const coord::ControlMessage &msg) {
   const bool joins = msg.type == coord::MessageType::kJoin;
   if (joins) peer(m).joined = true;
   bool drop = false;
-  const Status st = membership.on_message(msg, at_time(engine.now()), &drop);
+  const Status st = job.on_message(kGroup, msg, at_time(engine.now()), &drop);
   if (joins && timing_)
     engine.at(engine.now() + work.heartbeat, -1, [this, m, g = timers_] { heartbeat(m, g); });
   if (!st.ok()) {
@@ -184,13 +184,14 @@ void World::deliver(int m, const coord::ControlMessage &msg) {
 void World::dispatch() {
   const Time now = engine.now();
   for (auto it = undetected_.begin(); it != undetected_.end();) {
-    const bool lost = peer(*it).joined && !membership.live(id(*it));
+    const bool lost = peer(*it).joined && !group().live(id(*it));
     it = lost ? undetected_.erase(it) : std::next(it);
   }
   const bool first =
       last_epoch_ == 0;  // the job's first epoch: formed before the simulation starts
-  const std::vector<coord::Notice> notices = membership.take_notices();
-  if (membership.revoked() && !was_revoked_) {
+  std::vector<coord::Notice> notices;
+  for (coord::Job::Addressed &a : job.take_notices()) notices.push_back(std::move(a.notice));
+  if (group().revoked() && !was_revoked_) {
     // The revocation goes to the fault of the peer whose loss caused it (a stopped joiner that was
     // no member yet revokes nothing), else to the earliest one due.
     int lost = -1;
@@ -203,14 +204,14 @@ void World::dispatch() {
     if (r == recoveries.end()) r = std::find_if(recoveries.begin(), recoveries.end(), due);
     if (r != recoveries.end()) r->revoked = seconds(now);
   }
-  was_revoked_ = membership.revoked();
-  if (membership.epoch() != last_epoch_) {
+  was_revoked_ = group().revoked();
+  if (group().epoch() != last_epoch_) {
     // A new epoch: when each member hears of it, and when its links are open. The one of lower
     // rank connects (TCP: a round trip), TLS 1.3 takes another, then each side says hello: the
     // acceptor has the link 2.5 round trips after the connector heard, the connector 3. The
     // first epoch's links are open before the simulation starts.
-    last_epoch_ = membership.epoch();
-    const auto &ring = membership.ring();
+    last_epoch_ = group().epoch();
+    const auto &ring = group().ring();
     std::vector<Time> heard(peers.size(), 0), open(peers.size(), 0);
     for (const coord::Member &x : ring) {
       heard[static_cast<size_t>(index(x.id))] =
@@ -279,7 +280,7 @@ void World::start_timers() {
   for (int m = 0; m < static_cast<int>(peers.size()); ++m) {
     if (peer(m).stopped || !peer(m).joined) continue;
     bool drop = false;
-    (void)membership.on_message(peer(m).view.heartbeat(), at_time(engine.now()), &drop);
+    (void)job.on_message(kGroup, peer(m).view.heartbeat(), at_time(engine.now()), &drop);
     engine.at(engine.now() + work.heartbeat, -1,
               [this, m, generation] { heartbeat(m, generation); });
   }
@@ -294,7 +295,7 @@ void World::heartbeat(int m, uint64_t generation) {
 
 void World::tick(uint64_t generation) {
   if (generation != timers_) return;
-  membership.tick(at_time(engine.now()));
+  job.tick(at_time(engine.now()));
   dispatch();
   if (!timers_needed()) {
     timing_ = false;
@@ -333,7 +334,7 @@ void World::fault(const Fault &f) {
       if (sent < first_beat) continue;
       auto beat = [this, d, arrives] {
         bool drop = false;
-        (void)membership.on_message(peer(d).view.heartbeat(), at_time(arrives), &drop);
+        (void)job.on_message(kGroup, peer(d).view.heartbeat(), at_time(arrives), &drop);
       };
       if (arrives <= engine.now()) {
         beat();
@@ -348,7 +349,7 @@ void World::fault(const Fault &f) {
   // every member of its epoch its link to it (and reports it broken), a path delay later.
   net.close(me.host);
   engine.at(engine.now() + delay(me.host, work.coordinator), -1, [this, d] {
-    membership.disconnected(id(d), at_time(engine.now()));
+    job.disconnected(kGroup, id(d), at_time(engine.now()));
     dispatch();
   });
   for (int x = 0; x < static_cast<int>(peers.size()); ++x) {

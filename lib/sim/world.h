@@ -1,9 +1,10 @@
 // wccl-sim's world (docs/sim.md): the simulated WAN (sim/network.h) on the virtual clock
-// (sim/engine.h), the coordinator's rules (coord::Membership, as wccl-coord runs them) on a host
-// of the topology, and one member's rules per peer (comm::Member, as the Communicator runs
-// them). The two sides exchange the library's own control messages, each a path delay on its way;
-// the world carries out what a member's rules ask (a send, an operation's outcome, cancelling its
-// data phase, its links for a new epoch) as the Communicator would, over simulated links.
+// (sim/engine.h), the coordinator's rules (coord::Job, as wccl-coord runs them: one group, each
+// peer a node of one communicator) on a host of the topology, and one member's rules per peer
+// (comm::Member, as the Communicator runs them). The two sides exchange the library's own control
+// messages, each a path delay on its way; the world carries out what a member's rules ask (a send,
+// an operation's outcome, cancelling its data phase, its links for a new epoch) as the Communicator
+// would, over simulated links.
 //
 // Only events touch the coordinator; a member's rules are touched by events and by that member's
 // thread (sim/driver.h), which the engine never runs at once.
@@ -21,7 +22,7 @@
 
 #include "algo/channel.h"
 #include "comm/member.h"
-#include "coord/membership.h"
+#include "coord/job.h"
 #include "coord/messages.h"
 #include "sim/engine.h"
 #include "sim/network.h"
@@ -68,10 +69,13 @@ class Mailboxes {
   std::set<std::tuple<uint64_t, uint64_t, int>> closed_;  // (epoch, operation, receiving member)
 };
 
+// The group every simulated peer is in (its JOIN names it).
+inline constexpr const char *kSimGroup = "sim";
+
 // One simulated peer: its process, its member's rules, and what its trainer holds.
 struct Peer {
   Peer(coord::PeerId id, int on_host, const std::string &name)
-      : host(on_host), view(id, "sim", {name, "", ""}) {}
+      : host(on_host), view(id, kSimGroup, {name, "", name, 1}) {}
   std::vector<int> ring() const;  // its epoch's members (World::index of each), in ring order
   int host = 0;
   comm::Member view;  // the library's rules: epoch, ring, operations' numbering and outcomes
@@ -122,7 +126,10 @@ struct World {
   Network net;
   Mailboxes mail;
   const Workload &work;
-  coord::Membership membership;
+  coord::Job job;  // the coordinator's rules, as wccl-coord runs them
+  // The job's one group (every peer a node of one communicator), once the first JOIN named it.
+  const coord::Membership &group() const { return *job.group(kGroup); }
+  static constexpr const char *kGroup = kSimGroup;
   std::vector<Peer> peers;  // the first epoch's peers, then the joiners
   const int first_peers;
   // Member threads of one instant run at once: what several of them write is atomic or locked.
