@@ -1,19 +1,24 @@
-// A deterministic simulation of the control plane (issue 15): the coordinator's rules
-// (coord::Membership) and N members' rules (comm::Member, the same code the Communicator runs),
-// each member driven by the training loop users write (update, state sync's two operations with
-// its re-form after a loss, an all-reduce; PEER_LOST goes back to the update), over a simulated
-// network in virtual time: per-message delays (in order within a connection, reordered across
-// connections), a connection lost, members crashing, freezing for less or more than
-// peer_timeout_ms, joining at any moment, and the coordinator restarting; odd seeds run the
-// coordinator's straggler policy (straggler_timeout_ms; a member frozen past it is dropped at the
-// barrier: about half of them do), even seeds the default. A data phase completes
-// only when every member of its epoch runs the same operation, as on real links; a crashed
-// member's links fail its neighbours' data phases.
+// A deterministic simulation of the control plane (issues 15 and 56): the coordinator's rules for
+// the whole job (coord::Job, as wccl-coord runs it) and the members' rules (comm::Member, the same
+// code the Communicator runs), for N nodes of L groups (L from the seed, 1 to 3: node key and
+// node_groups = L; some one-group seeds give no node key, as a communicator of its own), each
+// communicator driven by the training loop users write (update, state sync's two operations with
+// its re-form after a loss, an all-reduce; PEER_LOST goes back to the update), each group's on its
+// own, over a simulated network in virtual time: per-message delays (in order within a
+// connection, reordered across connections), a connection lost, nodes SIGKILLed (every
+// communicator at once), one rank or the whole node freezing for less or more than
+// peer_timeout_ms, nodes joining at any moment with their ranks registering up to 500 ms apart,
+// and the coordinator restarting; odd seeds run the coordinator's straggler policy
+// (straggler_timeout_ms; a member frozen past it is dropped at the barrier: about half of them
+// do), even seeds the default. A data phase completes only when every member of its epoch runs
+// the same operation, as on real links; a crashed member's links fail its neighbours' data phases.
+// (tests/test_coord_job_sim.cc checks the node rule itself: no node ever half in; this one the
+// operations around it.)
 //
 // Every schedule is drawn from one seed. Checked after every event: no operation OK on one member
-// and PEER_LOST on another (members declared lost from that epoch aside); the members of a sound
-// epoch never wait in different places for longer than kDisagreeBound; and once the faults stop,
-// every live member commits an all-reduce within kRecoverBound.
+// and PEER_LOST on another (members declared lost from that epoch aside); the members of a group's
+// sound epoch never wait in different places for longer than kDisagreeBound; and once the faults
+// stop, every live communicator commits an all-reduce within kRecoverBound.
 //
 //   WCCL_SIM_SEEDS=N (default 2000) schedules; WCCL_SIM_SEED=S runs only seed S, printing its
 //   trace: the one-line reproduction a failure prints.
@@ -29,12 +34,14 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/member.h"
-#include "coord/membership.h"
+#include "coord/job.h"
 #include "coord/messages.h"
 #include "sim_clock.h"
+#include "sim_nodes.h"
 
 namespace wccl::comm {
 namespace {
@@ -50,7 +57,7 @@ constexpr int64_t kFaultsMs = 20000;     // faults happen in [0, kFaultsMs)
 constexpr int64_t kRecoverBound = 8000;  // after the faults, every live member commits within this
 constexpr int64_t kDisagreeBound = kPeerTimeoutMs + 2500;
 constexpr int64_t kEndMs = kFaultsMs + kRecoverBound + 2000;
-constexpr int kMaxMembers = 8;
+constexpr int kMaxNodes = 6;
 
 enum OpKind : int { kNone = 0, kSync1 = 1, kSync2 = 2, kAllreduce = 3 };
 
@@ -68,8 +75,8 @@ class Sim : testing_sim::SimClock {
   const std::string &log() const { return log_; }
 
  private:
-  struct Member {
-    int index = 0;
+  struct Member {  // one communicator: a node's rank in one group
+    int index = 0, node = 0, group = 0;
     PeerId id = 0;
     std::unique_ptr<comm::Member> view;
     bool alive = true, frozen = false, joined = false;
@@ -95,6 +102,19 @@ class Sim : testing_sim::SimClock {
     int64_t last_to_member = 0, last_to_coord = 0;
     PeerId peer = 0;  // once its JOIN or REJOIN arrived
   };
+  struct Node {
+    std::vector<int> comms;  // by group
+  };
+  // An operation: (group, epoch, number).
+  using OpId = std::tuple<int, uint64_t, uint64_t>;
+  OpId op_id(int i, std::pair<uint64_t, uint64_t> op) const {
+    return {members_[static_cast<size_t>(i)].group, op.first, op.second};
+  }
+  static std::string group_name(int g) { return "g" + std::to_string(g); }
+  static std::string op_name(const OpId &op) {
+    return "operation g" + std::to_string(std::get<0>(op)) + " e" +
+           std::to_string(std::get<1>(op)) + " s" + std::to_string(std::get<2>(op));
+  }
   // A pair's measured round trip in µs: drawn once (1-200 ms), and drawn again now and then (a
   // path that degrades or recovers), so the coordinator's best ring order changes mid-run.
   uint32_t pair_rtt(PeerId a, PeerId b) {
@@ -115,7 +135,7 @@ class Sim : testing_sim::SimClock {
   }
 
   // Members.
-  int spawn();
+  int spawn_node(int64_t spread_ms);                // its ranks connect up to spread_ms apart
   void on_member(int i, std::function<void()> fn);  // runs fn as member i (deferred while frozen)
   void carry_out(int i, const Actions &actions);
   void send_to_coord(int i, const ControlMessage &m);
@@ -131,8 +151,10 @@ class Sim : testing_sim::SimClock {
   void worker_start(int i, std::pair<uint64_t, uint64_t> op, OpKind kind);
   // After `delay`, member i's data phase of op (if it still runs it) ends with st.
   void end_data_phase(int i, std::pair<uint64_t, uint64_t> op, int64_t delay, const Status &st);
-  void data_check(std::pair<uint64_t, uint64_t> op);
+  void data_check(const OpId &op);
   void crash(int i);
+  void kill_node(int n);
+  void freeze(int i, int64_t ms);
   // The coordinator.
   void coord_receive(int conn, const ControlMessage &m);
   void coord_deliver();
@@ -142,6 +164,8 @@ class Sim : testing_sim::SimClock {
   // Invariants.
   void record(int i, std::pair<uint64_t, uint64_t> op, const Status &st);
   void check_agreement_in_place();
+  void check_agreement_in_place(int g);
+  void check_whole();
   void fail(const std::string &why) {
     if (failure_.empty()) failure_ = "t=" + std::to_string(now_) + " ms: " + why;
   }
@@ -149,24 +173,29 @@ class Sim : testing_sim::SimClock {
   std::map<std::pair<PeerId, PeerId>, uint32_t> rtts_;
   bool trace_;
   const int64_t straggler_timeout_ms_;
+  int groups_ = 1;
+  bool node_keys_ = true;
   std::string log_, failure_;
   std::vector<Member> members_;
+  std::vector<Node> nodes_;
   std::vector<Conn> conns_;
-  std::unique_ptr<coord::Membership> coord_;
+  std::unique_ptr<coord::Job> coord_;
   bool coord_up_ = true;
   std::map<PeerId, int> coord_conn_;  // peer -> its connection
-  // Data phases: (epoch, seq) -> member index -> kind.
-  std::map<std::pair<uint64_t, uint64_t>, std::map<int, OpKind>> started_;
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<PeerId>> epoch_rings_;
+  // Data phases: operation -> member index -> kind.
+  std::map<OpId, std::map<int, OpKind>> started_;
+  std::map<OpId, std::vector<PeerId>> epoch_rings_;
   // At each member's last start of an operation: its algo=AUTO crossover.
-  std::map<std::pair<uint64_t, uint64_t>, std::map<int, algo::Crossovers>> crossover_;
-  std::map<uint64_t, std::vector<PeerId>>
-      rings_;  // epoch -> its ring, as first announced (one number, one ring)
+  std::map<OpId, std::map<int, algo::Crossovers>> crossover_;
+  // (group, epoch) -> its ring, as first announced (one number, one ring).
+  std::map<std::pair<int, uint64_t>, std::vector<PeerId>> rings_;
+  // (epoch, peer): a peer is in one group, so its epochs are that group's.
   std::set<std::pair<uint64_t, PeerId>> dead_in_epoch_;
   std::set<std::pair<uint64_t, PeerId>> lost_from_;  // (epoch, peer) the coordinator declared lost
-  // Outcomes: (epoch, seq) -> member -> OK?
-  std::map<std::pair<uint64_t, uint64_t>, std::map<int, bool>> outcomes_;
-  int64_t disagree_since_ = -1;
+  // Outcomes: operation -> member -> OK?
+  std::map<OpId, std::map<int, bool>> outcomes_;
+  std::map<int, int64_t> disagree_since_;  // by group
+  testing_sim::WholeNodeCheck whole_;
 };
 
 // A coordinator started at `now_ms` of virtual time numbers its epochs past that clock (in µs), as
@@ -183,18 +212,30 @@ coord::Membership::Options options(int min_peers, int64_t now_ms,
   return o;
 }
 
-int Sim::spawn() {
-  Member m;
-  m.index = static_cast<int>(members_.size());
-  m.id = 0x1000 + static_cast<PeerId>(m.index);
-  m.view = std::make_unique<comm::Member>(
-      m.id, "g", coord::PeerInfo{"m" + std::to_string(m.index), "sim:1", ""});
-  members_.push_back(std::move(m));
-  const int i = static_cast<int>(members_.size()) - 1;
-  trace("spawn m" + std::to_string(i));
-  connect(i);
-  after(kHeartbeatMs, [this, i] { heartbeat(i); });
-  return i;
+int Sim::spawn_node(int64_t spread_ms) {
+  const int n = static_cast<int>(nodes_.size());
+  nodes_.emplace_back();
+  const std::string node = node_keys_ ? "node" + std::to_string(n) : "";
+  for (int g = 0; g < groups_; ++g) {
+    Member m;
+    m.index = static_cast<int>(members_.size());
+    m.node = n;
+    m.group = g;
+    m.id = 0x1000 + static_cast<PeerId>(m.index);
+    m.view = std::make_unique<comm::Member>(
+        m.id, group_name(g),
+        coord::PeerInfo{"m" + std::to_string(m.index), "sim:1", node,
+                        node_keys_ ? static_cast<uint32_t>(groups_) : 0});
+    m.next_attempt = now_ + jitter(0, spread_ms);  // the heartbeat timer connects it then
+    members_.push_back(std::move(m));
+    const int i = static_cast<int>(members_.size()) - 1;
+    nodes_.back().comms.push_back(i);
+    after(members_.back().next_attempt - now_, [this, i] { connect(i); });
+    after(kHeartbeatMs, [this, i] { heartbeat(i); });
+  }
+  trace("spawn node" + std::to_string(n) + " (m" + std::to_string(nodes_.back().comms.front()) +
+        "..)");
+  return n;
 }
 
 void Sim::on_member(int i, std::function<void()> fn) {
@@ -264,9 +305,10 @@ void Sim::deliver_to_member(int i, const ControlMessage &m) {
     if (m.type == MessageType::kEpoch) {
       std::vector<PeerId> ring;
       for (const coord::Member &r : m.ring) ring.push_back(r.id);
-      auto [known, fresh] = rings_.emplace(m.epoch, ring);
+      auto [known, fresh] = rings_.emplace(std::make_pair(mem.group, m.epoch), ring);
       if (!fresh && known->second != ring)
-        return fail("epoch " + std::to_string(m.epoch) + " names two rings");
+        return fail("epoch " + std::to_string(m.epoch) + " of g" + std::to_string(mem.group) +
+                    " names two rings");
     }
     trace("m" + std::to_string(i) + " <- " + std::to_string(static_cast<int>(m.type)) + " e" +
           std::to_string(m.epoch) + " s" + std::to_string(m.seq) + " " + m.text);
@@ -407,16 +449,17 @@ void Sim::worker_start(int i, std::pair<uint64_t, uint64_t> op, OpKind kind) {
   Member &m = members_[static_cast<size_t>(i)];
   if (!m.view->start(op.first, op.second)) return;
   m.running = op;
-  started_[op][i] = kind;
-  epoch_rings_[op] = {};
-  for (const coord::Member &r : m.view->ring()) epoch_rings_[op].push_back(r.id);
-  crossover_[op][i] = m.view->crossovers();
+  const OpId id = op_id(i, op);
+  started_[id][i] = kind;
+  epoch_rings_[id] = {};
+  for (const coord::Member &r : m.view->ring()) epoch_rings_[id].push_back(r.id);
+  crossover_[id][i] = m.view->crossovers();
   // A neighbour that crashed in this epoch: its link is closed, the data phase fails at once.
-  for (PeerId p : epoch_rings_[op]) {
+  for (PeerId p : epoch_rings_[id]) {
     if (dead_in_epoch_.count({op.first, p}) != 0)
       return end_data_phase(i, op, jitter(1, 10), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
   }
-  data_check(op);
+  data_check(id);
 }
 
 void Sim::end_data_phase(int i, std::pair<uint64_t, uint64_t> op, int64_t delay, const Status &st) {
@@ -432,7 +475,7 @@ void Sim::end_data_phase(int i, std::pair<uint64_t, uint64_t> op, int64_t delay,
 
 // The data phase of op completes on every member once all members of its epoch run it, with the
 // same kind, and none is frozen.
-void Sim::data_check(std::pair<uint64_t, uint64_t> op) {
+void Sim::data_check(const OpId &op) {
   const auto &started = started_[op];
   const std::vector<PeerId> &ring = epoch_rings_[op];
   OpKind kind = kNone;
@@ -444,14 +487,17 @@ void Sim::data_check(std::pair<uint64_t, uint64_t> op) {
       return;  // different operations: their messages never match
     kind = it->second;
     const Member &m = members_[static_cast<size_t>(idx)];
-    if (!m.alive || m.running != op) return;
+    if (!m.alive || !m.running || op_id(idx, *m.running) != op) return;
     if (m.frozen) {
       after(50, [this, op] { data_check(op); });
       return;
     }
   }
   started_.erase(op);
-  for (PeerId p : ring) end_data_phase(static_cast<int>(p - 0x1000), op, jitter(1, 20), Status());
+  for (PeerId p : ring) {
+    end_data_phase(static_cast<int>(p - 0x1000), {std::get<1>(op), std::get<2>(op)}, jitter(1, 20),
+                   Status());
+  }
 }
 
 void Sim::crash(int i) {
@@ -467,15 +513,39 @@ void Sim::crash(int i) {
   // Its links close: every member running an operation of an epoch it was in fails it.
   for (const auto &[epoch, ring] : rings_) {
     if (std::find(ring.begin(), ring.end(), m.id) != ring.end())
-      dead_in_epoch_.insert({epoch, m.id});
+      dead_in_epoch_.insert({epoch.second, m.id});
   }
   for (Member &o : members_) {
-    if (!o.alive || !o.running) continue;
+    if (!o.alive || !o.running || o.group != m.group) continue;
     const auto op = *o.running;
-    const auto &ring = epoch_rings_[op];
+    const auto &ring = epoch_rings_[op_id(o.index, op)];
     if (std::find(ring.begin(), ring.end(), m.id) == ring.end()) continue;
     end_data_phase(o.index, op, jitter(1, 30), WCCL_ERROR(WCCL_ERR_IO, "link closed"));
   }
+}
+
+// SIGKILL of every process of the node: all its communicators at once.
+void Sim::kill_node(int n) {
+  trace("kill node" + std::to_string(n));
+  for (int i : nodes_[static_cast<size_t>(n)].comms) crash(i);
+}
+
+void Sim::freeze(int i, int64_t ms) {
+  Member &m = members_[static_cast<size_t>(i)];
+  if (m.frozen || !m.alive) return;
+  m.frozen = true;
+  trace("freeze m" + std::to_string(i) + " for " + std::to_string(ms) + " ms");
+  after(ms, [this, i] {
+    Member &mem = members_[static_cast<size_t>(i)];
+    mem.frozen = false;
+    trace("thaw m" + std::to_string(i));
+    std::vector<std::function<void()>> deferred;
+    deferred.swap(mem.deferred);
+    for (auto &fn : deferred) {
+      if (mem.frozen || !mem.alive) break;
+      fn();
+    }
+  });
 }
 
 // --- the coordinator ---------------------------------------------------------------------------
@@ -492,8 +562,10 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
   if (first != (m.type == MessageType::kJoin || m.type == MessageType::kRejoin))
     return close_conn(c);
   if (first && coord_conn_.count(m.peer) != 0) return close_conn(c);
+  whole_.heard(m.peer);
   bool drop = false;
-  const Status st = coord_->on_message(m, now, &drop);
+  const Status st = coord_->on_message(group_name(members_[static_cast<size_t>(conn.member)].group),
+                                       m, now, &drop);
   if (drop) return close_conn(c);
   if (first) {
     conn.peer = m.peer;
@@ -512,7 +584,9 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
 }
 
 void Sim::coord_deliver() {
-  for (const coord::Notice &n : coord_->take_notices()) {
+  check_whole();
+  for (const coord::Job::Addressed &a : coord_->take_notices()) {
+    const coord::Notice &n = a.notice;
     // Who the coordinator declared lost from which epoch: they are not its survivors.
     if (n.kind == coord::Notice::Kind::kRevoked) lost_from_.insert({n.epoch, n.lost});
     if (n.kind == coord::Notice::Kind::kRemoved) lost_from_.insert({n.epoch, n.to});
@@ -547,7 +621,8 @@ void Sim::close_conn(int c) {
     auto it = coord_conn_.find(conn.peer);
     if (it != coord_conn_.end() && it->second == c) {
       coord_conn_.erase(it);
-      coord_->disconnected(conn.peer, time());
+      coord_->disconnected(group_name(members_[static_cast<size_t>(conn.member)].group), conn.peer,
+                           time());
       coord_deliver();
     }
   }
@@ -562,10 +637,10 @@ void Sim::conn_closed(int i, int c) {
   m.conn = -1;
   m.next_attempt = now_;
   if (!m.joined && m.view->awaited_epoch() == 0) {
-    // wccl_comm_join fails (COORDINATOR_UNREACHABLE): that process ends. (A joiner registered for
-    // a job's epoch waits on, reconnecting as a member does.)
+    // wccl_comm_join fails (COORDINATOR_UNREACHABLE): the node's process ends. (A joiner
+    // registered for a job's epoch waits on, reconnecting as a member does.)
     trace("m" + std::to_string(i) + " join failed: connection closed");
-    m.alive = false;
+    kill_node(m.node);
     return;
   }
   // A call waiting for the coordinator's answer returns COORDINATOR_UNREACHABLE.
@@ -588,6 +663,9 @@ void Sim::conn_closed(int i, int c) {
 void Sim::coord_restart() {
   trace("coordinator restarts");
   coord_up_ = false;
+  std::vector<std::string> groups;
+  for (int g = 0; g < groups_; ++g) groups.push_back(group_name(g));
+  whole_.restarting(*coord_, groups);
   for (size_t c = 0; c < conns_.size(); ++c) {
     if (!conns_[c].open) continue;
     conns_[c].open = false;
@@ -598,7 +676,7 @@ void Sim::coord_restart() {
   }
   coord_conn_.clear();
   after(jitter(0, 500), [this] {
-    coord_ = std::make_unique<coord::Membership>(options(1, now_, straggler_timeout_ms_));
+    coord_ = std::make_unique<coord::Job>(options(1, now_, straggler_timeout_ms_));
     coord_up_ = true;
     trace("coordinator up");
   });
@@ -616,17 +694,17 @@ void Sim::record(int i, std::pair<uint64_t, uint64_t> op, const Status &st) {
   };
   if (!survivor(m)) return;
   if (!st.ok() && st.code() != WCCL_ERR_PEER_LOST) return;
-  auto &seen = outcomes_[op];
+  const OpId id = op_id(i, op);
+  auto &seen = outcomes_[id];
   seen[i] = st.ok();
-  const std::string name =
-      "operation e" + std::to_string(op.first) + " s" + std::to_string(op.second);
+  const std::string name = op_name(id);
   for (const auto &[j, ok] : seen) {
     if (ok != st.ok() && survivor(members_[static_cast<size_t>(j)])) {
       fail(name + " is OK on m" + std::to_string(ok ? j : i) + " and PEER_LOST on m" +
            std::to_string(ok ? i : j));
     }
     // Every member that completed it picked the algorithm with the same crossovers.
-    auto &used = crossover_[op];
+    auto &used = crossover_[id];
     auto text = [](const algo::Crossovers &x) {
       return std::to_string(x.allgather_max_bytes) + "/" + std::to_string(x.tree_max_bytes);
     };
@@ -637,19 +715,39 @@ void Sim::record(int i, std::pair<uint64_t, uint64_t> op, const Status &st) {
   }
 }
 
-// The members of the coordinator's current, sound epoch never wait in different places for long.
 void Sim::check_agreement_in_place() {
-  if (!coord_up_ || coord_->revoked() || coord_->epoch() == 0) {
-    disagree_since_ = -1;
+  for (int g = 0; g < groups_; ++g) check_agreement_in_place(g);
+}
+
+// No group's epoch holds part of a node (nodes with a key: a communicator of its own is whole).
+void Sim::check_whole() {
+  if (!node_keys_ || !coord_up_) return;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    std::vector<std::pair<std::string, PeerId>> comms;
+    for (int i : nodes_[n].comms) {
+      const Member &m = members_[static_cast<size_t>(i)];
+      comms.emplace_back(group_name(m.group), m.id);
+    }
+    const std::string why = whole_.check(*coord_, "node" + std::to_string(n), comms);
+    if (!why.empty()) fail(why);
+  }
+}
+
+// The members of the group's current, sound epoch never wait in different places for long.
+void Sim::check_agreement_in_place(int g) {
+  int64_t &disagree_since = disagree_since_.try_emplace(g, -1).first->second;
+  const coord::Membership *group = coord_up_ ? coord_->group(group_name(g)) : nullptr;
+  if (group == nullptr || group->revoked() || group->epoch() == 0) {
+    disagree_since = -1;
     return;
   }
   constexpr uint64_t kBarrier = ~0ULL;  // a place: the update barrier, or an operation's number
   uint64_t first = 0;
   bool differ = false, any = false;
   std::set<uint64_t> places;
-  for (const coord::Member &r : coord_->ring()) {
+  for (const coord::Member &r : group->ring()) {
     const Member &m = members_[static_cast<size_t>(r.id - 0x1000)];
-    if (!m.alive || m.frozen || m.conn < 0 || !m.joined || m.view->epoch() != coord_->epoch())
+    if (!m.alive || m.frozen || m.conn < 0 || !m.joined || m.view->epoch() != group->epoch())
       continue;
     uint64_t place;
     if (m.app == Member::App::kUpdate || m.app == Member::App::kReform) {
@@ -662,73 +760,72 @@ void Sim::check_agreement_in_place() {
     differ |= any && place != first;
     if (!any) first = place;
     any = true;
-    if (disagree_since_ >= 0) places.insert(place);
+    if (disagree_since >= 0) places.insert(place);
   }
   if (!differ) {
-    disagree_since_ = -1;
-  } else if (disagree_since_ < 0) {
-    disagree_since_ = now_;
-  } else if (now_ - disagree_since_ > kDisagreeBound) {
+    disagree_since = -1;
+  } else if (disagree_since < 0) {
+    disagree_since = now_;
+  } else if (now_ - disagree_since > kDisagreeBound) {
     std::string where;
     for (uint64_t p : places)
       where += p == kBarrier ? " [barrier]" : " [op " + std::to_string(p) + "]";
-    fail("the members of sound epoch " + std::to_string(coord_->epoch()) +
-         " wait in different places for " + std::to_string(now_ - disagree_since_) +
-         " ms:" + where);
+    fail("the members of g" + std::to_string(g) + "'s sound epoch " +
+         std::to_string(group->epoch()) + " wait in different places for " +
+         std::to_string(now_ - disagree_since) + " ms:" + where);
   }
 }
 
 std::string Sim::run() {
-  const int initial = static_cast<int>(jitter(2, 5));
-  coord_ = std::make_unique<coord::Membership>(options(
+  groups_ = static_cast<int>(jitter(1, 3));
+  node_keys_ = groups_ > 1 || jitter(0, 1) == 0;
+  const int initial = static_cast<int>(jitter(2, 4));
+  coord_ = std::make_unique<coord::Job>(options(
       1, now_, straggler_timeout_ms_));  // a group that dies out forms again from any joiner
-  for (int k = 0; k < initial; ++k) spawn();
+  trace(std::to_string(groups_) + " groups" + (node_keys_ ? "" : ", no node keys"));
+  for (int k = 0; k < initial; ++k) spawn_node(300);
   coord_tick();
   // The fault schedule.
   for (int64_t t = jitter(200, 2000); t < kFaultsMs; t += jitter(200, 2000)) {
     events_.push(
         {t, order_++, [this] {
-           std::vector<int> live;
-           for (const Member &m : members_) {
-             if (m.alive) live.push_back(m.index);
+           std::vector<int> live;  // nodes
+           for (size_t n = 0; n < nodes_.size(); ++n) {
+             if (members_[static_cast<size_t>(nodes_[n].comms.front())].alive)
+               live.push_back(static_cast<int>(n));
            }
            const int roll = static_cast<int>(jitter(0, 99));
            const int victim =
                live.empty()
                    ? -1
                    : live[static_cast<size_t>(jitter(0, static_cast<int64_t>(live.size()) - 1))];
+           if (victim < 0) {
+             if (roll >= 62) spawn_node(500);
+             return;
+           }
+           const std::vector<int> &comms = nodes_[static_cast<size_t>(victim)].comms;
+           const int rank =
+               comms[static_cast<size_t>(jitter(0, static_cast<int64_t>(comms.size()) - 1))];
            if (roll < 25) {
-             if (live.size() > 2) crash(victim);
+             if (live.size() > 2) kill_node(victim);
            } else if (roll < 45) {
-             Member &m = members_[static_cast<size_t>(victim)];
-             if (!m.frozen) {
-               m.frozen = true;
-               const int64_t d = jitter(0, 1) != 0
-                                     ? jitter(100, kPeerTimeoutMs / 2)
-                                     : jitter(kPeerTimeoutMs + 200, 3 * kPeerTimeoutMs);
-               trace("freeze m" + std::to_string(victim) + " for " + std::to_string(d) + " ms");
-               after(d, [this, victim] {
-                 Member &mem = members_[static_cast<size_t>(victim)];
-                 mem.frozen = false;
-                 trace("thaw m" + std::to_string(victim));
-                 std::vector<std::function<void()>> deferred;
-                 deferred.swap(mem.deferred);
-                 for (auto &fn : deferred) {
-                   if (mem.frozen || !mem.alive) break;
-                   fn();
-                 }
-               });
+             const int64_t d = jitter(0, 1) != 0 ? jitter(100, kPeerTimeoutMs / 2)
+                                                 : jitter(kPeerTimeoutMs + 200, 3 * kPeerTimeoutMs);
+             if (jitter(0, 1) == 0) {
+               freeze(rank, d);  // one rank's process
+             } else {
+               for (int i : comms) freeze(i, d);  // the whole node
              }
            } else if (roll < 55) {
-             const int c = members_[static_cast<size_t>(victim)].conn;
+             const int c = members_[static_cast<size_t>(rank)].conn;
              if (c >= 0) {
-               trace("connection of m" + std::to_string(victim) + " lost");
+               trace("connection of m" + std::to_string(rank) + " lost");
                close_conn(c);
              }
            } else if (roll < 62) {
              if (coord_up_) coord_restart();
-           } else if (static_cast<int>(live.size()) < kMaxMembers) {
-             spawn();
+           } else if (static_cast<int>(live.size()) < kMaxNodes) {
+             spawn_node(500);
            }
          }});
   }

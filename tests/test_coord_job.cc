@@ -363,6 +363,104 @@ TEST_F(JobTest, AGroupRebuiltAfterARestartLosesTheNodesLostMeanwhile) {
   EXPECT_TRUE(g0.revoked());
 }
 
+// The coordinator admits node 3 into both groups at once and goes; group 0's members heard, group
+// 1's did not. The restarted one adopts each group's epoch from its members: node 3 would be in
+// group 0 and wait to join group 1, for ever (found by test_coord_control_sim, seed 180).
+TEST_F(JobTest, ANodeAdmittedWhereOnlySomeGroupsHeardIsLostAndAdmittedWholeAgain) {
+  form(2);
+  ASSERT_TRUE(join(3, 0).ok());
+  ASSERT_TRUE(join(3, 1).ok());
+  const ControlMessage g1_before[] = {rejoin_message(1, 1), rejoin_message(2, 1)};
+  const uint64_t e1_before = job_.group("g1")->epoch();
+  for (int g = 0; g < 2; ++g) {
+    ASSERT_TRUE(update(1, g).ok());
+    ASSERT_TRUE(update(2, g).ok());
+  }
+  ASSERT_EQ(ring_nodes(0), (std::vector<int>{1, 2, 3}));
+  ASSERT_EQ(ring_nodes(1), (std::vector<int>{1, 2, 3}));
+
+  Job restarted(options());
+  auto rejoin = [&](ControlMessage m) {
+    bool drop = false;
+    return restarted.on_message(m.group, m, t_, &drop);
+  };
+  ControlMessage joiner = rejoin_message(3, 1);  // it never heard its EPOCH of group 1
+  joiner.epoch = e1_before;
+  joiner.ring.clear();
+  ASSERT_TRUE(rejoin(rejoin_message(1, 0)).ok());
+  ASSERT_TRUE(rejoin(rejoin_message(2, 0)).ok());
+  ASSERT_TRUE(rejoin(rejoin_message(3, 0)).ok());
+  const Membership &g0 = *restarted.group("g0");
+  EXPECT_TRUE(g0.is_member(id_of(3, 0))) << "group 0's epoch names node 3";
+  ASSERT_TRUE(rejoin(g1_before[0]).ok());
+  ASSERT_TRUE(rejoin(g1_before[1]).ok());
+  ASSERT_TRUE(rejoin(joiner).ok());
+  const Membership &g1 = *restarted.group("g1");
+  EXPECT_EQ(g1.epoch(), e1_before);
+  EXPECT_FALSE(g0.is_member(id_of(3, 0))) << "node 3 half in: a member of group 0 only";
+  EXPECT_TRUE(g0.revoked());
+  EXPECT_FALSE(g1.is_member(id_of(3, 1)));
+
+  // Node 3's communicators come back as joiners (the UPDATE a removed peer repeats) and enter
+  // both groups at once.
+  for (int g = 0; g < 2; ++g) {
+    ControlMessage u;
+    u.type = MessageType::kUpdate;
+    u.peer = id_of(3, g);
+    u.count = 1;
+    bool drop = false;
+    ASSERT_TRUE(restarted.on_message(group_name(g), u, t_, &drop).ok());
+  }
+  for (int g = 0; g < 2; ++g) {
+    const Membership &group = *restarted.group(group_name(g));
+    for (int node = 1; node <= 2; ++node) {
+      ControlMessage m;
+      m.type = MessageType::kUpdate;
+      m.peer = id_of(node, g);
+      m.epoch = group.epoch();
+      m.seq = group.committed();
+      m.count = 1;
+      bool drop = false;
+      ASSERT_TRUE(restarted.on_message(group_name(g), m, t_, &drop).ok());
+    }
+  }
+  t_ += 300ms;
+  restarted.tick(t_);
+  EXPECT_TRUE(g0.is_member(id_of(3, 0)));
+  EXPECT_TRUE(g1.is_member(id_of(3, 1)));
+}
+
+// Node 2 joins a restarted coordinator before the job's members are back, and forms both groups'
+// first epochs; then group 0's member returns and its epoch supersedes the one formed here, which
+// removes node 2 from group 0: it is out of group 1 too (found by test_coord_control_sim, seed
+// 2570).
+TEST_F(JobTest, ANodeThatAnAdoptedEpochSupersedesInOneGroupIsOutOfEvery) {
+  form(1);
+  const ControlMessage back = rejoin_message(1, 0);
+  Membership::Options o = options();
+  o.epoch_base = 1000;  // numbered past the job's, as the wall clock numbers a restarted one's
+  Job restarted(o);
+  for (int g = 0; g < 2; ++g) {
+    ControlMessage m;
+    m.type = MessageType::kJoin;
+    m.peer = id_of(2, g);
+    m.group = group_name(g);
+    m.info = {"node2-rank" + std::to_string(g), "10.0.0.2:7000", "node2", 2};
+    bool drop = false;
+    ASSERT_TRUE(restarted.on_message(m.group, m, t_, &drop).ok());
+  }
+  t_ += 300ms;
+  restarted.tick(t_);
+  const Membership &g0 = *restarted.group("g0");
+  const Membership &g1 = *restarted.group("g1");
+  ASSERT_TRUE(g0.is_member(id_of(2, 0)) && g1.is_member(id_of(2, 1)));
+  bool drop = false;
+  ASSERT_TRUE(restarted.on_message("g0", back, t_, &drop).ok());
+  EXPECT_EQ(g0.epoch(), back.epoch) << "the job's epoch supersedes the one formed from joiners";
+  EXPECT_FALSE(g0.is_member(id_of(2, 0)));
+  EXPECT_FALSE(g1.is_member(id_of(2, 1))) << "node 2 half in: a member of group 1 only";
+}
+
 TEST_F(JobTest, NodesThatDeclareNoGroupCountKeepEachGroupsOwnAdmission) {
   ASSERT_TRUE(join(1, 0, 0).ok());
   advance(300ms);

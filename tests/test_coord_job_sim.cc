@@ -36,6 +36,7 @@
 #include "coord/job.h"
 #include "coord/messages.h"
 #include "sim_clock.h"
+#include "sim_nodes.h"
 
 namespace wccl::comm {
 namespace {
@@ -123,8 +124,7 @@ class Sim : testing_sim::SimClock {
   std::unique_ptr<coord::Job> job_;
   bool coord_up_ = true;
   int restarts_ = 0;
-  // Per group: the highest epoch number the coordinators before the last restart held.
-  std::map<int, uint64_t> old_epochs_;
+  testing_sim::WholeNodeCheck whole_;
   std::string log_, failure_;
   std::vector<Comm> comms_;
   std::vector<Node> nodes_;
@@ -260,10 +260,9 @@ void Sim::restart_coordinator() {
   coord_up_ = false;
   ++restarts_;
   trace("coordinator restarts");
-  for (int g = 0; g < groups_; ++g) {
-    const coord::Membership *m = job_->group("g" + std::to_string(g));
-    if (m != nullptr) old_epochs_[g] = std::max(old_epochs_[g], m->epoch());
-  }
+  std::vector<std::string> groups;
+  for (int g = 0; g < groups_; ++g) groups.push_back("g" + std::to_string(g));
+  whole_.restarting(*job_, groups);
   for (size_t i = 0; i < comms_.size(); ++i) {
     Comm &cm = comms_[i];
     if (!cm.connected) continue;
@@ -283,6 +282,7 @@ void Sim::restart_coordinator() {
 
 void Sim::coord_receive(int c, const ControlMessage &m) {
   Comm &cm = comms_[static_cast<size_t>(c)];
+  whole_.heard(m.peer);
   bool drop = false;
   const Status st = job_->on_message("g" + std::to_string(cm.group), m, time(), &drop);
   if (!st.ok()) {
@@ -313,39 +313,13 @@ void Sim::coord_deliver() {
 void Sim::check_whole() {
   if (!coord_up_) return;
   for (size_t n = 0; n < nodes_.size(); ++n) {
-    // Per group that exists (and, after a restart, holds an epoch): whether the node is a member,
-    // and whether this coordinator formed the group's epoch (not one adopted from before a
-    // restart).
-    int in = 0, out = 0, formed_in = 0, formed_out = 0;
+    std::vector<std::pair<std::string, PeerId>> comms;
     for (int c : nodes_[n].comms) {
       const Comm &cm = comms_[static_cast<size_t>(c)];
-      const coord::Membership *g = job_->group("g" + std::to_string(cm.group));
-      // (After a restart, a group without an epoch yet waits for its members to come back.)
-      if (g == nullptr || (restarts_ != 0 && g->epoch() == 0)) continue;
-      const bool member = g->is_member(cm.id);
-      const auto old = old_epochs_.find(cm.group);
-      const bool formed = old == old_epochs_.end() || g->epoch() > old->second;
-      (member ? in : out) += 1;
-      if (formed) (member ? formed_in : formed_out) += 1;
+      comms.emplace_back("g" + std::to_string(cm.group), cm.id);
     }
-    // No group holds part of a node; after a restart, an epoch this coordinator formed agrees
-    // with every other group about the node.
-    const bool whole = restarts_ == 0
-                           ? in == 0 || in == groups_
-                           : (formed_in == 0 || out == 0) && (formed_out == 0 || in == 0);
-    if (!whole) {
-      std::string groups;
-      for (int g = 0; g < groups_; ++g) {
-        const coord::Membership *m = job_->group("g" + std::to_string(g));
-        if (m == nullptr) continue;
-        groups += " g" + std::to_string(g) + ": e" + std::to_string(m->epoch()) + " {";
-        for (const coord::Member &r : m->ring()) groups += " " + r.info.name;
-        groups += " }";
-      }
-      fail("node" + std::to_string(n) + " is a member of " + std::to_string(in) + " of its " +
-           std::to_string(groups_) + " groups (" + std::to_string(formed_in + formed_out) +
-           " epochs formed since the last restart);" + groups);
-    }
+    const std::string why = whole_.check(*job_, "node" + std::to_string(n), comms);
+    if (!why.empty()) fail(why);
   }
 }
 

@@ -462,6 +462,41 @@ TEST_F(MembershipTest, AnEpochFormedFromJoinersBeforeTheJobCameBackGivesWayToThe
   EXPECT_EQ(of_kind(settled.take_notices(), Kind::kRemoved).back().to, A) << "A joins again";
 }
 
+// The job's epoch 7 (A, D) lost D before the coordinator restarted; D comes back first, as the
+// joiner it is, into the fresh coordinator's epoch of a new peer E (1002). Then A returns with
+// epoch 7, whose ring still names D: 7 supersedes 1002, but D, a member of 1002, would never move
+// back to 7 (a member's epochs only move forward) and waited there for a decision that never came
+// (found by test_coord_control_sim, seed 3494).
+TEST_F(MembershipTest, AMemberOfASupersededEpochThatTheJobsRingNamesJoinsAgain) {
+  Membership::Options o = options();
+  o.epoch_base = 1000;
+  Membership m(o);
+  ASSERT_TRUE(m.join(E, info(E), t).ok());  // a new peer: epoch 1001 of E
+  t += 250ms;
+  m.tick(t);
+  ASSERT_EQ(m.epoch(), 1001u);
+  ASSERT_TRUE(m.rejoin(D, info(D), 7, {}, 0, t).ok());  // declared lost from 7: a joiner
+  ASSERT_TRUE(m.update(E, 1001, m.committed(), t).ok());
+  ASSERT_EQ(m.epoch(), 1002u);
+  ASSERT_TRUE(m.is_member(D));
+  (void)m.take_notices();
+  t += 100ms;
+  ASSERT_TRUE(m.rejoin(A, info(A), 7, {{A, info(A)}, {D, info(D)}}, 3, t).ok());
+  EXPECT_EQ(m.epoch(), 7u);
+  const std::vector<Notice> n = m.take_notices();
+  std::set<PeerId> removed;
+  for (const Notice &r : of_kind(n, Kind::kRemoved)) removed.insert(r.to);
+  EXPECT_EQ(removed, (std::set<PeerId>{D, E})) << "D hears that 1002 is over, as E does";
+  for (const Notice &e : of_kind(n, Kind::kEpoch)) EXPECT_NE(e.to, D);
+  EXPECT_FALSE(m.is_member(D));
+  EXPECT_EQ(m.joiners(), 1u) << "D waits as a joiner";
+  EXPECT_TRUE(m.revoked()) << "epoch 7 names a member no longer in it";
+  ASSERT_TRUE(m.update(D, 1002, 0, t).ok()) << "D's update (after REMOVED) refreshes it";
+  ASSERT_TRUE(m.update(A, 7, m.committed(), t).ok());
+  EXPECT_GT(m.epoch(), 1002u);
+  EXPECT_TRUE(m.is_member(A) && m.is_member(D)) << "the next update admits D";
+}
+
 TEST_F(MembershipTest, ALostPeersReformIsRefusedAndItsUpdateRejoins) {
   Membership m(options());
   form(m, {A, B, C});

@@ -1,6 +1,7 @@
 #include "coord/job.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "core/status.h"
 
@@ -139,6 +140,16 @@ void Job::settle(Clock::time_point now) {
   entering_.clear();
   for (bool more = true; more;) {
     more = false;
+    // A node half in since the restart (its admission reached one group's members before the old
+    // coordinator went, not another's): out of every group, to be admitted whole again.
+    for (const std::string &node : half_in_nodes()) {
+      lose_node(node, "",
+                format("node %s is a member of one group's epoch and waits to join another: the "
+                       "coordinator that admitted it went before every group heard; a node "
+                       "enters whole",
+                       node.c_str()));
+      more = true;
+    }
     // A node's communicators are lost together: a loss in one group is one in the node's other
     // groups too (whose own losses, taken in turn, find this group's peers of the node gone).
     for (auto &[name, g] : groups_) {
@@ -191,6 +202,24 @@ void Job::settle(Clock::time_point now) {
     }
     it = back ? lost_nodes_.erase(it) : std::next(it);
   }
+}
+
+std::set<std::string> Job::half_in_nodes() const {
+  std::set<std::string> out;
+  if (!adopted_) return out;  // only an adopted epoch can hold part of a node
+  std::set<std::string> members, joiners;
+  for (const auto &[name, g] : groups_) {
+    for (const auto &[id, info] : g->live_peers()) {
+      if (info.node.empty()) continue;
+      if (g->is_member(id)) members.insert(info.node);
+      // (A joiner of a group with no epoch yet may still be named by the epoch its members will
+      // report.)
+      if (g->is_joiner(id) && g->epoch() != 0) joiners.insert(info.node);
+    }
+  }
+  std::set_intersection(members.begin(), members.end(), joiners.begin(), joiners.end(),
+                        std::inserter(out, out.end()));
+  return out;
 }
 
 std::set<std::string> Job::changing_nodes(const Membership &group) const {

@@ -21,7 +21,9 @@
 //   epoch reported is adopted, so numbering continues and members keep their epoch. A joiner
 //   hears the epoch it waits to enter when it registers (kPending) and names it when it rejoins.
 //   A peer the adopted ring names that reports no ring is a member if it names an older epoch
-//   (admitted, its EPOCH lost), else a joiner declared lost from it: the epoch is revoked.
+//   (admitted, its EPOCH lost), else a joiner declared lost from it: the epoch is revoked. So is a
+//   member of the epoch it supersedes (one formed here from joiners) that the adopted ring names:
+//   removed from both, a joiner (its epochs only move forward).
 // - Operations are numbered 1, 2, ... within each epoch (a confirmed epoch continues its
 //   numbering), in the order every member
 //   calls them. A member reports done(seq) when its data phase completed; once every member has,
@@ -227,14 +229,15 @@ class Membership {
   // `ring` and `epoch` is not one this coordinator formed, that epoch is adopted when it is newer
   // than the current one, or when the current one was formed from joiners alone less than
   // peer_timeout ago by a coordinator that had heard of no epoch: its members are told, and peers
-  // outside it are removed (they join again). A peer whose epoch is not the
-  // current one is removed and re-registered as a joiner; one that reports an epoch and no ring (a
-  // joiner naming the epoch it waited to enter, a peer declared lost) is registered as a joiner,
-  // and if this coordinator has not adopted that epoch, joiners do not form one of their own for
-  // peer_timeout (the job's members may be on their way back with it). INVALID_ARGUMENT for a ring
-  // with duplicate ids or an epoch of 2^63 or more. `committed` is the last operation of `epoch`
-  // the peer saw committed, `crossovers` those it holds for it (adopted with the epoch,
-  // so its members keep picking alike).
+  // outside it are removed (they join again), as are the members of the superseded epoch that
+  // `ring` names (they wait as joiners, and the adopted epoch is revoked). A peer whose epoch is
+  // not the current one is removed and re-registered as a joiner; one that reports an epoch and no
+  // ring (a joiner naming the epoch it waited to enter, a peer declared lost) is registered as a
+  // joiner, and if this coordinator has not adopted that epoch, joiners do not form one of their
+  // own for peer_timeout (the job's members may be on their way back with it). INVALID_ARGUMENT for
+  // a ring with duplicate ids or an epoch of 2^63 or more. `committed` is the last operation of
+  // `epoch` the peer saw committed, `crossovers` those it holds for it (adopted with the epoch, so
+  // its members keep picking alike).
   Status rejoin(PeerId id, const PeerInfo &info, uint64_t epoch, const std::vector<Member> &ring,
                 uint64_t committed, Clock::time_point now, algo::Crossovers crossovers = {});
   // A member's data phase of operation seq of `epoch` completed. Reports for another epoch or a

@@ -69,6 +69,11 @@ Status Membership::rejoin(PeerId id, const PeerInfo &info, uint64_t epoch,
 void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
                        const std::vector<Member> &ring, uint64_t committed, Clock::time_point now,
                        algo::Crossovers crossovers) {
+  // The members of an epoch formed here that this one supersedes hold a number past the job's.
+  std::set<PeerId> superseded;
+  if (epoch_ != 0 && formed_here(epoch_)) {
+    for (const Member &m : ring_) superseded.insert(m.id);
+  }
   gives_way_until_ = Clock::time_point();
   epoch_ = epoch;
   origin_ = EpochOrigin::kContinues;  // its members keep the origin they were told
@@ -85,14 +90,30 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
     if (rank_in(ring, known) < 0 && !is_joiner(known)) outside.push_back(known);
   }
   for (PeerId o : outside) {
-    remember_lost(o, live_[o].info);
+    const PeerInfo gone = live_[o].info;
+    remember_lost(o, gone);
     forget(o);
     notify(Notice::Kind::kRemoved, o).reason =
         "its epoch was superseded by the job's; update to join again";
+    // Out of this group, its node is out of every group (Job): a member of an epoch this
+    // coordinator formed in another group would be half in.
+    if (!gone.node.empty()) lost_now_.push_back(gone);
   }
   std::vector<PeerId> lost_here;  // declared lost from this epoch: they stay joiners
   for (const Member &m : ring_) {
     forget_lost(m.id);
+    if (superseded.count(m.id) != 0 && m.id != id && live_.count(m.id) != 0) {
+      // Named by the job's ring, yet a member of the epoch formed here: it came back as a peer
+      // declared lost from the job's epoch (which joined the epoch formed here), and a member's
+      // epochs only move forward. Out of both: it waits as a joiner, and the job's epoch, which
+      // names a member no longer in it, is revoked.
+      joiners_.push_back({m.id, live_[m.id].info});
+      lost_here.push_back(m.id);
+      notify(Notice::Kind::kRemoved, m.id).reason =
+          "its epoch was superseded by the job's, which it was declared lost from; update to "
+          "join again";
+      continue;
+    }
     auto j = std::find_if(joiners_.begin(), joiners_.end(),
                           [&](const Member &x) { return x.id == m.id; });
     if (j != joiners_.end()) {
