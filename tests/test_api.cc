@@ -531,6 +531,231 @@ TEST_F(CollectiveApi, OnePeerCollectivesComplete) {
   wccl_request_free(req);
 }
 
+// The collective `coll` on this one member, over two zero elements of dtype, with opts; *fn is set
+// to the function's name (which begins its errors' messages).
+wccl_result_t run_collective(wccl_comm_t *comm, int coll, wccl_dtype_t dtype, wccl_redop_t op,
+                             const wccl_opts_t *opts, const char **fn) {
+  alignas(8) uint8_t in[16] = {}, out[16] = {};
+  switch (coll) {
+    case WCCL_COLL_ALLREDUCE:
+      *fn = "wccl_allreduce";
+      return wccl_allreduce(in, out, 2, dtype, op, comm, opts);
+    case WCCL_COLL_BROADCAST:
+      *fn = "wccl_broadcast";
+      return wccl_broadcast(in, in, 2, dtype, 0, comm, opts);
+    case WCCL_COLL_ALLGATHER:
+      *fn = "wccl_allgather";
+      return wccl_allgather(in, out, 2, dtype, comm, opts);
+    case WCCL_COLL_REDUCE_SCATTER:
+      *fn = "wccl_reduce_scatter";
+      return wccl_reduce_scatter(in, out, 2, dtype, op, comm, opts);
+    default:
+      *fn = "wccl_barrier";
+      return wccl_barrier(comm, opts);
+  }
+}
+
+// wccl_last_error() with the function that begins it renamed: what another call would say.
+std::string last_error_as(const char *fn, const char *as) {
+  std::string e = wccl_last_error();
+  const size_t at = e.find(fn);
+  return at == std::string::npos ? e : e.replace(at, std::strlen(fn), as);
+}
+
+// Options that every rule of the wire and the fields meets one way or the other: each wire by each
+// algorithm, TOPK's keep, a keep on another wire, the pacing floor, fields out of range.
+std::vector<wccl_opts_t> opts_cases() {
+  std::vector<wccl_opts_t> all;
+  auto add = [&all](auto change) {
+    wccl_opts_t o = wccl_opts_default();
+    change(o);
+    all.push_back(o);
+  };
+  for (int32_t wire = WCCL_WIRE_NATIVE; wire <= WCCL_WIRE_TOPK; ++wire) {
+    for (int32_t algo = WCCL_ALGO_AUTO; algo <= WCCL_ALGO_ALLGATHER; ++algo) {
+      add([=](wccl_opts_t &o) {
+        o.wire = wire;
+        o.algo = algo;
+      });
+    }
+  }
+  for (int32_t algo : {WCCL_ALGO_AUTO, WCCL_ALGO_RING}) {
+    add([=](wccl_opts_t &o) {
+      o.wire = WCCL_WIRE_TOPK;
+      o.topk_keep = 3;
+      o.algo = algo;
+    });
+  }
+  add([](wccl_opts_t &o) {
+    o.wire = WCCL_WIRE_TOPK;
+    o.topk_keep = 65;
+  });
+  add([](wccl_opts_t &o) {
+    o.wire = WCCL_WIRE_INT8;
+    o.topk_keep = 3;
+  });
+  add([](wccl_opts_t &o) { o.wire = WCCL_WIRE_TOPK + 1; });
+  for (int64_t rate : {int64_t{-1}, int64_t{WCCL_MIN_LINK_RATE - 1}, int64_t{WCCL_MIN_LINK_RATE}}) {
+    add([=](wccl_opts_t &o) {
+      o.wire = WCCL_WIRE_INT8;
+      o.max_link_rate = rate;
+    });
+  }
+  add([](wccl_opts_t &o) { o.algo = WCCL_ALGO_ALLGATHER + 1; });
+  add([](wccl_opts_t &o) { o.compress = WCCL_COMPRESS_ZSTD; });  // UNSUPPORTED without zstd
+  add([](wccl_opts_t &o) { o.compress = WCCL_COMPRESS_AUTO + 1; });
+  add([](wccl_opts_t &o) { o.timeout_ms = -1; });
+  add([](wccl_opts_t &o) { o.size = 8; });
+  return all;
+}
+
+const wccl_dtype_t kDtypes[] = {WCCL_F32, WCCL_F64, WCCL_F16, WCCL_BF16,
+                                WCCL_I8,  WCCL_U8,  WCCL_I32, WCCL_I64};
+const wccl_redop_t kOps[] = {WCCL_SUM, WCCL_AVG, WCCL_MIN, WCCL_MAX, WCCL_PROD};
+
+bool reduces(int coll) { return coll == WCCL_COLL_ALLREDUCE || coll == WCCL_COLL_REDUCE_SCATTER; }
+
+std::string describe(int coll, int dtype, int op, const wccl_opts_t &o) {
+  return "coll " + std::to_string(coll) + " dtype " + std::to_string(dtype) + " op " +
+         std::to_string(op) + " wire " + std::to_string(o.wire) + " keep " +
+         std::to_string(o.topk_keep) + " algo " + std::to_string(o.algo) + " rate " +
+         std::to_string(o.max_link_rate) + " compress " + std::to_string(o.compress);
+}
+
+// wccl_opts_check answers, with the same words, what the collective itself returns for the
+// options, for every collective, dtype, op and the cases above: one rule, asked or applied.
+TEST_F(CollectiveApi, OptsCheckIsWhatTheCollectiveReturns) {
+  int refused = 0;
+  for (int coll = WCCL_COLL_ALLREDUCE; coll <= WCCL_COLL_BARRIER; ++coll) {
+    for (wccl_dtype_t dtype : kDtypes) {
+      for (wccl_redop_t op : kOps) {
+        if (!reduces(coll) && op != WCCL_SUM) continue;
+        for (const wccl_opts_t &o : opts_cases()) {
+          SCOPED_TRACE(describe(coll, dtype, op, o));
+          const char *fn = nullptr;
+          const wccl_result_t ran = run_collective(comm_, coll, dtype, op, &o, &fn);
+          const std::string ran_error = last_error_as(fn, "wccl_opts_check");
+          const wccl_result_t checked =
+              wccl_opts_check(static_cast<wccl_collective_t>(coll), dtype, op, &o);
+          ASSERT_EQ(checked, ran) << ran_error;
+          if (ran != WCCL_OK) {
+            EXPECT_EQ(std::string(wccl_last_error()), ran_error);
+            ++refused;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(refused, 0);
+  auto expect = [](wccl_result_t got, const char *words) {
+    EXPECT_EQ(got, WCCL_ERR_INVALID_ARGUMENT) << wccl_last_error();
+    EXPECT_NE(std::string(wccl_last_error()).find(words), std::string::npos) << wccl_last_error();
+  };
+  wccl_opts_t o = wccl_opts_default();
+  o.wire = WCCL_WIRE_INT8;
+  expect(wccl_opts_check(WCCL_COLL_ALLREDUCE, WCCL_I32, WCCL_SUM, &o),
+         "the int8 wire carries f32, f16 and bf16 elements, not i32");
+  EXPECT_EQ(wccl_opts_check(WCCL_COLL_ALLREDUCE, WCCL_F16, WCCL_MAX, &o), WCCL_OK)
+      << "a wire asked for carries MIN, MAX and PROD, within its bound";
+  EXPECT_EQ(wccl_opts_check(WCCL_COLL_BARRIER, WCCL_I32, WCCL_SUM, &o), WCCL_OK)
+      << "a barrier ignores the wire";
+  o.max_link_rate = 1000;
+  expect(wccl_opts_check(WCCL_COLL_BARRIER, WCCL_F32, WCCL_SUM, &o),
+         "wccl_opts_check: opts->max_link_rate is 1000; 0 (unpaced) or at least 125000");
+  o = wccl_opts_default();
+  o.wire = WCCL_WIRE_TOPK;
+  expect(wccl_opts_check(WCCL_COLL_REDUCE_SCATTER, WCCL_F32, WCCL_SUM, &o),
+         "the topk wire is never re-encoded");
+  o.algo = WCCL_ALGO_TREE;
+  expect(wccl_opts_check(WCCL_COLL_ALLREDUCE, WCCL_F32, WCCL_SUM, &o), "not tree");
+  EXPECT_EQ(wccl_opts_check(WCCL_COLL_BROADCAST, WCCL_F32, WCCL_SUM, &o), WCCL_OK);
+  EXPECT_EQ(wccl_opts_check(WCCL_COLL_ALLREDUCE, WCCL_F32, WCCL_SUM, nullptr), WCCL_OK);
+  expect(wccl_opts_check(static_cast<wccl_collective_t>(9), WCCL_F32, WCCL_SUM, nullptr),
+         "coll 9 is not a wccl_collective_t");
+  expect(wccl_opts_check(WCCL_COLL_ALLREDUCE, static_cast<wccl_dtype_t>(99), WCCL_SUM, nullptr),
+         "dtype 99");
+  expect(wccl_opts_check(WCCL_COLL_ALLREDUCE, WCCL_F32, static_cast<wccl_redop_t>(-1), nullptr),
+         "op -1");
+  EXPECT_EQ(wccl_opts_check(WCCL_COLL_BROADCAST, WCCL_F32, static_cast<wccl_redop_t>(-1), nullptr),
+            WCCL_OK)
+      << "a broadcast takes no op";
+  EXPECT_EQ(wccl_min_link_rate(), WCCL_MIN_LINK_RATE);
+  EXPECT_EQ(wccl_topk_default_keep(), WCCL_TOPK_DEFAULT_KEEP);
+}
+
+// wccl_opts_for gives an operation a group's wire on the SUM and AVG reductions the wire carries,
+// NATIVE elsewhere, and then the options the collective takes, or the collective's error for
+// them; a group's options that no operation could take are refused for every one.
+TEST(OptsFor, IsTheGroupsWireWhereItAppliesElseNative) {
+  for (int coll = WCCL_COLL_ALLREDUCE; coll <= WCCL_COLL_BARRIER; ++coll) {
+    for (wccl_dtype_t dtype : kDtypes) {
+      for (wccl_redop_t op : kOps) {
+        for (const wccl_opts_t &group : opts_cases()) {
+          SCOPED_TRACE(describe(coll, dtype, op, group));
+          wccl_opts_t native = group, any_algo = group, out;
+          native.wire = WCCL_WIRE_NATIVE;
+          native.topk_keep = 0;
+          any_algo.algo = WCCL_ALGO_AUTO;
+          const auto c = static_cast<wccl_collective_t>(coll);
+          const bool applies = reduces(coll) && (op == WCCL_SUM || op == WCCL_AVG) &&
+                               wccl_opts_check(c, dtype, op, &any_algo) == WCCL_OK;
+          const wccl_result_t alone = wccl_opts_check(WCCL_COLL_BARRIER, dtype, op, &group);
+          const std::string alone_error = last_error_as("wccl_opts_check", "wccl_opts_for");
+          const wccl_opts_t want = applies ? group : native;
+          const wccl_result_t want_result =
+              alone != WCCL_OK ? alone : wccl_opts_check(c, dtype, op, &want);
+          const std::string want_error =
+              alone != WCCL_OK ? alone_error : last_error_as("wccl_opts_check", "wccl_opts_for");
+          std::memset(&out, 0xab, sizeof(out));
+          const wccl_opts_t before = out;
+          ASSERT_EQ(wccl_opts_for(c, dtype, op, &group, &out), want_result) << wccl_last_error();
+          if (want_result == WCCL_OK) {
+            EXPECT_EQ(std::memcmp(&out, &want, sizeof(out)), 0);
+          } else {
+            EXPECT_EQ(std::string(wccl_last_error()), want_error);
+            EXPECT_EQ(std::memcmp(&out, &before, sizeof(out)), 0) << "an error writes nothing";
+          }
+        }
+      }
+    }
+  }
+  wccl_opts_t group = wccl_opts_default(), out;
+  group.wire = WCCL_WIRE_INT8;
+  ASSERT_EQ(wccl_opts_for(WCCL_COLL_ALLREDUCE, WCCL_BF16, WCCL_AVG, &group, &out), WCCL_OK);
+  EXPECT_EQ(out.wire, WCCL_WIRE_INT8);
+  for (wccl_redop_t op : {WCCL_MIN, WCCL_MAX, WCCL_PROD}) {
+    ASSERT_EQ(wccl_opts_for(WCCL_COLL_ALLREDUCE, WCCL_F32, op, &group, &out), WCCL_OK);
+    EXPECT_EQ(out.wire, WCCL_WIRE_NATIVE) << "a group's wire is for SUM and AVG, op " << op;
+  }
+  ASSERT_EQ(wccl_opts_for(WCCL_COLL_BROADCAST, WCCL_F32, WCCL_SUM, &group, &out), WCCL_OK);
+  EXPECT_EQ(out.wire, WCCL_WIRE_NATIVE);
+  ASSERT_EQ(wccl_opts_for(WCCL_COLL_ALLREDUCE, WCCL_I64, WCCL_SUM, &group, &out), WCCL_OK);
+  EXPECT_EQ(out.wire, WCCL_WIRE_NATIVE);
+  group.wire = WCCL_WIRE_TOPK;
+  group.topk_keep = 3;
+  ASSERT_EQ(wccl_opts_for(WCCL_COLL_REDUCE_SCATTER, WCCL_F32, WCCL_SUM, &group, &out), WCCL_OK);
+  EXPECT_EQ(out.wire, WCCL_WIRE_NATIVE);
+  EXPECT_EQ(out.topk_keep, 0) << "the keep goes with the wire";
+  group.algo = WCCL_ALGO_RING;
+  EXPECT_EQ(wccl_opts_for(WCCL_COLL_ALLREDUCE, WCCL_F32, WCCL_SUM, &group, &out),
+            WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("the topk wire is never re-encoded"),
+            std::string::npos)
+      << wccl_last_error();
+  group = wccl_opts_default();
+  group.topk_keep = 3;
+  EXPECT_EQ(wccl_opts_for(WCCL_COLL_BARRIER, WCCL_F32, WCCL_SUM, &group, &out),
+            WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("wccl_opts_for: opts->topk_keep is 3"),
+            std::string::npos)
+      << wccl_last_error();
+  EXPECT_EQ(wccl_opts_for(WCCL_COLL_ALLREDUCE, WCCL_F32, WCCL_SUM, nullptr, nullptr),
+            WCCL_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(wccl_opts_for(WCCL_COLL_ALLREDUCE, WCCL_F32, WCCL_SUM, nullptr, &out), WCCL_OK);
+  group = wccl_opts_default();
+  EXPECT_EQ(std::memcmp(&out, &group, sizeof(out)), 0);
+}
+
 // The hierarchical all-reduce through the C API: a node of two local ranks (threads), each with a
 // communicator of its own group (one node: the groups have one member each); its arguments are
 // checked and named, and the non-blocking form reports its outcome and stats.

@@ -397,7 +397,7 @@ class Trainer:
     def topk_keep(self, wire: "wccl.Wire") -> int:
         """The elements the TOPK wire keeps per block (--topk-keep, else its default 8), 0 for another
         wire: the option the all-reduce and the roundtrip take, and what the fingerprint holds."""
-        return (self.args.topk_keep or 8) if wire == wccl.Wire.TOPK else 0
+        return (self.args.topk_keep or wccl.TOPK_DEFAULT_KEEP) if wire == wccl.Wire.TOPK else 0
 
     def reduce(self, send: torch.Tensor, out: torch.Tensor, op, wire) -> "wccl.OpStats":
         """All-reduce over the nodes, updating and retrying with the same input until it commits."""

@@ -352,6 +352,9 @@ typedef enum wccl_compress {
  * timeout (io_timeout_ms) allows. */
 #define WCCL_MIN_LINK_RATE 125000
 
+/* The elements of each block of 256 that the TOPK wire keeps where wccl_opts_t.topk_keep is 0. */
+#define WCCL_TOPK_DEFAULT_KEEP 8
+
 /* Per-operation options. Get them from wccl_opts_default() and change fields. A field is added
  * only with a new major version (the soname's): `size` lets the library refuse, with
  * INVALID_ARGUMENT, options of a caller built against another one (max_link_rate came with 2). */
@@ -360,8 +363,8 @@ typedef struct wccl_opts {
   int32_t wire;          /* wccl_wire_t */
   int32_t algo;          /* wccl_algo_t */
   int32_t compress;      /* wccl_compress_t */
-  int32_t topk_keep;     /* TOPK wire: elements kept of each block of 256, 1..64 (0: 8); 0 on the
-                            other wires */
+  int32_t topk_keep;     /* TOPK wire: elements kept of each block of 256, 1..64 (0:
+                            WCCL_TOPK_DEFAULT_KEEP); 0 on the other wires */
   void *cuda_stream;     /* device buffers: a cudaStream_t whose work enqueued before the call the
                             operation waits for before reading sendbuf (NULL: the legacy default
                             stream); the result is in recvbuf when wccl_wait returns. Must be NULL
@@ -378,6 +381,45 @@ typedef struct wccl_opts {
 
 /* NATIVE wire, AUTO algorithm, no compression, the default CUDA stream, op_timeout_ms. */
 WCCL_API wccl_opts_t wccl_opts_default(void);
+
+/* The collectives, as wccl_opts_check and wccl_opts_for name them. */
+typedef enum wccl_collective {
+  WCCL_COLL_ALLREDUCE = 0,
+  WCCL_COLL_BROADCAST = 1,
+  WCCL_COLL_ALLGATHER = 2,
+  WCCL_COLL_REDUCE_SCATTER = 3,
+  WCCL_COLL_BARRIER = 4
+} wccl_collective_t;
+
+/* Whether collective `coll` on dtype elements, reducing by op, takes opts (NULL: the defaults):
+ * WCCL_OK, or the error that collective returns for them, with the same wccl_last_error() but for
+ * the function named at its start: INVALID_ARGUMENT naming the field or the rule (a field out of
+ * range, a max_link_rate below WCCL_MIN_LINK_RATE, a topk_keep on another wire than TOPK, a codec
+ * wire on a dtype it does not carry, TOPK on a reduce-scatter or by the ring or the tree);
+ * UNSUPPORTED for compression in a library built without zstd. The collectives make this same
+ * check before they look at their buffers and the communicator, which this call has not:
+ * opts->cuda_stream, whose rule depends on the buffers, is not checked. op is read for all-reduce
+ * and reduce-scatter only, dtype for every collective but barrier. Thread-safe. */
+WCCL_API wccl_result_t wccl_opts_check(wccl_collective_t coll, wccl_dtype_t dtype, wccl_redop_t op,
+                                       const wccl_opts_t *opts);
+
+/* The options one operation takes from options meant for all of a group's operations (as the
+ * torch backend's are): *out = *group (NULL: the defaults) with the NATIVE wire (and topk_keep 0)
+ * where the group's wire does not apply. It applies to the SUM and AVG all-reduces and
+ * reduce-scatters of the dtypes it carries (F32, F16, BF16; TOPK: all-reduces only), the
+ * reductions a lossy wire is for, whose error a trainer's error feedback corrects; every other
+ * operation travels exact: a broadcast or an all-gather (of parameters, say), a MIN, MAX or PROD,
+ * other dtypes. (An operation given a wire itself takes it wherever the wire can carry it: MIN,
+ * MAX and PROD on a codec stay within its bound, docs/algorithms.md.) *out is then checked as
+ * wccl_opts_check checks it; on an error, which names the cause (a field out of range, or an
+ * option the reductions cannot take with the group's wire: TOPK by the ring), *out is left as it
+ * was. Thread-safe. */
+WCCL_API wccl_result_t wccl_opts_for(wccl_collective_t coll, wccl_dtype_t dtype, wccl_redop_t op,
+                                     const wccl_opts_t *group, wccl_opts_t *out);
+
+/* WCCL_MIN_LINK_RATE and WCCL_TOPK_DEFAULT_KEEP, for callers that cannot read a macro (ctypes). */
+WCCL_API int64_t wccl_min_link_rate(void);
+WCCL_API int32_t wccl_topk_default_keep(void);
 
 /* What an operation with these options (their wire and topk_keep) keeps of count F32 elements:
  * each encoded as one member's contribution is on its first hop and decoded again, written to out

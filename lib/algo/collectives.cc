@@ -539,13 +539,7 @@ bool widened(const Collective &c) {
          (c.dtype == codec::Dtype::kF16 || c.dtype == codec::Dtype::kBF16);
 }
 
-Status check(const Collective &c, int n, int rank) {
-  if (c.kind == Kind::kStateSync) {
-    return c.sync != nullptr && c.dtype == codec::Dtype::kU8 && c.count == c.sync->stage_bytes
-               ? Status()
-               : WCCL_ERROR(WCCL_ERR_INTERNAL,
-                            "state_sync: the collective does not describe its job");
-  }
+Status check_wire(const Collective &c) {
   if (c.wire.kind != codec::WireKind::kNative && c.kind != Kind::kBarrier &&
       c.dtype != codec::Dtype::kF32 && !widened(c)) {
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT,
@@ -561,6 +555,17 @@ Status check(const Collective &c, int n, int rank) {
                       "all-gather as they are; not %s",
                       c.kind == Kind::kAllreduce ? algo_name(c.algo) : kind_name(c.kind));
   }
+  return Status();
+}
+
+Status check(const Collective &c, int n, int rank) {
+  if (c.kind == Kind::kStateSync) {
+    return c.sync != nullptr && c.dtype == codec::Dtype::kU8 && c.count == c.sync->stage_bytes
+               ? Status()
+               : WCCL_ERROR(WCCL_ERR_INTERNAL,
+                            "state_sync: the collective does not describe its job");
+  }
+  WCCL_RETURN_IF_ERROR(check_wire(c));
   const size_t es = wire_elem_bytes(c);
   if (c.chunk_bytes < es)
     return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "chunk_bytes %zu is below one element",

@@ -76,10 +76,16 @@ size_t out_count(const Collective &c, int n);
 // algorithms see F32 only (docs/algorithms.md, "Wire codecs").
 bool widened(const Collective &c);
 
-// INVALID_ARGUMENT if c cannot run as member `rank` of n peers: a wire codec on a dtype other than
-// F32, F16 and BF16, more messages than 32-bit tags can name, or in and out overlapping other
-// than in place (all-reduce, broadcast: the same buffer; all-gather: in = out + rank * count;
-// reduce-scatter: out = in + rank * count, in elements).
+// INVALID_ARGUMENT, naming the rule, if c's wire cannot carry c: a wire codec on a dtype other
+// than F32, F16 and BF16, or TOPK (never re-encoded) on a reduce-scatter or on an all-reduce by
+// the ring or the tree. The wire rule, in one place: check() applies it to every operation, and
+// wccl_opts_check and wccl_opts_for ask it before any operation is made.
+Status check_wire(const Collective &c);
+
+// INVALID_ARGUMENT if c cannot run as member `rank` of n peers: check_wire(), more messages than
+// 32-bit tags can name, or in and out overlapping other than in place (all-reduce, broadcast: the
+// same buffer; all-gather: in = out + rank * count; reduce-scatter: out = in + rank * count, in
+// elements).
 Status check(const Collective &c, int n, int rank);
 
 // The all-reduce algorithm for c.algo = kAuto on n peers. On the INT2 and TOPK wires, kAllgather:

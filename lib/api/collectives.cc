@@ -16,18 +16,34 @@
 namespace wccl {
 namespace {
 
-constexpr int kNoOp = -1000;  // prepare(): the collective takes no reduction operator
 constexpr int64_t kMinLinkRate = WCCL_MIN_LINK_RATE;
 
-// Validates what every collective shares and fills c's type, op and options.
-// dtype and op are the raw ints the caller passed (see enum_value); op is kNoOp where there is
-// none.
-Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wccl_opts_t *opts,
-               std::chrono::milliseconds *timeout) {
+static_assert(static_cast<int>(algo::Kind::kAllreduce) == WCCL_COLL_ALLREDUCE &&
+                  static_cast<int>(algo::Kind::kBroadcast) == WCCL_COLL_BROADCAST &&
+                  static_cast<int>(algo::Kind::kAllgather) == WCCL_COLL_ALLGATHER &&
+                  static_cast<int>(algo::Kind::kReduceScatter) == WCCL_COLL_REDUCE_SCATTER &&
+                  static_cast<int>(algo::Kind::kBarrier) == WCCL_COLL_BARRIER,
+              "algo::Kind and wccl_collective_t list the collectives in the same order");
+
+bool reduces(algo::Kind k) {
+  return k == algo::Kind::kAllreduce || k == algo::Kind::kReduceScatter;
+}
+
+// Validates what every collective shares and fills c's kind, type, op and options: what a
+// collective checks before it looks at its buffers, but for the wire rule (algo::check_wire),
+// which the communicator applies to the operation it makes and wccl_opts_check right after this.
+// coll, dtype and op are the raw ints the caller passed (see enum_value); op is read for the
+// reductions only, dtype for every collective but barrier.
+Status prepare(const char *fn, int coll, int dtype, int op, const wccl_opts_t *opts,
+               algo::Collective *c, std::chrono::milliseconds *timeout) {
+  WCCL_CHECK_ARG(coll >= WCCL_COLL_ALLREDUCE && coll <= WCCL_COLL_BARRIER,
+                 "%s: coll %d is not a wccl_collective_t", fn, coll);
+  c->kind = static_cast<algo::Kind>(coll);
+  if (c->kind == algo::Kind::kBarrier) dtype = WCCL_U8;
   WCCL_CHECK_ARG(dtype >= 0 && dtype < codec::kDtypeCount, "%s: dtype %d is not a wccl_dtype_t", fn,
                  dtype);
   c->dtype = static_cast<codec::Dtype>(dtype);
-  if (op != kNoOp) {
+  if (reduces(c->kind)) {
     WCCL_CHECK_ARG(op >= 0 && op < codec::kRedOpCount, "%s: op %d is not a wccl_redop_t", fn, op);
     c->op = static_cast<codec::RedOp>(op);
   }
@@ -56,6 +72,15 @@ Status prepare(const char *fn, algo::Collective *c, int dtype, int op, const wcc
   c->max_link_rate = static_cast<uint64_t>(o.max_link_rate);
   *timeout = std::chrono::milliseconds(o.timeout_ms);
   return Status();
+}
+
+// Whether a group's wire applies to c (wccl_opts_for): a SUM or AVG reduction that the wire
+// carries by some algorithm (TOPK's all-reduce by AUTO's).
+bool group_wire_applies(const algo::Collective &c) {
+  algo::Collective any = c;
+  any.algo = algo::Algo::kAuto;
+  return reduces(c.kind) && (c.op == codec::RedOp::kSum || c.op == codec::RedOp::kAvg) &&
+         algo::check_wire(any).ok();
 }
 
 // Checks the buffers for c on the communicator's current size, and finds the device they are on.
@@ -132,19 +157,55 @@ wccl_opts_t wccl_opts_default(void) {
   return o;
 }
 
+wccl_result_t wccl_opts_check(wccl_collective_t coll, wccl_dtype_t dtype, wccl_redop_t op,
+                              const wccl_opts_t *opts) {
+  return wccl::api_call([&]() -> wccl::Status {
+    wccl::algo::Collective c;
+    std::chrono::milliseconds timeout{0};
+    WCCL_RETURN_IF_ERROR(wccl::prepare("wccl_opts_check", wccl::enum_value(&coll),
+                                       wccl::enum_value(&dtype), wccl::enum_value(&op), opts, &c,
+                                       &timeout));
+    return wccl::algo::check_wire(c);
+  });
+}
+
+wccl_result_t wccl_opts_for(wccl_collective_t coll, wccl_dtype_t dtype, wccl_redop_t op,
+                            const wccl_opts_t *group, wccl_opts_t *out) {
+  return wccl::api_call([&]() -> wccl::Status {
+    const char *fn = "wccl_opts_for";
+    WCCL_CHECK_ARG(out != nullptr, "%s: out is NULL", fn);
+    wccl_opts_t o = group != nullptr ? *group : wccl_opts_default();
+    wccl::algo::Collective c;
+    std::chrono::milliseconds timeout{0};
+    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, wccl::enum_value(&coll), wccl::enum_value(&dtype),
+                                       wccl::enum_value(&op), &o, &c, &timeout));
+    if (!wccl::group_wire_applies(c)) {
+      o.wire = WCCL_WIRE_NATIVE;
+      o.topk_keep = 0;
+      c.wire = wccl::codec::WireKind::kNative;
+    }
+    WCCL_RETURN_IF_ERROR(wccl::algo::check_wire(c));
+    *out = o;
+    return wccl::Status();
+  });
+}
+
+int64_t wccl_min_link_rate(void) { return WCCL_MIN_LINK_RATE; }
+int32_t wccl_topk_default_keep(void) { return WCCL_TOPK_DEFAULT_KEEP; }
+
 // The helpers below take dtype and op as the ints the caller passed (wccl::enum_value).
 static wccl_result_t allreduce(const char *fn, wccl_request_t **req, bool nonblocking,
                                const void *sendbuf, void *recvbuf, size_t count, int dtype, int op,
                                wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(fn, req, nonblocking, comm,
-                          [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-                            WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
-                            c->kind = wccl::algo::Kind::kAllreduce;
-                            c->count = count;
-                            c->in = sendbuf;
-                            c->out = recvbuf;
-                            return wccl::check_buffers(fn, *c, comm, true);
-                          });
+  return wccl::collective(
+      fn, req, nonblocking, comm,
+      [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, WCCL_COLL_ALLREDUCE, dtype, op, opts, c, timeout));
+        c->count = count;
+        c->in = sendbuf;
+        c->out = recvbuf;
+        return wccl::check_buffers(fn, *c, comm, true);
+      });
 }
 
 wccl_result_t wccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, wccl_dtype_t dtype,
@@ -166,11 +227,10 @@ static wccl_result_t broadcast(const char *fn, wccl_request_t **req, bool nonblo
   return wccl::collective(
       fn, req, nonblocking, comm,
       [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
+        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, WCCL_COLL_BROADCAST, dtype, 0, opts, c, timeout));
         const int size = comm->impl->size();
         WCCL_CHECK_ARG(root >= 0 && root < size,
                        "%s: root %d is not a rank of this epoch (size %d)", fn, root, size);
-        c->kind = wccl::algo::Kind::kBroadcast;
         c->count = count;
         c->root = root;
         c->in = sendbuf;
@@ -198,8 +258,7 @@ static wccl_result_t allgather(const char *fn, wccl_request_t **req, bool nonblo
   return wccl::collective(
       fn, req, nonblocking, comm,
       [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, wccl::kNoOp, opts, timeout));
-        c->kind = wccl::algo::Kind::kAllgather;
+        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, WCCL_COLL_ALLGATHER, dtype, 0, opts, c, timeout));
         c->count = count;
         c->in = sendbuf;
         c->out = recvbuf;
@@ -225,8 +284,8 @@ static wccl_result_t reduce_scatter(const char *fn, wccl_request_t **req, bool n
                                     int op, wccl_comm_t *comm, const wccl_opts_t *opts) {
   return wccl::collective(fn, req, nonblocking, comm,
                           [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-                            WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, dtype, op, opts, timeout));
-                            c->kind = wccl::algo::Kind::kReduceScatter;
+                            WCCL_RETURN_IF_ERROR(wccl::prepare(fn, WCCL_COLL_REDUCE_SCATTER, dtype,
+                                                               op, opts, c, timeout));
                             c->count = count;
                             c->in = sendbuf;
                             c->out = recvbuf;
@@ -250,13 +309,10 @@ wccl_result_t wccl_ireduce_scatter(wccl_request_t **req, const void *sendbuf, vo
 
 static wccl_result_t barrier(const char *fn, wccl_request_t **req, bool nonblocking,
                              wccl_comm_t *comm, const wccl_opts_t *opts) {
-  return wccl::collective(
-      fn, req, nonblocking, comm,
-      [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
-        WCCL_RETURN_IF_ERROR(wccl::prepare(fn, c, WCCL_U8, wccl::kNoOp, opts, timeout));
-        c->kind = wccl::algo::Kind::kBarrier;
-        return wccl::Status();
-      });
+  return wccl::collective(fn, req, nonblocking, comm,
+                          [&](wccl::algo::Collective *c, std::chrono::milliseconds *timeout) {
+                            return wccl::prepare(fn, WCCL_COLL_BARRIER, 0, 0, opts, c, timeout);
+                          });
 }
 
 wccl_result_t wccl_barrier(wccl_comm_t *comm, const wccl_opts_t *opts) {
@@ -311,8 +367,8 @@ static wccl_result_t hier_allreduce(const char *fn, wccl_request_t **req, bool n
     WCCL_CHECK_ARG(local != nullptr, "%s: local is NULL", fn);
     WCCL_CHECK_ARG(comm != nullptr, "%s: comm is NULL", fn);
     wccl::hier::Call call;
-    WCCL_RETURN_IF_ERROR(wccl::prepare(fn, &call.global, dtype, op, opts, &call.timeout));
-    call.global.kind = wccl::algo::Kind::kAllreduce;
+    WCCL_RETURN_IF_ERROR(
+        wccl::prepare(fn, WCCL_COLL_ALLREDUCE, dtype, op, opts, &call.global, &call.timeout));
     call.global.count = count;
     call.global.in = sendbuf;
     call.global.out = recvbuf;

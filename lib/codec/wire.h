@@ -65,6 +65,7 @@ enum class WireKind : int {
 inline constexpr int kWireCount = 8;
 static_assert(kWireCount == WCCL_WIRE_TOPK + 1,
               "codec::WireKind and wccl_wire_t list the same wires");
+static_assert(kTopkDefaultKeep == WCCL_TOPK_DEFAULT_KEEP, "TOPK keeps what the header says");
 
 // A wire: its format and the one parameter a format has, the elements TOPK keeps of each block
 // (every member of an operation uses the same). A kind converts to its wire, TOPK keeping

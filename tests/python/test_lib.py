@@ -29,6 +29,11 @@ def test_structures_match_the_library():
     assert (opts.wire, opts.algo, opts.compress, opts.cuda_stream, opts.timeout_ms, opts.max_link_rate) == (0, 0, 0, None, 0, 0)
 
 
+def test_constants_are_the_librarys():
+    assert wccl.MIN_LINK_RATE == _lib.lib.wccl_min_link_rate() == 125000
+    assert wccl.TOPK_DEFAULT_KEEP == _lib.lib.wccl_topk_default_keep() == 8
+
+
 def test_every_result_code_has_its_exception():
     names = {code: _lib.result_name(code) for code in _lib.ERROR_CLASSES}
     assert len(names) == 17, "the header's table grew: add the exception"

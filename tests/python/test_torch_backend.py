@@ -225,6 +225,48 @@ def test_pg_options_of_another_type_are_refused():
             wccl.torch.Options(max_link_rate=rate)
 
 
+def test_the_groups_wire_goes_where_the_library_says():
+    """Options are checked by the library as the group's float SUM all-reduces take them, and each
+    operation gets the group's wire where wccl_opts_for applies it (SUM and AVG reductions of the
+    floats it carries; TOPK: all-reduces only), NATIVE elsewhere."""
+    from types import SimpleNamespace
+
+    import torch
+    import wccl
+    from wccl._core import Collective, ReduceOp
+    from wccl._torch_backend import Options, ProcessGroupWccl
+
+    with pytest.raises(wccl.InvalidArgumentError, match="only the TOPK wire keeps elements"):
+        Options(wire=wccl.Wire.INT8, topk_keep=3)
+    with pytest.raises(wccl.InvalidArgumentError, match="topk_keep 65 is not 1..64"):
+        Options(wire=wccl.Wire.TOPK, topk_keep=65)
+    with pytest.raises(wccl.InvalidArgumentError, match="the topk wire is never re-encoded"):
+        Options(wire=wccl.Wire.TOPK, algo=wccl.Algo.RING)
+    with pytest.raises(wccl.InvalidArgumentError, match=f"at least {wccl.MIN_LINK_RATE} bytes per second"):
+        Options(max_link_rate=wccl.MIN_LINK_RATE - 1)
+
+    def wire(options, coll, op=ReduceOp.SUM, dtype=torch.float32):
+        group = SimpleNamespace(_opts_for={}, _options=options, _timeout=5.0)
+        opts = ProcessGroupWccl._opts(group, coll, op, dtype)
+        assert opts["timeout"] == 5.0 and opts["algo"] == options.algo
+        return opts["wire"], opts["topk_keep"]
+
+    int8 = Options(wire=wccl.Wire.INT8)
+    for coll in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for op in (ReduceOp.SUM, ReduceOp.AVG):
+                assert wire(int8, coll, op, dtype) == (wccl.Wire.INT8, 0)
+            for op in (ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PROD):
+                assert wire(int8, coll, op, dtype) == (wccl.Wire.NATIVE, 0)
+        for dtype in (torch.float64, torch.int32, torch.int64, torch.uint8, torch.complex64):
+            assert wire(int8, coll, ReduceOp.SUM, dtype) == (wccl.Wire.NATIVE, 0)
+    for coll in (Collective.BROADCAST, Collective.ALLGATHER, Collective.BARRIER):
+        assert wire(int8, coll) == (wccl.Wire.NATIVE, 0)
+    topk = Options(wire=wccl.Wire.TOPK, topk_keep=3)
+    assert wire(topk, Collective.ALLREDUCE, ReduceOp.AVG) == (wccl.Wire.TOPK, 3)
+    assert wire(topk, Collective.REDUCE_SCATTER) == (wccl.Wire.NATIVE, 0)
+
+
 def test_the_overhead_benchmark_runs():
     """bench/torch/backend_overhead.py as docs/perf.md runs it, on small sizes: one row per size."""
     bench = Path(__file__).resolve().parents[2] / "bench" / "torch" / "backend_overhead.py"

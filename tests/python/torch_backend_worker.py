@@ -107,6 +107,12 @@ def collectives(rank, n):
     gathered = [torch.empty_like(x) for _ in range(n)]
     dist.all_gather(gathered, x)
     check(all(torch.equal(g, gathered[0]) for g in gathered), "INT8 result bit-identical on every rank")
+    # the group's wire is for SUM and AVG (the library's wccl_opts_for): a MAX travels NATIVE, exact
+    top = torch.randn(4096, generator=torch.Generator().manual_seed(100 + rank))
+    exact_top = top.clone()
+    dist.all_reduce(top, op=dist.ReduceOp.MAX, group=int8)
+    dist.all_reduce(exact_top, op=dist.ReduceOp.MAX)
+    check(torch.equal(top, exact_top), "the INT8 group's MAX is exact")
     # a TOPK group keeping 3 of each block of 256: all-reduces are the sum of each rank's top-k
     # roundtrip at that keep; a reduce-scatter, which the wire would re-encode, travels NATIVE (the
     # keep dropped with the wire: the library refuses a keep on another wire)

@@ -8,7 +8,7 @@ import weakref
 from ctypes import byref, c_int, c_void_p
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Callable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _lib
 from ._buffers import Buffer, DType, cuda_stream_of, export, synchronize_cuda
@@ -55,6 +55,16 @@ class Compress(IntEnum):
     OFF = 0
     ZSTD = 1
     AUTO = 2
+
+
+class Collective(IntEnum):
+    """wccl_collective_t: the collectives, as wccl_opts_check and wccl_opts_for name them."""
+
+    ALLREDUCE = 0
+    BROADCAST = 1
+    ALLGATHER = 2
+    REDUCE_SCATTER = 3
+    BARRIER = 4
 
 
 class SyncMode(IntEnum):
@@ -435,8 +445,10 @@ def _same_shape(a: Buffer, b: Buffer, count: int, what: str) -> None:
         raise ValueError("wccl: the input and the output must both be on the CPU or both on CUDA")
 
 
-# The lowest nonzero max_link_rate, bytes per second (WCCL_MIN_LINK_RATE of include/wccl/wccl.h).
-MIN_LINK_RATE = 125000
+# The lowest nonzero max_link_rate, bytes per second, and the elements of each block of 256 that
+# TOPK keeps where topk_keep is 0: the library's WCCL_MIN_LINK_RATE and WCCL_TOPK_DEFAULT_KEEP.
+MIN_LINK_RATE: int = lib.wccl_min_link_rate()
+TOPK_DEFAULT_KEEP: int = lib.wccl_topk_default_keep()
 
 _OPTION_NAMES = ("wire", "topk_keep", "algo", "compress", "timeout", "max_link_rate")
 
@@ -467,5 +479,17 @@ def _options(opts: Mapping[str, Any], cuda_stream: Optional[int]) -> _lib.Opts:
     return o
 
 
+def options_for(coll: Collective, dtype: DType, op: ReduceOp, opts: Mapping[str, Any]) -> Dict[str, Any]:
+    """The keyword options an operation takes from ``opts``, meant for all of a group's operations:
+    the same, with the NATIVE wire (and no topk_keep) where the library says the group's wire does
+    not apply (wccl_opts_for: it applies to SUM and AVG all-reduces and reduce-scatters of the
+    dtypes it carries, TOPK to the all-reduces only). Raises the library's error, which names the
+    cause, for options that operation cannot take."""
+    group = _options(opts, None)
+    out = _lib.Opts()
+    check(lib.wccl_opts_for(int(coll), int(dtype), int(op), byref(group), byref(out)))
+    return {**opts, "wire": Wire(out.wire), "topk_keep": out.topk_keep}
+
+
 __all__ = ["Algo", "Communicator", "Compress", "Coordinator", "DType", "MIN_LINK_RATE", "OpStats", "ReduceOp", "Request", "SyncMode",
-           "SyncStats", "Wire", "config_keys", "version", "wire_roundtrip"]
+           "SyncStats", "TOPK_DEFAULT_KEEP", "Wire", "config_keys", "version", "wire_roundtrip"]

@@ -42,13 +42,13 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store
 
-from ._core import MIN_LINK_RATE, Algo, Communicator, Compress, Coordinator, ReduceOp, Request, Wire
+from ._buffers import _TORCH_DTYPES, DType
+from ._core import Algo, Collective, Communicator, Compress, Coordinator, ReduceOp, Request, Wire, options_for
 from ._lib import AbortedError, PeerLostError, WcclError, error
 
 _T = TypeVar("_T")
 BACKEND_NAME = "wccl"
 _MAX_IN_FLIGHT = 128  # wccl allows 256 requests in flight per communicator
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)  # the dtypes a codec wire carries (wccl_wire_t)
 
 
 @dataclass
@@ -56,10 +56,11 @@ class Options:
     """``pg_options`` of a wccl group (``init_process_group(..., pg_options=Options(...))``,
     ``new_group(..., pg_options=...)``, or ``backend_override={dim: ("wccl", Options(...))}``).
 
-    ``wire`` applies to float32, float16 and bfloat16 SUM and AVG all-reduces and reduce-scatters
-    (the codecs carry F32 sums, half data widened to F32; every other operation travels NATIVE;
-    TOPK, which a reduce-scatter would re-encode, to the all-reduces only; ``topk_keep``: the
-    elements TOPK keeps of each block of 256, 1..64, 0 for its default 8);
+    ``wire`` applies where the library says a group's wire does (wccl_opts_for): to float32,
+    float16 and bfloat16 SUM and AVG all-reduces and reduce-scatters (the codecs carry F32 sums,
+    half data widened to F32; every other operation travels NATIVE; TOPK, which a reduce-scatter
+    would re-encode, to the all-reduces only; ``topk_keep``: the elements TOPK keeps of each block
+    of 256, 1..64, 0 for its default ``wccl.TOPK_DEFAULT_KEEP``);
     ``algo``, ``compress`` and ``max_link_rate`` to every operation (``max_link_rate``: bytes per
     second at which each of this member's links sends, at most, so that the group's transfers
     leave the link to other traffic; 0: unpaced, else at least ``wccl.MIN_LINK_RATE``; docs/wan.md,
@@ -75,13 +76,15 @@ class Options:
     max_link_rate: int = 0
 
     def __post_init__(self) -> None:
-        if self.topk_keep and (self.wire != Wire.TOPK or not 1 <= self.topk_keep <= 64):
-            raise ValueError(f"wccl: Options(topk_keep={self.topk_keep}) is 1..64 with wire=Wire.TOPK "
-                             f"(wire is {Wire(self.wire).name})")
         self.max_link_rate = operator.index(self.max_link_rate)  # an int (TypeError for a float or None)
-        if self.max_link_rate and not MIN_LINK_RATE <= self.max_link_rate < 2**63:
-            raise ValueError(f"wccl: Options(max_link_rate={self.max_link_rate}) is 0 (unpaced) or "
-                             f"{MIN_LINK_RATE} bytes per second and more")
+        # The library checks them (InvalidArgumentError, a ValueError, naming the field) as the
+        # group's float SUM all-reduces would take them: the operations its wire is for.
+        options_for(Collective.ALLREDUCE, DType.F32, ReduceOp.SUM, self._keywords())
+
+    def _keywords(self) -> Dict[str, Any]:
+        """The options of every operation of the group, as Communicator's keyword options."""
+        return {"wire": self.wire, "topk_keep": self.topk_keep, "algo": self.algo, "compress": self.compress,
+                "max_link_rate": self.max_link_rate}
 
 
 _REDUCE_OPS = {
@@ -205,6 +208,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
         super().__init__(rank, size)  # type: ignore[call-arg]  # the (rank, size) constructor, not in torch's stub
         self._group_name = group_name
         self._options = options or Options()
+        self._opts_for: Dict[Any, Dict[str, Any]] = {}  # _opts() by (collective, op, dtype)
         config: Dict[str, Any] = dict(self._options.config)
         if not (config.get("coordinator") or os.environ.get("WCCL_COORDINATOR")):
             if rank == 0:
@@ -277,15 +281,22 @@ class ProcessGroupWccl(dist.ProcessGroup):
         self._pending.put(work)
         return work
 
-    def _opts(self, op: Optional[ReduceOp] = None, dtype: Optional[torch.dtype] = None,
-              scatter: bool = False) -> Dict[str, Any]:
-        """The operation's options: the group's wire for float SUM and AVG reductions (TOPK: not for
-        a reduce-scatter), else NATIVE; the group's algorithm, compression and pacing."""
-        o = self._options
-        wire_ok = op in (ReduceOp.SUM, ReduceOp.AVG) and dtype in _FLOATS and not (scatter and o.wire == Wire.TOPK)
-        wire = o.wire if wire_ok else Wire.NATIVE
-        return {"wire": wire, "topk_keep": o.topk_keep if wire == Wire.TOPK else 0, "algo": o.algo,
-                "compress": o.compress, "timeout": self._timeout, "max_link_rate": o.max_link_rate}
+    def _opts(self, coll: Collective, op: ReduceOp = ReduceOp.SUM,
+              dtype: torch.dtype = torch.float32) -> Dict[str, Any]:
+        """The operation's options: the group's, with the wire the library gives it (wccl_opts_for:
+        the group's on the SUM and AVG reductions the wire carries, else NATIVE), and the group's
+        timeout. Asked once per kind of operation. A dtype wccl lacks gets the NATIVE options
+        (exporting the tensor then raises its TypeError)."""
+        key = (coll, op, dtype)
+        opts = self._opts_for.get(key)
+        if opts is None:
+            wccl_dtype = _TORCH_DTYPES.get(str(dtype))
+            group = self._options._keywords()
+            opts = (options_for(coll, wccl_dtype, op, group) if wccl_dtype is not None
+                    else {**group, "wire": Wire.NATIVE, "topk_keep": 0})
+            opts["timeout"] = self._timeout
+            self._opts_for[key] = opts
+        return opts
 
     @staticmethod
     def _one(items: Sequence[_T], what: str) -> _T:
@@ -333,8 +344,9 @@ class ProcessGroupWccl(dist.ProcessGroup):
         op = _reduce_op(opts)
         buf = t if t.is_contiguous() else t.contiguous()
         finish = None if buf is t else (lambda: t.copy_(buf))
-        return self._submit(lambda: self._comm.allreduce(buf, op, async_op=True, **self._opts(op, t.dtype)), [t],
-                            finish)
+        return self._submit(
+            lambda: self._comm.allreduce(buf, op, async_op=True, **self._opts(Collective.ALLREDUCE, op, t.dtype)),
+            [t], finish)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> _Work:
         if len({t.dtype for t in tensors}) != 1 or len({t.device for t in tensors}) != 1:
@@ -348,8 +360,9 @@ class ProcessGroupWccl(dist.ProcessGroup):
                 t.copy_(flat[offset:offset + t.numel()].view_as(t))
                 offset += t.numel()
 
-        return self._submit(lambda: self._comm.allreduce(flat, op, async_op=True, **self._opts(op, flat.dtype)),
-                            tensors, finish)
+        return self._submit(
+            lambda: self._comm.allreduce(flat, op, async_op=True, **self._opts(Collective.ALLREDUCE, op, flat.dtype)),
+            tensors, finish)
 
     def broadcast(self,  # type: ignore[override]  # the C++ form the trampoline calls
                 tensors: List[torch.Tensor], opts: Any = None) -> _Work:
@@ -360,7 +373,9 @@ class ProcessGroupWccl(dist.ProcessGroup):
         root = self._wccl_rank[src]
         buf = t if t.is_contiguous() else t.contiguous()
         finish = None if buf is t else (lambda: t.copy_(buf))
-        return self._submit(lambda: self._comm.broadcast(buf, root, async_op=True, **self._opts()), [t], finish)
+        return self._submit(
+            lambda: self._comm.broadcast(buf, root, async_op=True, **self._opts(Collective.BROADCAST, dtype=t.dtype)),
+            [t], finish)
 
     def allgather(self,  # type: ignore[override]  # the C++ form the trampoline calls
                 output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
@@ -375,8 +390,9 @@ class ProcessGroupWccl(dist.ProcessGroup):
             for w, torch_rank in enumerate(self._torch_rank):
                 outs[torch_rank].copy_(gathered[w].view_as(outs[torch_rank]))
 
-        return self._submit(lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts()), outs,
-                            finish)
+        return self._submit(
+            lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts(Collective.ALLGATHER, dtype=t.dtype)),
+            outs, finish)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> _Work:
         t = input.contiguous()
@@ -384,15 +400,18 @@ class ProcessGroupWccl(dist.ProcessGroup):
             raise ValueError(f"wccl: all_gather_into_tensor needs an output of {t.numel() * self.size()} {t.dtype} "
                              f"elements, not {output.numel()} {output.dtype}")
         if self._identity and output.is_contiguous():
-            return self._submit(lambda: self._comm.allgather(t, output, async_op=True, **self._opts()), [output])
+            return self._submit(
+                lambda: self._comm.allgather(t, output, async_op=True, **self._opts(Collective.ALLGATHER, dtype=t.dtype)),
+                [output])
         gathered = torch.empty((self.size(), t.numel()), dtype=t.dtype, device=t.device)
 
         def finish() -> None:
             rows = output.view(self.size(), t.numel())  # output's blocks in torch rank order
             rows[self._torch_rank] = gathered
 
-        return self._submit(lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts()), [output],
-                            finish)
+        return self._submit(
+            lambda: self._comm.allgather(t, gathered, async_op=True, **self._opts(Collective.ALLGATHER, dtype=t.dtype)),
+            [output], finish)
 
     def reduce_scatter(self,  # type: ignore[override]  # the C++ form the trampoline calls
                 output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
@@ -418,7 +437,8 @@ class ProcessGroupWccl(dist.ProcessGroup):
         buf = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
         finish = None if buf is out else (lambda: out.copy_(buf))
         return self._submit(
-            lambda: self._comm.reduce_scatter(flat, buf, op, async_op=True, **self._opts(op, flat.dtype, scatter=True)),
+            lambda: self._comm.reduce_scatter(flat, buf, op, async_op=True,
+                                              **self._opts(Collective.REDUCE_SCATTER, op, flat.dtype)),
             [out], finish)
 
     # The names torch before 2.13 calls all_gather_into_tensor and reduce_scatter_tensor by.
@@ -426,7 +446,7 @@ class ProcessGroupWccl(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]  # opts: Any
 
     def barrier(self, opts: Any = None) -> _Work:
-        return self._submit(lambda: self._comm.barrier(async_op=True, **self._opts()), [])
+        return self._submit(lambda: self._comm.barrier(async_op=True, **self._opts(Collective.BARRIER)), [])
 
 
 def create(backend_opts: Any, pg_options: Optional[Options]) -> ProcessGroupWccl:
