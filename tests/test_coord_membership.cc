@@ -497,6 +497,51 @@ TEST_F(MembershipTest, AMemberOfASupersededEpochThatTheJobsRingNamesJoinsAgain) 
   EXPECT_TRUE(m.is_member(A) && m.is_member(D)) << "the next update admits D";
 }
 
+// As above, but D was lost from 1002 too and registered again before A came back: it is a joiner
+// once, not twice (a review found the ring {A, D, D}).
+TEST_F(MembershipTest, ASupersededEpochsLostMemberThatRegisteredAgainIsOneJoiner) {
+  Membership::Options o = options();
+  o.epoch_base = 1000;
+  Membership m(o);
+  ASSERT_TRUE(m.join(E, info(E), t).ok());
+  t += 250ms;
+  m.tick(t);
+  ASSERT_TRUE(m.rejoin(D, info(D), 7, {}, 0, t).ok());
+  ASSERT_TRUE(m.update(E, 1001, m.committed(), t).ok());
+  ASSERT_EQ(m.epoch(), 1002u);
+  m.disconnected(D, t);  // lost from 1002
+  ASSERT_TRUE(m.rejoin(D, info(D), 1002, {}, 0, t).ok());
+  ASSERT_EQ(m.joiners(), 1u);
+  t += 100ms;
+  ASSERT_TRUE(m.rejoin(A, info(A), 7, {{A, info(A)}, {D, info(D)}}, 3, t).ok());
+  EXPECT_EQ(m.epoch(), 7u);
+  EXPECT_EQ(m.joiners(), 1u);
+  EXPECT_FALSE(m.is_member(D));
+  (void)m.take_notices();
+  ASSERT_TRUE(m.update(A, 7, m.committed(), t).ok());
+  std::vector<PeerId> ring;
+  for (const Member &r : m.ring()) ring.push_back(r.id);
+  std::sort(ring.begin(), ring.end());
+  EXPECT_EQ(ring, (std::vector<PeerId>{A, D}));
+}
+
+// A second restart before the next barrier: D, removed from 1002 for the job's epoch 7, reports
+// 1002 and no ring; A reports 7, whose ring still names D. D, past 7, cannot be in it: a joiner,
+// not absorbed as the member an older report would make it (a review found it told EPOCH 7, which
+// its epochs, only moving forward, ignore).
+TEST_F(MembershipTest, AJoinerReportingAnEpochPastTheAdoptedOneStaysAJoiner) {
+  Membership::Options o = options();
+  o.epoch_base = 2000;
+  Membership m(o);
+  ASSERT_TRUE(m.rejoin(D, info(D), 1002, {}, 0, t).ok());
+  ASSERT_TRUE(m.rejoin(A, info(A), 7, {{A, info(A)}, {D, info(D)}}, 3, t).ok());
+  EXPECT_EQ(m.epoch(), 7u);
+  EXPECT_FALSE(m.is_member(D));
+  EXPECT_EQ(m.joiners(), 1u);
+  EXPECT_TRUE(m.revoked());
+  for (const Notice &e : of_kind(m.take_notices(), Kind::kEpoch)) EXPECT_NE(e.to, D);
+}
+
 TEST_F(MembershipTest, ALostPeersReformIsRefusedAndItsUpdateRejoins) {
   Membership m(options());
   form(m, {A, B, C});

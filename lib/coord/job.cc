@@ -212,9 +212,10 @@ std::set<std::string> Job::half_in_nodes() const {
     for (const auto &[id, info] : g->live_peers()) {
       if (info.node.empty()) continue;
       if (g->is_member(id)) members.insert(info.node);
-      // (A joiner of a group with no epoch yet may still be named by the epoch its members will
-      // report.)
-      if (g->is_joiner(id) && g->epoch() != 0) joiners.insert(info.node);
+      // Only a node that declares its group count enters whole (a member not back yet says 0: the
+      // joiner's own count is asked). A joiner of a group with no epoch yet may still be named by
+      // the epoch its members will report.
+      if (g->is_joiner(id) && info.node_groups > 0 && g->epoch() != 0) joiners.insert(info.node);
     }
   }
   std::set_intersection(members.begin(), members.end(), joiners.begin(), joiners.end(),
@@ -347,7 +348,12 @@ bool Job::admits(const Membership &group, const Member &joiner) const {
 std::vector<Job::Addressed> Job::take_notices() {
   std::vector<Addressed> out;
   for (auto &[name, g] : groups_) {
-    for (Notice &n : g->take_notices()) out.push_back({name, std::move(n)});
+    for (Notice &n : g->take_notices()) {
+      // An EPOCH to a peer lost later in the same event (its node half in after a restart) would
+      // answer its join: it hears REMOVED alone.
+      if (n.kind == Notice::Kind::kEpoch && !g->is_member(n.to)) continue;
+      out.push_back({name, std::move(n)});
+    }
   }
   return out;
 }

@@ -15,8 +15,9 @@
 //   out (peer_timeout), or a communicator goes mid-leave, the node is lost in its other groups.
 // - It is lost whole: a member lost in one group is lost in every group (for any node, declared
 //   L or not), also in a group rebuilt after a restart of the coordinator from an epoch its
-//   members report; and a node such a rebuilt group names while another group's epoch does not
-//   (the old coordinator admitted it, and not every group heard before it went) is lost in all.
+//   members report; and a node (declaring L) that such a rebuilt group holds as a member while it
+//   waits as a joiner in another group holding an epoch (the old coordinator admitted it, and not
+//   every group heard before it went) is lost in all, to enter whole again.
 // A communicator without a node, or with node_groups 0, is admitted and leaves on its own.
 //
 // Events come in through on_message, disconnected and tick, with the time; decisions come out as
@@ -75,8 +76,9 @@ class Job : private Membership::Gate {
   // The nodes with a declared group count that `group` would admit (all L communicators wait) or
   // let go (a communicator of the node, in any group, at its barrier to leave) at its next barrier.
   std::set<std::string> changing_nodes(const Membership &group) const;
-  // After a restart: the nodes a member of an adopted epoch in one group and a joiner in another
-  // group that holds an epoch (the old coordinator admitted them, and some groups never heard).
+  // After a restart: the nodes a member of one group's epoch and a joiner, declaring its group
+  // count, of another group that holds an epoch (the old coordinator admitted them, and some
+  // groups never heard).
   std::set<std::string> half_in_nodes() const;
   // The groups that must complete together with `name`: its own and, closed over, those of the
   // nodes that change in any of them.

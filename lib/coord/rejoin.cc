@@ -107,19 +107,22 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
       // declared lost from the job's epoch (which joined the epoch formed here), and a member's
       // epochs only move forward. Out of both: it waits as a joiner, and the job's epoch, which
       // names a member no longer in it, is revoked.
-      joiners_.push_back({m.id, live_[m.id].info});
+      if (!is_joiner(m.id)) {  // (one lost from it that registered again is a joiner already)
+        joiners_.push_back({m.id, live_[m.id].info});
+        notify(Notice::Kind::kRemoved, m.id).reason =
+            "its epoch was superseded by the job's, which it cannot go back to; update to join "
+            "again";
+      }
       lost_here.push_back(m.id);
-      notify(Notice::Kind::kRemoved, m.id).reason =
-          "its epoch was superseded by the job's, which it was declared lost from; update to "
-          "join again";
       continue;
     }
     auto j = std::find_if(joiners_.begin(), joiners_.end(),
                           [&](const Member &x) { return x.id == m.id; });
     if (j != joiners_.end()) {
       // A joiner that reported an older epoch was admitted to this one by the coordinator that
-      // went, and never heard: a member. One that reported this epoch was declared lost from it.
-      if (live_[m.id].reported == epoch) {
+      // went, and never heard: a member. One that reported this epoch was declared lost from it,
+      // and one that reported a later one (it heard of an epoch past it) cannot be in it.
+      if (live_[m.id].reported >= epoch) {
         lost_here.push_back(m.id);
       } else {
         joiners_.erase(j);
