@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coord/job.h"
@@ -39,15 +40,20 @@ class JobTest : public testing::Test {
     bool drop = false;
     return job_.on_message(group_name(group), m, t_, &drop);
   }
-  Status join(int node, int group, uint32_t node_groups = 2, std::string node_name = "") {
+  static ControlMessage join_message(int node, int group, uint32_t node_groups = 2,
+                                     std::string node_name = "") {
     ControlMessage m;
     m.type = MessageType::kJoin;
+    m.peer = id_of(node, group);
     m.group = group_name(group);
     m.info.name = "node" + std::to_string(node) + "-rank" + std::to_string(group);
     m.info.address = "10.0.0." + std::to_string(node) + ":" + std::to_string(7000 + group);
     m.info.node = node_name.empty() ? "node" + std::to_string(node) : node_name;
     m.info.node_groups = node_groups;
-    return send(node, group, m);
+    return m;
+  }
+  Status join(int node, int group, uint32_t node_groups = 2, std::string node_name = "") {
+    return send(node, group, join_message(node, group, node_groups, std::move(node_name)));
   }
   Status update(int node, int group, MessageType type = MessageType::kUpdate) {
     ControlMessage m;
@@ -441,13 +447,8 @@ TEST_F(JobTest, ANodeThatAnAdoptedEpochSupersedesInOneGroupIsOutOfEvery) {
   o.epoch_base = 1000;  // numbered past the job's, as the wall clock numbers a restarted one's
   Job restarted(o);
   for (int g = 0; g < 2; ++g) {
-    ControlMessage m;
-    m.type = MessageType::kJoin;
-    m.peer = id_of(2, g);
-    m.group = group_name(g);
-    m.info = {"node2-rank" + std::to_string(g), "10.0.0.2:7000", "node2", 2};
     bool drop = false;
-    ASSERT_TRUE(restarted.on_message(m.group, m, t_, &drop).ok());
+    ASSERT_TRUE(restarted.on_message(group_name(g), join_message(2, g), t_, &drop).ok());
   }
   t_ += 300ms;
   restarted.tick(t_);
@@ -505,14 +506,8 @@ TEST_F(JobTest, AfterARestartANodeOfUndeclaredSizeIsStillAdmittedGroupByGroup) {
   bool drop = false;
   for (int g = 0; g < 2; ++g)
     ASSERT_TRUE(restarted.on_message(group_name(g), rejoin_message(1, g), t_, &drop).ok());
-  for (int g = 0; g < 2; ++g) {
-    ControlMessage m;
-    m.type = MessageType::kJoin;
-    m.peer = id_of(2, g);
-    m.group = group_name(g);
-    m.info = {"node2-rank" + std::to_string(g), "10.0.0.2:7000", "node2", 0};
-    ASSERT_TRUE(restarted.on_message(m.group, m, t_, &drop).ok());
-  }
+  for (int g = 0; g < 2; ++g)
+    ASSERT_TRUE(restarted.on_message(group_name(g), join_message(2, g, 0), t_, &drop).ok());
   ControlMessage u;
   u.type = MessageType::kUpdate;
   u.peer = id_of(1, 0);
