@@ -1,7 +1,6 @@
 #include "coord/job.h"
 
 #include <algorithm>
-#include <iterator>
 
 #include "core/status.h"
 
@@ -205,21 +204,24 @@ void Job::settle(Clock::time_point now) {
 }
 
 std::set<std::string> Job::half_in_nodes() const {
-  std::set<std::string> out;
+  std::set<std::string> joining, out;
   if (!adopted_) return out;  // only an adopted epoch can hold part of a node
-  std::set<std::string> members, joiners;
+  // Only a node that declares its group count enters whole (a member not back yet says 0: the
+  // joiner's own count is asked). A joiner of a group with no epoch yet may still be named by the
+  // epoch its members will report. (Groups without joiners, as nearly always, cost nothing here:
+  // this runs after every event.)
   for (const auto &[name, g] : groups_) {
+    if (g->joiners() == 0 || g->epoch() == 0) continue;
     for (const auto &[id, info] : g->live_peers()) {
-      if (info.node.empty()) continue;
-      if (g->is_member(id)) members.insert(info.node);
-      // Only a node that declares its group count enters whole (a member not back yet says 0: the
-      // joiner's own count is asked). A joiner of a group with no epoch yet may still be named by
-      // the epoch its members will report.
-      if (g->is_joiner(id) && info.node_groups > 0 && g->epoch() != 0) joiners.insert(info.node);
+      if (!info.node.empty() && info.node_groups > 0 && g->is_joiner(id)) joining.insert(info.node);
     }
   }
-  std::set_intersection(members.begin(), members.end(), joiners.begin(), joiners.end(),
-                        std::inserter(out, out.end()));
+  if (joining.empty()) return out;
+  for (const auto &[name, g] : groups_) {
+    for (const auto &[id, info] : g->live_peers()) {
+      if (joining.count(info.node) != 0 && g->is_member(id)) out.insert(info.node);
+    }
+  }
   return out;
 }
 
