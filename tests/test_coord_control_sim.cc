@@ -13,11 +13,12 @@
 // (straggler_timeout_ms; a member frozen past it is dropped at the barrier: about half of them
 // do), even seeds the default. A data phase completes only when every member of its epoch runs
 // the same operation, as on real links; a crashed member's links fail its neighbours' data phases.
-// (tests/test_coord_job_sim.cc checks the node rule itself: no node ever half in; this one the
-// operations around it.)
+// (tests/test_coord_job_sim.cc runs the node rule with leaves and the wire's encoding; this one
+// with the operations around it.)
 //
 // Every schedule is drawn from one seed. Checked after every event: no operation OK on one member
-// and PEER_LOST on another (members declared lost from that epoch aside); the members of a group's
+// and PEER_LOST on another (members declared lost from that epoch aside); no epoch holds part of a
+// node that declares node_groups (tests/sim_nodes.h); the members of a group's
 // sound epoch never wait in different places for longer than kDisagreeBound; no epoch of
 // newcomers alone while the coordinator knows a member of the group's epochs; and once the
 // faults stop, every live communicator commits an all-reduce within kRecoverBound.
@@ -596,7 +597,7 @@ void Sim::coord_deliver() {
     if (n.kind == coord::Notice::Kind::kRevoked) lost_from_.insert({n.epoch, n.lost});
     if (n.kind == coord::Notice::Kind::kRemoved) lost_from_.insert({n.epoch, n.to});
     if (n.kind == coord::Notice::Kind::kEpoch) {
-      const int g = std::stoi(a.group.substr(1));
+      const int g = members_[static_cast<size_t>(n.to - 0x1000)].group;
       std::vector<PeerId> ring;
       for (const coord::Member &r : n.ring) ring.push_back(r.id);
       if (rings_.count({g, n.epoch}) == 0) check_not_alone(g, ring);

@@ -111,7 +111,7 @@ void World::start() {
   engine.at(0, -1, [this] {
     for (int r = 0; r < first_peers; ++r) {
       bool drop = false;
-      (void)job.on_message(kGroup, peer(r).view.begin_join(), at_time(0), &drop);
+      (void)job.on_message(kSimGroup, peer(r).view.begin_join(), at_time(0), &drop);
     }
     job.tick(at_time(0));
     dispatch();
@@ -129,7 +129,7 @@ void World::hear(int m, const coord::ControlMessage &msg) {
   const bool joins = msg.type == coord::MessageType::kJoin;
   if (joins) peer(m).joined = true;
   bool drop = false;
-  const Status st = job.on_message(kGroup, msg, at_time(engine.now()), &drop);
+  const Status st = job.on_message(kSimGroup, msg, at_time(engine.now()), &drop);
   if (joins && timing_)
     engine.at(engine.now() + work.heartbeat, -1, [this, m, g = timers_] { heartbeat(m, g); });
   if (!st.ok()) {
@@ -280,7 +280,7 @@ void World::start_timers() {
   for (int m = 0; m < static_cast<int>(peers.size()); ++m) {
     if (peer(m).stopped || !peer(m).joined) continue;
     bool drop = false;
-    (void)job.on_message(kGroup, peer(m).view.heartbeat(), at_time(engine.now()), &drop);
+    (void)job.on_message(kSimGroup, peer(m).view.heartbeat(), at_time(engine.now()), &drop);
     engine.at(engine.now() + work.heartbeat, -1,
               [this, m, generation] { heartbeat(m, generation); });
   }
@@ -334,7 +334,7 @@ void World::fault(const Fault &f) {
       if (sent < first_beat) continue;
       auto beat = [this, d, arrives] {
         bool drop = false;
-        (void)job.on_message(kGroup, peer(d).view.heartbeat(), at_time(arrives), &drop);
+        (void)job.on_message(kSimGroup, peer(d).view.heartbeat(), at_time(arrives), &drop);
       };
       if (arrives <= engine.now()) {
         beat();
@@ -349,7 +349,7 @@ void World::fault(const Fault &f) {
   // every member of its epoch its link to it (and reports it broken), a path delay later.
   net.close(me.host);
   engine.at(engine.now() + delay(me.host, work.coordinator), -1, [this, d] {
-    job.disconnected(kGroup, id(d), at_time(engine.now()));
+    job.disconnected(kSimGroup, id(d), at_time(engine.now()));
     dispatch();
   });
   for (int x = 0; x < static_cast<int>(peers.size()); ++x) {

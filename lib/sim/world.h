@@ -128,8 +128,7 @@ struct World {
   const Workload &work;
   coord::Job job;  // the coordinator's rules, as wccl-coord runs them
   // The job's one group (every peer a node of one communicator), once the first JOIN named it.
-  const coord::Membership &group() const { return *job.group(kGroup); }
-  static constexpr const char *kGroup = kSimGroup;
+  const coord::Membership &group() const { return *job.group(kSimGroup); }
   std::vector<Peer> peers;  // the first epoch's peers, then the joiners
   const int first_peers;
   // Member threads of one instant run at once: what several of them write is atomic or locked.
