@@ -371,7 +371,7 @@ TEST_F(JobTest, AGroupRebuiltAfterARestartLosesTheNodesLostMeanwhile) {
 
 // The coordinator admits node 3 into both groups at once and goes; group 0's members heard, group
 // 1's did not. The restarted one adopts each group's epoch from its members: node 3 would be in
-// group 0 and wait to join group 1, for ever (found by test_coord_control_sim, seed 180).
+// group 0 and wait to join group 1, for ever (found by test_coord_control_sim).
 TEST_F(JobTest, ANodeAdmittedWhereOnlySomeGroupsHeardIsLostAndAdmittedWholeAgain) {
   form(2);
   ASSERT_TRUE(join(3, 0).ok());
@@ -438,8 +438,7 @@ TEST_F(JobTest, ANodeAdmittedWhereOnlySomeGroupsHeardIsLostAndAdmittedWholeAgain
 
 // Node 2 joins a restarted coordinator before the job's members are back, and forms both groups'
 // first epochs; then group 0's member returns and its epoch supersedes the one formed here, which
-// removes node 2 from group 0: it is out of group 1 too (found by test_coord_control_sim, seed
-// 2570).
+// removes node 2 from group 0: it is out of group 1 too (found by test_coord_control_sim).
 TEST_F(JobTest, ANodeThatAnAdoptedEpochSupersedesInOneGroupIsOutOfEvery) {
   form(1);
   const ControlMessage back = rejoin_message(1, 0);
