@@ -59,26 +59,18 @@ bool wait_received(Communicator *c, uint64_t bytes) {
 
 class CollectivesTest : public CommFourTest {};
 
-TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
-  auto comms = join_all(4);
-  ASSERT_EQ(comms.size(), 4u);
-  std::vector<Communicator *> by_rank = by_rank_of(comms);
-  const int n = 4;
-  struct Case {
-    Kind kind;
-    algo::Algo a;
-    size_t count;
-  };
-  const Case cases[] = {{Kind::kAllreduce, algo::Algo::kRing, 1000003},
-                        {Kind::kAllreduce, algo::Algo::kTree, 1000003},
-                        {Kind::kAllreduce, algo::Algo::kAuto, 1024},
-                        {Kind::kAllreduce, algo::Algo::kRing, 3},
-                        {Kind::kAllreduce, algo::Algo::kRing, 0},
-                        {Kind::kBroadcast, algo::Algo::kAuto, 300007},
-                        {Kind::kAllgather, algo::Algo::kAuto, 100003},
-                        {Kind::kReduceScatter, algo::Algo::kAuto, 100003},
-                        {Kind::kBarrier, algo::Algo::kAuto, 0}};
-  for (const Case &k : cases) {
+struct KindCase {
+  Kind kind;
+  algo::Algo a;
+  size_t count;
+};
+
+// Each case run on every member at once (broadcast from rank 2): every member ends with the same
+// result, the one the inputs make.
+void expect_every_kind_agrees(const std::vector<Communicator *> &by_rank,
+                              const std::vector<KindCase> &cases) {
+  const int n = static_cast<int>(by_rank.size());
+  for (const KindCase &k : cases) {
     SCOPED_TRACE(std::string(algo::kind_name(k.kind)) + " " + algo::algo_name(k.a) + " " +
                  std::to_string(k.count));
     std::vector<std::vector<float>> in(n), out(n);
@@ -98,7 +90,7 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
     for (auto &t : threads) t.join();
     for (int r = 0; r < n; ++r) {
       ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
-      EXPECT_EQ(stats[r].world_size, 4);
+      EXPECT_EQ(stats[r].world_size, n);
       if (k.kind != Kind::kReduceScatter) {
         EXPECT_TRUE(out[r] == out[0]) << "rank " << r << " differs from rank 0";
       }
@@ -107,7 +99,7 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
         float want = 0;
         switch (k.kind) {
           case Kind::kAllreduce:
-            want = pattern(1 + 2 + 3 + 4, i);
+            want = pattern(n * (n + 1) / 2, i);
             break;
           case Kind::kBroadcast:
             want = pattern(3, i);
@@ -116,7 +108,7 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
             want = pattern(static_cast<int>(i / k.count) + 1, i % k.count);
             break;
           case Kind::kReduceScatter:
-            want = pattern(10, static_cast<size_t>(r) * k.count + i);
+            want = pattern(n * (n + 1) / 2, static_cast<size_t>(r) * k.count + i);
             break;  // block r
           case Kind::kBarrier:
           case Kind::kStateSync:
@@ -126,10 +118,25 @@ TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
       }
     }
     if (k.kind == Kind::kAllreduce && k.count > 0) {
-      EXPECT_EQ(stats[0].algo, k.a == algo::Algo::kAuto ? algo::Algo::kTree : k.a);
+      EXPECT_EQ(stats[0].algo, k.a == algo::Algo::kAuto ? algo::Algo::kTree : k.a)
+          << "algo=AUTO with no measured crossover: the tree";
       EXPECT_GT(stats[0].bytes_sent, 0u);
     }
   }
+}
+
+TEST_F(CollectivesTest, EveryKindAgreesBitForBitOnFourPeers) {
+  auto comms = join_all(4);
+  ASSERT_EQ(comms.size(), 4u);
+  expect_every_kind_agrees(by_rank_of(comms), {{Kind::kAllreduce, algo::Algo::kRing, 1000003},
+                                               {Kind::kAllreduce, algo::Algo::kTree, 1000003},
+                                               {Kind::kAllreduce, algo::Algo::kAuto, 1024},
+                                               {Kind::kAllreduce, algo::Algo::kRing, 3},
+                                               {Kind::kAllreduce, algo::Algo::kRing, 0},
+                                               {Kind::kBroadcast, algo::Algo::kAuto, 300007},
+                                               {Kind::kAllgather, algo::Algo::kAuto, 100003},
+                                               {Kind::kReduceScatter, algo::Algo::kAuto, 100003},
+                                               {Kind::kBarrier, algo::Algo::kAuto, 0}});
 }
 
 // algo=AUTO by the measured crossovers: once the links of two members have carried large messages
@@ -1086,6 +1093,82 @@ TEST_F(CollectivesTest, StateSyncWithNoDonorLeftFailsWithTensorsUntouched) {
     EXPECT_EQ(c.revision, 0u);
     EXPECT_TRUE(states[i].t == State(false).t) << "member " << i << "'s tensors are untouched";
   }
+}
+
+// Sixteen members, the last admitted by an update: each links to its schedule neighbours only
+// (algo::schedule_neighbours: at most 8 of the 15 others), every kind agrees over those links,
+// and the joiner's state sync, striped over all 15 donors, links the donors that are not its
+// neighbours for that operation alone.
+TEST_F(CommTest, SixteenMembersLinkToTheirScheduleNeighboursOnly) {
+  constexpr int n = 16;
+  extra_config_["chunk_bytes"] = "64K";  // the state below is 15 pieces, one from each donor
+  extra_config_["sync_compress"] = "off";
+  auto comms = group_of(n - 1);
+  ASSERT_EQ(comms.size(), size_t{n - 1});
+  auto joining = std::async(
+      std::launch::async,
+      [cfg = peer_config("peer" + std::to_string(n - 1))] { return Communicator::join(cfg); });
+  ASSERT_TRUE(eventually(
+      [&] {
+        return std::all_of(comms.begin(), comms.end(), [](auto &c) { return c->pending() == 1; });
+      },
+      10s));
+  for (const Status &st : update_all(raw(comms))) ASSERT_TRUE(st.ok()) << st.to_string();
+  auto joined = joining.get();
+  ASSERT_TRUE(joined.ok()) << joined.status().to_string();
+  Communicator *joiner = joined.value().get();
+  comms.push_back(std::move(joined).value());
+  const std::vector<Communicator *> by_rank = by_rank_of(comms);
+  auto expect_schedule_links = [&] {
+    for (int r = 0; r < n; ++r) {
+      std::map<int, std::shared_ptr<net::Link>> links;
+      ASSERT_TRUE(by_rank[static_cast<size_t>(r)]->links(10s, &links).ok());
+      std::set<int> ranks;
+      for (const auto &[rank, link] : links) ranks.insert(rank);
+      EXPECT_EQ(ranks, algo::schedule_neighbours(r, n)) << "rank " << r;
+      EXPECT_LE(ranks.size(), 8u);
+    }
+  };
+  expect_schedule_links();
+  expect_every_kind_agrees(by_rank, {{Kind::kAllreduce, algo::Algo::kRing, 100003},
+                                     {Kind::kAllreduce, algo::Algo::kTree, 100003},
+                                     {Kind::kBroadcast, algo::Algo::kAuto, 30011},
+                                     {Kind::kAllgather, algo::Algo::kAuto, 1009},
+                                     {Kind::kReduceScatter, algo::Algo::kAuto, 1009},
+                                     {Kind::kBarrier, algo::Algo::kAuto, 0}});
+
+  const size_t count = 15 * (size_t{64} << 10) / sizeof(float);
+  std::vector<std::vector<float>> tensor(n);
+  std::vector<std::vector<SyncTensor>> lists(n);
+  std::vector<uint64_t> revisions(n, 3);
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const bool late = comms[i].get() == joiner;
+    tensor[i] = late ? std::vector<float>(count, 0.0f) : filled(count, 5);
+    lists[i] = {{"w", tensor[i].data(), codec::Dtype::kF32, count}};
+    if (late) revisions[i] = 0;
+  }
+  std::vector<State> unused;
+  const std::vector<SyncCall> calls = sync_all(raw(comms), unused, revisions, lists);
+  for (size_t i = 0; i < comms.size(); ++i) {
+    ASSERT_TRUE(calls[i].status.ok()) << "member " << i << ": " << calls[i].status.to_string();
+    EXPECT_EQ(calls[i].revision, 3u);
+    EXPECT_TRUE(tensor[i] == filled(count, 5)) << "member " << i;
+    if (comms[i].get() == joiner) {
+      EXPECT_EQ(calls[i].stats.sources, 15u) << "every donor, neighbour or not";
+      EXPECT_EQ(calls[i].stats.bytes_received, count * sizeof(float));
+    }
+  }
+  expect_schedule_links();  // the operation's links were its own
+  // A second sync, of one member whose tensor drifted, links its donors again for its operation.
+  tensor[0][1] = -1.0f;
+  revisions.assign(n, 3);
+  revisions[0] = 2;
+  const std::vector<SyncCall> again = sync_all(raw(comms), unused, revisions, lists);
+  for (size_t i = 0; i < comms.size(); ++i) {
+    ASSERT_TRUE(again[i].status.ok()) << "member " << i << ": " << again[i].status.to_string();
+    EXPECT_TRUE(tensor[i] == filled(count, 5)) << "member " << i;
+  }
+  EXPECT_EQ(again[0].stats.sources, 15u);
 }
 
 TEST_F(CollectivesTest, ChurnSoak) {

@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "algo/collectives.h"
 #include "coord/algo_choice.h"
 #include "coord/membership.h"
 #include "coord/ring_order.h"
@@ -631,6 +632,69 @@ TEST(RingOrder, AnUnmeasuredPairLeavesTheOrderAlone) {
   const std::vector<Member> zigzag = members({0x1, 0x11, 0x2, 0x12, 0x3, 0x13});
   EXPECT_EQ(ids(order_ring(zigzag, partial)), ids(zigzag));
   EXPECT_FALSE(ring_cost(zigzag, partial).has_value());
+}
+
+// Members link to their schedule neighbours only, so a coordinator hears of few pairs: with the
+// zigzag's ring pairs (all across) and a few pairs within each continent, the shortest paths over
+// them stand for the rest, and 2-opt finds the order that crosses twice.
+TEST(RingOrder, PathsStandForUnmeasuredPairs) {
+  const std::vector<Member> zigzag = members({0x1, 0x11, 0x2, 0x12, 0x3, 0x13});
+  const std::set<std::pair<PeerId, PeerId>> measured = {
+      {0x1, 0x11}, {0x2, 0x11}, {0x2, 0x12}, {0x3, 0x12},  {0x3, 0x13},
+      {0x1, 0x13}, {0x1, 0x2},  {0x2, 0x3},  {0x11, 0x12}, {0x12, 0x13}};
+  auto partial = [&](PeerId a, PeerId b) {
+    return measured.count(std::minmax(a, b)) != 0 ? two_continents(a, b) : 0u;
+  };
+  EXPECT_EQ(ids(order_ring(zigzag, partial)), ids(zigzag)) << "unmeasured pairs: left alone";
+  const RttOf paths = with_paths(zigzag, partial);
+  EXPECT_EQ(paths(0x1, 0x2), 10000u) << "measured";
+  EXPECT_EQ(paths(0x1, 0x3), 20000u) << "through 0x2";
+  EXPECT_EQ(paths(0x11, 0x13), 20000u) << "through 0x12";
+  EXPECT_EQ(paths(0x1, 0x12), 100000u) << "one crossing and one step";
+  EXPECT_EQ(paths(0x1, 0x99), 0u) << "not a member";
+  const std::vector<Member> ordered = order_ring(zigzag, paths);
+  EXPECT_EQ(crossings(ordered), 2);
+  // A pair that no path connects is unmeasured still.
+  auto split = [](PeerId a, PeerId b) { return (a < 0x10) == (b < 0x10) ? 10000u : 0u; };
+  EXPECT_EQ(with_paths(zigzag, split)(0x1, 0x11), 0u);
+  EXPECT_EQ(with_paths(zigzag, split)(0x1, 0x3), 10000u);
+}
+
+// As the members report, each of its schedule neighbours alone (algo::schedule_neighbours), a
+// zigzag of 12 members over two continents: the coordinator reorders the ring by the paths, and
+// once the new ring's links are measured too, it stays.
+TEST_F(MembershipTest, NeighbourReportsAloneReorderTheRing) {
+  Membership m(options());
+  std::vector<PeerId> zigzag;
+  for (PeerId k = 1; k <= 6; ++k) zigzag.insert(zigzag.end(), {k, 0x10 + k});
+  form(m, zigzag);
+  auto report_neighbours = [&](uint64_t epoch) {
+    const std::vector<Member> ring = m.ring();
+    const int n = static_cast<int>(ring.size());
+    for (int r = 0; r < n; ++r) {
+      std::vector<LinkMeasurement> rtts;
+      for (int q : algo::schedule_neighbours(r, n)) {
+        const PeerId a = ring[static_cast<size_t>(r)].id, b = ring[static_cast<size_t>(q)].id;
+        rtts.push_back({b, two_continents(a, b)});
+      }
+      m.report_links(ring[static_cast<size_t>(r)].id, epoch, rtts);
+    }
+  };
+  report_neighbours(1);
+  EXPECT_EQ(m.rtt(0x1, 0x3), 0u) << "not neighbours in the zigzag";
+  for (PeerId p : zigzag) ASSERT_TRUE(m.update(p, 1, m.committed(), t).ok());
+  EXPECT_EQ(m.epoch(), 2u) << "a better order by the paths is worth a new epoch";
+  EXPECT_LT(crossings(m.ring()), 12);
+  for (uint64_t epoch = 2; epoch < 6 && crossings(m.ring()) > 2; ++epoch) {
+    report_neighbours(epoch);
+    const std::vector<PeerId> ring = ids(m.ring());
+    for (PeerId p : ring) ASSERT_TRUE(m.update(p, epoch, m.committed(), t).ok());
+  }
+  EXPECT_EQ(crossings(m.ring()), 2) << testing::PrintToString(ids(m.ring()));
+  const uint64_t settled = m.epoch();
+  report_neighbours(settled);
+  for (PeerId p : ids(m.ring())) ASSERT_TRUE(m.update(p, settled, m.committed(), t).ok());
+  EXPECT_EQ(m.epoch(), settled) << "the best order is kept";
 }
 
 TEST_F(MembershipTest, AnUpdateReordersTheRingByReportedRoundTrips) {

@@ -197,23 +197,25 @@ TEST(ControlMessages, BadFieldsAreNamed) {
   expect(huge, "exceeds the limit");
 }
 
-// The epoch links' first message: 16 bytes, little-endian, refused when it is any other size or
+// The epoch links' first message: 24 bytes, little-endian, refused when it is any other size or
 // names peer 0.
 TEST(ControlMessages, LinkHelloRoundTripsAndIsChecked) {
   const std::vector<uint8_t> bytes =
-      encode(LinkHello{0x0102030405060708ULL, 0x1122334455667788ULL});
+      encode(LinkHello{0x0102030405060708ULL, 0x1122334455667788ULL, 0x2A});
   ASSERT_EQ(bytes.size(), kLinkHelloBytes);
   EXPECT_EQ(bytes[0], 0x08);
   EXPECT_EQ(bytes[15], 0x11);
+  EXPECT_EQ(bytes[16], 0x2A);
   LinkHello h;
   ASSERT_TRUE(decode(bytes.data(), bytes.size(), &h).ok());
   EXPECT_EQ(h.epoch, 0x0102030405060708ULL);
   EXPECT_EQ(h.from, 0x1122334455667788ULL);
+  EXPECT_EQ(h.seq, 0x2Au);
   EXPECT_EQ(decode(bytes.data(), bytes.size() - 1, &h).code(), WCCL_ERR_PROTOCOL);
   std::vector<uint8_t> longer = bytes;
   longer.push_back(0);
   EXPECT_EQ(decode(longer.data(), longer.size(), &h).code(), WCCL_ERR_PROTOCOL);
-  const std::vector<uint8_t> nobody = encode(LinkHello{7, 0});
+  const std::vector<uint8_t> nobody = encode(LinkHello{7, 0, 0});
   const Status st = decode(nobody.data(), nobody.size(), &h);
   EXPECT_EQ(st.code(), WCCL_ERR_PROTOCOL);
   EXPECT_NE(st.message().find("link hello peer id"), std::string::npos) << st.message();

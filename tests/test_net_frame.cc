@@ -78,7 +78,7 @@ TEST(Frame, EveryMalformedFieldIsRejected) {
   reset();
   b[4] = 1;
   expect_rejected(b, WCCL_ERR_PROTOCOL,
-                  "peer speaks wccl protocol version 1, this library speaks version 8");
+                  "peer speaks wccl protocol version 1, this library speaks version 9");
   reset();
   b[6] = 0;
   expect_rejected(b, WCCL_ERR_PROTOCOL, "unknown frame type 0");

@@ -620,4 +620,18 @@ TreeNode tree_node(int t, int rank, int n) {
   return node;
 }
 
+std::set<int> schedule_neighbours(int rank, int n) {
+  std::set<int> out;
+  if (rank < 0 || rank >= n || n < 2) return out;
+  out.insert(mod(rank + 1, n));
+  out.insert(mod(rank - 1, n));
+  for (int t = 0; t < 2; ++t) {
+    const TreeNode node = tree_node(t, rank, n);
+    for (int r : {node.parent, node.child[0], node.child[1]}) {
+      if (r >= 0) out.insert(r);
+    }
+  }
+  return out;
+}
+
 }  // namespace wccl::algo

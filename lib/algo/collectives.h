@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <set>
 
 #include "algo/crossovers.h"
 #include "algo/exchange.h"
@@ -116,5 +117,11 @@ struct TreeNode {
   int height = 0;  // hops down to the deepest leaf below
 };
 TreeNode tree_node(int t, int rank, int n);
+
+// The ranks whose links the schedules use from `rank` of n peers: the ring's next and previous
+// (ring, all-gather and broadcast, and the call check) and the parent and children in both trees
+// (tree_node): at most 8 whatever n. Every member derives its epoch's links from it, so that both
+// ends of a link agree on it. (State sync's donors and receivers are linked per operation.)
+std::set<int> schedule_neighbours(int rank, int n);
 
 }  // namespace wccl::algo

@@ -359,6 +359,15 @@ Status transfer(Exchange &ex, const SyncJob &job, uint8_t *stage, SendSlots *slo
 
 }  // namespace
 
+std::set<int> sync_partners(const SyncPlan &plan, int rank) {
+  std::set<int> out;
+  for (const Transfer &tr : plan.transfers) {
+    if (tr.donor == rank) out.insert(tr.receiver);
+    if (tr.receiver == rank) out.insert(tr.donor);
+  }
+  return out;
+}
+
 Status run_sync(Exchange &ex, const SyncJob &job, uint8_t *stage) {
   SendSlots slots;
   Status st = transfer(ex, job, stage, &slots);

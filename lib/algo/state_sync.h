@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ struct SyncPlan {
   int elected = -1;                 // the lowest rank that holds it (-1: none, with keep)
   std::vector<Transfer> transfers;  // in the one order every member posts them in
 };
+
+// The members `rank` exchanges bytes with in plan's data phase (its donors and its receivers).
+std::set<int> sync_partners(const SyncPlan &plan, int rank);
 
 // Elects the state every member ends with and plans the transfers, from the members' states in
 // rank order. With `keep`, the election is skipped and keep is the target (state sync finishing

@@ -298,6 +298,13 @@ Communicator::Effects Communicator::apply(Actions actions) {
       case Action::Kind::kDecide: {
         auto it = ops_.find({a.epoch, a.seq});
         if (it == ops_.end()) break;
+        if (it->second->c.kind == algo::Kind::kStateSync) {
+          for (auto &l : links_->release(a.epoch, a.seq)) {
+            e.closing.emplace_back(std::move(l),
+                                   WCCL_ERROR(WCCL_ERR_ABORTED, "operation %llu was decided",
+                                              static_cast<unsigned long long>(a.seq)));
+          }
+        }
         decide(it->second, std::move(a.status));
         ops_.erase(it);
         break;
@@ -307,8 +314,8 @@ Communicator::Effects Communicator::apply(Actions actions) {
         break;
       case Action::Kind::kEpochChanged:
         // The epoch and its links change together: nobody may see the new epoch with old links.
-        for (auto &[rank, l] : links_->begin_epoch(*view_)) {
-          e.closing.push_back(std::move(l));
+        for (auto &l : links_->begin_epoch(*view_)) {
+          e.closing.emplace_back(std::move(l), WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));
         }
         e.open_links = true;
         break;
@@ -322,8 +329,7 @@ Communicator::Effects Communicator::apply(Actions actions) {
 
 void Communicator::carry_out(const Effects &effects) {
   for (const Status &w : effects.warnings) WCCL_LOG(log_, kWarn, "%s", w.message().c_str());
-  const Status ended = WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended");
-  for (const auto &l : effects.closing) l->close(ended);
+  for (const auto &[l, why] : effects.closing) l->close(why);
   if (effects.open_links) links_->open();
   for (const ControlMessage &m : effects.sends) (void)send(m);
 }

@@ -1,7 +1,8 @@
 // The communicator: one peer's membership in a group (DESIGN §3-§4). It joins through the
 // coordinator, keeps a control link to it (heartbeats, answers to probes), follows its epochs,
-// for each epoch opens the links to its neighbours (ring and trees), tagged with the epoch, and
-// runs collective operations over them.
+// for each epoch opens the links to its neighbours (ring and trees, at most 8 whatever the group's
+// size), tagged with the epoch, and runs collective operations over them; a state sync links its
+// donors and receivers that are not neighbours for that operation alone.
 //
 // The protocol's rules (the epoch view, the numbering and outcome of operations, the membership
 // calls) are comm::Member's, a state machine without I/O; this class is its shell: it feeds
@@ -119,7 +120,8 @@ class Communicator {
   // logging).
   struct Effects {
     std::vector<coord::ControlMessage> sends;
-    std::vector<std::shared_ptr<net::Link>> closing;  // previous epochs' links
+    // Links to close, and why: the previous epoch's, a decided state sync's (EpochLinks).
+    std::vector<std::pair<std::shared_ptr<net::Link>, Status>> closing;
     bool open_links = false;
     std::vector<Status> warnings;
   };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "algo/collectives.h"
+
 namespace wccl::comm {
 
 using coord::ControlMessage;
@@ -18,18 +20,9 @@ ControlMessage Member::message(MessageType type) const {
 
 int Member::rank_of(coord::PeerId id) const { return coord::rank_in(ring_, id); }
 
-// Every other member: the collectives exchange messages with the ring's next and previous peers
-// and the parent and children in both trees (algo::tree_node), and state sync between any donor
-// and any receiver. A link costs its connections and one handshake per epoch, which is small for
-// the tens of members a WAN job has.
-std::set<int> Member::neighbours() const {
-  std::set<int> out;
-  const int n = size();
-  for (int r = 0; rank_ >= 0 && r < n; ++r) {
-    if (r != rank_) out.insert(r);
-  }
-  return out;
-}
+// The schedules' neighbours (algo::schedule_neighbours): at most 8 links whatever the epoch's
+// size. State sync's donors and receivers are linked per operation (EpochLinks::want).
+std::set<int> Member::neighbours() const { return algo::schedule_neighbours(rank_, size()); }
 
 void Member::decide(OpKey op, Status outcome, Actions *out) {
   if (ops_.erase(op) == 0) return;

@@ -4,6 +4,7 @@
 #include "comm/link_channel.h"
 
 #include "algo/call.h"
+#include "algo/state_sync.h"
 
 namespace wccl::comm {
 namespace {
@@ -61,7 +62,14 @@ Result<std::shared_ptr<Op>> Communicator::submit(const algo::Collective &c,
   op->stats.algo = op->c.algo;
   ops_[{op->epoch, seq}] = op;
   queue_.push_back(op);
+  const bool links_wanted = c.kind == algo::Kind::kStateSync;
+  if (links_wanted) {
+    // Its donors and receivers that are not neighbours, linked while the operations before it run.
+    links_->want(op->epoch, seq, algo::sync_partners(*c.sync->plan, op->rank));
+  }
+  lock.unlock();
   cv_.notify_all();
+  if (links_wanted) links_->open();
   return op;
 }
 
@@ -110,6 +118,8 @@ void Communicator::work() {
 // Worker thread: the data phase of one operation, then its report to the coordinator.
 void Communicator::run(const std::shared_ptr<Op> &op) {
   std::map<int, std::shared_ptr<net::Link>> links;
+  Status link_failure;
+  const uint64_t links_of = op->c.kind == algo::Kind::kStateSync ? op->seq : 0;  // EpochLinks::want
   algo::Memory &memory = op->c.memory != nullptr ? *op->c.memory : algo::host_memory();
   algo::Bytes scratch;
   size_t scratch_bytes = 0;
@@ -126,7 +136,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
     std::unique_lock<std::mutex> lock(mu_);
     auto ready = [&] {
       return view_->aborted() || view_->revoked() || view_->epoch() != op->epoch ||
-             links_->complete(&links);
+             links_->complete(&links, links_of, &link_failure);
     };
     if (!cv_.wait_until(lock, op->deadline, ready)) {
       return end(lock,
@@ -139,6 +149,7 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
       return end(lock, WCCL_ERROR(WCCL_ERR_PEER_LOST, "the epoch ended"),
                  false);  // the view knows why
     }
+    if (!link_failure.ok()) return end(lock, link_failure, false);
     // A scratch buffer in the operation's memory from the spares, or a new one.
     scratch_bytes = op->result_bytes;
     scratch = spares_.take(memory, scratch_bytes, &scratch_bytes);

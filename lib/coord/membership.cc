@@ -581,7 +581,7 @@ void Membership::complete_barrier() {
                                                  : EpochOrigin::kAfterLoss;
   next.insert(next.end(), admitted.begin(), admitted.end());
   if (opt_.measured_order && next.size() <= kMaxMeasuredRing) {
-    const RttOf rtt_of = [this](PeerId a, PeerId b) { return rtt(a, b); };
+    const RttOf rtt_of = with_paths(next, [this](PeerId a, PeerId b) { return rtt(a, b); });
     std::vector<Member> ordered = order_ring(next, rtt_of);
     const auto now_cost = ring_cost(next, rtt_of), best = ring_cost(ordered, rtt_of);
     auto gains = [](uint64_t now, uint64_t then) {

@@ -229,6 +229,7 @@ template <typename Io, typename H>
 void fields_of_hello(Io &io, H &h) {
   io.u64("link hello epoch", h.epoch);
   io.peer("link hello peer id", h.from);
+  io.u64("link hello operation", h.seq);
 }
 
 }  // namespace

@@ -73,13 +73,16 @@ std::vector<uint8_t> encode(const ControlMessage &m);
 Status decode(const uint8_t *data, size_t size, ControlMessage *out);
 
 // The first message on an epoch's link between two members, from its connecting side (the lower
-// rank of the pair): the epoch the link serves and who opened it, so that the accepting side
-// adopts it as that neighbour's link (docs/protocol.md).
+// rank of the pair): the epoch the link serves, who opened it, and the operation it is for (0: the
+// epoch's schedule link; else the sequence number of the state sync that links a donor and a
+// receiver that are not neighbours), so that the accepting side adopts it as that link
+// (docs/protocol.md).
 struct LinkHello {
   uint64_t epoch = 0;
   PeerId from = 0;
+  uint64_t seq = 0;
 };
-inline constexpr size_t kLinkHelloBytes = 16;  // u64 epoch, u64 peer id
+inline constexpr size_t kLinkHelloBytes = 24;  // u64 epoch, u64 peer id, u64 operation
 std::vector<uint8_t> encode(const LinkHello &h);
 // PROTOCOL for a size other than kLinkHelloBytes or a peer id of 0.
 Status decode(const uint8_t *data, size_t size, LinkHello *out);

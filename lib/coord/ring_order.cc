@@ -43,6 +43,37 @@ std::optional<RingCost> ring_cost(const std::vector<Member> &ring, const RttOf &
   return l.cost;
 }
 
+RttOf with_paths(const std::vector<Member> &ring, const RttOf &rtt) {
+  const size_t n = ring.size();
+  constexpr uint64_t kNone = UINT64_MAX;
+  std::vector<uint64_t> d(n * n, kNone);
+  for (size_t a = 0; a < n; ++a) {
+    d[a * n + a] = 0;
+    for (size_t b = 0; b < n; ++b) {
+      const uint32_t v = b != a ? rtt(ring[a].id, ring[b].id) : 0;
+      if (v != 0) d[a * n + b] = v;
+    }
+  }
+  for (size_t k = 0; k < n; ++k) {  // Floyd-Warshall: n is at most kMaxMeasuredRing
+    for (size_t a = 0; a < n; ++a) {
+      if (d[a * n + k] == kNone) continue;
+      for (size_t b = 0; b < n; ++b) {
+        if (d[k * n + b] != kNone)
+          d[a * n + b] = std::min(d[a * n + b], d[a * n + k] + d[k * n + b]);
+      }
+    }
+  }
+  std::map<PeerId, size_t> at;
+  for (size_t a = 0; a < n; ++a) at[ring[a].id] = a;
+  return [d = std::move(d), at = std::move(at), n, rtt](PeerId a, PeerId b) -> uint32_t {
+    const uint32_t measured = rtt(a, b);
+    const auto ia = at.find(a), ib = at.find(b);
+    if (measured != 0 || ia == at.end() || ib == at.end()) return measured;
+    const uint64_t v = d[ia->second * n + ib->second];
+    return v == kNone ? 0 : static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
+  };
+}
+
 std::vector<Member> order_ring(std::vector<Member> ring, const RttOf &rtt) {
   const size_t n = ring.size();
   if (n < 4) return ring;  // every order of 3 members is the same ring

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -31,6 +32,13 @@ struct RingCost {
 
 // The cost of `ring` in its order, or nullopt if a pair of neighbours has no measurement.
 std::optional<RingCost> ring_cost(const std::vector<Member> &ring, const RttOf &rtt);
+
+// The round trips between the members of `ring`: measured where `rtt` has them, else the
+// shortest path's over measured pairs among them (0 where none connects the two). Members link
+// only to their schedule neighbours (algo::schedule_neighbours), so most pairs are never
+// measured; internet round trips roughly obey the triangle inequality, so a path's sum is an
+// estimate from above, and the next ring's links measure the pairs an order chose by it.
+RttOf with_paths(const std::vector<Member> &ring, const RttOf &rtt);
 
 // The best order 2-opt finds, starting from `ring` (so `ring` itself when no move improves it).
 // `ring` unchanged if some pair of its members has no measurement: any two may become neighbours.

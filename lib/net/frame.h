@@ -12,7 +12,7 @@
 namespace wccl::net {
 
 inline constexpr uint32_t kFrameMagic = 0x4C434357;  // bytes 'W' 'C' 'C' 'L'
-inline constexpr uint16_t kProtocolVersion = 8;
+inline constexpr uint16_t kProtocolVersion = 9;
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr uint32_t kMaxFramePayload = 16u << 20;   // receivers reject longer frames
 inline constexpr uint64_t kMaxMessageBytes = 1ULL << 40;  // 1 TiB

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+
+#include "algo/collectives.h"
 
 namespace wccl::sim {
 
@@ -206,7 +209,8 @@ void World::dispatch() {
   }
   was_revoked_ = group().revoked();
   if (group().epoch() != last_epoch_) {
-    // A new epoch: when each member hears of it, and when its links are open. The one of lower
+    // A new epoch: when each member hears of it, and when its links to its schedule neighbours
+    // (algo::schedule_neighbours) are open. The one of lower
     // rank connects (TCP: a round trip), TLS 1.3 takes another, then each side says hello: the
     // acceptor has the link 2.5 round trips after the connector heard, the connector 3. The
     // first epoch's links are open before the simulation starts.
@@ -222,8 +226,10 @@ void World::dispatch() {
       const int x = index(ring[a].id);
       const int hx = peer(x).host;
       Time t = heard[static_cast<size_t>(x)];
-      for (size_t b = 0; b < ring.size() && !first; ++b) {
-        if (b == a) continue;
+      for (int rb :
+           first ? std::set<int>()
+                 : algo::schedule_neighbours(static_cast<int>(a), static_cast<int>(ring.size()))) {
+        const auto b = static_cast<size_t>(rb);
         const int y = index(ring[b].id);
         const int hy = peer(y).host;
         const Time rtt = delay(hx, hy) + delay(hy, hx);
