@@ -2,6 +2,7 @@
 member killed mid-run, and a late joiner catching up with sync_state."""
 
 import base64
+import os
 import time
 
 import numpy as np
@@ -188,3 +189,90 @@ def test_an_epoch_of_joiners_alone_says_how_the_members_went(coordinators, pki):
         assert after.epoch_origin == wccl.EpochOrigin.AFTER_LOSS and after.size == 1
     finally:
         after.close()
+
+
+def established_tcp(pid):
+    """How many established TCP connections process pid holds (Linux: its sockets' inodes in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                count += fields[3] == "01" and fields[9] in inodes  # 01: ESTABLISHED
+    return count
+
+
+def test_sixteen_members_hold_their_neighbours_links_only(coordinators, pki):
+    """Sixteen member processes, the last admitted by an update, then one SIGKILLed: each holds at
+    most 8 links of 4 streams and its coordinator connection (every other member's link was 15 x 4 + 1
+    = 61 connections before protocol 9), before and after the joiner's state sync (striped over all 15
+    donors, whose links are the sync's alone) and after the loss."""
+    n, streams = 16, 4
+    bound = 8 * streams + 1
+    coord = coordinators(min_peers=n - 1)
+    peers = [Peer(member_config(coord, pki)) for _ in range(n - 1)]
+    joiner = None
+    try:
+        for p in peers:
+            p.joined = p.reply()
+        joiner = Peer(member_config(coord, pki))
+        deadline = time.monotonic() + 30
+        while True:
+            peers[0].request(cmd="pending")
+            if peers[0].reply()["pending"] >= 1:
+                break
+            assert time.monotonic() < deadline, "the joiner never registered"
+            time.sleep(0.05)
+        for p in peers:
+            p.request(cmd="update")
+        assert all(p.reply()["size"] == n for p in peers)
+        assert joiner.reply()["size"] == n
+        peers.append(joiner)
+
+        def connections_within_bound(group):
+            """Each member's connection count once it is within the bound (links close in their own time)."""
+            deadline = time.monotonic() + 10
+            while True:
+                counts = [established_tcp(p.proc.pid) for p in group]
+                if max(counts) <= bound or time.monotonic() > deadline:
+                    return counts
+
+        assert all(r["ok"] for r in ask(peers, lib="numpy", dtype="float32", count=COUNT))
+        counts = connections_within_bound(peers)
+        assert max(counts) <= bound and min(counts) >= 2 * streams + 1, counts
+
+        count = 4 << 20  # 16 MiB: 16 pieces of the default 1 MiB chunk, so every donor sends one
+        for p in peers:
+            p.request(cmd="sync", filled=p is not joiner, revision=0 if p is joiner else 4, count=count)
+        replies = [p.reply() for p in peers]
+        assert all(r["ok"] and r["revision"] == 4 and r["filled"] for r in replies), replies
+        assert replies[-1]["sources"] == n - 1, replies[-1]
+        counts = connections_within_bound(peers)
+        assert max(counts) <= bound, counts
+
+        victim = peers[5]
+        victim.kill()
+        survivors = [p for p in peers if p is not victim]
+        ask(survivors, lib="numpy", dtype="float32", count=COUNT)  # fails on the loss, or runs before it is seen
+        for p in survivors:
+            p.request(cmd="update")
+        assert all(u["ok"] and u["size"] == n - 1 for u in [p.reply() for p in survivors])
+        retried = ask(survivors, lib="numpy", dtype="float32", count=COUNT)
+        assert all(r["ok"] for r in retried), retried
+        counts = connections_within_bound(survivors)
+        assert max(counts) <= bound, counts
+    finally:
+        everyone = peers + ([joiner] if joiner and joiner not in peers else [])
+        codes = close_all([p for p in everyone if not p.killed])
+        assert codes == [0] * len(codes), codes
