@@ -1064,6 +1064,52 @@ TEST_F(CollectivesTest, StateSyncDonorLostMidTransferIsCompletedByTheOthers) {
   EXPECT_EQ(comms[3]->size(), 3);
 }
 
+// At 16 members a donor that is not the joiner's neighbour sends over a link of the sync's own:
+// its loss mid-transfer fails that link, and the survivors finish from the 14 others over the
+// next epoch's links.
+TEST_F(CommTest, StateSyncDonorLostOverTheSyncsOwnLink) {
+  constexpr int n = 16;
+  extra_config_["sync_compress"] = "off";
+  auto comms = group_of(n);
+  ASSERT_EQ(comms.size(), size_t{n});
+  const std::vector<Communicator *> by_rank = by_rank_of(comms);
+  Communicator *joiner = by_rank[n - 1];
+  const std::set<int> neighbours = algo::schedule_neighbours(n - 1, n);
+  int victim_rank = 0;
+  while (neighbours.count(victim_rank) != 0) ++victim_rank;
+  Communicator *victim = by_rank[static_cast<size_t>(victim_rank)];
+  const size_t count = test::large_bytes(size_t{64} << 20) / sizeof(float);
+  std::vector<std::vector<float>> tensor(n);
+  std::vector<std::future<SyncCall>> f;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const bool late = comms[i].get() == joiner;
+    tensor[i] = late ? std::vector<float>(count, 0.0f) : filled(count, 9);
+    std::vector<SyncTensor> list = {{"w", tensor[i].data(), codec::Dtype::kF32, count}};
+    f.push_back(std::async(std::launch::async, [c = comms[i].get(), list, late] {
+      SyncCall call{Status(), late ? 0u : 5u, SyncStats()};
+      call.status = state_sync(*c, list, &call.revision, algo::SyncMode::kPopular, &call.stats);
+      return call;
+    }));
+  }
+  // A sixteenth of the state over the joiner's neighbour links: every donor is sending its share.
+  ASSERT_TRUE(wait_received(joiner, count * sizeof(float) / 16)) << "the transfer never started";
+  victim->abort();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const SyncCall call = f[i].get();
+    if (comms[i].get() == victim) {
+      EXPECT_EQ(call.status.code(), WCCL_ERR_ABORTED);
+      continue;
+    }
+    ASSERT_TRUE(call.status.ok()) << "member " << i << ": " << call.status.to_string();
+    EXPECT_EQ(call.revision, 5u);
+    EXPECT_EQ(call.stats.world_size, n - 1);
+    EXPECT_TRUE(tensor[i] == filled(count, 9)) << "member " << i;
+    if (comms[i].get() == joiner) {
+      EXPECT_EQ(call.stats.sources, size_t{n - 2}) << "finished from the 14 other donors";
+    }
+  }
+}
+
 // The only donor dies: PEER_LOST, with the joiner's tensors and revision as they were.
 TEST_F(CollectivesTest, StateSyncWithNoDonorLeftFailsWithTensorsUntouched) {
   extra_config_["sync_compress"] = "off";
