@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds wccl in BUILD_DIR (default build/). Extra Meson options come from
+# Configures and builds wccl in BUILD_DIR (default build/): every target, or the Ninja targets
+# named as arguments (scripts/demo.sh builds wccl-perf alone). Extra Meson options come from
 # MESON_ARGS, e.g. MESON_ARGS="-Dwerror=true", at the first configuration and on later calls too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +16,4 @@ elif [ -n "${MESON_ARGS:-}" ]; then
   # shellcheck disable=SC2086
   meson setup --reconfigure "$build_dir" ${MESON_ARGS}
 fi
-ninja -C "$build_dir"
+ninja -C "$build_dir" "$@"
