@@ -1091,8 +1091,8 @@ TEST_F(CommTest, StateSyncDonorLostOverTheSyncsOwnLink) {
       return call;
     }));
   }
-  // A sixteenth of the state over the joiner's neighbour links: every donor is sending its share.
-  ASSERT_TRUE(wait_received(joiner, count * sizeof(float) / 16)) << "the transfer never started";
+  // A 32nd of the state over the joiner's neighbour links: every donor is sending its share.
+  ASSERT_TRUE(wait_received(joiner, count * sizeof(float) / 32)) << "the transfer never started";
   victim->abort();
   for (size_t i = 0; i < comms.size(); ++i) {
     const SyncCall call = f[i].get();
