@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "algo/call.h"
@@ -649,6 +650,36 @@ TEST(Algo, LargeAllreduce64Mi) {
 // gone down its own tree to the leaf at the bottom: a root that waited for the other tree's final
 // before sending its own would never finish (it cost one message latency per all-reduce on the
 // WAN).
+// An epoch's links (docs/protocol.md "Neighbour links"): both ends of every link derive it, so
+// the relation is symmetric; it holds every peer a schedule sends to, and at most 8 of them.
+TEST(Algo, ScheduleNeighboursAreSymmetricBoundedAndCoverEverySchedule) {
+  EXPECT_TRUE(algo::schedule_neighbours(0, 1).empty());
+  EXPECT_EQ(algo::schedule_neighbours(0, 2), (std::set<int>{1}));
+  EXPECT_TRUE(algo::schedule_neighbours(5, 4).empty()) << "not a rank";
+  for (int n = 2; n <= 300; ++n) {
+    std::vector<std::set<int>> of(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) of[static_cast<size_t>(r)] = algo::schedule_neighbours(r, n);
+    for (int r = 0; r < n; ++r) {
+      const std::set<int> &mine = of[static_cast<size_t>(r)];
+      ASSERT_LE(mine.size(), 8u) << "n " << n << " rank " << r;
+      ASSERT_EQ(mine.count(r), 0u);
+      ASSERT_EQ(mine.count((r + 1) % n), 1u);
+      ASSERT_EQ(mine.count((r + n - 1) % n), 1u);
+      for (int t = 0; t < 2; ++t) {
+        const algo::TreeNode node = algo::tree_node(t, r, n);
+        for (int q : {node.parent, node.child[0], node.child[1]}) {
+          if (q >= 0) {
+            ASSERT_EQ(mine.count(q), 1u) << "tree " << t << " n " << n << " rank " << r;
+          }
+        }
+      }
+      for (int q : mine) {
+        ASSERT_EQ(of[static_cast<size_t>(q)].count(r), 1u) << "n " << n << ": " << r << "-" << q;
+      }
+    }
+  }
+}
+
 TEST(Algo, TreeRootsDoNotWaitForTheOtherTree) {
   Collective c;
   c.algo = Algo::kTree;
