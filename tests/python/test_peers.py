@@ -133,6 +133,22 @@ def test_killed_member(spawn):
         np.testing.assert_array_equal(decode(r["result"], "float32"), i * 3)  # ranks 0 and 1: 1 + 2
 
 
+def admit(members, joiner, size):
+    """Once the members hear that joiner waits (it waits in join until their next update admits it),
+    every member updates: the new epoch has `size` members, the joiner among them."""
+    deadline = time.monotonic() + 30
+    while True:
+        members[0].request(cmd="pending")
+        if members[0].reply()["pending"] >= 1:
+            break
+        assert time.monotonic() < deadline, "the joiner never registered"
+        time.sleep(0.05)
+    for p in members:
+        p.request(cmd="update")
+    assert all(p.reply()["size"] == size for p in members)
+    assert joiner.reply()["size"] == size
+
+
 def test_late_joiner_catches_up_with_sync_state(coordinators, pki):
     coord = coordinators(min_peers=2)
     members = [Peer(member_config(coord, pki)) for _ in range(2)]
@@ -141,17 +157,7 @@ def test_late_joiner_catches_up_with_sync_state(coordinators, pki):
         for p in members:
             p.joined = p.reply()
         joiner = Peer(member_config(coord, pki))
-        deadline = time.monotonic() + 30
-        while True:  # the joiner waits in join until the members' next update admits it
-            members[0].request(cmd="pending")
-            if members[0].reply()["pending"] >= 1:
-                break
-            assert time.monotonic() < deadline, "the joiner never registered"
-            time.sleep(0.05)
-        for p in members:
-            p.request(cmd="update")
-        assert all(p.reply()["size"] == 3 for p in members)
-        assert joiner.reply()["size"] == 3
+        admit(members, joiner, 3)
         count = 300_000
         for p, filled, revision in [(members[0], True, 4), (members[1], True, 4), (joiner, False, 0)]:
             p.request(cmd="sync", filled=filled, revision=revision, count=count)
@@ -227,17 +233,7 @@ def test_sixteen_members_hold_their_neighbours_links_only(coordinators, pki):
         for p in peers:
             p.joined = p.reply()
         joiner = Peer(member_config(coord, pki))
-        deadline = time.monotonic() + 30
-        while True:
-            peers[0].request(cmd="pending")
-            if peers[0].reply()["pending"] >= 1:
-                break
-            assert time.monotonic() < deadline, "the joiner never registered"
-            time.sleep(0.05)
-        for p in peers:
-            p.request(cmd="update")
-        assert all(p.reply()["size"] == n for p in peers)
-        assert joiner.reply()["size"] == n
+        admit(peers, joiner, n)
         peers.append(joiner)
 
         def connections_within_bound(group):
