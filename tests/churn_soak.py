@@ -9,11 +9,18 @@ lost and re-admitted by its next update), or start a new member (the rest, up to
 a new step within --recover seconds. Any wrong element, any member error line, or a member that
 does not commit again fails the soak; it prints the seed, which reproduces the schedule.
 
+The coordinator writes its events log (events_log); each fault must appear there once, with its
+cause: a member killed is lost once as "disconnected", a member frozen well past peer_timeout_ms
+is lost once as "silent" within its freeze, one frozen well short of it is not lost, and nobody
+else is lost; every member admitted appears as registered and admitted.
+
   churn_soak.py --member build/tests/wccl-test-churn-member --coord build/tools/wccl-coord \
       [--duration 60] [--seed N] [--members 4] [--recover 60]
 """
 
 import argparse
+import datetime
+import json
 import os
 import random
 import signal
@@ -47,7 +54,9 @@ def main():
     if args.tls == "on":
         env.update({f"WCCL_{k}": v for k, v in make_pki(tmp).items()})
     env["WCCL_LOG_LEVEL"] = "warn"
-    coord, port = start_coordinator(args.coord, dict(env, WCCL_MIN_PEERS=str(args.members)), tmp / "coord.log")
+    events_log = tmp / "events.jsonl"
+    coord, port = start_coordinator(args.coord, dict(env, WCCL_MIN_PEERS=str(args.members), WCCL_EVENTS_LOG=str(events_log)),
+                                    tmp / "coord.log")
     env.update(WCCL_COORDINATOR=f"127.0.0.1:{port}", WCCL_LISTEN="127.0.0.1:0", WCCL_JOIN_TIMEOUT_MS="600000")
     group = Group(args.member, args.count, env, tmp)
     members, start, live = group.members, group.start, group.live
@@ -55,6 +64,14 @@ def main():
     for _ in range(args.members):
         start()
     counts = {"kill": 0, "freeze": 0, "join": 0}
+    kills = {}  # name -> wall time of its SIGKILL
+    freezes = {}  # name -> [[wall time of SIGSTOP, of SIGCONT, admitted before it], ...]
+
+    def resume(m):
+        m.signal(signal.SIGCONT)
+        m.frozen_until = None
+        freezes[m.name][-1][1] = time.time()
+
     end = time.monotonic() + args.duration
     failed = []
     while time.monotonic() < end:
@@ -62,13 +79,14 @@ def main():
         now = time.monotonic()
         for m in live():
             if m.frozen_until is not None and now >= m.frozen_until:
-                m.signal(signal.SIGCONT)
-                m.frozen_until = None
+                resume(m)
         alive = live()
         roll = rng.random()
         if roll < 0.35:
             if len(alive) > 2:
-                rng.choice(alive).signal(signal.SIGKILL)
+                victim = rng.choice(alive)
+                victim.signal(signal.SIGKILL)
+                kills[victim.name] = time.time()
                 counts["kill"] += 1
         elif roll < 0.50:
             awake = [m for m in alive if m.frozen_until is None]
@@ -76,6 +94,7 @@ def main():
                 victim = rng.choice(awake)
                 victim.signal(signal.SIGSTOP)
                 victim.frozen_until = now + rng.uniform(0.2, 8.0)
+                freezes.setdefault(victim.name, []).append([time.time(), None, victim.joined is not None])
                 counts["freeze"] += 1
         elif len(alive) < args.max_members:
             start()
@@ -83,8 +102,7 @@ def main():
     faults_end = time.monotonic()
     for m in live():
         if m.frozen_until is not None:
-            m.signal(signal.SIGCONT)
-            m.frozen_until = None
+            resume(m)
     print(f"faults over: {counts['kill']} kills, {counts['freeze']} freezes, {counts['join']} joins; "
           f"{len(live())} members alive", flush=True)
     # Liveness: every live member commits a step begun after the faults ended.
@@ -105,6 +123,7 @@ def main():
     if stalled:
         failed.append(f"no commit within {args.recover:.0f} s after the faults ended: "
                       + ", ".join(m.name for m in stalled))
+    failed += check_events(events_log, members, kills, freezes, peer_timeout=5.0)
     total = sum(m.commits for m in members)
     steps = max((m.last_commit[1] for m in members if m.last_commit), default=-1)
     print(f"{total} commits, last step {steps}; all live members committed {recovered:.1f} s after the faults ended"
@@ -127,6 +146,54 @@ def main():
     coord.wait()
     print("logs in", tmp)
     return 1 if failed else 0
+
+
+def check_events(path, members, kills, freezes, peer_timeout):
+    """What the events log says against the faults the soak injected (wall times); the failures."""
+    events = [json.loads(line) for line in open(path)]
+    for e in events:
+        if "time" in e:
+            e["t"] = datetime.datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp()
+    failed = []
+    if not events or events[0]["event"] != "started":
+        failed.append("events log: the first line is not the coordinator's start")
+    lost = {}
+    for e in events:
+        if e["event"] == "lost":
+            lost.setdefault(e["name"], []).append(e)
+    margin = 1.5  # s: the coordinator's tick, a loaded machine's scheduling
+    for m in members:
+        losses = lost.get(m.name, [])
+        kinds = [e["cause"] for e in losses]
+        if m.name not in kills and m.name not in freezes and losses:
+            failed.append(f"events log: {m.name}, never killed nor frozen, was lost: {kinds}")
+        for e in losses:
+            if e["cause"] not in ("disconnected", "silent", "probe"):
+                failed.append(f"events log: {m.name} lost for an unexpected cause: {e}")
+            if e["cause"] == "disconnected" and m.name not in kills:
+                failed.append(f"events log: {m.name} lost as disconnected, but it was never killed")
+        if kinds.count("disconnected") > 1:
+            failed.append(f"events log: {m.name} lost as disconnected {kinds.count('disconnected')} times")
+        if m.name in kills and m.name not in freezes and m.joined is not None and kinds != ["disconnected"]:
+            failed.append(f"events log: {m.name}, killed once after it joined, has losses {kinds}")
+        kill = kills.get(m.name, float("inf"))
+        for start, end, admitted in freezes.get(m.name, []):
+            end = end if end is not None else kill
+            if not admitted or end + margin > kill:
+                continue  # maybe not registered yet; or killed before its loss could be told apart
+            silent = [e for e in losses if e["cause"] == "silent" and start <= e["t"] <= end + margin]
+            if end - start >= peer_timeout + margin and len(silent) != 1:
+                failed.append(f"events log: {m.name} frozen {end - start:.1f} s: {len(silent)} silent losses in it")
+            if end - start <= peer_timeout - margin and silent:
+                failed.append(f"events log: {m.name} frozen only {end - start:.1f} s, yet lost as silent")
+        if m.joined is not None:
+            said = {e["event"] for e in events if e.get("name") == m.name}
+            if not {"registered", "admitted"} <= said:
+                failed.append(f"events log: {m.name} joined, but the log has only {sorted(said)} for it")
+    causes = [e["cause"] for es in lost.values() for e in es]
+    print(f"events log: {len(events)} lines; lost: " +
+          ", ".join(f"{causes.count(c)} {c}" for c in sorted(set(causes))), flush=True)
+    return failed
 
 
 if __name__ == "__main__":

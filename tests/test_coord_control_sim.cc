@@ -194,6 +194,11 @@ class Sim : testing_sim::SimClock {
   std::map<OpId, std::map<int, algo::Crossovers>> crossover_;
   // (group, epoch) -> its ring, as first announced (one number, one ring).
   std::map<std::pair<int, uint64_t>, std::vector<PeerId>> rings_;
+  // The events log's record (coord::Event) of the coordinator now up (coord_instance_: its run):
+  // the (run, group, epoch)s revoked. One revocation event per epoch, and one after every member's
+  // loss but a superseded one.
+  int coord_instance_ = 0;
+  std::set<std::tuple<int, std::string, uint64_t>> revoked_events_;
   // (epoch, peer): a peer is in one group, so its epochs are that group's.
   std::set<std::pair<uint64_t, PeerId>> dead_in_epoch_;
   std::set<std::pair<uint64_t, PeerId>> lost_from_;  // (epoch, peer) the coordinator declared lost
@@ -215,6 +220,7 @@ coord::Membership::Options options(int min_peers, int64_t now_ms,
   o.settle = std::chrono::milliseconds(50);
   o.peer_timeout = std::chrono::milliseconds(kPeerTimeoutMs);
   o.probe_timeout = std::chrono::milliseconds(kHeartbeatMs);
+  o.record_events = true;
   return o;
 }
 
@@ -591,8 +597,36 @@ void Sim::coord_receive(int c, const ControlMessage &m) {
 
 void Sim::coord_deliver() {
   check_whole();
+  const std::vector<coord::Job::GroupEvent> events = coord_->take_events();
+  for (const coord::Job::GroupEvent &e : events) {
+    if (e.event.kind == coord::Event::Kind::kRevoked &&
+        !revoked_events_.insert({coord_instance_, e.group, e.event.epoch}).second) {
+      return fail("the events log revokes epoch " + std::to_string(e.event.epoch) + " of " +
+                  e.group + " twice");
+    }
+  }
+  for (const coord::Job::GroupEvent &e : events) {
+    if (e.event.kind == coord::Event::Kind::kLost && e.event.member &&
+        e.event.cause != coord::LossCause::kSuperseded &&
+        revoked_events_.count({coord_instance_, e.group, e.event.epoch}) == 0) {
+      return fail("the events log loses member " + e.event.peer.info.name + " of epoch " +
+                  std::to_string(e.event.epoch) + " without revoking it");
+    }
+  }
+  std::map<std::pair<std::string, uint64_t>, uint32_t> formed;  // the epochs' sizes, as logged
+  for (const coord::Job::GroupEvent &e : events) {
+    if (e.event.kind == coord::Event::Kind::kEpoch)
+      formed[{e.group, e.event.epoch}] = e.event.members;
+  }
   for (const coord::Job::Addressed &a : coord_->take_notices()) {
     const coord::Notice &n = a.notice;
+    auto logged = formed.find({a.group, n.epoch});
+    if (n.kind == coord::Notice::Kind::kEpoch && logged != formed.end() &&
+        logged->second != n.ring.size()) {
+      return fail("the events log says epoch " + std::to_string(n.epoch) + " has " +
+                  std::to_string(logged->second) + " members, its EPOCH " +
+                  std::to_string(n.ring.size()));
+    }
     // Who the coordinator declared lost from which epoch: they are not its survivors.
     if (n.kind == coord::Notice::Kind::kRevoked) lost_from_.insert({n.epoch, n.lost});
     if (n.kind == coord::Notice::Kind::kRemoved) lost_from_.insert({n.epoch, n.to});
@@ -689,6 +723,7 @@ void Sim::coord_restart() {
   coord_conn_.clear();
   after(jitter(0, 500), [this] {
     coord_ = std::make_unique<coord::Job>(options(1, now_, straggler_timeout_ms_));
+    ++coord_instance_;
     coord_up_ = true;
     trace("coordinator up");
   });

@@ -9,6 +9,7 @@
 
 #include "algo/collectives.h"
 #include "coord/algo_choice.h"
+#include "coord/events_log.h"
 #include "coord/membership.h"
 #include "coord/ring_order.h"
 
@@ -1459,6 +1460,153 @@ TEST_F(MembershipTest, ARestartedCoordinatorKeepsACommitAnyMemberSaw) {
   ASSERT_TRUE(m.rejoin(A, info(A), 5, ring, 3, t).ok());
   EXPECT_EQ(committed_to(m.take_notices(), 3), (std::vector<PeerId>{A, B}));
   EXPECT_EQ(m.committed(), 3u);
+}
+
+// The events log's record (Options::record_events): each change of the membership once, in order,
+// with the epoch it concerns and, for a loss, its cause. Summarised as "kind peer details".
+std::vector<std::string> summary(const std::vector<Event> &events) {
+  std::vector<std::string> out;
+  for (const Event &e : events) {
+    std::string line = std::string(event_kind_name(e.kind)) + " " + std::to_string(e.epoch);
+    if (e.peer.id != 0) line += " " + e.peer.info.name;
+    switch (e.kind) {
+      case Event::Kind::kLost:
+        line += std::string(" ") + loss_cause_name(e.cause) + (e.member ? " member" : " joiner");
+        break;
+      case Event::Kind::kLeft:
+        line += e.member ? " member" : " joiner";
+        break;
+      case Event::Kind::kRevoked:
+        line += " op " + std::to_string(e.seq) + " " +
+                wccl_result_name(static_cast<wccl_result_t>(e.code));
+        break;
+      case Event::Kind::kEpoch:
+        line += " of " + std::to_string(e.members) + " +" + std::to_string(e.admitted) + " -" +
+                std::to_string(e.left) + " x" + std::to_string(e.lost);
+        break;
+      case Event::Kind::kAdopted:
+        line += " of " + std::to_string(e.members) + " committed " + std::to_string(e.seq);
+        break;
+      default:
+        break;
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+TEST_F(MembershipTest, EventsRecordEachChangeOnceWithItsCause) {
+  Membership::Options o = options();
+  o.record_events = true;
+  o.straggler_timeout = 500ms;
+  Membership m(o);
+  using V = std::vector<std::string>;
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.join(p, info(p), t).ok());
+  t += 250ms;
+  m.tick(t);
+  EXPECT_EQ(summary(m.take_events()),
+            (V{"registered 0 peer-10", "registered 0 peer-11", "registered 0 peer-12",
+               "admitted 1 peer-10", "admitted 1 peer-11", "admitted 1 peer-12",
+               "epoch 1 of 3 +3 -0 x0"}));
+  ASSERT_TRUE(m.join(D, info(D), t).ok());
+  for (PeerId p : {A, B, C}) ASSERT_TRUE(m.update(p, 1, 0, t).ok());
+  EXPECT_EQ(summary(m.take_events()),
+            (V{"registered 1 peer-13", "admitted 2 peer-13", "epoch 2 of 4 +1 -0 x0"}));
+  // A probe unanswered, then a closed connection: two losses, one revocation (the first cause).
+  heartbeat_all(m, {A, B, C, D}, t);
+  m.link_broken(A, B, t);
+  t += 300ms;
+  heartbeat_all(m, {A, C, D}, t);
+  m.tick(t);
+  m.disconnected(C, t);
+  EXPECT_EQ(summary(m.take_events()),
+            (V{"lost 2 peer-11 probe member", "revoked 2 op 0 WCCL_ERR_PEER_LOST",
+               "lost 2 peer-12 disconnected member"}));
+  ASSERT_TRUE(m.update(A, 2, 0, t).ok());
+  ASSERT_TRUE(m.leave(D, 2, 0, t).ok());
+  EXPECT_EQ(summary(m.take_events()), (V{"left 2 peer-13 member", "epoch 3 of 1 +0 -1 x2"}));
+  // A joiner that leaves before its admission, one that goes silent, and a straggler.
+  ASSERT_TRUE(m.join(E, info(E), t).ok());
+  ASSERT_TRUE(m.leave(E, 0, 0, t).ok());
+  ASSERT_TRUE(m.join(B, info(B), t).ok());
+  for (PeerId p : {A, B}) ASSERT_TRUE(m.update(p, 3, 0, t).ok());
+  ASSERT_TRUE(m.join(C, info(C), t).ok());
+  EXPECT_EQ(summary(m.take_events()),
+            (V{"registered 3 peer-14", "left 3 peer-14 joiner", "registered 3 peer-11",
+               "admitted 4 peer-11", "epoch 4 of 2 +1 -0 x0", "registered 4 peer-12"}));
+  ASSERT_TRUE(m.update(A, 4, 0, t).ok());
+  t += 500ms;
+  m.heartbeat(A, t);
+  m.heartbeat(B, t);
+  m.tick(t);
+  const V straggler = summary(m.take_events());
+  ASSERT_EQ(straggler.size(), 4u);
+  EXPECT_EQ(straggler[0], "lost 4 peer-11 straggler member");
+  EXPECT_EQ(straggler[1], "revoked 4 op 0 WCCL_ERR_PEER_LOST");
+  EXPECT_EQ(straggler[2], "admitted 5 peer-12") << "C, the joiner, enters at A's barrier";
+  EXPECT_EQ(straggler[3], "epoch 5 of 2 +1 -0 x1");
+  t += 600ms;
+  m.heartbeat(A, t);
+  m.tick(t);  // C went silent
+  EXPECT_EQ(summary(m.take_events()),
+            (V{"lost 5 peer-12 silent member", "revoked 5 op 0 WCCL_ERR_PEER_LOST"}));
+  // An operation that failed with MISMATCH revokes the epoch with that failure.
+  ASSERT_TRUE(m.update(A, 5, 0, t).ok());
+  (void)m.take_events();
+  ASSERT_TRUE(m.join(B, info(B), t).ok());
+  ASSERT_TRUE(m.update(A, 6, 0, t).ok());
+  (void)m.take_events();
+  m.op_failed(B, 7, 1, "calls differ", t, WCCL_ERR_MISMATCH);
+  EXPECT_EQ(summary(m.take_events()), (V{"revoked 7 op 1 WCCL_ERR_MISMATCH"}));
+}
+
+TEST_F(MembershipTest, EventsRecordWhatARestartedCoordinatorAdopted) {
+  Membership::Options o = options();
+  o.record_events = true;
+  Membership m(o);
+  ASSERT_TRUE(m.join(E, info(E), t).ok());  // a newcomer forms an epoch before the job is back
+  t += 250ms;
+  m.tick(t);
+  (void)m.take_events();
+  ASSERT_TRUE(m.rejoin(A, info(A), 5, {{A, info(A)}, {B, info(B)}}, 3, t).ok());
+  EXPECT_EQ(summary(m.take_events()),
+            (std::vector<std::string>{"adopted 5 peer-10 of 2 committed 3",
+                                      "lost 5 peer-14 superseded member"}));
+  Membership quiet(options());  // without record_events nothing is kept
+  ASSERT_TRUE(quiet.join(A, info(A), t).ok());
+  EXPECT_TRUE(quiet.take_events().empty());
+}
+
+// One line of JSON per event: strings escaped (a peer's name may hold quotes, backslashes and
+// control bytes), the time in UTC to the millisecond, only the fields of the event's kind.
+TEST(EventsLog, AnEventIsOneLineOfJson) {
+  Event e;
+  e.kind = Event::Kind::kLost;
+  e.epoch = 7;
+  e.peer = {0xab, {"a\"b\\c\n\x01", "10.0.0.1:7000", "n1"}};
+  e.member = true;
+  e.cause = LossCause::kProbe;
+  e.reason = "no answer";
+  const auto at = std::chrono::system_clock::time_point(std::chrono::milliseconds(1796298817398));
+  EXPECT_EQ(event_json("g", e, at),
+            "{\"time\":\"2026-12-03T11:53:37.398Z\",\"group\":\"g\",\"event\":\"lost\",\"epoch\":7,"
+            "\"peer\":\"00000000000000ab\",\"name\":\"a\\\"b\\\\c\\n\\u0001\",\"node\":\"n1\","
+            "\"address\":\"10.0.0.1:7000\",\"cause\":\"probe\",\"reason\":\"no answer\","
+            "\"member\":true}");
+  e = {};
+  e.kind = Event::Kind::kRevoked;
+  e.epoch = 8;
+  e.seq = 3;
+  e.code = WCCL_ERR_MISMATCH;
+  e.reason = "calls differ";
+  EXPECT_EQ(
+      event_json("g", e, at),
+      "{\"time\":\"2026-12-03T11:53:37.398Z\",\"group\":\"g\",\"event\":\"revoked\","
+      "\"epoch\":8,\"reason\":\"calls differ\",\"failed_op\":3,\"code\":\"WCCL_ERR_MISMATCH\"}");
+  auto bad = EventsLog::open("/nonexistent-dir/events.jsonl");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), WCCL_ERR_IO);
+  EXPECT_NE(bad.status().message().find("/nonexistent-dir/events.jsonl"), std::string::npos);
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ const char kUsage[] =
     "200)\n"
     "  --heartbeat-ms N        peers' heartbeat period, also the probe deadline (default 1000)\n"
     "  --peer-timeout-ms N     silence after which a peer is lost (default 5000)\n"
+    "  --events-log FILE       append a JSON line per membership event (join, loss and its "
+    "cause, ...)\n"
+    "                          to FILE, - for stderr (docs/fault-tolerance.md; default none)\n"
     "  --log-level LEVEL       error, warn, info, debug or trace (default warn)\n"
     "  --help                  this text\n"
     "Every option also reads WCCL_<KEY> from the environment (WCCL_LISTEN, WCCL_TLS_CERT, ...).\n";

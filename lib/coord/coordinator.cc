@@ -15,10 +15,11 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
   options.straggler_timeout = std::chrono::milliseconds(cfg.integer("straggler_timeout_ms"));
   // A probed peer answers at once; one heartbeat period is ample.
   options.probe_timeout = std::chrono::milliseconds(cfg.integer("heartbeat_ms"));
-  options.epoch_base =
+  epoch_base_ = options.epoch_base =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
+  options.record_events = !cfg.str("events_log").empty();
   options.measured_order = cfg.flag("order_ring_by_rtt");
   options.measured_crossover = cfg.flag("measured_crossover");
   job_ = std::make_unique<Job>(options);
@@ -30,6 +31,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
     WCCL_LOG(c->log_, kWarn,
              "tls=off: links to the coordinator are neither encrypted nor authenticated");
   }
+  if (!cfg.str("events_log").empty()) {
+    WCCL_ASSIGN_OR_RETURN(c->events_, EventsLog::open(cfg.str("events_log")));
+  }
   WCCL_ASSIGN_OR_RETURN(c->transport_, net::Transport::create(cfg));
   Coordinator *self = c.get();
   WCCL_ASSIGN_OR_RETURN(
@@ -39,6 +43,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
   // Timeouts are decided by tick(), run as often as the membership rules ask.
   WCCL_RETURN_IF_ERROR(c->transport_->every(c->job_->tick_period(), [self] { self->tick(); }));
   WCCL_LOG(c->log_, kInfo, "coordinator listening on port %d", c->port_);
+  // The events log's first line, from the loop thread once port_ is set (events of peers that
+  // came sooner wait for it).
+  if (c->events_) WCCL_RETURN_IF_ERROR(c->transport_->post([self] { self->log_started(); }));
   return c;
 }
 
@@ -49,6 +56,12 @@ Coordinator::~Coordinator() {
   if (!transport_) return;  // start() failed before there was one
   (void)transport_->post([this] { stopping_ = true; });
   transport_.reset();
+}
+
+void Coordinator::log_started() {
+  started_logged_ = true;
+  events_->started(port_, epoch_base_);
+  events_->flush();
 }
 
 void Coordinator::on_link(std::shared_ptr<net::Link> link) {
@@ -130,6 +143,10 @@ void Coordinator::on_close(Session *s, const Status &why) {
 }
 
 void Coordinator::deliver() {
+  if (events_) {
+    for (const Job::GroupEvent &e : job_->take_events()) events_->write(e.group, e.event);
+    if (started_logged_) events_->flush();
+  }
   PeerId logged_loss = 0;
   uint64_t logged_epoch = 0;
   for (const Job::Addressed &addressed : job_->take_notices()) {

@@ -4,8 +4,8 @@
 // feeds them the peers' messages and the passage of time, and sends their notices to the peers
 // they are for. It carries no bulk data. Everything runs on its transport's loop thread.
 //
-// Reads config keys listen, min_peers, settle_ms, heartbeat_ms and peer_timeout_ms, plus the
-// transport's keys.
+// Reads config keys listen, min_peers, settle_ms, heartbeat_ms, peer_timeout_ms and events_log,
+// plus the transport's keys.
 #pragma once
 
 #include <map>
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "coord/channel.h"
+#include "coord/events_log.h"
 #include "coord/job.h"
 #include "core/config.h"
 #include "net/transport.h"
@@ -43,8 +44,12 @@ class Coordinator {
   void deliver();
   void tick();
   void refuse(Session *s, const Status &why);
+  // Writes the events log's "started" line, ahead of any event already held.
+  void log_started();
 
   Logger log_;
+  uint64_t epoch_base_ = 0;
+  std::unique_ptr<EventsLog> events_;  // null without events_log
   std::unique_ptr<Job> job_;
   std::unique_ptr<net::Transport> transport_;
   int port_ = 0;
@@ -52,6 +57,7 @@ class Coordinator {
   std::map<Session *, std::unique_ptr<Session>> sessions_;
   std::map<PeerId, Session *> by_peer_;
   bool stopping_ = false;
+  bool started_logged_ = false;
 };
 
 }  // namespace wccl::coord

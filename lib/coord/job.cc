@@ -347,6 +347,14 @@ bool Job::admits(const Membership &group, const Member &joiner) const {
                      [&](const auto &c) { return together_.count(c.first) != 0; });
 }
 
+std::vector<Job::GroupEvent> Job::take_events() {
+  std::vector<GroupEvent> out;
+  for (auto &[name, g] : groups_) {
+    for (Event &e : g->take_events()) out.push_back({name, std::move(e)});
+  }
+  return out;
+}
+
 std::vector<Job::Addressed> Job::take_notices() {
   std::vector<Addressed> out;
   for (auto &[name, g] : groups_) {

@@ -60,6 +60,13 @@ class Job : private Membership::Gate {
   };
   // Every group's decisions since the last call, each group's in the order they were made.
   std::vector<Addressed> take_notices();
+  struct GroupEvent {
+    std::string group;
+    Event event;
+  };
+  // Every group's membership events since the last call (Options::record_events), each group's in
+  // the order they happened.
+  std::vector<GroupEvent> take_events();
 
   // The group, nullptr if no peer ever named it.
   const Membership *group(const std::string &name) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "coord/algo_choice.h"
@@ -60,6 +61,44 @@ std::vector<Member> by_name(std::vector<Member> peers) {
 }
 
 }  // namespace
+
+const char *loss_cause_name(LossCause cause) {
+  switch (cause) {
+    case LossCause::kDisconnected:
+      return "disconnected";
+    case LossCause::kSilent:
+      return "silent";
+    case LossCause::kProbe:
+      return "probe";
+    case LossCause::kStraggler:
+      return "straggler";
+    case LossCause::kNode:
+      return "node";
+    case LossCause::kSuperseded:
+      return "superseded";
+  }
+  return "unknown";
+}
+
+const char *event_kind_name(Event::Kind kind) {
+  switch (kind) {
+    case Event::Kind::kRegistered:
+      return "registered";
+    case Event::Kind::kAdmitted:
+      return "admitted";
+    case Event::Kind::kLeft:
+      return "left";
+    case Event::Kind::kLost:
+      return "lost";
+    case Event::Kind::kRevoked:
+      return "revoked";
+    case Event::Kind::kEpoch:
+      return "epoch";
+    case Event::Kind::kAdopted:
+      return "adopted";
+  }
+  return "unknown";
+}
 
 // A live member of the current epoch: in its ring, heard from, and not waiting to join again (a
 // lost member that rejoins is a joiner, though its id is still in the old ring).
@@ -157,6 +196,7 @@ Status Membership::join(PeerId id, const PeerInfo &info, Clock::time_point now) 
   joiners_.push_back({id, info});
   live_[id] = {info, now};
   last_join_ = now;
+  record(Event::Kind::kRegistered, joiners_.back());
   // It hears which epoch it waits to enter: if this coordinator restarts before the job's members
   // come back to it, the joiner's REJOIN with that epoch holds the new one for them (rejoin()).
   if (any_member())
@@ -266,6 +306,7 @@ Status Membership::arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_p
 Status Membership::leave(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now,
                          uint32_t call) {
   if (is_joiner(id)) {
+    record(Event::Kind::kLeft, {id, live_.at(id).info});  // a joiner: member stays false
     forget(id);
     Notice &n = notify(Notice::Kind::kRemoved, id);
     n.reason = "left before admission";
@@ -300,9 +341,10 @@ void Membership::disconnected(PeerId id, Clock::time_point now) {
   if (leaving_.count(id) != 0) {
     // It said it was leaving and went: that is the graceful leave, not a loss.
     if (is_member(id)) last_member_left_ = true;
+    record(Event::Kind::kLeft, {id, live_.at(id).info}).member = is_member(id);
     forget(id);
   } else {
-    lose(id, "its connection to the coordinator closed");
+    lose(id, LossCause::kDisconnected, "its connection to the coordinator closed");
   }
   maybe_complete_update();
   maybe_form_first(now);
@@ -315,7 +357,7 @@ void Membership::lose_node(const std::string &node, const std::string &reason,
   for (const auto &[id, peer] : live_) {
     if (peer.info.node == node) of_node.push_back(id);
   }
-  for (PeerId id : of_node) lose(id, reason);
+  for (PeerId id : of_node) lose(id, LossCause::kNode, reason);
   maybe_complete_update();
   maybe_form_first(now);
 }
@@ -333,31 +375,33 @@ void Membership::link_broken(PeerId reporter, PeerId suspect, Clock::time_point 
 }
 
 void Membership::tick(Clock::time_point now) {
-  std::vector<std::pair<PeerId, std::string>> lost;
+  std::vector<std::tuple<PeerId, LossCause, std::string>> lost;
   for (const auto &[id, peer] : live_) {
     if (now - peer.last_seen >= opt_.peer_timeout) {
-      lost.emplace_back(id, format("silent for %lld ms (peer_timeout_ms)", ms(opt_.peer_timeout)));
+      lost.emplace_back(id, LossCause::kSilent,
+                        format("silent for %lld ms (peer_timeout_ms)", ms(opt_.peer_timeout)));
     }
   }
   for (const auto &[id, deadline] : probes_) {
     if (now >= deadline) {
       lost.emplace_back(
-          id, format("no answer to a probe within %lld ms after a neighbour reported a broken link",
-                     ms(opt_.probe_timeout)));
+          id, LossCause::kProbe,
+          format("no answer to a probe within %lld ms after a neighbour reported a broken link",
+                 ms(opt_.probe_timeout)));
     }
   }
   if (opt_.straggler_timeout.count() > 0 && barrier_open() &&
       now - barrier_opened_ >= opt_.straggler_timeout) {
     for (const Member &m : ring_) {
       if (is_member(m.id) && arrived_.count(m.id) == 0) {
-        lost.emplace_back(
-            m.id, format("a straggler: not at the update barrier %lld ms after the first member "
-                         "(straggler_timeout_ms)",
-                         ms(opt_.straggler_timeout)));
+        lost.emplace_back(m.id, LossCause::kStraggler,
+                          format("a straggler: not at the update barrier %lld ms after the first "
+                                 "member (straggler_timeout_ms)",
+                                 ms(opt_.straggler_timeout)));
       }
     }
   }
-  for (const auto &[id, reason] : lost) lose(id, reason);
+  for (const auto &[id, cause, reason] : lost) lose(id, cause, reason);
   maybe_complete_update();  // after all losses, so no epoch admits a peer about to be lost
   maybe_form_first(now);
 }
@@ -380,11 +424,15 @@ void Membership::forget_lost(PeerId id) {
   lost_.erase(it);
 }
 
-void Membership::lose(PeerId id, const std::string &reason) {
+void Membership::lose(PeerId id, LossCause cause, const std::string &reason) {
   auto it = live_.find(id);
   if (it == live_.end()) return;  // already lost or unknown
   const PeerInfo info = it->second.info;
   const bool member = is_member(id);
+  Event &e = record(Event::Kind::kLost, {id, info});
+  e.member = member;
+  e.cause = cause;
+  e.reason = reason;
   forget(id);
   // Marked lost, a peer never comes back as a member of this epoch, and its next update
   // re-registers it: a joiner too (a newcomer, or a lost member waiting again), which sends an
@@ -399,6 +447,12 @@ void Membership::lose(PeerId id, const std::string &reason) {
 }
 
 void Membership::revoke(PeerId because, const std::string &reason, uint64_t failed, uint32_t code) {
+  if (!revoked_) {
+    Event &e = record(Event::Kind::kRevoked);
+    e.reason = reason;
+    e.seq = failed;
+    e.code = code;
+  }
   revoked_ = true;
   done_.clear();
   if (!revocation_pending_)
@@ -523,6 +577,10 @@ void Membership::form_first(Clock::time_point now) {
                                 : EpochOrigin::kAfterLoss;
   epoch_ = next_epoch_number();
   crossovers_ = {};  // nothing measured yet
+  for (const Member &m : ring_) record(Event::Kind::kAdmitted, m);
+  Event &formed = record(Event::Kind::kEpoch);
+  formed.members = formed.admitted = static_cast<uint32_t>(ring_.size());
+  formed.origin = origin_;
   revoked_ = false;
   unconfirmed_.clear();
   revocation_pending_ = false;
@@ -569,7 +627,10 @@ void Membership::complete_barrier() {
   const std::vector<Member> admitted = admit ? take_admitted() : std::vector<Member>{};
   bool changed = revoked_ || !admitted.empty() || next.size() != ring_.size();
   const std::set<PeerId> leavers = leaving_;
+  const auto members_lost = static_cast<uint32_t>(std::count_if(
+      ring_.begin(), ring_.end(), [this](const Member &m) { return !is_member(m.id); }));
   for (PeerId id : leavers) {
+    record(Event::Kind::kLeft, {id, live_.at(id).info}).member = true;
     forget(id);
     notify(Notice::Kind::kLeft, id);
   }
@@ -614,6 +675,15 @@ void Membership::complete_barrier() {
     revocation_pending_ = false;
     done_.clear();  // operation numbers start again with every new epoch
     committed_ = 0;
+    for (const Member &m : admitted) record(Event::Kind::kAdmitted, m);
+    if (!ring_.empty()) {  // (every member left: the group has no epoch; the kLeft events say so)
+      Event &formed = record(Event::Kind::kEpoch);
+      formed.members = static_cast<uint32_t>(ring_.size());
+      formed.origin = origin_;
+      formed.admitted = static_cast<uint32_t>(admitted.size());
+      formed.left = static_cast<uint32_t>(leavers.size());
+      formed.lost = members_lost;
+    }
   }
   announce_epoch(/*barrier=*/true);  // names each member's call at the barrier
   arrived_.clear();
@@ -626,6 +696,19 @@ void Membership::announce_epoch(bool barrier) {
     auto call = arrived_.find(m.id);
     if (barrier && call != arrived_.end()) n.answers = call->second;
   }
+}
+
+Event &Membership::record(Event::Kind kind, const Member &peer) {
+  if (!opt_.record_events) {
+    ignored_event_ = {};
+    return ignored_event_;
+  }
+  Event e;
+  e.kind = kind;
+  e.epoch = epoch_;
+  e.peer = peer;
+  events_.push_back(std::move(e));
+  return events_.back();
 }
 
 Notice &Membership::notify(Notice::Kind kind, PeerId to) {

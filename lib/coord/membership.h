@@ -38,6 +38,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algo/crossovers.h"
@@ -124,6 +125,46 @@ struct Notice {
   uint64_t seq = 0;      // kCommit, kBarrier; kRevoked: the last committed operation
 };
 
+// Why the coordinator declared a peer lost (the events log's `cause`).
+enum class LossCause {
+  kDisconnected,  // its control connection closed
+  kSilent,        // no message for peer_timeout
+  kProbe,         // no answer to a probe after a neighbour reported a broken link
+  kStraggler,     // not at the update barrier straggler_timeout after the first member
+  kNode,          // its node's communicator in another group was lost (coord::Job)
+  kSuperseded,    // after a restart, outside the job's epoch a member reported
+};
+const char *loss_cause_name(LossCause cause);  // "disconnected", "silent", ...
+
+// A change of a group's membership, for the coordinator's events log (config key events_log;
+// docs/fault-tolerance.md, "The events log"). Recorded only with Options::record_events.
+struct Event {
+  enum class Kind {
+    kRegistered,  // `peer` waits to be admitted (a JOIN, or a REJOIN from outside the epoch)
+    kAdmitted,    // `peer` entered `epoch`
+    kLeft,        // `peer` left: a member, at the update barrier of `epoch`, or a joiner
+    kLost,        // `peer`, a member of `epoch` or a joiner, was declared lost (`cause`, `reason`)
+    kRevoked,     // `epoch` was revoked (`reason`; `seq`: the failed operation, 0 for a loss)
+    kEpoch,       // `epoch` formed, of `members`, from `origin`; `admitted`, `left`, `lost`: how
+                  // it differs from the one before (none of them: its ring was reordered, or a
+                  // revoked epoch re-formed)
+    kAdopted,     // after a restart: `epoch` of `members`, `seq` operations committed, as `peer`
+                  // reported it
+  };
+  Kind kind = Kind::kEpoch;
+  uint64_t epoch = 0;
+  Member peer;
+  bool member = false;  // kLost, kLeft: `peer` was a member of `epoch` (else a joiner)
+  LossCause cause = LossCause::kDisconnected;    // kLost
+  std::string reason;                            // kLost, kRevoked
+  uint64_t seq = 0;                              // kRevoked, kAdopted
+  uint32_t code = 0;                             // kRevoked: the failure's wccl_result_t
+  uint32_t members = 0;                          // kEpoch, kAdopted
+  EpochOrigin origin = EpochOrigin::kContinues;  // kEpoch
+  uint32_t admitted = 0, left = 0, lost = 0;     // kEpoch
+};
+const char *event_kind_name(Event::Kind kind);  // "registered", "admitted", ...
+
 // Peers declared lost that the coordinator remembers, so that their next update re-registers
 // them: beyond this many, the one lost longest ago is forgotten (its update is then refused as
 // not registered, and it joins again), so a long job with churn holds a bounded record.
@@ -156,6 +197,8 @@ class Membership {
     // links members report (coord/algo_choice.h); false: members use their tree_max_bytes and never
     // the all-gather schedule.
     bool measured_crossover = true;
+    // Record membership events (take_events()) for the coordinator's events log.
+    bool record_events = false;
   };
   // A better order re-forms an unchanged epoch only when its slowest link, or (with the same
   // slowest link) its sum of round trips, is below this share of the current order's...: a new
@@ -273,6 +316,8 @@ class Membership {
   // every member if the number of waiting joiners changed since the last call, or else to every
   // member that reconnected (rejoin) since and, while joiners wait, every member told of an epoch.
   std::vector<Notice> take_notices();
+  // The membership events since the last call, in the order they happened (record_events).
+  std::vector<Event> take_events() { return std::exchange(events_, {}); }
 
   uint64_t epoch() const { return epoch_; }
   // The current epoch is one a member reported after a restart, not one this coordinator formed.
@@ -317,7 +362,9 @@ class Membership {
   Status arrive(PeerId id, uint64_t epoch, uint64_t ops, Clock::time_point now, bool leaving,
                 bool admit, uint32_t call);
   // Removes a lost peer; the caller runs maybe_complete_update() once all losses are in.
-  void lose(PeerId id, const std::string &reason);
+  void lose(PeerId id, LossCause cause, const std::string &reason);
+  // Records an event (record_events) about the current epoch; the caller fills in the rest.
+  Event &record(Event::Kind kind, const Member &peer = {});
   void forget(PeerId id);  // drops every trace of a live peer but lost_
   // rejoin() (rejoin.cc): the job's epoch a member reports supersedes this coordinator's; a member
   // of the current epoch comes back and hears what it missed.
@@ -399,6 +446,8 @@ class Membership {
   std::map<uint64_t, PeerId> lost_order_;  // the order they were lost in
   uint64_t lost_count_ = 0;
   std::vector<Notice> notices_;
+  std::vector<Event> events_;
+  Event ignored_event_;              // what record() fills in without record_events
   std::vector<PeerInfo> lost_now_;   // for take_lost()
   size_t pending_told_ = 0;          // the joiner count the members last heard
   std::set<PeerId> retell_pending_;  // members that reconnected since the last take_notices()

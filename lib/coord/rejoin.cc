@@ -76,6 +76,9 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
   }
   gives_way_until_ = Clock::time_point();
   epoch_ = epoch;
+  Event &adopted = record(Event::Kind::kAdopted, {id, info});
+  adopted.members = static_cast<uint32_t>(ring.size());
+  adopted.seq = committed;
   origin_ = EpochOrigin::kContinues;  // its members keep the origin they were told
   ring_ = ring;
   crossovers_ = crossovers;
@@ -91,6 +94,10 @@ void Membership::adopt(PeerId id, const PeerInfo &info, uint64_t epoch,
   }
   for (PeerId o : outside) {
     const PeerInfo gone = live_[o].info;
+    Event &e = record(Event::Kind::kLost, {o, gone});
+    e.member = superseded.count(o) != 0;
+    e.cause = LossCause::kSuperseded;
+    e.reason = "outside the epoch the job's members reported after the coordinator restarted";
     remember_lost(o, gone);
     forget(o);
     notify(Notice::Kind::kRemoved, o).reason =

@@ -76,6 +76,10 @@ constexpr KeySpec kKeys[] = {
     {"order_ring_by_rtt", "on", Kind::kOnOff, 0, 0,
      "on: the coordinator orders each epoch's ring from the round trips members measure on their "
      "links (docs/algorithms.md); off: the order of arrival"},
+    {"events_log", "", Kind::kPath, 0, 0,
+     "coordinator: a file it appends one JSON line to for every membership event (registered, "
+     "admitted, left, lost with its cause, revoked, epoch, adopted; docs/fault-tolerance.md); "
+     "\"-\": stderr; empty: none"},
     {"min_peers", "1", Kind::kInteger, 1, 4096,
      "peers the coordinator waits for before the first epoch"},
     {"settle_ms", "200", Kind::kInteger, 0, 3600000,

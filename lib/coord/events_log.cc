@@ -1,0 +1,143 @@
+#include "coord/events_log.h"
+
+#include <uv.h>
+
+#include <cerrno>
+#include <ctime>
+
+namespace wccl::coord {
+namespace {
+
+// A JSON string literal of `s`: quotes, backslashes and control characters escaped; other bytes
+// as they are (names and reasons are UTF-8 or ASCII).
+std::string quoted(const std::string &s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += format("\\u%04x", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string timestamp(std::chrono::system_clock::time_point at) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
+  const time_t seconds = static_cast<time_t>(ms / 1000);
+  tm utc{};
+  gmtime_r(&seconds, &utc);
+  return format("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms % 1000));
+}
+
+const char *origin_name(EpochOrigin origin) {
+  switch (origin) {
+    case EpochOrigin::kContinues:
+      return "continues";
+    case EpochOrigin::kFirst:
+      return "first";
+    case EpochOrigin::kAfterLoss:
+      return "after_loss";
+    case EpochOrigin::kAfterLeave:
+      return "after_leave";
+  }
+  return "unknown";
+}
+
+std::string number(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::string event_json(const std::string &group, const Event &e,
+                       std::chrono::system_clock::time_point at) {
+  std::string j = "{\"time\":" + quoted(timestamp(at)) + ",\"group\":" + quoted(group) +
+                  ",\"event\":" + quoted(event_kind_name(e.kind)) + ",\"epoch\":" + number(e.epoch);
+  if (e.peer.id != 0) {
+    j += ",\"peer\":" + quoted(format("%016llx", static_cast<unsigned long long>(e.peer.id))) +
+         ",\"name\":" + quoted(e.peer.info.name) + ",\"node\":" + quoted(e.peer.info.node) +
+         ",\"address\":" + quoted(e.peer.info.address);
+  }
+  switch (e.kind) {
+    case Event::Kind::kLost:
+      j += ",\"cause\":" + quoted(loss_cause_name(e.cause)) + ",\"reason\":" + quoted(e.reason);
+      [[fallthrough]];
+    case Event::Kind::kLeft:
+      j += std::string(",\"member\":") + (e.member ? "true" : "false");
+      break;
+    case Event::Kind::kRevoked:
+      j += ",\"reason\":" + quoted(e.reason) + ",\"failed_op\":" + number(e.seq) +
+           ",\"code\":" + quoted(wccl_result_name(static_cast<wccl_result_t>(e.code)));
+      break;
+    case Event::Kind::kEpoch:
+      j += ",\"members\":" + number(e.members) + ",\"origin\":" + quoted(origin_name(e.origin)) +
+           ",\"admitted\":" + number(e.admitted) + ",\"left\":" + number(e.left) +
+           ",\"lost\":" + number(e.lost);
+      break;
+    case Event::Kind::kAdopted:
+      j += ",\"members\":" + number(e.members) + ",\"committed\":" + number(e.seq);
+      break;
+    case Event::Kind::kRegistered:
+    case Event::Kind::kAdmitted:
+      break;
+  }
+  return j + "}";
+}
+
+Result<std::unique_ptr<EventsLog>> EventsLog::open(const std::string &path) {
+  std::FILE *file = path == "-" ? stderr : std::fopen(path.c_str(), "a");
+  if (file == nullptr) {
+    return WCCL_ERROR(WCCL_ERR_IO, "events_log: cannot open %s for appending: %s", path.c_str(),
+                      uv_strerror(uv_translate_sys_error(errno)));
+  }
+  return std::unique_ptr<EventsLog>(new EventsLog(file));
+}
+
+EventsLog::~EventsLog() {
+  flush();
+  if (file_ != stderr) std::fclose(file_);
+}
+
+void EventsLog::started(int port, uint64_t epoch_base) {
+  if (failed_) return;
+  pending_.insert(0, "{\"time\":" + quoted(timestamp(std::chrono::system_clock::now())) +
+                         ",\"event\":\"started\",\"port\":" + std::to_string(port) +
+                         ",\"epoch_base\":" + number(epoch_base) + "}\n");
+}
+
+void EventsLog::write(const std::string &group, const Event &e) {
+  line(event_json(group, e, std::chrono::system_clock::now()));
+}
+
+void EventsLog::line(const std::string &json) {
+  if (!failed_) pending_ += json + "\n";
+}
+
+void EventsLog::flush() {
+  if (failed_ || pending_.empty()) return;
+  if (std::fwrite(pending_.data(), 1, pending_.size(), file_) != pending_.size() ||
+      std::fflush(file_) != 0) {
+    failed_ = true;
+    std::fprintf(stderr, "wccl: events_log: a write failed (%s); no more events are logged\n",
+                 uv_strerror(uv_translate_sys_error(errno)));
+  }
+  pending_.clear();
+}
+
+}  // namespace wccl::coord
