@@ -11,8 +11,8 @@ does not commit again fails the soak; it prints the seed, which reproduces the s
 
 The coordinator writes its events log (events_log); each fault must appear there once, with its
 cause: a member killed is lost once as "disconnected", a member frozen well past peer_timeout_ms
-is lost once as "silent" within its freeze, one frozen well short of it is not lost, and nobody
-else is lost; every member admitted appears as registered and admitted.
+(awake for 3 s before) is lost once as "silent" within its freeze, one frozen well short of it is
+not lost, and nobody else is lost; every member admitted appears as registered and admitted.
 
   churn_soak.py --member build/tests/wccl-test-churn-member --coord build/tools/wccl-coord \
       [--duration 60] [--seed N] [--members 4] [--recover 60]
@@ -177,10 +177,16 @@ def check_events(path, members, kills, freezes, peer_timeout):
         if m.name in kills and m.name not in freezes and m.joined is not None and kinds != ["disconnected"]:
             failed.append(f"events log: {m.name}, killed once after it joined, has losses {kinds}")
         kill = kills.get(m.name, float("inf"))
+        awake_since = float("-inf")
         for start, end, admitted in freezes.get(m.name, []):
             end = end if end is not None else kill
-            if not admitted or end + margin > kill:
-                continue  # maybe not registered yet; or killed before its loss could be told apart
+            isolated = start - awake_since >= 3.0
+            awake_since = end
+            # Skipped: a member maybe not registered yet; one killed before its loss could be told
+            # apart; one awake for less than 3 s before (its silence began in the freeze before,
+            # or it may not be registered again after a loss in it).
+            if not admitted or end + margin > kill or not isolated:
+                continue
             silent = [e for e in losses if e["cause"] == "silent" and start <= e["t"] <= end + margin]
             if end - start >= peer_timeout + margin and len(silent) != 1:
                 failed.append(f"events log: {m.name} frozen {end - start:.1f} s: {len(silent)} silent losses in it")
