@@ -847,7 +847,7 @@ TEST_F(CollectiveApi, HierarchicalAllReduceOverALocalGroupOfThreads) {
 // WCCL_ERR_MISMATCH on both, naming the dtype, both buffers as they were; after wccl_comm_update
 // (nobody lost) the matching call succeeds. Without the check both returned OK with different
 // results.
-TEST(CallsThatDiffer, FailOnEveryMemberWithMismatchNamingTheField) {
+TEST(CallsThatDiffer, FailOnEveryMemberWithMismatchNamingTheFieldAndAreCounted) {
   wccl_config_t *cfg = local_group_config(2);
   ASSERT_NE(cfg, nullptr);
   wccl_coord_t *coord = nullptr;
@@ -905,6 +905,35 @@ TEST(CallsThatDiffer, FailOnEveryMemberWithMismatchNamingTheField) {
   EXPECT_EQ(got[1], WCCL_OK);
   EXPECT_EQ(f[3], 8.0F);
   EXPECT_EQ(g[3], 8.0F);
+  // Each member counted it all (wccl_comm_stats): the mismatch failed (not as a loss), the retry
+  // committed, the update formed a second epoch; and it holds one link, to the other.
+  for (int k = 0; k < 2; ++k) {
+    wccl_comm_stats_t st{};
+    st.size = sizeof(st);
+    ASSERT_EQ(wccl_comm_stats(comm[k], &st), WCCL_OK) << wccl_last_error();
+    EXPECT_EQ(st.ops_committed, 1u);
+    EXPECT_EQ(st.ops_failed, 1u);
+    EXPECT_EQ(st.ops_peer_lost, 0u);
+    EXPECT_EQ(st.updates, 1u);
+    EXPECT_EQ(st.epochs, 2u);
+    EXPECT_GE(st.bytes_sent, 16u) << "the retry's 16 bytes at least";
+    EXPECT_GE(st.bytes_received, 16u);
+    size_t count = 0;
+    ASSERT_EQ(wccl_comm_links(comm[k], nullptr, 0, &count), WCCL_OK) << wccl_last_error();
+    ASSERT_EQ(count, 1u);
+    wccl_link_stats_t link[2]{};
+    ASSERT_EQ(wccl_comm_links(comm[k], link, 2, &count), WCCL_OK);
+    EXPECT_EQ(link[0].rank, 1 - wccl_comm_rank(comm[k]));
+    EXPECT_GT(link[0].rtt_us, 0u) << "measured by the operations it carried";
+  }
+  wccl_comm_stats_t wrong{};
+  wrong.size = sizeof(wrong) - 8;
+  EXPECT_EQ(wccl_comm_stats(comm[0], &wrong), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(wccl_last_error()).find("sizeof(wccl_comm_stats_t)"), std::string::npos);
+  EXPECT_EQ(wccl_comm_stats(nullptr, &wrong), WCCL_ERR_INVALID_ARGUMENT);
+  size_t count = 0;
+  EXPECT_EQ(wccl_comm_links(comm[0], nullptr, 1, &count), WCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(wccl_comm_links(comm[0], nullptr, 0, nullptr), WCCL_ERR_INVALID_ARGUMENT);
   wccl_comm_destroy(comm[0]);
   wccl_comm_destroy(comm[1]);
   wccl_coord_stop(coord);

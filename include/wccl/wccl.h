@@ -222,6 +222,41 @@ WCCL_API int wccl_comm_pending(const wccl_comm_t *comm);
  * group waits for should update, so nobody waits on it. */
 WCCL_API int wccl_comm_update_due(const wccl_comm_t *comm);
 
+/* What a communicator counted since wccl_comm_join, for a member's metrics (the trainer exports
+ * them). Operations are collectives and state syncs, each counted once at its outcome. A field is
+ * added only with a new major version; `size` lets the library refuse a caller built against
+ * another one. */
+typedef struct wccl_comm_stats {
+  size_t size;             /* set by the caller to sizeof(wccl_comm_stats_t) */
+  uint64_t ops_committed;  /* operations whose outcome was WCCL_OK */
+  uint64_t ops_failed;     /* operations with any other outcome */
+  uint64_t ops_peer_lost;  /* of those, WCCL_ERR_PEER_LOST: the ones a training loop retries after
+                              wccl_comm_update */
+  uint64_t bytes_sent;     /* payload bytes every operation sent on the wire, failed ones too */
+  uint64_t bytes_received; /* payload bytes they received */
+  uint64_t epochs;         /* epochs this member entered, the one that admitted it included */
+  uint64_t updates;        /* wccl_comm_update calls that returned WCCL_OK */
+} wccl_comm_stats_t;
+
+/* Copies the counters into *stats. INVALID_ARGUMENT for NULL or a stats->size other than
+ * sizeof(wccl_comm_stats_t). Thread-safe. */
+WCCL_API wccl_result_t wccl_comm_stats(const wccl_comm_t *comm, wccl_comm_stats_t *stats);
+
+/* One of the current epoch's links of a member, as its TCP connections measured it (TCP_INFO).
+ * These are what the member reports to the coordinator, which orders the ring by them. */
+typedef struct wccl_link_stats {
+  int32_t rank;         /* the peer at its other end, by rank in the current epoch */
+  uint32_t rtt_us;      /* the smallest round trip seen on it; 0: not measured yet */
+  uint64_t bytes_per_s; /* the highest rate it delivered while busy; 0: never busy yet */
+} wccl_link_stats_t;
+
+/* The current epoch's links of this member (its schedule's neighbours, at most 8, and a state
+ * sync's links while it runs), in rank order: *count receives how many there are, and the first
+ * min(*count, capacity) are written to links (which may be NULL for capacity 0). INVALID_ARGUMENT
+ * for a NULL comm or count. Thread-safe. */
+WCCL_API wccl_result_t wccl_comm_links(const wccl_comm_t *comm, wccl_link_stats_t *links,
+                                       size_t capacity, size_t *count);
+
 /* Closes the communicator (the coordinator sees its link close; call wccl_comm_leave first for a
  * graceful exit) and frees it. What it already sent the coordinator (an operation's failure) goes
  * out first: it waits up to 1 s for that. Must not be called from a wccl callback. NULL is ignored.

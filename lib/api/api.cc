@@ -193,6 +193,41 @@ wccl_epoch_origin_t wccl_comm_epoch_origin(const wccl_comm_t *comm) {
                          : WCCL_EPOCH_CONTINUES;
 }
 
+wccl_result_t wccl_comm_stats(const wccl_comm_t *comm, wccl_comm_stats_t *stats) {
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(comm != nullptr, "wccl_comm_stats: comm is NULL");
+    WCCL_CHECK_ARG(stats != nullptr, "wccl_comm_stats: stats is NULL");
+    WCCL_CHECK_ARG(stats->size == sizeof(wccl_comm_stats_t),
+                   "wccl_comm_stats: stats->size is %zu, not sizeof(wccl_comm_stats_t) = %zu",
+                   stats->size, sizeof(wccl_comm_stats_t));
+    const wccl::comm::CommStats s = comm->impl->stats();
+    stats->ops_committed = s.ops_committed;
+    stats->ops_failed = s.ops_failed;
+    stats->ops_peer_lost = s.ops_peer_lost;
+    stats->bytes_sent = s.bytes_sent;
+    stats->bytes_received = s.bytes_received;
+    stats->epochs = s.epochs;
+    stats->updates = s.updates;
+    return wccl::Status();
+  });
+}
+
+wccl_result_t wccl_comm_links(const wccl_comm_t *comm, wccl_link_stats_t *links, size_t capacity,
+                              size_t *count) {
+  return wccl::api_call([&]() -> wccl::Status {
+    WCCL_CHECK_ARG(comm != nullptr, "wccl_comm_links: comm is NULL");
+    WCCL_CHECK_ARG(count != nullptr, "wccl_comm_links: count is NULL");
+    WCCL_CHECK_ARG(links != nullptr || capacity == 0,
+                   "wccl_comm_links: links is NULL with capacity %zu", capacity);
+    const std::vector<wccl::comm::LinkStats> all = comm->impl->link_stats();
+    *count = all.size();
+    for (size_t i = 0; i < all.size() && i < capacity; ++i) {
+      links[i] = {all[i].rank, all[i].rtt_us, all[i].bytes_per_s};
+    }
+    return wccl::Status();
+  });
+}
+
 void wccl_comm_destroy(wccl_comm_t *comm) { delete comm; }
 
 wccl_result_t wccl_wire_roundtrip(const float *in, float *out, size_t count,

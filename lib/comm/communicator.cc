@@ -194,7 +194,9 @@ Status Communicator::membership_call(MessageType type, const char *what) {
     view_->cancel_call();
     return answered;
   }
-  return view_->call_status();
+  Status outcome = view_->call_status();
+  if (outcome.ok() && type == MessageType::kUpdate) ++stats_.updates;
+  return outcome;
 }
 
 Status Communicator::update() { return membership_call(MessageType::kUpdate, "update"); }
@@ -222,6 +224,20 @@ int Communicator::rank() const {
 int Communicator::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return view_->size();
+}
+
+CommStats Communicator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::vector<LinkStats> Communicator::link_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<LinkStats> out;
+  for (const auto &[rank, link] : links_->current()) {
+    out.push_back({rank, link->min_rtt_us(), link->delivery_rate()});
+  }
+  return out;
 }
 
 uint64_t Communicator::epoch() const {
@@ -313,6 +329,7 @@ Communicator::Effects Communicator::apply(Actions actions) {
         if (running_exchange_ != nullptr) running_exchange_->cancel(a.status);
         break;
       case Action::Kind::kEpochChanged:
+        ++stats_.epochs;
         // The epoch and its links change together: nobody may see the new epoch with old links.
         for (auto &l : links_->begin_epoch(*view_)) {
           e.closing.emplace_back(std::move(l), WCCL_ERROR(WCCL_ERR_ABORTED, "epoch ended"));

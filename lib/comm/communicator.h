@@ -88,7 +88,9 @@ class Communicator {
   bool update_due() const;  // the group waits for this member's update (Member::update_due)
   uint32_t epoch_origin()
       const;  // a wccl_epoch_origin_t: how the coordinator formed the current epoch
-  std::vector<coord::PeerId> ring() const;  // the current epoch's members, in ring order
+  std::vector<coord::PeerId> ring() const;    // the current epoch's members, in ring order
+  CommStats stats() const;                    // the counters since join
+  std::vector<LinkStats> link_stats() const;  // the current epoch's links, in rank order
   coord::PeerId id() const { return id_; }
   size_t chunk_bytes() const { return chunk_bytes_; }  // the configured pipelining unit
   std::chrono::milliseconds op_timeout() const { return op_timeout_; }  // config key op_timeout_ms
@@ -183,6 +185,7 @@ class Communicator {
   std::deque<std::shared_ptr<Op>> queue_;  // for the worker, in order (decided ones are skipped)
   algo::Exchange *running_exchange_ = nullptr;  // cancelled on revocation or abort
   ScratchSpares spares_;
+  CommStats stats_;  // under mu_
   bool stop_ = false;
   std::thread worker_;
 };

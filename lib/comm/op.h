@@ -20,6 +20,24 @@ struct OpStats {
   algo::Algo algo = algo::Algo::kRing;  // the algorithm that ran (kAuto resolved)
 };
 
+// What a communicator counts over its life (wccl_comm_stats_t has the meanings).
+struct CommStats {
+  uint64_t ops_committed = 0;
+  uint64_t ops_failed = 0;
+  uint64_t ops_peer_lost = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t epochs = 0;
+  uint64_t updates = 0;
+};
+
+// One of the current epoch's links, as its TCP connections measure it (wccl_link_stats_t).
+struct LinkStats {
+  int rank = 0;
+  uint32_t rtt_us = 0;
+  uint64_t bytes_per_s = 0;
+};
+
 // A collective writes its result into the caller's output buffer during the data phase, saving
 // each range's old bytes first (algo/undo.h) into a scratch buffer in the same memory; they are
 // copied back if the operation is not committed, so a failed operation leaves the caller's buffers

@@ -97,6 +97,12 @@ void Communicator::decide(const std::shared_ptr<Op> &op, Status outcome) {
   op->outcome = std::move(outcome);
   op->decided_at = Clock::now();
   op->stats.time_us = std::chrono::duration<double, std::micro>(op->decided_at - op->start).count();
+  if (op->outcome.ok()) {
+    ++stats_.ops_committed;
+  } else {
+    ++stats_.ops_failed;
+    if (op->outcome.code() == WCCL_ERR_PEER_LOST) ++stats_.ops_peer_lost;
+  }
 }
 
 void Communicator::work() {
@@ -225,6 +231,8 @@ void Communicator::run(const std::shared_ptr<Op> &op) {
   running_exchange_ = nullptr;
   op->stats.bytes_sent = ex.bytes_sent();
   op->stats.bytes_received = ex.bytes_received();
+  stats_.bytes_sent += op->stats.bytes_sent;
+  stats_.bytes_received += op->stats.bytes_received;
   op->scratch = std::move(scratch);
   op->scratch_bytes = scratch_bytes;
   // Data this peer's wire codec cannot carry (a NaN on the INT8 wire) could never have been

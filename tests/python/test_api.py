@@ -32,10 +32,16 @@ def test_every_collective_on_numpy(members):
         block = np.empty(2, np.float32)
         comm.reduce_scatter(np.arange(2 * n, dtype=np.float32) * (r + 1), block)
         comm.barrier()
-        return summed, into, b, gathered, block, x
+        return summed, into, b, gathered, block, x, comm.stats(), comm.links()
 
     n = 3
-    for r, (summed, into, b, gathered, block, x) in enumerate(members(n, fn)):
+    for r, (summed, into, b, gathered, block, x, stats, links) in enumerate(members(n, fn)):
+        # Six operations committed in the one epoch; each member links to both others (its ring
+        # neighbours), measured by what they carried.
+        assert (stats.ops_committed, stats.ops_failed, stats.epochs, stats.updates) == (6, 0, 1, 0), stats
+        assert stats.bytes_sent >= 6 * 8 and stats.bytes_received >= 6 * 8, stats
+        assert [link.rank for link in links] == [k for k in range(n) if k != r], links
+        assert all(link.rtt_us > 0 for link in links), links
         np.testing.assert_array_equal(summed, np.arange(6) * n + sum(range(n)))
         np.testing.assert_array_equal(into, np.arange(6) + n - 1)
         np.testing.assert_array_equal(b, [n - 1] * 4)

@@ -16,8 +16,8 @@ torch are optional and never imported by this package unless a CUDA tensor is pa
 """
 
 from ._buffers import DType
-from ._core import (MIN_LINK_RATE, TOPK_DEFAULT_KEEP, Algo, Communicator, Compress, Coordinator, EpochOrigin, OpStats, ReduceOp,
-                    Request, SyncMode, SyncStats, Wire, config_keys, version, wire_roundtrip)
+from ._core import (MIN_LINK_RATE, TOPK_DEFAULT_KEEP, Algo, CommStats, Communicator, Compress, Coordinator, EpochOrigin, LinkStats,
+                    OpStats, ReduceOp, Request, SyncMode, SyncStats, Wire, config_keys, version, wire_roundtrip)
 from ._lib import (AbortedError, AuthError, CoordinatorUnreachableError, CudaError, InProgressError, InternalError,
                    InvalidArgumentError, InvalidUsageError, IoError, LIBRARY_PATH, MismatchError, NcclError, NoMemoryError,
                    PeerLostError, ProtocolError, TimeoutError, TooFewPeersError, UnsupportedError, WcclError)
@@ -25,9 +25,9 @@ from ._lib import (AbortedError, AuthError, CoordinatorUnreachableError, CudaErr
 __version__ = version()
 
 __all__ = [
-    "AbortedError", "Algo", "AuthError", "Communicator", "Compress", "Coordinator", "CoordinatorUnreachableError",
+    "AbortedError", "Algo", "AuthError", "CommStats", "Communicator", "Compress", "Coordinator", "CoordinatorUnreachableError",
     "CudaError", "DType", "EpochOrigin", "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "IoError",
-    "LIBRARY_PATH", "MIN_LINK_RATE", "MismatchError", "NcclError", "NoMemoryError", "OpStats", "PeerLostError", "ProtocolError", "ReduceOp", "Request",
+    "LIBRARY_PATH", "LinkStats", "MIN_LINK_RATE", "MismatchError", "NcclError", "NoMemoryError", "OpStats", "PeerLostError", "ProtocolError", "ReduceOp", "Request",
     "SyncMode", "SyncStats", "TOPK_DEFAULT_KEEP", "TimeoutError", "TooFewPeersError", "UnsupportedError", "WcclError", "Wire", "config_keys", "version",
     "wire_roundtrip",
 ]

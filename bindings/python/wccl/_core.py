@@ -110,6 +110,31 @@ class OpStats:
     algo: Algo
 
 
+@dataclass(frozen=True)
+class CommStats:
+    """What a communicator counted since it joined (wccl_comm_stats_t): operations (collectives and
+    state syncs) by outcome, the payload bytes they moved (failed attempts too), epochs entered and
+    successful updates."""
+
+    ops_committed: int
+    ops_failed: int
+    ops_peer_lost: int
+    bytes_sent: int
+    bytes_received: int
+    epochs: int
+    updates: int
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """One of the current epoch's links (wccl_link_stats_t): the peer's rank, the smallest round
+    trip seen on it (0: not measured yet) and the highest rate it delivered while busy (0: never)."""
+
+    rank: int
+    rtt_us: int
+    bytes_per_s: int
+
+
 def version() -> str:
     """The loaded library's version, "MAJOR.MINOR.PATCH"."""
     text: bytes = lib.wccl_version()
@@ -289,6 +314,23 @@ class Communicator:
         """How the coordinator formed the current epoch (joiners alone, after every member of the
         group was lost or left, hold none of the earlier members' state)."""
         return EpochOrigin(lib.wccl_comm_epoch_origin(self._handle) if self._handle else 0)
+
+    def stats(self) -> CommStats:
+        """The counters since join (``wccl_comm_stats``)."""
+        raw = _lib.CommStatsStruct(size=ctypes.sizeof(_lib.CommStatsStruct))
+        check(lib.wccl_comm_stats(self._live(), byref(raw)))
+        return CommStats(raw.ops_committed, raw.ops_failed, raw.ops_peer_lost, raw.bytes_sent, raw.bytes_received,
+                         raw.epochs, raw.updates)
+
+    def links(self) -> List[LinkStats]:
+        """The current epoch's links of this member, in rank order (``wccl_comm_links``)."""
+        count = ctypes.c_size_t(0)
+        while True:
+            capacity = count.value
+            raw = (_lib.LinkStatsStruct * max(capacity, 1))()
+            check(lib.wccl_comm_links(self._live(), raw, capacity, byref(count)))
+            if count.value <= capacity:  # (links may have come or gone between the two calls)
+                return [LinkStats(r.rank, r.rtt_us, r.bytes_per_s) for r in raw[:count.value]]
 
     def update(self) -> None:
         """Waits for the coordinator's next epoch: survivors plus admitted joiners, minus leavers and
@@ -491,5 +533,5 @@ def options_for(coll: Collective, dtype: DType, op: ReduceOp, opts: Mapping[str,
     return {**opts, "wire": Wire(out.wire), "topk_keep": out.topk_keep}
 
 
-__all__ = ["Algo", "Communicator", "Compress", "Coordinator", "DType", "MIN_LINK_RATE", "OpStats", "ReduceOp", "Request", "SyncMode",
+__all__ = ["Algo", "CommStats", "Communicator", "Compress", "Coordinator", "DType", "LinkStats", "MIN_LINK_RATE", "OpStats", "ReduceOp", "Request", "SyncMode",
            "SyncStats", "TOPK_DEFAULT_KEEP", "Wire", "config_keys", "version", "wire_roundtrip"]

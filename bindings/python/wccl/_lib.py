@@ -161,6 +161,27 @@ class OpStatsStruct(ctypes.Structure):
     ]
 
 
+class CommStatsStruct(ctypes.Structure):
+    """wccl_comm_stats_t."""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("ops_committed", c_uint64),
+        ("ops_failed", c_uint64),
+        ("ops_peer_lost", c_uint64),
+        ("bytes_sent", c_uint64),
+        ("bytes_received", c_uint64),
+        ("epochs", c_uint64),
+        ("updates", c_uint64),
+    ]
+
+
+class LinkStatsStruct(ctypes.Structure):
+    """wccl_link_stats_t."""
+
+    _fields_ = [("rank", c_int32), ("rtt_us", ctypes.c_uint32), ("bytes_per_s", c_uint64)]
+
+
 class Tensor(ctypes.Structure):
     """wccl_tensor_t."""
 
@@ -249,6 +270,8 @@ _SIGNATURES = {
     "wccl_comm_pending": ([_P], c_int),
     "wccl_comm_update_due": ([_P], c_int),
     "wccl_comm_epoch_origin": ([_P], c_int),
+    "wccl_comm_stats": ([_P, POINTER(CommStatsStruct)], _R),
+    "wccl_comm_links": ([_P, POINTER(LinkStatsStruct), c_size_t, POINTER(c_size_t)], _R),
     "wccl_comm_destroy": ([_P], None),
     "wccl_opts_default": ([], Opts),
     "wccl_opts_check": ([c_int, c_int, c_int, POINTER(Opts)], _R),
