@@ -123,6 +123,10 @@ def parse_args(argv=None):
     o.add_argument("--metrics", help="JSONL file: one record per outer step, then a final record (emptied at "
                                     "start, appended to when torchrun restarts the node's workers)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on this port (local rank 0; 0 picks one; prometheus_export.py "
+                        "lists them; needs prometheus_client)")
+    o.add_argument("--metrics-host", default="127.0.0.1", help="address --metrics-port binds (default localhost)")
     o.add_argument("--fault-nan-at-step", type=int, default=-1,
                    help="rehearsal: once N syncs are committed, local rank 0's pseudo-gradient of sync N+1 "
                         "holds a NaN")
@@ -641,6 +645,11 @@ class Log:
         self.lead = trainer.local_rank == 0
         self.start = time.time()
         self.file = open(args.metrics, "a" if restarted() else "w") if (self.lead and args.metrics) else None
+        self.exporter = None
+        if self.lead and args.metrics_port is not None:
+            from prometheus_export import Exporter
+            self.exporter = Exporter(args.metrics_host, args.metrics_port, args.node_name)
+            print(f"[{args.node_name}] metrics on http://{args.metrics_host}:{self.exporter.port}/metrics", flush=True)
         self.bar = None
         if self.lead and not args.no_progress:
             try:
@@ -687,6 +696,8 @@ class Log:
                   "bytes_sent": int(bytes_sent), "nodes": nodes, "contributors": contributors, "epoch": epoch,
                   "time": time.time() - self.start,
                   "wire": a.wire if a.mode == "diloco" else a.sync_wire}
+        if self.exporter:
+            self.exporter.step(record, t.mesh.comm)
         where = (f" fragment {fragment} overlap {overlapped} util {record['utilisation']:.2f}"
                  if a.fragments > 1 or a.overlap > 0 else "")
         where += f" pace {max_link_rate * 8 / 1e6:.1f} Mbit/s" if max_link_rate else ""
@@ -708,6 +719,8 @@ class Log:
             self.bar.close()
         if self.file:
             self.file.close()
+        if self.exporter:
+            self.exporter.close()
 
 
 def main(argv=None) -> None:

@@ -9,6 +9,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -66,12 +69,48 @@ def test_the_installed_package_carries_its_library():
                                                                                ".wccl.mesonpy.libs")
 
 
+class Scraper(threading.Thread):
+    """Reads node's Prometheus endpoint (train.py --metrics-port 0 prints its address in the node's
+    log) every 0.2 s while the job runs: ``scrapes`` holds {series name + labels: value} per read."""
+
+    def __init__(self, log):
+        super().__init__(daemon=True)
+        self.log, self.scrapes, self.done = log, [], False
+
+    def run(self):
+        from prometheus_client.parser import text_string_to_metric_families
+        url = None
+        while not self.done:
+            time.sleep(0.2)
+            if url is None:
+                found = [w for w in (self.log.read_text().split() if self.log.exists() else []) if w.endswith("/metrics")]
+                url = found[0] if found else None
+                continue
+            try:
+                text = urllib.request.urlopen(url, timeout=5).read().decode()
+            except OSError:
+                continue  # (the node ended, or was not listening yet)
+            values = {}
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "node")
+                    values[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
+            self.scrapes.append(values)
+
+
 def test_loss_falls_a_joiner_catches_up_and_a_killed_node_is_dropped(tmp_path):
     # The joiner starts once node0 logged step 1 and needs 10-15 s on 2 busy cores (torch's import,
     # FSDP): 16 steps leave it room (with 14 and a start at step 2 it was once admitted only at the end).
     steps, kill = 16, 9
-    summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--join-at", "1", "--kill", f"node1@{kill}",
-                               "--", "--outer-steps", str(steps), "--inner-steps", "8", *MODEL)
+    scraper = Scraper(tmp_path / "run" / "node0.log")
+    scraper.start()
+    try:
+        summary, records = run_job(tmp_path, "--nodes", "2", "--local-ranks", "2", "--join-at", "1", "--kill",
+                                   f"node1@{kill}", "--", "--outer-steps", str(steps), "--inner-steps", "8",
+                                   "--metrics-port", "0", *MODEL)
+    finally:
+        scraper.done = True
+        scraper.join(timeout=10)
     nodes = summary["nodes"]
     # Every node that was not killed ends with the same parameters, bit for bit.
     assert summary["identical"] and nodes["node0"]["hash"] == nodes["node2"]["hash"]
@@ -97,6 +136,20 @@ def test_loss_falls_a_joiner_catches_up_and_a_killed_node_is_dropped(tmp_path):
     assert all(r["unix_time"] > 1.7e9 for r in records["node0"])
     two = [r for r in by_step.values() if r["nodes"] == 2 and r["step"] != kill + 1]
     assert two and all(0.25 * 4 * params <= r["bytes_sent"] < 0.27 * 4 * params for r in two), (params, two)
+    # node0's Prometheus endpoint (--metrics-port) followed the job: its outer step and counters only
+    # grow, and the last read before the end says what the JSONL says.
+    seen = [s for s in scraper.scrapes if "wccl_trainer_outer_step" in s]
+    assert len(seen) >= 2, scraper.scrapes[-1:]
+    for name in ["wccl_trainer_outer_step", "wccl_trainer_tokens_total", "wccl_member_ops_committed_total",
+                 "wccl_member_bytes_sent_total", "wccl_member_epochs_total"]:
+        values = [s[name] for s in seen]
+        assert values == sorted(values) and values[-1] > 0, (name, values)
+    last = seen[-1]
+    step = int(last["wccl_trainer_outer_step"])
+    assert last["wccl_trainer_eval_loss"] == pytest.approx(by_step[step]["eval_loss"], rel=1e-9)
+    assert last["wccl_trainer_bytes_sent_total"] == sum(by_step[k]["bytes_sent"] for k in range(1, step + 1))
+    assert last["wccl_member_ops_committed_total"] >= step, last
+    assert any(k.startswith("wccl_member_link_rtt_seconds{peer_rank=") and v > 0 for k, v in last.items()), last
 
 
 def test_streaming_fragments_overlap_a_joiner_and_a_kill(tmp_path):
