@@ -225,8 +225,8 @@ WCCL_API int wccl_comm_update_due(const wccl_comm_t *comm);
 /* What a communicator counted since wccl_comm_join, for a member's metrics (the trainer exports
  * them). Operations are collectives and state syncs, each counted once at its outcome. A field is
  * added only with a new major version; `size` lets the library refuse a caller built against
- * another one. */
-typedef struct wccl_comm_stats {
+ * another one. (The struct's tag is not wccl_comm_stats, which would hide the function in C++.) */
+typedef struct wccl_comm_stats_s {
   size_t size;             /* set by the caller to sizeof(wccl_comm_stats_t) */
   uint64_t ops_committed;  /* operations whose outcome was WCCL_OK */
   uint64_t ops_failed;     /* operations with any other outcome */
