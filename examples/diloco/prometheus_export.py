@@ -36,7 +36,7 @@ class Exporter:
     def __init__(self, host: str, port: int, node: str) -> None:
         self.node = node
         self._lock = threading.Lock()
-        self._record, self._tokens, self._bytes_sent, self._member, self._links = {}, 0, 0, None, []
+        self._record, self._bytes_sent, self._member, self._links = {}, 0, None, []
         self.registry = CollectorRegistry()
         self.registry.register(self)
         self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
@@ -51,7 +51,6 @@ class Exporter:
             member, links = None, None
         with self._lock:
             self._record = dict(record)
-            self._tokens = int(record.get("tokens", 0))
             self._bytes_sent += int(record.get("bytes_sent", 0))
             if member is not None:
                 self._member, self._links = member, links
@@ -62,7 +61,8 @@ class Exporter:
 
     def collect(self):
         with self._lock:
-            record, tokens, sent, member, links = self._record, self._tokens, self._bytes_sent, self._member, self._links
+            record, sent, member, links = self._record, self._bytes_sent, self._member, self._links
+        tokens = int(record.get("tokens", 0))
         labels = ["node"]
         for field, (name, doc) in GAUGES.items():
             value = record.get(field)

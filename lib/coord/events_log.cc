@@ -117,16 +117,12 @@ EventsLog::~EventsLog() {
 void EventsLog::started(int port, uint64_t epoch_base) {
   if (failed_) return;
   pending_.insert(0, "{\"time\":" + quoted(timestamp(std::chrono::system_clock::now())) +
-                         ",\"event\":\"started\",\"port\":" + std::to_string(port) +
+                         ",\"event\":\"started\",\"port\":" + number(static_cast<uint64_t>(port)) +
                          ",\"epoch_base\":" + number(epoch_base) + "}\n");
 }
 
 void EventsLog::write(const std::string &group, const Event &e) {
-  line(event_json(group, e, std::chrono::system_clock::now()));
-}
-
-void EventsLog::line(const std::string &json) {
-  if (!failed_) pending_ += json + "\n";
+  if (!failed_) pending_ += event_json(group, e, std::chrono::system_clock::now()) + "\n";
 }
 
 void EventsLog::flush() {

@@ -35,7 +35,6 @@ class EventsLog {
 
  private:
   explicit EventsLog(std::FILE *file) : file_(file) {}
-  void line(const std::string &json);
 
   std::FILE *file_;
   std::string
