@@ -28,6 +28,10 @@ const char kUsage[] =
     "  --events-log FILE       append a JSON line per membership event (join, loss and its "
     "cause, ...)\n"
     "                          to FILE, - for stderr (docs/fault-tolerance.md; default none)\n"
+    "  --http HOST:PORT        serve /metrics (Prometheus), /status and /status.json there; "
+    "PORT alone\n"
+    "                          binds 127.0.0.1 (docs/operations.md; default off)\n"
+    "  --http-token-file FILE  every HTTP request must carry the bearer token in FILE\n"
     "  --log-level LEVEL       error, warn, info, debug or trace (default warn)\n"
     "  --help                  this text\n"
     "Every option also reads WCCL_<KEY> from the environment (WCCL_LISTEN, WCCL_TLS_CERT, ...).\n";
@@ -79,6 +83,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::printf("wccl-coord listening on port %d\n", wccl_coord_port(coord));
+  if (wccl_coord_http_port(coord) != 0) {
+    std::printf("wccl-coord serving http on port %d\n", wccl_coord_http_port(coord));
+  }
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop, &sig);

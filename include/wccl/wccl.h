@@ -129,14 +129,18 @@ typedef struct wccl_coord wccl_coord_t;
 
 /* Starts a coordinator listening on the config key `listen` (default 0.0.0.0:0, a free port;
  * wccl-coord defaults to 0.0.0.0:48148), with TLS unless tls=off, and returns once it accepts
- * connections. Also reads min_peers, settle_ms, heartbeat_ms, peer_timeout_ms, straggler_timeout_ms
- * and the transport keys. Returns INVALID_ARGUMENT for a bad address or missing TLS files (naming
- * them), IO if the address cannot be bound. The configuration is copied. On error *coord is set to
- * NULL. */
+ * connections. Also reads min_peers, settle_ms, heartbeat_ms, peer_timeout_ms,
+ * straggler_timeout_ms, events_log, http, http_token_file and the transport keys. Returns
+ * INVALID_ARGUMENT for a bad address or missing TLS files (naming them), IO if the address cannot
+ * be bound. The configuration is copied. On error *coord is set to NULL. */
 WCCL_API wccl_result_t wccl_coord_start(wccl_coord_t **coord, const wccl_config_t *config);
 
 /* The TCP port the coordinator listens on, or 0 for NULL. Thread-safe. */
 WCCL_API int wccl_coord_port(const wccl_coord_t *coord);
+
+/* The TCP port of its HTTP endpoints (/metrics, /status, /status.json: config key `http`,
+ * docs/operations.md), or 0 without them or for NULL. Thread-safe. */
+WCCL_API int wccl_coord_http_port(const wccl_coord_t *coord);
 
 /* Stops the coordinator: closes every peer's connection and frees it. Blocks until its thread has
  * ended; must not be called from a wccl callback. NULL is accepted and ignored. */

@@ -146,6 +146,10 @@ int wccl_coord_port(const wccl_coord_t *coord) {
   return coord != nullptr ? coord->impl->port() : 0;
 }
 
+int wccl_coord_http_port(const wccl_coord_t *coord) {
+  return coord != nullptr ? coord->impl->http_port() : 0;
+}
+
 void wccl_coord_stop(wccl_coord_t *coord) { delete coord; }
 
 wccl_result_t wccl_comm_join(wccl_comm_t **comm, const wccl_config_t *config) {

@@ -2,10 +2,31 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 
 #include "coord/ring_order.h"
 
 namespace wccl::coord {
+namespace {
+
+// The bearer token in http_token_file: its first line, without surrounding white space.
+Result<std::string> read_token(const std::string &path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "http_token_file %s: cannot read a line",
+                      path.c_str());
+  }
+  const size_t b = line.find_first_not_of(" \t\r");
+  const size_t e = line.find_last_not_of(" \t\r");
+  if (b == std::string::npos) {
+    return WCCL_ERROR(WCCL_ERR_INVALID_ARGUMENT, "http_token_file %s: the token is empty",
+                      path.c_str());
+  }
+  return line.substr(b, e - b + 1);
+}
+
+}  // namespace
 
 Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
   Membership::Options options;
@@ -19,7 +40,8 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
-  options.record_events = !cfg.str("events_log").empty();
+  http_on_ = !cfg.str("http").empty();
+  options.record_events = !cfg.str("events_log").empty() || http_on_;
   options.measured_order = cfg.flag("order_ring_by_rtt");
   options.measured_crossover = cfg.flag("measured_crossover");
   job_ = std::make_unique<Job>(options);
@@ -27,6 +49,10 @@ Coordinator::Coordinator(const Config &cfg) : log_(cfg.logger()) {
 
 Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
   std::unique_ptr<Coordinator> c(new Coordinator(cfg));
+  std::string token;  // read first: a bad file is refused before anything listens
+  if (c->http_on_ && !cfg.str("http_token_file").empty()) {
+    WCCL_ASSIGN_OR_RETURN(token, read_token(cfg.str("http_token_file")));
+  }
   if (!cfg.flag("tls")) {
     WCCL_LOG(c->log_, kWarn,
              "tls=off: links to the coordinator are neither encrypted nor authenticated");
@@ -46,7 +72,56 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const Config &cfg) {
   // The events log's first line, from the loop thread once port_ is set (events of peers that
   // came sooner wait for it).
   if (c->events_) WCCL_RETURN_IF_ERROR(c->transport_->post([self] { self->log_started(); }));
+  if (c->http_on_) {
+    WCCL_RETURN_IF_ERROR(c->transport_->post([self] { self->publish_report(); }));
+    WCCL_ASSIGN_OR_RETURN(c->http_, net::HttpServer::start(cfg.str("http"), token, c->log_,
+                                                           [self](const net::HttpRequest &r) {
+                                                             return self->serve(r);
+                                                           }));
+    WCCL_LOG(c->log_, kInfo, "coordinator serving http on port %d", c->http_->port());
+  }
   return c;
+}
+
+void Coordinator::publish_report() {
+  auto report = std::make_shared<const JobReport>(
+      make_report(*job_, counters_, started_at_, port_, std::chrono::system_clock::now()));
+  report_stale_ = false;
+  report_taken_ = Clock::now();
+  std::lock_guard<std::mutex> lock(report_mu_);
+  report_ = std::move(report);
+}
+
+net::HttpServer::Response Coordinator::serve(const net::HttpRequest &r) {
+  std::shared_ptr<const JobReport> report;
+  {
+    std::lock_guard<std::mutex> lock(report_mu_);
+    report = report_;
+  }
+  net::HttpServer::Response res;
+  if (r.path == "/status" || r.path == "/") {
+    res.content_type = "text/html; charset=utf-8";
+    res.body = status_page();
+    return res;
+  }
+  if (r.path != "/metrics" && r.path != "/status.json") {
+    res.status = 404;
+    res.body = "not found: this coordinator serves /metrics, /status and /status.json\n";
+    return res;
+  }
+  if (!report) {  // before the loop thread took the first one
+    res.status = 503;
+    res.body = "the coordinator is starting\n";
+    return res;
+  }
+  if (r.path == "/metrics") {
+    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    res.body = prometheus_text(*report);
+  } else {
+    res.content_type = "application/json";
+    res.body = status_json(*report);
+  }
+  return res;
 }
 
 Coordinator::~Coordinator() {
@@ -143,10 +218,15 @@ void Coordinator::on_close(Session *s, const Status &why) {
 }
 
 void Coordinator::deliver() {
-  if (events_) {
-    for (const Job::GroupEvent &e : job_->take_events()) events_->write(e.group, e.event);
-    if (started_logged_) events_->flush();
+  if (events_ || http_on_) {
+    const auto now = std::chrono::system_clock::now();
+    for (const Job::GroupEvent &e : job_->take_events()) {
+      if (events_) events_->write(e.group, e.event);
+      if (http_on_) counters_.add(e.group, e.event, now);
+    }
+    if (events_ && started_logged_) events_->flush();
   }
+  report_stale_ = true;
   PeerId logged_loss = 0;
   uint64_t logged_epoch = 0;
   for (const Job::Addressed &addressed : job_->take_notices()) {
@@ -192,8 +272,14 @@ void Coordinator::deliver() {
 }
 
 void Coordinator::tick() {
-  job_->tick(Clock::now());
+  const auto now = Clock::now();
+  job_->tick(now);
   deliver();
+  // Link estimates and joiners change without events: a snapshot is at most a second old.
+  if (http_on_ && ((report_stale_ && now - report_taken_ >= kReportPeriod) ||
+                   now - report_taken_ >= std::chrono::seconds(1))) {
+    publish_report();
+  }
 }
 
 }  // namespace wccl::coord

@@ -4,18 +4,23 @@
 // feeds them the peers' messages and the passage of time, and sends their notices to the peers
 // they are for. It carries no bulk data. Everything runs on its transport's loop thread.
 //
-// Reads config keys listen, min_peers, settle_ms, heartbeat_ms, peer_timeout_ms and events_log,
-// plus the transport's keys.
+// Reads config keys listen, min_peers, settle_ms, heartbeat_ms, peer_timeout_ms, events_log, http
+// and http_token_file, plus the transport's keys. With http it serves /metrics, /status and
+// /status.json (coord/report.h) from a snapshot of the job it takes on its loop thread at most
+// every kReportPeriod, and whenever it is older than a second.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "coord/channel.h"
 #include "coord/events_log.h"
 #include "coord/job.h"
+#include "coord/report.h"
 #include "core/config.h"
+#include "net/http_server.h"
 #include "net/transport.h"
 
 namespace wccl::coord {
@@ -30,6 +35,9 @@ class Coordinator {
   Coordinator &operator=(const Coordinator &) = delete;
 
   int port() const { return port_; }
+  int http_port() const { return http_ ? http_->port() : 0; }  // 0 without http
+
+  static constexpr std::chrono::milliseconds kReportPeriod{200};
 
  private:
   struct Session {
@@ -46,10 +54,14 @@ class Coordinator {
   void refuse(Session *s, const Status &why);
   // Writes the events log's "started" line, ahead of any event already held.
   void log_started();
+  // Takes the snapshot the HTTP endpoints serve (loop thread).
+  void publish_report();
+  net::HttpServer::Response serve(const net::HttpRequest &r);  // the HTTP thread
 
   Logger log_;
   uint64_t epoch_base_ = 0;
   std::unique_ptr<EventsLog> events_;  // null without events_log
+  const std::chrono::system_clock::time_point started_at_ = std::chrono::system_clock::now();
   std::unique_ptr<Job> job_;
   std::unique_ptr<net::Transport> transport_;
   int port_ = 0;
@@ -58,6 +70,15 @@ class Coordinator {
   std::map<PeerId, Session *> by_peer_;
   bool stopping_ = false;
   bool started_logged_ = false;
+  bool http_on_ = false;  // the http key is set (fixed before the loop thread starts)
+  JobCounters counters_;  // with http
+  bool report_stale_ = false;
+  Clock::time_point report_taken_{};
+  // The snapshot, shared with the HTTP thread.
+  std::mutex report_mu_;
+  std::shared_ptr<const JobReport> report_;
+  // Last: it stops (and no longer calls serve()) before anything above is destroyed.
+  std::unique_ptr<net::HttpServer> http_;
 };
 
 }  // namespace wccl::coord

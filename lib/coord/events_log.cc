@@ -6,11 +6,8 @@
 #include <ctime>
 
 namespace wccl::coord {
-namespace {
 
-// A JSON string literal of `s`: quotes, backslashes and control characters escaped; other bytes
-// as they are (names and reasons are UTF-8 or ASCII).
-std::string quoted(const std::string &s) {
+std::string json_string(const std::string &s) {
   std::string out = "\"";
   for (const char c : s) {
     switch (c) {
@@ -37,17 +34,7 @@ std::string quoted(const std::string &s) {
   return out + "\"";
 }
 
-std::string timestamp(std::chrono::system_clock::time_point at) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
-  const time_t seconds = static_cast<time_t>(ms / 1000);
-  tm utc{};
-  gmtime_r(&seconds, &utc);
-  return format("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
-                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms % 1000));
-}
-
-const char *origin_name(EpochOrigin origin) {
+const char *epoch_origin_name(EpochOrigin origin) {
   switch (origin) {
     case EpochOrigin::kContinues:
       return "continues";
@@ -61,32 +48,48 @@ const char *origin_name(EpochOrigin origin) {
   return "unknown";
 }
 
+namespace {
+
+std::string timestamp(std::chrono::system_clock::time_point at) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
+  const time_t seconds = static_cast<time_t>(ms / 1000);
+  tm utc{};
+  gmtime_r(&seconds, &utc);
+  return format("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms % 1000));
+}
+
 std::string number(uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
 std::string event_json(const std::string &group, const Event &e,
                        std::chrono::system_clock::time_point at) {
-  std::string j = "{\"time\":" + quoted(timestamp(at)) + ",\"group\":" + quoted(group) +
-                  ",\"event\":" + quoted(event_kind_name(e.kind)) + ",\"epoch\":" + number(e.epoch);
+  std::string j = "{\"time\":" + json_string(timestamp(at)) + ",\"group\":" + json_string(group) +
+                  ",\"event\":" + json_string(event_kind_name(e.kind)) +
+                  ",\"epoch\":" + number(e.epoch);
   if (e.peer.id != 0) {
-    j += ",\"peer\":" + quoted(format("%016llx", static_cast<unsigned long long>(e.peer.id))) +
-         ",\"name\":" + quoted(e.peer.info.name) + ",\"node\":" + quoted(e.peer.info.node) +
-         ",\"address\":" + quoted(e.peer.info.address);
+    j += ",\"peer\":" + json_string(format("%016llx", static_cast<unsigned long long>(e.peer.id))) +
+         ",\"name\":" + json_string(e.peer.info.name) +
+         ",\"node\":" + json_string(e.peer.info.node) +
+         ",\"address\":" + json_string(e.peer.info.address);
   }
   switch (e.kind) {
     case Event::Kind::kLost:
-      j += ",\"cause\":" + quoted(loss_cause_name(e.cause)) + ",\"reason\":" + quoted(e.reason);
+      j += ",\"cause\":" + json_string(loss_cause_name(e.cause)) +
+           ",\"reason\":" + json_string(e.reason);
       [[fallthrough]];
     case Event::Kind::kLeft:
       j += std::string(",\"member\":") + (e.member ? "true" : "false");
       break;
     case Event::Kind::kRevoked:
-      j += ",\"reason\":" + quoted(e.reason) + ",\"failed_op\":" + number(e.seq) +
-           ",\"code\":" + quoted(wccl_result_name(static_cast<wccl_result_t>(e.code)));
+      j += ",\"reason\":" + json_string(e.reason) + ",\"failed_op\":" + number(e.seq) +
+           ",\"code\":" + json_string(wccl_result_name(static_cast<wccl_result_t>(e.code)));
       break;
     case Event::Kind::kEpoch:
-      j += ",\"members\":" + number(e.members) + ",\"origin\":" + quoted(origin_name(e.origin)) +
+      j += ",\"members\":" + number(e.members) +
+           ",\"origin\":" + json_string(epoch_origin_name(e.origin)) +
            ",\"admitted\":" + number(e.admitted) + ",\"left\":" + number(e.left) +
            ",\"lost\":" + number(e.lost);
       break;
@@ -116,7 +119,7 @@ EventsLog::~EventsLog() {
 
 void EventsLog::started(int port, uint64_t epoch_base) {
   if (failed_) return;
-  pending_.insert(0, "{\"time\":" + quoted(timestamp(std::chrono::system_clock::now())) +
+  pending_.insert(0, "{\"time\":" + json_string(timestamp(std::chrono::system_clock::now())) +
                          ",\"event\":\"started\",\"port\":" + number(static_cast<uint64_t>(port)) +
                          ",\"epoch_base\":" + number(epoch_base) + "}\n");
 }

@@ -13,6 +13,12 @@
 
 namespace wccl::coord {
 
+// A JSON string literal of `s`: quotes, backslashes and control characters escaped; other bytes
+// as they are (names and reasons are UTF-8 or ASCII).
+std::string json_string(const std::string &s);
+// "continues", "first", "after_loss", "after_leave".
+const char *epoch_origin_name(EpochOrigin origin);
+
 // The event as one line of JSON (no newline), stamped with `at` (UTC, to the millisecond).
 std::string event_json(const std::string &group, const Event &e,
                        std::chrono::system_clock::time_point at);

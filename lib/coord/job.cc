@@ -21,6 +21,12 @@ const Membership *Job::group(const std::string &name) const {
   return it == groups_.end() ? nullptr : it->second.get();
 }
 
+std::vector<std::string> Job::group_names() const {
+  std::vector<std::string> names;
+  for (const auto &[name, group] : groups_) names.push_back(name);
+  return names;
+}
+
 const std::string &Job::name_of(const Membership &group) const { return names_.at(&group); }
 
 std::map<std::string, PeerId> Job::comms_of(const std::string &node) const {

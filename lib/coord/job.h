@@ -70,6 +70,8 @@ class Job : private Membership::Gate {
 
   // The group, nullptr if no peer ever named it.
   const Membership *group(const std::string &name) const;
+  // The names of every group a peer named, in order.
+  std::vector<std::string> group_names() const;
 
  private:
   Membership &membership(const std::string &name);

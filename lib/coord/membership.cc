@@ -516,6 +516,7 @@ void Membership::maybe_commit() {
     done_.erase(next);
   }
   if (committed_ == before) return;
+  operations_committed_ += committed_ - before;
   for (const Member &m : ring_) notify(Notice::Kind::kCommit, m.id).seq = committed_;
 }
 

@@ -323,6 +323,8 @@ class Membership {
   // The current epoch is one a member reported after a restart, not one this coordinator formed.
   bool epoch_adopted() const { return epoch_ != 0 && !formed_here(epoch_); }
   uint64_t committed() const { return committed_; }
+  // Operations committed here in every epoch of the group (not those a restart adopted).
+  uint64_t operations_committed() const { return operations_committed_; }
   bool revoked() const { return revoked_; }
   const std::vector<Member> &ring() const { return ring_; }
   // The current epoch's algo=AUTO crossovers (Options::measured_crossover), 0s if none.
@@ -447,11 +449,12 @@ class Membership {
   uint64_t lost_count_ = 0;
   std::vector<Notice> notices_;
   std::vector<Event> events_;
-  Event ignored_event_;              // what record() fills in without record_events
-  std::vector<PeerInfo> lost_now_;   // for take_lost()
-  size_t pending_told_ = 0;          // the joiner count the members last heard
-  std::set<PeerId> retell_pending_;  // members that reconnected since the last take_notices()
-  uint64_t committed_ = 0;           // operations of this epoch committed
+  Event ignored_event_;                // what record() fills in without record_events
+  std::vector<PeerInfo> lost_now_;     // for take_lost()
+  size_t pending_told_ = 0;            // the joiner count the members last heard
+  std::set<PeerId> retell_pending_;    // members that reconnected since the last take_notices()
+  uint64_t committed_ = 0;             // operations of this epoch committed
+  uint64_t operations_committed_ = 0;  // ... of every epoch, by this coordinator
   std::map<uint64_t, std::set<PeerId>> done_;  // operation -> members whose data phase completed
   std::map<std::pair<PeerId, PeerId>, LinkEstimate>
       links_;                    // (smaller id, larger id), live peers only

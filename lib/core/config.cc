@@ -80,6 +80,11 @@ constexpr KeySpec kKeys[] = {
      "coordinator: a file it appends one JSON line to for every membership event (registered, "
      "admitted, left, lost with its cause, revoked, epoch, adopted; docs/fault-tolerance.md); "
      "\"-\": stderr; empty: none"},
+    {"http", "", Kind::kText, 0, 255,
+     "coordinator: serve /metrics (Prometheus), /status and /status.json over HTTP at HOST:PORT, "
+     "or PORT alone on 127.0.0.1 (docs/operations.md); empty: off"},
+    {"http_token_file", "", Kind::kPath, 0, 0,
+     "coordinator: a file holding the bearer token every HTTP request must carry; empty: none"},
     {"min_peers", "1", Kind::kInteger, 1, 4096,
      "peers the coordinator waits for before the first epoch"},
     {"settle_ms", "200", Kind::kInteger, 0, 3600000,

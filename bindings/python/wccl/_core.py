@@ -193,6 +193,12 @@ class Coordinator:
         """The TCP port it listens on (0 once stopped)."""
         return lib.wccl_coord_port(self._handle) if self._handle else 0
 
+    @property
+    def http_port(self) -> int:
+        """The TCP port of its HTTP endpoints (the ``http`` key: /metrics, /status,
+        /status.json); 0 without them or once stopped."""
+        return lib.wccl_coord_http_port(self._handle) if self._handle else 0
+
     def stop(self) -> None:
         """Closes every peer's connection and frees the coordinator. Idempotent."""
         handle, self._handle = self._handle, c_void_p()

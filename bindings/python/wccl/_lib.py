@@ -259,6 +259,7 @@ _SIGNATURES = {
     "wccl_config_keys": ([], c_char_p),
     "wccl_coord_start": ([POINTER(_P), _P], _R),
     "wccl_coord_port": ([_P], c_int),
+    "wccl_coord_http_port": ([_P], c_int),
     "wccl_coord_stop": ([_P], None),
     "wccl_comm_join": ([POINTER(_P), _P], _R),
     "wccl_comm_update": ([_P], _R),

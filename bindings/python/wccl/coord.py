@@ -24,7 +24,8 @@ USAGE = """usage: wccl-coord [--KEY VALUE ...]
 The wccl coordinator. Every configuration key is a flag, '-' for '_' (wccl.config_keys() lists
 them), each also read from WCCL_<KEY> in the environment. The usual ones: --listen HOST:PORT
 (default 0.0.0.0:48148, the wccl port; port 0 picks one), --tls on|off, --tls-cert FILE,
---tls-key FILE, --tls-ca FILE (docs/tls.md), --min-peers N, --peer-timeout-ms N, --log-level LEVEL.
+--tls-key FILE, --tls-ca FILE (docs/tls.md), --min-peers N, --peer-timeout-ms N, --log-level LEVEL,
+--events-log FILE, --http HOST:PORT (/metrics, /status, /status.json; docs/operations.md).
 """
 
 
@@ -64,6 +65,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2 if isinstance(e, ValueError) else 1
     with coord:
         print(f"wccl-coord listening on port {coord.port}", flush=True)
+        if coord.http_port:
+            print(f"wccl-coord serving http on port {coord.http_port}", flush=True)
         while not stop.wait(3600):
             pass
     sys.stderr.write(f"wccl-coord: stopped by {caught[0]}\n")
