@@ -10,7 +10,7 @@ namespace {
 // RFC 9110's tchar: what a method and a header name are made of.
 bool is_token_char(unsigned char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+         (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
 }
 
 bool is_token(const std::string &s) {
