@@ -165,6 +165,12 @@ TEST_F(HttpServerTest, AnswersOneRequestAConnection) {
   EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << "no body after a HEAD";
   const std::string bad = exchange(server_->port(), "BREW /pot HTTP/1.1\r\n\r\n");
   EXPECT_EQ(bad.substr(0, 12), "HTTP/1.1 405") << bad;
+  // Refused while the client still sends its body: the answer is not reset away.
+  const std::string body = exchange(server_->port(),
+                                    "GET /upload HTTP/1.1\r\nContent-Length: "
+                                    "1000000\r\n\r\n" +
+                                        std::string(1000000, 'x'));
+  EXPECT_EQ(body.substr(0, 12), "HTTP/1.1 413") << body.substr(0, 100);
   EXPECT_EQ(handled_.load(), 3) << "a refused request never reaches the handler";
 }
 

@@ -14,6 +14,8 @@ namespace wccl::net {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// How long a connection stays open after its answer for the client to end its side.
+constexpr std::chrono::seconds kLinger{2};
 
 struct Conn;
 
@@ -46,7 +48,9 @@ struct Conn {
   HttpRequestParser parser;
   std::string out;  // the response, while it is written
   Clock::time_point deadline{};
-  bool responding = false;
+  bool responding = false;  // the request is decided: what it still sends is read and dropped
+  bool shut = false;        // the answer is written and our side shut down
+  bool peer_done = false;   // the client's side ended
   bool closing = false;
   char buf[4096];
 
@@ -65,18 +69,23 @@ void Conn::close() {
            [](uv_handle_t *h) { delete static_cast<Conn *>(h->data); });
 }
 
+// The answer is written, then our side shut down (FIN). The connection closes once the client's
+// side ends too, or kLinger later: closing while the client still sends (a body, the rest of an
+// oversized head) would reset the connection, and the reset can discard the answer before the
+// client reads it.
 void Conn::respond(std::string response) {
   responding = true;
-  uv_read_stop(stream());
+  deadline = Clock::now() + server->request_timeout;  // to write it
   out = std::move(response);
   uv_buf_t b = uv_buf_init(out.data(), static_cast<unsigned>(out.size()));
   const int rc = uv_write(&write, stream(), &b, 1, [](uv_write_t *w, int status) {
     auto *c = static_cast<Conn *>(w->handle->data);
     if (status < 0) return c->close();
-    // Everything is written: send FIN, then close (a close with the response unsent would
-    // reset it away).
-    if (uv_shutdown(&c->shutdown, c->stream(), [](uv_shutdown_t *s, int) {
-          static_cast<Conn *>(s->handle->data)->close();
+    if (uv_shutdown(&c->shutdown, c->stream(), [](uv_shutdown_t *s, int st) {
+          auto *conn = static_cast<Conn *>(s->handle->data);
+          conn->shut = true;
+          if (st < 0 || conn->peer_done) return conn->close();
+          conn->deadline = std::min(conn->deadline, Clock::now() + kLinger);
         }) != 0) {
       c->close();
     }
@@ -156,7 +165,15 @@ void HttpServer::State::on_connection(int status) {
       },
       [](uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
         auto *conn = static_cast<Conn *>(s->data);
-        if (n < 0) return conn->close();  // gone before its request was whole
+        if (n < 0) {
+          conn->peer_done = true;
+          uv_read_stop(s);
+          // Gone before its request was whole, or after our answer: else the answer is still
+          // being written, and the connection closes once it is.
+          if (!conn->responding || conn->shut) conn->close();
+          return;
+        }
+        if (conn->responding) return;  // dropped
         if (conn->parser.feed(b->base, static_cast<size_t>(n)) !=
             HttpRequestParser::State::kReading) {
           conn->answer();
@@ -172,11 +189,10 @@ void HttpServer::State::sweep_timeouts() {
   }
   for (Conn *c : late) {
     if (!c->responding) {
-      c->deadline = now + request_timeout;  // for writing the answer
       c->respond(http_response(408, "text/plain; charset=utf-8",
                                "no whole request within the time limit\n"));
     } else {
-      c->close();  // a client that does not read its answer
+      c->close();  // a client that does not read its answer, or lingers after it
     }
   }
 }

@@ -2,8 +2,9 @@
 // loop thread of its own so that no number of HTTP clients slows the control plane. One request a
 // connection; bounded in every way a client could stretch it: at most kMaxConnections at once
 // (further ones are closed as accepted), kRequestTimeout for the request, as long again for the
-// answer, a request head of at most kMaxHttpHeadBytes (net/http.h). Plain TCP: TLS is not offered
-// here (docs/operations.md).
+// answer, then at most 2 s for the client to end its side (what it still sends is dropped: closing
+// sooner would reset the answer away), a request head of at most kMaxHttpHeadBytes (net/http.h).
+// Plain TCP: TLS is not offered here (docs/operations.md).
 #pragma once
 
 #include <chrono>
