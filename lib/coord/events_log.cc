@@ -34,6 +34,10 @@ std::string json_string(const std::string &s) {
   return out + "\"";
 }
 
+std::string peer_id_text(PeerId id) {
+  return format("%016llx", static_cast<unsigned long long>(id));
+}
+
 const char *epoch_origin_name(EpochOrigin origin) {
   switch (origin) {
     case EpochOrigin::kContinues:
@@ -70,7 +74,7 @@ std::string event_json(const std::string &group, const Event &e,
                   ",\"event\":" + json_string(event_kind_name(e.kind)) +
                   ",\"epoch\":" + number(e.epoch);
   if (e.peer.id != 0) {
-    j += ",\"peer\":" + json_string(format("%016llx", static_cast<unsigned long long>(e.peer.id))) +
+    j += ",\"peer\":" + json_string(peer_id_text(e.peer.id)) +
          ",\"name\":" + json_string(e.peer.info.name) +
          ",\"node\":" + json_string(e.peer.info.node) +
          ",\"address\":" + json_string(e.peer.info.address);

@@ -16,6 +16,8 @@ namespace wccl::coord {
 // A JSON string literal of `s`: quotes, backslashes and control characters escaped; other bytes
 // as they are (names and reasons are UTF-8 or ASCII).
 std::string json_string(const std::string &s);
+// A peer id as the events log and the HTTP endpoints write it: 16 hex digits.
+std::string peer_id_text(PeerId id);
 // "continues", "first", "after_loss", "after_leave".
 const char *epoch_origin_name(EpochOrigin origin);
 

@@ -24,10 +24,6 @@ double seconds_since_epoch(std::chrono::system_clock::time_point t) {
   return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
-std::string peer_id_text(PeerId id) {
-  return format("%016llx", static_cast<unsigned long long>(id));
-}
-
 // Prometheus label values: backslash, double quote and line feed escaped.
 std::string label_value(const std::string &s) {
   std::string out;

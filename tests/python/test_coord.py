@@ -118,11 +118,7 @@ def test_the_events_log_tells_a_jobs_history_across_a_restart(pki, tmp_path):
         assert close_all(survivors) == [0, 0]
         events = read_events(log, lambda es: sum(e["event"] == "left" for e in es) == 2)
     finally:
-        for p in peers:
-            if p.proc.poll() is None:
-                p.kill()
-        coord.send_signal(signal.SIGTERM)
-        coord.communicate(timeout=30)
+        stop_all(peers, coord)
     said = [(e["event"], e.get("name")) for e in events]
     first, restarted = said.index(("started", None)), said.index(("started", None), 1)
     before, after = said[first + 1:restarted], said[restarted + 1:]
@@ -150,14 +146,29 @@ def http_get(port, path, headers=None):
         return e.code, e.headers["Content-Type"], e.read().decode()
 
 
-def raw_http(port, data):
-    """Sends bytes on a fresh connection; returns the status line's code (0: closed without one)."""
+def raw_exchange(port, data):
+    """Sends bytes on a fresh connection; returns all it reads until the server closes it."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(data)
         answer = b""
         while chunk := s.recv(65536):
             answer += chunk
+    return answer
+
+
+def raw_http(port, data):
+    """raw_exchange's status line's code (0: closed without one)."""
+    answer = raw_exchange(port, data)
     return int(answer.split()[1]) if answer.startswith(b"HTTP/1.1 ") else 0
+
+
+def stop_all(peers, coord):
+    """SIGKILLs the peers still running, then stops the daemon with SIGTERM."""
+    for p in peers:
+        if p.proc.poll() is None:
+            p.kill()
+    coord.send_signal(signal.SIGTERM)
+    coord.communicate(timeout=30)
 
 
 def metrics(port):
@@ -265,21 +276,12 @@ def test_the_coordinator_serves_metrics_and_status_over_http(pki):
         assert raw_http(http, b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello") == 405
         assert raw_http(http, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 10000 + b"\r\n\r\n") == 431
         assert raw_http(http, b"GET /metrics HTTP/2.0\r\n\r\n") == 505
-        head = b"HEAD /metrics HTTP/1.1\r\n\r\n"
-        with socket.create_connection(("127.0.0.1", http), timeout=10) as c:
-            c.sendall(head)
-            answer = b""
-            while chunk := c.recv(65536):
-                answer += chunk
+        answer = raw_exchange(http, b"HEAD /metrics HTTP/1.1\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n"), answer[:200]
         assert metrics(http)  # still serving
         assert close_all(peers[:1] + peers[2:]) == [0, 0, 0]
     finally:
-        for p in peers:
-            if p.proc.poll() is None:
-                p.kill()
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        stop_all(peers, proc)
     assert proc.returncode == 0
 
 
